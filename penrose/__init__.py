@@ -1,0 +1,71 @@
+"""penrose: Penrose tensor-network diagrams as the single source of truth for neural architectures.
+
+    >>> import penrose, torch
+    >>> model = penrose.compile('''
+    ... dim t = 4, e = 3, d = 2
+    ... input Z[t, e]
+    ... param W_q[e, d]
+    ... q = einsum('te,ed->td', Z, W_q)
+    ... output q
+    ... ''', seed=0)
+    >>> model(torch.randn(4, 3)).shape
+    torch.Size([4, 2])
+
+The pipeline: text --parse--> IR --check--> checked IR --compile--> PyTorch source / nn.Module,
+with render (figures, equations, readings) beside compile.
+"""
+
+from penrose.check import Checked, check
+from penrose.errors import (
+    PenroseCheckError,
+    PenroseCompileError,
+    PenroseError,
+    PenroseRenderError,
+    PenroseShapeError,
+    PenroseSyntaxError,
+    PenroseWarning,
+)
+from penrose.fmt import format_diagram
+from penrose.parse import parse, parse_file
+
+__version__ = "0.1.0"
+
+
+def compile(path_or_text, *, seed=None, **sizes):
+    """Compile a `.pen` file (path) or text into an `nn.Module`; `sizes` override dim defaults."""
+    from penrose.compiler import compile_diagram
+
+    return compile_diagram(path_or_text, seed=seed, **sizes)
+
+
+def load(path_or_text, **sizes) -> Checked:
+    """Parse and check a `.pen` file or text; returns the checked diagram."""
+    from penrose.compiler import load as _load
+
+    return _load(path_or_text, **sizes)
+
+
+def source(path_or_text, **sizes) -> str:
+    """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
+    from penrose.compiler import generate_source
+
+    return generate_source(load(path_or_text, **sizes))
+
+
+__all__ = [
+    "Checked",
+    "PenroseCheckError",
+    "PenroseCompileError",
+    "PenroseError",
+    "PenroseRenderError",
+    "PenroseShapeError",
+    "PenroseSyntaxError",
+    "PenroseWarning",
+    "check",
+    "compile",
+    "format_diagram",
+    "load",
+    "parse",
+    "parse_file",
+    "source",
+]

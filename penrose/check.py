@@ -1,0 +1,1194 @@
+"""IR → checked diagram: every invariant, with positions.
+
+`check(diagram, **sizes)` walks the statements once and returns a `Checked` diagram whose values
+carry their legs, size classes, dtype and batching. It raises `PenroseCheckError` (a
+`PenroseError`) at the first broken rule:
+
+- names: every identifier is valid Python, not a keyword, not reserved by the generated module,
+  declared once (dims, tensors, blocks, instances); every name used is defined (with a
+  near-miss suggestion); outputs exist; a block returns something; no block calls itself,
+  directly or through others; includes resolve and do not cycle.
+- legs: every leg of a declared tensor is a declared dim; an einsum term has as many legs as its
+  operand; an output leg appears in some input; a leg argument (softmax over `p`) exists on its
+  tensor; element-wise operands align by name or by position (docs/language.md).
+- sizes: legs bound together (an einsum letter, aligned legs, a block argument) have one size;
+  a conflict names both sizes and both places. Sizes come from dim defaults, from `sizes`
+  overrides, and, for legs only inputs carry, from the inputs at run time.
+- dtypes: integer ids only where ids are expected (gather), bool masks only in where().
+- usage: inputs and params never used give warnings, not errors.
+
+Imports neither torch nor any renderer.
+"""
+
+from __future__ import annotations
+
+import keyword
+import math
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from penrose import ir
+from penrose.errors import PenroseCheckError, PenroseError, Span, suggest
+
+IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+# Attributes of torch.nn.Module and names the generated source uses (tests keep this list in sync
+# with dir(torch.nn.Module)); a param, buffer or instance with one of these names would clash.
+MODULE_ATTRS = frozenset(
+    """T_destination add_module apply bfloat16 buffers call_super_init children compile cpu cuda
+    double dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter
+    get_submodule half ipu load_state_dict modules mtia named_buffers named_children named_modules
+    named_parameters parameters register_backward_hook register_buffer register_forward_hook
+    register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
+    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
+    register_parameter register_state_dict_post_hook register_state_dict_pre_hook requires_grad_
+    set_extra_state set_submodule share_memory smart_apply state_dict to to_empty train training
+    type xpu zero_grad reset_parameters""".split()
+)
+GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
+PEN_KEYWORDS = frozenset({"dim", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
+
+UNARY = {
+    "sigmoid": "torch.sigmoid",
+    "sigma": "torch.sigmoid",
+    "relu": "torch.relu",
+    "gelu": "torch.nn.functional.gelu",
+    "silu": "torch.nn.functional.silu",
+    "tanh": "torch.tanh",
+    "exp": "torch.exp",
+    "log": "torch.log",
+    "sqrt": "torch.sqrt",
+    "abs": "torch.abs",
+    "softplus": "torch.nn.functional.softplus",
+}
+OTHER_FUNCS = frozenset(
+    """einsum softmax log_softmax layernorm rmsnorm topk dropout detach clamp where causal
+    block_causal gather split concat sum mean max""".split()
+)
+FUNCTIONS = frozenset(UNARY) | OTHER_FUNCS
+INITS = {
+    "normal": {"std", "mean"},
+    "zeros": set(),
+    "ones": set(),
+    "constant": {"value"},
+    "uniform": {"a", "b"},
+    "xavier": {"gain"},
+    "eye": set(),
+}
+DTYPES = ("float", "int", "bool")
+
+
+# ---- sizes -----------------------------------------------------------------------------------
+
+
+class Sizes:
+    """Union-find over size classes; each class may know its size and where it came from."""
+
+    def __init__(self):
+        self.parent: list[int] = []
+        self.value: list[int | None] = []
+        self.origin: list[tuple[str, Span]] = []
+        self.label: list[str] = []
+        self.fixed: list[bool] = []  # carried by a param or buffer: never read at run time
+        self.fed: list[bool] = []  # carried by a top-level input
+
+    def new(self, label: str, value: int | None, origin: tuple[str, Span], fixed=False, fed=False) -> int:
+        self.parent.append(len(self.parent))
+        self.value.append(value)
+        self.origin.append(origin)
+        self.label.append(label)
+        self.fixed.append(fixed)
+        self.fed.append(fed)
+        return len(self.parent) - 1
+
+    def find(self, c: int) -> int:
+        while self.parent[c] != c:
+            self.parent[c] = self.parent[self.parent[c]]
+            c = self.parent[c]
+        return c
+
+    def size(self, c: int) -> int | None:
+        return self.value[self.find(c)]
+
+    def is_free(self, c: int) -> bool:
+        r = self.find(c)
+        return self.fed[r] and not self.fixed[r]
+
+    def mark(self, c: int, fixed=False, fed=False):
+        r = self.find(c)
+        self.fixed[r] = self.fixed[r] or fixed
+        self.fed[r] = self.fed[r] or fed
+
+    def unify(self, a: int, b: int, here: tuple[str, Span]):
+        ra, rb = self.find(a), self.find(b)
+        if ra == rb:
+            return
+        va, vb = self.value[ra], self.value[rb]
+        if va is not None and vb is not None and va != vb:
+            (wa, sa), (wb, sb) = self.origin[ra], self.origin[rb]
+            what, span = here
+            raise PenroseCheckError(
+                f"size conflict in {what}: {wa} has size {va} but {wb} has size {vb}",
+                span,
+                notes=tuple((f"{w} gets size {v} here", s) for w, v, s in ((wa, va, sa), (wb, vb, sb)) if s.line and s != span),
+            )
+        if va is None:
+            ra, rb = rb, ra  # keep the root that knows its size
+        self.parent[rb] = ra
+        self.fixed[ra] = self.fixed[ra] or self.fixed[rb]
+        self.fed[ra] = self.fed[ra] or self.fed[rb]
+
+
+# ---- checked values --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TType:
+    legs: tuple[str, ...]
+    cls: tuple[int, ...]
+    dtype: str = "float"  # float | int | bool | scalar
+    batched: bool = False
+
+
+SCALAR = TType((), (), "scalar", False)
+
+
+@dataclass(frozen=True, eq=False)
+class V:
+    """One checked operation: its operator, arguments, attributes and result type."""
+
+    op: str
+    args: tuple = ()
+    attrs: dict = field(default_factory=dict)
+    type: TType = SCALAR
+    outs: tuple = ()  # result types when the op yields several (split, block calls)
+    span: Span = field(default_factory=Span)
+
+    @property
+    def legs(self):
+        return self.type.legs
+
+
+@dataclass
+class CStmt:
+    stmt: object  # the ir statement
+    targets: tuple[str, ...] = ()
+    value: V | None = None
+    types: tuple = ()
+    step: int | None = None
+
+
+@dataclass
+class Decl:
+    tensor: ir.Tensor
+    type: TType
+
+
+@dataclass
+class Instance:
+    name: str
+    block: str
+    repeat: int | None
+    span: Span
+
+
+@dataclass
+class Checked:
+    """A checked diagram (or block body): values typed, sizes resolved."""
+
+    diagram: ir.Diagram
+    name: str
+    sizes: Sizes
+    dims: dict  # name -> class
+    decls: dict  # name -> Decl (inputs, params, buffers, formals)
+    stmts: list  # CStmt, in order (comments included, for captions)
+    outputs: list  # (name, TType)
+    blocks: dict  # name -> Checked
+    instances: dict  # name -> Instance
+    labels: dict
+    warnings: list  # (message, Span)
+    is_block: bool = False
+    captions: dict = field(default_factory=dict)  # step -> text
+
+    @property
+    def inputs(self):
+        return [d for d in self.decls.values() if d.tensor.kind in ("input", "formal")]
+
+    @property
+    def params(self):
+        return [d for d in self.decls.values() if d.tensor.kind == "param"]
+
+    @property
+    def buffers(self):
+        return [d for d in self.decls.values() if d.tensor.kind == "buffer"]
+
+    def size(self, cls: int) -> int | None:
+        return self.sizes.size(cls)
+
+    def dim_sizes(self) -> dict:
+        return {n: self.sizes.size(c) for n, c in self.dims.items()}
+
+    def param_count(self) -> int:
+        """Learnable parameters, blocks and repeats included."""
+        total = sum(math.prod(self.size(c) or 0 for c in d.type.cls) for d in self.params)
+        for inst in self.instances.values():
+            total += self.blocks_all[inst.block].param_count() * (inst.repeat or 1)
+        return total
+
+    @property
+    def blocks_all(self):
+        return self.blocks
+
+
+# ---- the checker -----------------------------------------------------------------------------
+
+
+def check(diagram: ir.Diagram, **sizes) -> Checked:
+    """Check a parsed diagram; `sizes` override dim defaults.
+
+    >>> from penrose.parse import parse
+    >>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\noutput y"))
+    >>> c.outputs[0][1].legs
+    ('e',)
+    """
+    return _Checker(diagram, sizes).run()
+
+
+class _Scope:
+    def __init__(self, checker, name, is_block):
+        self.c = checker
+        self.name = name
+        self.is_block = is_block
+        self.decls: dict[str, Decl] = {}
+        self.vars: dict[str, TType] = {}
+        self.defined_at: dict[str, Span] = {}
+        self.used: set[str] = set()
+        self.stmts: list[CStmt] = []
+        self.outputs: list = []
+        self.instances: dict[str, Instance] = {}
+        self.labels: dict[str, str] = {}
+        self.captions: dict[int, str] = {}
+        self.block_calls: list = []
+
+
+class _Checker:
+    def __init__(self, diagram: ir.Diagram, sizes: dict):
+        self.diagram = diagram
+        self.file = diagram.file
+        self.overrides = dict(sizes)
+        self.S = Sizes()
+        self.dims: dict[str, int] = {}
+        self.dim_decl: dict[str, ir.Dim] = {}
+        self.block_defs: dict[str, tuple[ir.Block, ir.Diagram]] = {}
+        self.blocks: dict[str, Checked] = {}
+        self.warnings: list = []
+        self.including: list[str] = []
+
+    # -- entry
+    def run(self) -> Checked:
+        top = self._collect(self.diagram)
+        unknown = [k for k in self.overrides if k not in self.dims]
+        if unknown:
+            raise PenroseCheckError(
+                f"unknown dim {unknown[0]!r} in sizes{suggest(unknown[0], self.dims)}; the diagram declares "
+                + (", ".join(sorted(self.dims)) or "no dims"),
+                Span(self.file),
+            )
+        self._check_block_graph()
+        for name in self._block_order():
+            blk, _ = self.block_defs[name]
+            self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
+        result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
+        result.warnings = self.warnings + result.warnings
+        return result
+
+    # -- pass 1: dims and blocks (of this file and its includes)
+    def _collect(self, diagram: ir.Diagram) -> list:
+        path = os.path.abspath(diagram.file) if not diagram.file.startswith("<") else diagram.file
+        self.including.append(path)
+        body = []
+        for s in diagram.body:
+            if isinstance(s, ir.Dim):
+                self._declare_dim(s)
+            elif isinstance(s, ir.Block):
+                self._name_ok(s.name, s.span, "block")
+                if s.name in self.block_defs:
+                    prev = self.block_defs[s.name][0].span
+                    raise PenroseCheckError(f"block {s.name!r} is defined twice", s.span, notes=(("first defined here", prev),))
+                if s.name in FUNCTIONS:
+                    raise PenroseCheckError(f"block name {s.name!r} is a built-in function", s.span)
+                self.block_defs[s.name] = (s, diagram)
+                for inner in s.body:
+                    if isinstance(inner, ir.Dim):
+                        self._declare_dim(inner)
+                    elif isinstance(inner, ir.Block):
+                        raise PenroseCheckError("blocks are defined at the top level, not inside other blocks", inner.span)
+            elif isinstance(s, ir.Include):
+                self._include(s, diagram)
+            else:
+                body.append(s)
+        self.including.pop()
+        return body
+
+    def _include(self, inc: ir.Include, diagram: ir.Diagram):
+        from penrose.parse import parse_file
+
+        base = Path(diagram.file).parent if not diagram.file.startswith("<") else Path.cwd()
+        target = os.path.abspath(base / inc.path)
+        if target in self.including:
+            raise PenroseCheckError(f"include cycle: {inc.path!r} includes itself", inc.span)
+        if not os.path.exists(target):
+            raise PenroseCheckError(f"cannot include {inc.path!r}: no such file (looked at {target})", inc.span)
+        try:
+            sub = parse_file(target)
+        except PenroseError as e:
+            raise e.__class__(e.message, e.span, e.notes + (("included from here", inc.span),)) from None
+        rest = self._collect(sub)
+        for s in rest:
+            if not isinstance(s, ir.Comment):
+                raise PenroseCheckError(
+                    f"{inc.path!r} has top-level statements; an included file may only hold dims and blocks", s.span,
+                    notes=(("included from here", inc.span),),
+                )
+
+    def _declare_dim(self, d: ir.Dim):
+        self._name_ok(d.name, d.span, "dim", module_attr=False)
+        if d.name in self.dims:
+            prev = self.dim_decl[d.name].span
+            raise PenroseCheckError(f"dim {d.name!r} is declared twice", d.span, notes=(("first declared here", prev),))
+        if d.name in self.overrides:
+            value = self.overrides[d.name]
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise PenroseCheckError(f"size for dim {d.name!r} must be a non-negative integer, got {value!r}", d.span)
+            origin = (f"dim {d.name!r} (given as {d.name}={value})", d.span)
+        elif d.size is not None:
+            value = self._dim_expr(d.size, d)
+            origin = (f"dim {d.name!r}", d.span)
+        else:
+            value, origin = None, (f"dim {d.name!r}", d.span)
+        self.dims[d.name] = self.S.new(d.name, value, origin)
+        self.dim_decl[d.name] = d
+
+    def _dim_expr(self, e, d: ir.Dim) -> int:
+        if isinstance(e, ir.Number):
+            if not isinstance(e.value, int):
+                raise PenroseCheckError(f"dim {d.name!r} needs a whole-number size, got {e.value}", e.span)
+            return e.value
+        if isinstance(e, ir.Name):
+            if e.id not in self.dims:
+                raise PenroseCheckError(f"unknown dim {e.id!r} in the size of {d.name!r}{suggest(e.id, self.dims)}", e.span)
+            v = self.S.size(self.dims[e.id])
+            if v is None:
+                raise PenroseCheckError(f"dim {e.id!r} has no size, so {d.name!r} cannot be computed", e.span)
+            return v
+        if isinstance(e, ir.BinOp) and e.op in ("+", "-", "*", "//"):
+            a, b = self._dim_expr(e.left, d), self._dim_expr(e.right, d)
+            if e.op == "//" and b == 0:
+                raise PenroseCheckError("division by zero in a dim size", e.span)
+            v = {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0}[e.op]
+            if v < 0:
+                raise PenroseCheckError(f"dim {d.name!r} would have a negative size ({v})", e.span)
+            return v
+        if isinstance(e, ir.BinOp) and e.op == "/":
+            a, b = self._dim_expr(e.left, d), self._dim_expr(e.right, d)
+            if b == 0 or a % b:
+                raise PenroseCheckError(f"{a} / {b} is not a whole number; dim sizes are integers", e.span)
+            return a // b
+        raise PenroseCheckError("a dim size is a whole number or an integer expression of other dims (+ - * // /)", getattr(e, "span", d.span))
+
+    def _name_ok(self, name: str, span: Span, what: str, module_attr=True):
+        if not IDENT.match(name):
+            raise PenroseCheckError(f"invalid {what} name {name!r}: names start with a letter (not '_')", span)
+        if keyword.iskeyword(name) or keyword.issoftkeyword(name):
+            raise PenroseCheckError(f"{what} name {name!r} is a Python keyword", span)
+        if name in PEN_KEYWORDS:
+            raise PenroseCheckError(f"{what} name {name!r} is a .pen keyword", span)
+        if what != "dim" and name in GENERATED:
+            raise PenroseCheckError(f"{what} name {name!r} is reserved by the generated module", span)
+        if module_attr and name in MODULE_ATTRS:
+            raise PenroseCheckError(f"{what} name {name!r} clashes with torch.nn.Module.{name}", span)
+
+    # -- blocks: call graph and order
+    def _block_calls(self, body) -> list[tuple[str, Span]]:
+        out = []
+        for s in body:
+            exprs = []
+            if isinstance(s, ir.Assign):
+                exprs = [s.value]
+            elif isinstance(s, ir.Return):
+                exprs = list(s.values)
+            for e in exprs:
+                for sub in ir.walk(e):
+                    if isinstance(sub, ir.Call) and sub.func in self.block_defs:
+                        out.append((sub.func, sub.span))
+        return out
+
+    def _check_block_graph(self):
+        state: dict[str, int] = {}
+
+        def visit(name, path):
+            state[name] = 1
+            blk = self.block_defs[name][0]
+            for callee, span in self._block_calls(blk.body):
+                if state.get(callee) == 1:
+                    cycle = " -> ".join(path + [name, callee])
+                    raise PenroseCheckError(f"recursion between blocks: {cycle}", span)
+                if callee not in state:
+                    visit(callee, path + [name])
+            state[name] = 2
+
+        for name in self.block_defs:
+            if name not in state:
+                visit(name, [])
+
+    def _block_order(self) -> list[str]:
+        order, seen = [], set()
+
+        def visit(name):
+            if name in seen:
+                return
+            seen.add(name)
+            for callee, _ in self._block_calls(self.block_defs[name][0].body):
+                visit(callee)
+            order.append(name)
+
+        for name in self.block_defs:
+            visit(name)
+        return order
+
+    # -- pass 2: a body (the top level or a block)
+    def _check_body(self, name, body, formals, is_block, span) -> Checked:
+        sc = _Scope(self, name, is_block)
+        for f in formals:
+            self._declare_tensor(sc, f)
+        returned = False
+        step = None
+        for s in body:
+            if isinstance(s, ir.Comment):
+                if s.step is not None:
+                    step = s.step
+                    sc.captions[s.step] = s.text
+                sc.stmts.append(CStmt(s, step=s.step))
+            elif isinstance(s, ir.Tensor):
+                if is_block and s.kind == "input":
+                    raise PenroseCheckError("a block takes its inputs as arguments: block f(x[t, e]) { ... }", s.span)
+                self._declare_tensor(sc, s)
+                sc.stmts.append(CStmt(s, step=step))
+            elif isinstance(s, ir.Assign):
+                sc.stmts.append(self._assign(sc, s, step))
+            elif isinstance(s, ir.Output):
+                if is_block:
+                    raise PenroseCheckError("a block ends with 'return', not 'output'", s.span)
+                for n in s.names:
+                    if any(n == o[0] for o in sc.outputs):
+                        raise PenroseCheckError(f"{n!r} is output twice", s.span)
+                    t = self._lookup(sc, n, s.span)
+                    sc.outputs.append((n, t))
+                sc.stmts.append(CStmt(s, step=step))
+            elif isinstance(s, ir.Return):
+                if not is_block:
+                    raise PenroseCheckError("'return' is only for blocks; the diagram says 'output NAME'", s.span)
+                if returned:
+                    raise PenroseCheckError("a block returns once", s.span)
+                returned = True
+                vals = tuple(self._expr(sc, e) for e in s.values)
+                for i, v in enumerate(vals):
+                    if v.type.dtype == "scalar":
+                        raise PenroseCheckError("a block returns tensors, not plain numbers", s.values[i].span)
+                sc.outputs = [(f"out{i}", v.type) for i, v in enumerate(vals)]
+                sc.stmts.append(CStmt(s, value=V("return", vals, span=s.span), types=tuple(v.type for v in vals), step=step))
+            elif isinstance(s, ir.Label):
+                self._lookup(sc, s.name, s.span)
+                sc.labels[s.name] = s.text
+                sc.stmts.append(CStmt(s, step=step))
+            elif isinstance(s, ir.Dim):
+                sc.stmts.append(CStmt(s, step=step))
+            else:  # pragma: no cover - the parser produces nothing else
+                raise PenroseCheckError(f"unexpected statement {type(s).__name__}", getattr(s, "span", span))
+        if is_block and not returned:
+            raise PenroseCheckError(f"block {name!r} never returns a value", span)
+        if not is_block and not sc.outputs:
+            last = next((s for s in reversed(body) if not isinstance(s, ir.Comment)), None)
+            raise PenroseCheckError(
+                "the diagram has no output; add 'output NAME' naming what forward returns",
+                last.span if last is not None else Span(self.file, 1, 1, 1, 2, ""),
+            )
+        for n, d in sc.decls.items():
+            if n not in sc.used and d.tensor.kind in ("input", "param", "buffer", "formal"):
+                self.warnings.append((f"{d.tensor.kind} {n!r} is never used", d.tensor.span))
+        return Checked(
+            self.diagram,
+            name,
+            self.S,
+            self.dims,
+            sc.decls,
+            sc.stmts,
+            sc.outputs,
+            self.blocks,
+            sc.instances,
+            sc.labels,
+            [],
+            is_block,
+            sc.captions,
+        )
+
+    def _declare_tensor(self, sc: _Scope, t: ir.Tensor):
+        self._name_ok(t.name, t.span, t.kind if t.kind != "formal" else "argument", module_attr=t.kind in ("param", "buffer"))
+        self._fresh(sc, t.name, t.span)
+        if t.name in FUNCTIONS or t.name in self.block_defs:
+            raise PenroseCheckError(f"tensor name {t.name!r} is already a {'function' if t.name in FUNCTIONS else 'block'}", t.span)
+        if t.dtype not in DTYPES:
+            raise PenroseCheckError(f"unknown dtype {t.dtype!r}{suggest(t.dtype, DTYPES)}; use float, int or bool", t.span)
+        if t.kind in ("param", "buffer") and t.dtype != "float":
+            raise PenroseCheckError(f"{t.kind}s are float tensors", t.span)
+        if t.kind in ("param", "buffer") and t.batched:
+            raise PenroseCheckError(f"a {t.kind} has no batch legs ('...')", t.span)
+        seen = {}
+        cls = []
+        for leg in t.legs:
+            if leg not in self.dims:
+                raise PenroseCheckError(
+                    f"undeclared dim {leg!r} in {t.kind if t.kind != 'formal' else 'argument'} {t.name!r}{suggest(leg, self.dims)}; declare it with 'dim {leg} = SIZE'",
+                    t.span,
+                )
+            c = self.dims[leg]
+            if leg in seen and t.kind == "input":
+                pass
+            seen[leg] = True
+            self.S.mark(c, fixed=t.kind in ("param", "buffer"), fed=t.kind == "input")
+            cls.append(c)
+        if t.init is not None:
+            self._init_ok(t)
+        batched = t.kind in ("input", "formal")
+        ty = TType(tuple(t.legs), tuple(cls), t.dtype, batched)
+        sc.decls[t.name] = Decl(t, ty)
+        sc.vars[t.name] = ty
+
+    def _init_ok(self, t: ir.Tensor):
+        init = t.init
+        if init.name not in INITS:
+            raise PenroseCheckError(f"unknown init {init.name!r}{suggest(init.name, INITS)}; one of {', '.join(INITS)}", init.span)
+        for k, v in init.kwargs:
+            if k not in INITS[init.name]:
+                allowed = ", ".join(sorted(INITS[init.name])) or "no arguments"
+                raise PenroseCheckError(f"{init.name}() takes {allowed}, not {k!r}", v.span)
+            if not isinstance(v, ir.Number):
+                raise PenroseCheckError(f"init argument {k!r} must be a number", v.span)
+        if init.name == "eye" and len(t.legs) != 2:
+            raise PenroseCheckError("eye initialises a tensor with two legs", init.span)
+
+    def _fresh(self, sc: _Scope, name: str, span: Span):
+        if name in sc.decls:
+            raise PenroseCheckError(
+                f"{name!r} is declared twice", span, notes=(("first declared here", sc.decls[name].tensor.span),)
+            )
+        if name in sc.vars:
+            raise PenroseCheckError(f"{name!r} is already a computed tensor; declarations come first", span)
+        if name in sc.instances:
+            raise PenroseCheckError(f"{name!r} is already a block instance", span)
+
+    def _lookup(self, sc: _Scope, name: str, span: Span) -> TType:
+        if name not in sc.vars:
+            pool = list(sc.vars)
+            hint = suggest(name, pool)
+            if name in self.dims:
+                hint = f"; {name!r} is a dim (a leg), not a tensor"
+            raise PenroseCheckError(f"unknown tensor {name!r}{hint}", span)
+        sc.used.add(name)
+        return sc.vars[name]
+
+    # -- assignments
+    def _assign(self, sc: _Scope, s: ir.Assign, step) -> CStmt:
+        for t in s.targets:
+            self._name_ok(t, s.span, "tensor", module_attr=False)
+            if t in sc.decls and sc.decls[t].tensor.kind in ("param", "buffer"):
+                raise PenroseCheckError(f"cannot assign to {sc.decls[t].tensor.kind} {t!r}", s.span)
+            if t in FUNCTIONS or t in self.block_defs:
+                raise PenroseCheckError(f"{t!r} is a {'function' if t in FUNCTIONS else 'block'} name", s.span)
+            if t in sc.instances:
+                raise PenroseCheckError(f"{t!r} is a block instance name", s.span)
+        if len(set(s.targets)) != len(s.targets):
+            raise PenroseCheckError("a name appears twice among the targets", s.span)
+        sc.block_calls = []
+        stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "assign": s}
+        self._stmt_ctx = stmt_ctx
+        try:
+            value = self._expr(sc, s.value)
+        finally:
+            self._stmt_ctx = None
+        if s.instance is not None and len(sc.block_calls) != 1:
+            raise PenroseCheckError("'as NAME' names the one block call of a statement", s.span)
+        if s.repeat is not None and not (isinstance(s.value, ir.Call) and s.value.func in self.block_defs):
+            raise PenroseCheckError("'repeat N' applies to a statement that is one block call: Z = layer(Z) repeat N", s.span)
+        if value.outs:
+            types = value.outs
+        else:
+            types = (value.type,)
+        if len(types) != len(s.targets):
+            raise PenroseCheckError(
+                f"{len(s.targets)} target(s) but the value yields {len(types)} tensor(s)", s.span
+            )
+        for t, ty in zip(s.targets, types):
+            sc.vars[t] = ty
+            sc.defined_at[t] = s.span
+        return CStmt(s, s.targets, value, types, step)
+
+    # -- expressions
+    def _expr(self, sc: _Scope, e) -> V:
+        if isinstance(e, ir.Number):
+            return V("num", attrs={"value": e.value}, span=e.span)
+        if isinstance(e, ir.Name):
+            if e.id == "inf":
+                return V("num", attrs={"value": math.inf}, span=e.span)
+            if e.id in self.dims and e.id not in sc.vars:
+                return V("dimsize", attrs={"cls": self.dims[e.id], "name": e.id}, span=e.span)
+            ty = self._lookup(sc, e.id, e.span)
+            decl = sc.decls.get(e.id)
+            kind = decl.tensor.kind if decl is not None and sc.vars[e.id] is decl.type else "local"
+            return V("ref", attrs={"name": e.id, "kind": kind}, type=ty, span=e.span)
+        if isinstance(e, ir.Shape):
+            ty = self._lookup(sc, e.tensor, e.span)
+            n = len(ty.legs)
+            if not -n <= e.index < n:
+                raise PenroseCheckError(f"{e.tensor!r} has {n} leg(s); shape index {e.index} is out of range", e.span)
+            c = ty.cls[e.index]
+            return V("dimsize", attrs={"cls": c, "name": ty.legs[e.index]}, span=e.span)
+        if isinstance(e, ir.String):
+            raise PenroseCheckError("a string is only allowed as an einsum spec", e.span)
+        if isinstance(e, ir.ListExpr):
+            raise PenroseCheckError("a list is only allowed as an argument of split or concat", e.span)
+        if isinstance(e, ir.Neg):
+            a = self._expr(sc, e.operand)
+            self._numeric(a, e.operand.span, "negate")
+            return V("neg", (a,), type=a.type, span=e.span)
+        if isinstance(e, ir.BinOp):
+            return self._binop(sc, e)
+        if isinstance(e, ir.Call):
+            return self._call(sc, e)
+        raise PenroseCheckError(f"unsupported expression {type(e).__name__}", getattr(e, "span", Span(self.file)))
+
+    def _numeric(self, v: V, span: Span, what: str):
+        if v.type.dtype in ("int", "bool"):
+            raise PenroseCheckError(f"cannot {what} a {v.type.dtype} tensor", span)
+
+    def _binop(self, sc, e: ir.BinOp) -> V:
+        a, b = self._expr(sc, e.left), self._expr(sc, e.right)
+        compare = e.op in ("<", "<=", ">", ">=", "==", "!=")
+        for v, sub in ((a, e.left), (b, e.right)):
+            if v.type.dtype == "bool" and not compare:
+                raise PenroseCheckError(f"arithmetic on the bool mask {_describe(sub)}; use where(mask, a, b)", sub.span)
+        if a.type.dtype == "scalar" and b.type.dtype == "scalar":
+            if compare:
+                raise PenroseCheckError("comparing two plain numbers; compare a tensor", e.span)
+            return V("sbin", (a, b), {"op": e.op}, SCALAR, span=e.span)
+        legs, cls, align = self._align([a, b], [e.left, e.right], e.span, f"'{e.op}'")
+        dtype = "bool" if compare else "float"
+        batched = a.type.batched or b.type.batched
+        return V("binop", (a, b), {"op": e.op, "align": align}, TType(legs, cls, dtype, batched), span=e.span)
+
+    def _align(self, vals, exprs, span, what):
+        """Result legs of an element-wise op and, per operand, how its legs map onto them."""
+        tensors = [(i, v) for i, v in enumerate(vals) if v.type.dtype != "scalar"]
+        if not tensors:
+            return (), (), [None] * len(vals)
+        # the operand with the most legs (leftmost on ties) sets the result's order
+        _, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
+        legs, cls = lead.type.legs, lead.type.cls
+        unique = len(set(legs)) == len(legs)
+        align = []
+        for (i, v), ex in zip(enumerate(vals), exprs):
+            if v.type.dtype == "scalar":
+                align.append(None)
+                continue
+            vl = v.type.legs
+            if unique and len(set(vl)) == len(vl) and set(vl) <= set(legs):
+                for leg, c in zip(vl, v.type.cls):
+                    j = legs.index(leg)
+                    self.S.unify(c, cls[j], (f"{what}: leg {leg!r}", span))
+                align.append(tuple(vl.index(l) if l in vl else None for l in legs))
+            elif len(vl) == len(legs):
+                for j, c in enumerate(v.type.cls):
+                    self.S.unify(c, cls[j], (f"{what}: leg {vl[j]!r} of {_describe(ex)} against leg {legs[j]!r}", span))
+                align.append(tuple(range(len(legs))))
+            else:
+                raise PenroseCheckError(
+                    f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}; "
+                    "legs align by name when one set contains the other, else by position when the counts match"
+                    " (write an outer product as an einsum)",
+                    getattr(ex, "span", span),
+                )
+        return legs, cls, align
+
+    def _leg_arg(self, v: V, arg, call: ir.Call, what="leg") -> int:
+        """Position (among the non-batch legs) of a leg given by name or dim=±i."""
+        n = len(v.legs)
+        if isinstance(arg, ir.Name):
+            if arg.id not in v.legs:
+                raise PenroseCheckError(
+                    f"{call.func}: the tensor has no leg {arg.id!r}{suggest(arg.id, v.legs)}; its legs are [{', '.join(v.legs)}]",
+                    arg.span,
+                )
+            if v.legs.count(arg.id) > 1:
+                raise PenroseCheckError(f"{call.func}: leg {arg.id!r} appears twice; use dim=i", arg.span)
+            return v.legs.index(arg.id)
+        if isinstance(arg, ir.Number) and isinstance(arg.value, int):
+            i = arg.value
+            if not -n <= i < n:
+                raise PenroseCheckError(f"{call.func}: dim={i} is out of range for a tensor with {n} leg(s)", arg.span)
+            return i % n
+        raise PenroseCheckError(f"{call.func}: the {what} is a leg name or dim=i", getattr(arg, "span", call.span))
+
+    def _call(self, sc, e: ir.Call) -> V:
+        f = e.func
+        if f in self.block_defs:
+            return self._block_call(sc, e)
+        if f not in FUNCTIONS:
+            pool = list(FUNCTIONS) + list(self.block_defs)
+            hint = suggest(f, pool)
+            if f in sc.vars:
+                hint = f"; {f!r} is a tensor, not a function"
+            raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
+        handler = getattr(self, f"_fn_{f}", None)
+        if f in UNARY:
+            self._arity(e, 1, 1, ())
+            a = self._expr(sc, e.args[0])
+            if a.type.dtype == "scalar":
+                if f in ("sqrt", "exp", "log", "abs"):
+                    return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
+                raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
+            self._numeric(a, e.args[0].span, f"apply {f} to")
+            return V("unary", (a,), {"name": f}, a.type, span=e.span)
+        return handler(sc, e)
+
+    def _arity(self, e: ir.Call, lo, hi, kws):
+        n = len(e.args)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+            raise PenroseCheckError(f"{e.func} takes {want} positional argument(s), got {n}", e.span)
+        for k, v in e.kwargs:
+            if k not in kws:
+                allowed = ", ".join(kws) or "no keyword arguments"
+                raise PenroseCheckError(f"{e.func} takes {allowed}, not {k!r}", v.span)
+
+    def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",)) -> V:
+        v = self._expr(sc, e.args[i])
+        if v.type.dtype == "scalar":
+            raise PenroseCheckError(f"{e.func}: argument {i + 1} must be a tensor", e.args[i].span)
+        if v.type.dtype not in allow:
+            raise PenroseCheckError(f"{e.func}: argument {i + 1} is a {v.type.dtype} tensor; expected {' or '.join(allow)}", e.args[i].span)
+        return v
+
+    def _number_kw(self, e: ir.Call, key, default=None, integer=False, allow_dim=False):
+        v = e.kwarg(key)
+        if v is None:
+            return default
+        if isinstance(v, ir.Neg) and isinstance(v.operand, ir.Name) and v.operand.id == "inf":
+            return -math.inf
+        if isinstance(v, ir.Name) and v.id == "inf":
+            return math.inf
+        if allow_dim and isinstance(v, ir.Name) and v.id in self.dims:
+            size = self.S.size(self.dims[v.id])
+            if size is None:
+                raise PenroseCheckError(f"{e.func}: dim {v.id!r} has no size", v.span)
+            return size
+        if not isinstance(v, ir.Number) or (integer and not isinstance(v.value, int)):
+            kind = "a whole number" if integer else "a number"
+            raise PenroseCheckError(f"{e.func}: {key} must be {kind}{' or a dim' if allow_dim else ''}", v.span)
+        return v.value
+
+    # einsum ------------------------------------------------------------------------------------
+    def _fn_einsum(self, sc, e: ir.Call) -> V:
+        if not e.args or not isinstance(e.args[0], ir.String):
+            raise PenroseCheckError("einsum's first argument is its spec string, as einsum('te,ed->td', Z, W)", e.span)
+        spec_node = e.args[0]
+        self._arity(e, 2, None, ())
+        ops = [self._expr(sc, a) for a in e.args[1:]]
+        for i, (v, a) in enumerate(zip(ops, e.args[1:])):
+            if v.type.dtype == "scalar":
+                raise PenroseCheckError(f"einsum operand {i + 1} is a plain number; einsum contracts tensors", a.span)
+            if v.type.dtype != "float":
+                raise PenroseCheckError(
+                    f"einsum operand {i + 1} {_describe(a)} is a {v.type.dtype} tensor; use gather(E, ids) for ids", a.span
+                )
+        terms, out, explicit_ellipsis = parse_spec(spec_node.value, spec_node.span, len(ops))
+        letter_cls: dict[str, int] = {}
+        letter_origin: dict[str, str] = {}
+        for i, (term, v, a) in enumerate(zip(terms, ops, e.args[1:])):
+            if len(term) != len(v.legs):
+                raise PenroseCheckError(
+                    f"einsum term {i + 1} '{' '.join(term) if any(len(x) > 1 for x in term) else ''.join(term)}' has {len(term)} leg(s) "
+                    f"but operand {i + 1} {_describe(a)} has {len(v.legs)}: [{', '.join(v.legs)}]",
+                    spec_node.span,
+                )
+            for letter, c, leg in zip(term, v.type.cls, v.legs):
+                where = f"operand {i + 1} {_describe(a)} leg {leg!r}"
+                if letter in letter_cls:
+                    ra, rb = self.S.find(letter_cls[letter]), self.S.find(c)
+                    va, vb = self.S.value[ra], self.S.value[rb]
+                    if va is not None and vb is not None and va != vb:
+                        raise PenroseCheckError(
+                            f"size of label {letter!r} for {where} ({vb}) does not match {letter_origin[letter]} ({va})",
+                            spec_node.span,
+                        )
+                    self.S.unify(letter_cls[letter], c, (f"einsum label {letter!r}", spec_node.span))
+                else:
+                    letter_cls[letter] = c
+                    letter_origin[letter] = where
+        for letter in out:
+            if letter not in letter_cls:
+                raise PenroseCheckError(f"output leg {letter!r} appears in no input of the einsum", spec_node.span)
+        batched = any(v.type.batched for v in ops) or explicit_ellipsis
+        ty = TType(tuple(out), tuple(letter_cls[l] for l in out), "float", batched)
+        return V("einsum", tuple(ops), {"terms": terms, "out": tuple(out), "spec": spec_node.value}, ty, span=e.span)
+
+    # one-tensor functions over a leg ---------------------------------------------------------------
+    def _over_leg(self, sc, e: ir.Call, kws=("dim",), default_last=True):
+        self._arity(e, 1, 2, kws)
+        v = self._tensor_arg(sc, e, 0)
+        if not v.legs:
+            raise PenroseCheckError(f"{e.func} needs a tensor with legs", e.args[0].span)
+        leg_arg = e.args[1] if len(e.args) > 1 else e.kwarg("dim")
+        if len(e.args) > 1 and e.kwarg("dim") is not None:
+            raise PenroseCheckError(f"{e.func}: give the leg once (a name or dim=i)", e.span)
+        if leg_arg is None:
+            if not default_last:
+                raise PenroseCheckError(f"{e.func} needs the leg to act on, as {e.func}(x, p) or dim=-1", e.span)
+            axis = len(v.legs) - 1
+        else:
+            axis = self._leg_arg(v, leg_arg, e)
+        return v, axis
+
+    def _fn_softmax(self, sc, e):
+        v, axis = self._over_leg(sc, e, default_last=False)
+        return V(e.func, (v,), {"axis": axis}, v.type, span=e.span)
+
+    _fn_log_softmax = _fn_softmax
+
+    def _norm_param(self, sc, e, key, v, axis):
+        node = e.kwarg(key)
+        if node is None:
+            return None
+        if not isinstance(node, ir.Name):
+            raise PenroseCheckError(f"{e.func}: {key} names a param of the diagram", node.span)
+        ty = self._lookup(sc, node.id, node.span)
+        decl = sc.decls.get(node.id)
+        if decl is None or decl.tensor.kind not in ("param", "buffer"):
+            raise PenroseCheckError(f"{e.func}: {key} {node.id!r} must be a declared param", node.span)
+        if len(ty.legs) != 1:
+            raise PenroseCheckError(f"{e.func}: {key} {node.id!r} must have one leg, it has {len(ty.legs)}", node.span)
+        self.S.unify(ty.cls[0], v.type.cls[axis], (f"{e.func} {key} {node.id!r} against leg {v.legs[axis]!r}", node.span))
+        return node.id
+
+    def _fn_layernorm(self, sc, e):
+        v, axis = self._over_leg(sc, e, kws=("dim", "weight", "bias", "eps"))
+        w = self._norm_param(sc, e, "weight", v, axis)
+        b = self._norm_param(sc, e, "bias", v, axis)
+        eps = self._number_kw(e, "eps", 1e-5)
+        return V("layernorm", (v,), {"axis": axis, "weight": w, "bias": b, "eps": eps}, v.type, span=e.span)
+
+    def _fn_rmsnorm(self, sc, e):
+        v, axis = self._over_leg(sc, e, kws=("dim", "weight", "eps"))
+        w = self._norm_param(sc, e, "weight", v, axis)
+        eps = self._number_kw(e, "eps", 1e-5)
+        return V("rmsnorm", (v,), {"axis": axis, "weight": w, "eps": eps}, v.type, span=e.span)
+
+    def _fn_topk(self, sc, e):
+        v, axis = self._over_leg(sc, e, kws=("dim", "k"))
+        k = self._number_kw(e, "k", None, integer=True, allow_dim=True)
+        if k is None:
+            raise PenroseCheckError("topk needs k, as topk(x, u, k=32)", e.span)
+        n = self.S.size(v.type.cls[axis])
+        if k <= 0 or (n is not None and k > n):
+            raise PenroseCheckError(f"topk: k={k} must be between 1 and the size of leg {v.legs[axis]!r} ({n})", e.span)
+        return V("topk", (v,), {"axis": axis, "k": k}, v.type, span=e.span)
+
+    def _reduce(self, sc, e):
+        v, axis = self._over_leg(sc, e, default_last=False)
+        legs = v.legs[:axis] + v.legs[axis + 1 :]
+        cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
+        return V("reduce", (v,), {"name": e.func, "axis": axis}, TType(legs, cls, "float", v.type.batched), span=e.span)
+
+    _fn_sum = _fn_mean = _fn_max = _reduce
+
+    def _fn_dropout(self, sc, e):
+        self._arity(e, 1, 2, ("p",))
+        v = self._tensor_arg(sc, e, 0)
+        if len(e.args) == 2:
+            if not isinstance(e.args[1], ir.Number):
+                raise PenroseCheckError("dropout: p must be a number", e.args[1].span)
+            p = e.args[1].value
+        else:
+            p = self._number_kw(e, "p", 0.1)
+        if not 0 <= p < 1:
+            raise PenroseCheckError(f"dropout: p={p} must be in [0, 1)", e.span)
+        return V("dropout", (v,), {"p": p}, v.type, span=e.span)
+
+    def _fn_detach(self, sc, e):
+        self._arity(e, 1, 1, ())
+        v = self._tensor_arg(sc, e, 0)
+        return V("detach", (v,), {}, v.type, span=e.span)
+
+    def _fn_clamp(self, sc, e):
+        self._arity(e, 1, 3, ("min", "max"))
+        v = self._tensor_arg(sc, e, 0)
+        pos = [a for a in e.args[1:]]
+        lo = hi = None
+        if pos:
+            for a in pos:
+                if not isinstance(a, ir.Number):
+                    raise PenroseCheckError("clamp bounds are numbers", a.span)
+            lo = pos[0].value
+            hi = pos[1].value if len(pos) > 1 else None
+        lo = self._number_kw(e, "min", lo)
+        hi = self._number_kw(e, "max", hi)
+        if lo is None and hi is None:
+            raise PenroseCheckError("clamp needs min= or max=", e.span)
+        if lo is not None and hi is not None and lo > hi:
+            raise PenroseCheckError(f"clamp: min={lo} is above max={hi}", e.span)
+        return V("clamp", (v,), {"min": lo, "max": hi}, v.type, span=e.span)
+
+    def _fn_where(self, sc, e):
+        self._arity(e, 3, 3, ())
+        m = self._expr(sc, e.args[0])
+        if m.type.dtype != "bool":
+            raise PenroseCheckError("where: the first argument must be a bool mask (a comparison, causal(t, p), or a bool input)", e.args[0].span)
+        a, b = self._expr(sc, e.args[1]), self._expr(sc, e.args[2])
+        for v, x in ((a, e.args[1]), (b, e.args[2])):
+            if v.type.dtype in ("bool", "int"):
+                raise PenroseCheckError(f"where: {_describe(x)} must be a float tensor or a number", x.span)
+        legs, cls, align = self._align([m, a, b], list(e.args), e.span, "where")
+        batched = any(v.type.batched for v in (m, a, b))
+        return V("where", (m, a, b), {"align": align}, TType(legs, cls, "float", batched), span=e.span)
+
+    def _mask(self, sc, e, block):
+        self._arity(e, 2, 2, ("block",) if block else ())
+        legs = []
+        for a in e.args:
+            if not isinstance(a, ir.Name) or a.id not in self.dims:
+                raise PenroseCheckError(f"{e.func} takes two dims, as {e.func}(t, p)", a.span)
+            legs.append(a.id)
+        size = None
+        if block:
+            size = self._number_kw(e, "block", None, integer=True, allow_dim=True)
+            if size is None or size <= 0:
+                raise PenroseCheckError("block_causal needs block=N with N > 0", e.span)
+        cls = tuple(self.dims[l] for l in legs)
+        return V("mask", (), {"kind": e.func, "block": size}, TType(tuple(legs), cls, "bool", False), span=e.span)
+
+    def _fn_causal(self, sc, e):
+        return self._mask(sc, e, False)
+
+    def _fn_block_causal(self, sc, e):
+        return self._mask(sc, e, True)
+
+    def _fn_gather(self, sc, e):
+        self._arity(e, 2, 2, ())
+        table = self._tensor_arg(sc, e, 0)
+        ids = self._tensor_arg(sc, e, 1, allow=("int",))
+        if table.type.batched:
+            raise PenroseCheckError("gather: the table (first argument) must be a param or buffer without batch legs", e.args[0].span)
+        if not table.legs:
+            raise PenroseCheckError("gather: the table needs a leg to pick from", e.args[0].span)
+        legs = ids.legs + table.legs[1:]
+        cls = ids.type.cls + table.type.cls[1:]
+        return V("gather", (table, ids), {}, TType(legs, cls, "float", ids.type.batched), span=e.span)
+
+    def _leg_list(self, node, e, what):
+        if not isinstance(node, ir.ListExpr) or not node.items or not all(isinstance(i, ir.Name) for i in node.items):
+            raise PenroseCheckError(f"{e.func}: {what} is a list of dims, as [f, f]", getattr(node, "span", e.span))
+        for i in node.items:
+            if i.id not in self.dims:
+                raise PenroseCheckError(f"{e.func}: undeclared dim {i.id!r}{suggest(i.id, self.dims)}", i.span)
+        return [i.id for i in node.items]
+
+    def _fn_split(self, sc, e):
+        self._arity(e, 3, 3, ())
+        v = self._tensor_arg(sc, e, 0)
+        axis = self._leg_arg(v, e.args[1], e)
+        parts = self._leg_list(e.args[2], e, "the parts")
+        sizes = [self.S.size(self.dims[p]) for p in parts]
+        total = self.S.size(v.type.cls[axis])
+        if any(s is None for s in sizes):
+            raise PenroseCheckError("split: every part's dim needs a size", e.args[2].span)
+        if total is not None and sum(sizes) != total:
+            raise PenroseCheckError(
+                f"split: parts [{', '.join(parts)}] add up to {sum(sizes)} but leg {v.legs[axis]!r} has size {total}", e.span
+            )
+        outs = []
+        for p in parts:
+            legs = v.legs[:axis] + (p,) + v.legs[axis + 1 :]
+            cls = v.type.cls[:axis] + (self.dims[p],) + v.type.cls[axis + 1 :]
+            outs.append(TType(legs, cls, v.type.dtype, v.type.batched))
+        return V("split", (v,), {"axis": axis, "sizes": tuple(sizes)}, outs[0], outs=tuple(outs), span=e.span)
+
+    def _fn_concat(self, sc, e):
+        self._arity(e, 3, 3, ())
+        if not isinstance(e.args[0], ir.ListExpr) or len(e.args[0].items) < 2:
+            raise PenroseCheckError("concat takes a list of two or more tensors, as concat([a, b], f, f2)", e.args[0].span)
+        parts = [self._expr(sc, x) for x in e.args[0].items]
+        first = parts[0]
+        for p, x in zip(parts, e.args[0].items):
+            if p.type.dtype == "scalar":
+                raise PenroseCheckError("concat: every part must be a tensor", x.span)
+        axis = self._leg_arg(first, e.args[1], e)
+        into = e.args[2]
+        if not isinstance(into, ir.Name) or into.id not in self.dims:
+            raise PenroseCheckError("concat: the third argument is the dim of the joined leg", into.span)
+        total = 0
+        for p, x in zip(parts, e.args[0].items):
+            if len(p.legs) != len(first.legs):
+                raise PenroseCheckError(f"concat: {_describe(x)} has {len(p.legs)} legs, the first part {len(first.legs)}", x.span)
+            for j, (c1, c2) in enumerate(zip(first.type.cls, p.type.cls)):
+                if j != axis:
+                    self.S.unify(c1, c2, (f"concat: leg {first.legs[j]!r}", x.span))
+            s = self.S.size(p.type.cls[axis])
+            total = None if (s is None or total is None) else total + s
+        c_into = self.dims[into.id]
+        want = self.S.size(c_into)
+        if total is not None and want is not None and total != want:
+            raise PenroseCheckError(f"concat: the parts add up to {total} but dim {into.id!r} has size {want}", into.span)
+        legs = first.legs[:axis] + (into.id,) + first.legs[axis + 1 :]
+        cls = first.type.cls[:axis] + (c_into,) + first.type.cls[axis + 1 :]
+        batched = any(p.type.batched for p in parts)
+        return V("concat", tuple(parts), {"axis": axis}, TType(legs, cls, first.type.dtype, batched), span=e.span)
+
+    # blocks ---------------------------------------------------------------------------------------
+    def _block_call(self, sc, e: ir.Call) -> V:
+        blk = self.blocks[e.func]
+        blk_def = self.block_defs[e.func][0]
+        ctx = getattr(self, "_stmt_ctx", None)
+        if e.kwargs:
+            raise PenroseCheckError("block arguments are positional", e.kwargs[0][1].span)
+        formals = blk_def.formals
+        if len(e.args) != len(formals):
+            raise PenroseCheckError(f"block {e.func!r} takes {len(formals)} argument(s), got {len(e.args)}", e.span)
+        args = [self._expr(sc, a) for a in e.args]
+        leg_map: dict[int, int] = {}  # block class root -> caller class
+        for f, v, a in zip(formals, args, e.args):
+            if v.type.dtype == "scalar":
+                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} must be a tensor", a.span)
+            if v.type.dtype != f.dtype:
+                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} is {f.dtype}, got a {v.type.dtype} tensor", a.span)
+            if len(v.legs) != len(f.legs):
+                raise PenroseCheckError(
+                    f"block {e.func!r}: argument {f.name!r} has legs [{', '.join(f.legs)}] but {_describe(a)} has [{', '.join(v.legs)}]",
+                    a.span,
+                )
+            for leg, c in zip(f.legs, v.type.cls):
+                self.S.unify(self.dims[leg], c, (f"block {e.func!r} argument {f.name!r} leg {leg!r}", a.span))
+        instance = e.func
+        repeat = None
+        if ctx is not None and ctx["assign"] is not None and ctx["assign"].value is e:
+            instance = ctx["instance"] or e.func
+            if ctx["repeat"] is not None:
+                repeat = self._repeat_count(ctx["repeat"])
+                if len(args) != 1 or len(blk.outputs) != 1:
+                    raise PenroseCheckError("'repeat' chains a block with one argument and one result", e.span)
+                fin, fout = blk_def.formals[0], blk.outputs[0][1]
+                if tuple(fin.legs) != tuple(fout.legs):
+                    raise PenroseCheckError(
+                        f"'repeat' feeds block {e.func!r}'s result [{', '.join(fout.legs)}] back into its argument [{', '.join(fin.legs)}]; their legs must match",
+                        e.span,
+                    )
+        elif ctx is not None and ctx["instance"] is not None:
+            instance = ctx["instance"]
+        self._name_ok(instance, e.span, "instance")
+        if instance in sc.decls or (instance in sc.vars and instance not in sc.instances):
+            raise PenroseCheckError(f"instance name {instance!r} is already a tensor; name it with 'as NAME'", e.span)
+        prev = sc.instances.get(instance)
+        if prev is not None and (prev.block != e.func or prev.repeat != repeat):
+            raise PenroseCheckError(
+                f"instance {instance!r} is already a {'repeated ' if prev.repeat else ''}{prev.block!r} block; name this one with 'as NAME'",
+                e.span,
+                notes=(("first used here", prev.span),),
+            )
+        if prev is None:
+            sc.instances[instance] = Instance(instance, e.func, repeat, e.span)
+        sc.block_calls.append(instance)
+        # results: a leg whose class is one of the formals' classes maps to the argument's class
+        outs = []
+        for _, t in blk.outputs:
+            outs.append(TType(t.legs, t.cls, t.dtype, any(v.type.batched for v in args) or t.batched))
+        ty = outs[0] if len(outs) == 1 else TType((), (), "float", False)
+        return V(
+            "block",
+            tuple(args),
+            {"block": e.func, "instance": instance, "repeat": repeat},
+            ty,
+            outs=tuple(outs) if len(outs) > 1 else (),
+            span=e.span,
+        )
+
+    def _repeat_count(self, node) -> int:
+        if isinstance(node, ir.Number) and isinstance(node.value, int) and node.value >= 1:
+            return node.value
+        if isinstance(node, ir.Name) and node.id in self.dims:
+            n = self.S.size(self.dims[node.id])
+            if n is None or n < 1:
+                raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1", node.span)
+            return n
+        raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)
+
+
+def _describe(expr) -> str:
+    if isinstance(expr, ir.Name):
+        return repr(expr.id)
+    if isinstance(expr, ir.Call):
+        return f"{expr.func}(...)"
+    return "the expression"
+
+
+# ---- einsum specs ----------------------------------------------------------------------------
+
+_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+def parse_spec(spec: str, span: Span, n_operands: int):
+    """Split an einsum spec into per-operand leg tuples and the output legs.
+
+    Compact form: one letter per leg ('te,ed->td'); spaced form: words ('tok emb, emb hd -> tok hd').
+    '...' (batch legs) may lead any term. Without '->' the output is every leg used once, sorted.
+    """
+    if spec.count("->") > 1:
+        raise PenroseCheckError("an einsum spec has at most one '->'", span)
+    lhs, arrow, rhs = spec.partition("->")
+    terms_txt = lhs.split(",")
+    # spaced form: some term holds several words ('tok emb, emb hd -> tok hd')
+    spaced = any(len(part.replace("...", " ").split()) > 1 for part in terms_txt + [rhs])
+    explicit = "..." in spec
+
+    def legs_of(part: str, where: str):
+        part = part.strip()
+        body = part
+        if body.startswith("..."):
+            body = body[3:]
+        if "..." in body:
+            raise PenroseCheckError(f"'...' may only lead an einsum term ({where})", span)
+        if spaced:
+            words = body.split()
+        else:
+            words = [ch for ch in body if not ch.isspace()]
+        for w in words:
+            if not _WORD.match(w):
+                raise PenroseCheckError(f"invalid leg {w!r} in the einsum spec ({where}); legs are letters", span)
+        return tuple(words)
+
+    if len(terms_txt) != n_operands:
+        raise PenroseCheckError(
+            f"the einsum spec has {len(terms_txt)} input term(s) but {n_operands} operand(s) follow it", span
+        )
+    terms = tuple(legs_of(t, f"term {i + 1}") for i, t in enumerate(terms_txt))
+    if arrow:
+        out = legs_of(rhs, "output")
+    else:
+        counts: dict[str, int] = {}
+        for t in terms:
+            for l in t:
+                counts[l] = counts.get(l, 0) + 1
+        out = tuple(sorted(l for l, c in counts.items() if c == 1))
+    if len(set(out)) != len(out):
+        dup = next(l for l in out if out.count(l) > 1)
+        raise PenroseCheckError(f"output leg {dup!r} appears twice in the einsum output", span)
+    return terms, out, explicit

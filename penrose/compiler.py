@@ -1,0 +1,601 @@
+"""Checked diagram → readable PyTorch source → `nn.Module`.
+
+The source is built only from validated identifiers, numbers, and string literals written with
+`repr`; user text (captions, notes) appears only in comments with line breaks removed. The
+in-memory module is that same source, compiled; `penrose compile FILE -o model.py` writes it.
+
+>>> import penrose
+>>> m = penrose.compile("dim e = 3\\ninput x[e]\\nparam W[e, e] ~ eye\\ny = einsum('i,ij->j', x, W)\\noutput y")
+>>> m(torch.ones(3)).tolist()
+[1.0, 1.0, 1.0]
+"""
+
+from __future__ import annotations
+
+import linecache
+import math
+import os
+import re
+from pathlib import Path
+
+import torch
+
+from penrose import ir
+from penrose.check import Checked, V, check
+from penrose.errors import PenroseCompileError, PenroseShapeError, Span
+from penrose.fmt import format_stmt
+from penrose.parse import parse, parse_file
+from penrose.plan import letters_for, plan_einsum
+
+_PREC_ATOM, _PREC_POW, _PREC_UNARY, _PREC_MUL, _PREC_ADD, _PREC_CMP = 100, 90, 80, 70, 60, 50
+_BINPREC = {"**": _PREC_POW, "*": _PREC_MUL, "/": _PREC_MUL, "//": _PREC_MUL, "+": _PREC_ADD, "-": _PREC_ADD}
+_UNARY_CODE = {
+    "sigmoid": "torch.sigmoid",
+    "sigma": "torch.sigmoid",
+    "relu": "torch.relu",
+    "gelu": "torch.nn.functional.gelu",
+    "silu": "torch.nn.functional.silu",
+    "tanh": "torch.tanh",
+    "exp": "torch.exp",
+    "log": "torch.log",
+    "sqrt": "torch.sqrt",
+    "abs": "torch.abs",
+    "softplus": "torch.nn.functional.softplus",
+}
+
+HELPERS = '''
+def _check_inputs(spec, values, unexpected):
+    """Check inputs against (name, legs, sizes, dtype) and return the sizes of free legs."""
+    if unexpected:
+        names = ", ".join(sorted(unexpected))
+        raise ShapeError(f"unexpected input(s): {names}; the diagram takes " + ", ".join(s[0] for s in spec))
+    free = {}
+    for (name, legs, sizes, kind), x in zip(spec, values):
+        if x is None:
+            raise ShapeError(f"missing input {name!r} with legs [{', '.join(legs)}]")
+        if not isinstance(x, torch.Tensor):
+            raise ShapeError(f"input {name!r} must be a tensor, got {type(x).__name__}")
+        if x.dim() < len(legs):
+            raise ShapeError(
+                f"input {name!r} has {x.dim()} dimension(s) but needs at least {len(legs)} for legs [{', '.join(legs)}]"
+            )
+        floating = x.is_floating_point() or x.is_complex()
+        if kind == "int" and (floating or x.dtype == torch.bool):
+            raise ShapeError(f"input {name!r} must hold integer ids, got {x.dtype}")
+        if kind == "bool" and x.dtype != torch.bool:
+            raise ShapeError(f"input {name!r} must be a bool mask, got {x.dtype}")
+        if kind == "float" and not floating:
+            raise ShapeError(f"input {name!r} must be a floating-point tensor, got {x.dtype}")
+        shape = x.shape[x.dim() - len(legs):]
+        for leg, want, got in zip(legs, sizes, shape):
+            if isinstance(want, str):
+                if want in free and free[want][0] != got:
+                    first, size = free[want][1], free[want][0]
+                    raise ShapeError(
+                        f"input {name!r} leg {leg!r} has size {got} but input {first!r} gave it size {size}"
+                    )
+                free.setdefault(want, (got, name))
+            elif want != got:
+                raise ShapeError(f"input {name!r} leg {leg!r} must have size {want}, got {got}")
+    return {k: v[0] for k, v in free.items()}
+
+
+def _topk_filter(x, k, dim):
+    """Keep the k largest entries along dim and zero the rest."""
+    values, indices = x.topk(k, dim=dim)
+    return torch.zeros_like(x).scatter(dim, indices, values)
+
+
+def _rms_norm(x, weight, eps, dim):
+    """RMSNorm over one leg, computed in float32 and cast back."""
+    xf = x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + eps)
+    if weight is not None:
+        shape = [1] * (x.dim() + dim) + [-1] + [1] * (-dim - 1)
+        y = y * weight.float().reshape(shape)
+    return y.to(x.dtype)
+
+
+def _causal_mask(n_t, n_p, device):
+    """True where query t may see key p (p <= t)."""
+    t = torch.arange(n_t, device=device)
+    p = torch.arange(n_p, device=device)
+    return p[None, :] <= t[:, None]
+
+
+def _block_causal_mask(n_t, n_p, block, device):
+    """True where key p's block is not after query t's block (bidirectional inside a block)."""
+    t = torch.arange(n_t, device=device) // block
+    p = torch.arange(n_p, device=device) // block
+    return p[None, :] <= t[:, None]
+
+
+def _chain(blocks, x):
+    """Feed x through each block in turn (a repeated block)."""
+    for block in blocks:
+        x = block(x)
+    return x
+'''
+
+_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_rms_norm", "_causal_mask", "_block_causal_mask", "_chain")
+
+_STANDALONE_ERROR = '''
+class ShapeError(ValueError):
+    """A runtime input has the wrong name, rank or size."""
+'''
+
+
+def _camel(name: str) -> str:
+    parts = re.split(r"[^A-Za-z0-9]+", name)
+    text = "".join(p[:1].upper() + p[1:] for p in parts if p)
+    if not text or not text[0].isalpha():
+        text = "Diagram" + text
+    return text
+
+
+def _comment(text: str) -> str:
+    """User text made safe for a comment: no line breaks can escape it."""
+    return re.sub(r"[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+", " ", text).strip()
+
+
+class _Emitter:
+    """Generates the source of one module class (the diagram or one block)."""
+
+    def __init__(self, c: Checked, class_name: str, block_classes: dict, top: bool):
+        self.c = c
+        self.S = c.sizes
+        self.cls_name = class_name
+        self.block_classes = block_classes
+        self.top = top
+        self.used_free: dict[int, str] = {}
+        self.uses_device = False
+        self.device_src = None
+
+    # -- sizes
+    def size_code(self, cls: int, span: Span) -> str:
+        r = self.S.find(cls)
+        if not self.S.is_free(cls):
+            v = self.S.size(cls)
+            if v is None:
+                raise PenroseCompileError(
+                    f"leg {self.S.label[r]!r} has no size; pass {self.S.label[r]}=N to compile()", span
+                )
+            return str(v)
+        name = "_" + self.S.label[r]
+        self.used_free[r] = name
+        return name
+
+    def shape_comment(self, t) -> str:
+        parts = ["..."] if t.batched else []
+        for leg, c in zip(t.legs, t.cls):
+            v = None if self.S.is_free(c) else self.S.size(c)
+            parts.append(f"{leg}={v}" if v is not None else leg)
+        return "[" + ", ".join(parts) + "]"
+
+    # -- expressions: (code, precedence)
+    def expr(self, v: V):
+        op = v.op
+        if op == "num":
+            val = v.attrs["value"]
+            if val == math.inf:
+                return "torch.inf", _PREC_ATOM
+            if val == -math.inf:
+                return "-torch.inf", _PREC_UNARY
+            code = repr(val)
+            return code, (_PREC_UNARY if code.startswith("-") else _PREC_ATOM)
+        if op == "dimsize":
+            return self.size_code(v.attrs["cls"], v.span), _PREC_ATOM
+        if op == "sbin":
+            return self.binop_code(v.attrs["op"], v.args[0], v.args[1], None)
+        if op == "sfunc":
+            a, p = self.expr(v.args[0])
+            name = v.attrs["name"]
+            if name == "sqrt":
+                return f"{self.wrap(a, p, _PREC_POW + 1)} ** 0.5", _PREC_POW
+            if name == "abs":
+                return f"abs({a})", _PREC_ATOM
+            try:
+                val = float(a)
+            except ValueError:
+                raise PenroseCompileError(f"{name} of a size known only at run time; use a tensor", v.span) from None
+            return repr(math.exp(val) if name == "exp" else math.log(val)), _PREC_ATOM
+        if op == "ref":
+            name = v.attrs["name"]
+            kind = v.attrs["kind"]
+            return (f"self.{name}" if kind in ("param", "buffer") else name), _PREC_ATOM
+        if op == "neg":
+            a, p = self.expr(v.args[0])
+            return "-" + self.wrap(a, p, _PREC_UNARY), _PREC_UNARY
+        if op == "binop":
+            return self.binop_code(v.attrs["op"], v.args[0], v.args[1], v)
+        if op == "unary":
+            a, _ = self.expr(v.args[0])
+            return f"{_UNARY_CODE[v.attrs['name']]}({a})", _PREC_ATOM
+        if op == "einsum":
+            return self.einsum_code(v), _PREC_ATOM
+        if op in ("softmax", "log_softmax"):
+            a, _ = self.expr(v.args[0])
+            return f"torch.{op}({a}, dim={self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "layernorm":
+            x = v.args[0]
+            a, _ = self.expr(x)
+            d = self.dim_of(x, v.attrs["axis"])
+            n = self.size_code(x.type.cls[v.attrs["axis"]], v.span)
+            w = f"self.{v.attrs['weight']}" if v.attrs["weight"] else "None"
+            b = f"self.{v.attrs['bias']}" if v.attrs["bias"] else "None"
+            if d == -1:
+                return f"torch.nn.functional.layer_norm({a}, ({n},), {w}, {b}, {v.attrs['eps']!r})", _PREC_ATOM
+            a_moved = f"{a}.movedim({d}, -1)"
+            return f"torch.nn.functional.layer_norm({a_moved}, ({n},), {w}, {b}, {v.attrs['eps']!r}).movedim(-1, {d})", _PREC_ATOM
+        if op == "rmsnorm":
+            a, _ = self.expr(v.args[0])
+            w = f"self.{v.attrs['weight']}" if v.attrs["weight"] else "None"
+            return f"_rms_norm({a}, {w}, {v.attrs['eps']!r}, {self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "topk":
+            a, _ = self.expr(v.args[0])
+            return f"_topk_filter({a}, {v.attrs['k']}, {self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "reduce":
+            a, p = self.expr(v.args[0])
+            fn = {"sum": "sum", "mean": "mean", "max": "amax"}[v.attrs["name"]]
+            return f"{self.wrap(a, p, _PREC_ATOM)}.{fn}({self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "dropout":
+            a, _ = self.expr(v.args[0])
+            return f"torch.nn.functional.dropout({a}, {v.attrs['p']!r}, self.training)", _PREC_ATOM
+        if op == "detach":
+            a, p = self.expr(v.args[0])
+            return f"{self.wrap(a, p, _PREC_ATOM)}.detach()", _PREC_ATOM
+        if op == "clamp":
+            a, p = self.expr(v.args[0])
+            args = []
+            if v.attrs["min"] is not None:
+                args.append(f"min={self.num(v.attrs['min'])}")
+            if v.attrs["max"] is not None:
+                args.append(f"max={self.num(v.attrs['max'])}")
+            return f"{self.wrap(a, p, _PREC_ATOM)}.clamp({', '.join(args)})", _PREC_ATOM
+        if op == "where":
+            parts = [self.aligned(x, al, v) for x, al in zip(v.args, v.attrs["align"])]
+            return f"torch.where({', '.join(parts)})", _PREC_ATOM
+        if op == "mask":
+            self.uses_device = True
+            t, p = (self.size_code(c, v.span) for c in v.type.cls)
+            if v.attrs["kind"] == "causal":
+                return f"_causal_mask({t}, {p}, _device)", _PREC_ATOM
+            return f"_block_causal_mask({t}, {p}, {v.attrs['block']}, _device)", _PREC_ATOM
+        if op == "gather":
+            table, _ = self.expr(v.args[0])
+            ids, _ = self.expr(v.args[1])
+            return f"{table}[{ids}]", _PREC_ATOM
+        if op == "split":
+            a, _ = self.expr(v.args[0])
+            sizes = ", ".join(str(s) for s in v.attrs["sizes"])
+            return f"torch.split({a}, [{sizes}], dim={self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "concat":
+            parts = ", ".join(self.expr(x)[0] for x in v.args)
+            return f"torch.cat([{parts}], dim={self.dim_of(v, v.attrs['axis'])})", _PREC_ATOM
+        if op == "block":
+            args = ", ".join(self.expr(x)[0] for x in v.args)
+            inst = v.attrs["instance"]
+            if v.attrs["repeat"] is not None:
+                return f"_chain(self.{inst}, {args})", _PREC_ATOM
+            return f"self.{inst}({args})", _PREC_ATOM
+        raise PenroseCompileError(f"cannot compile operation {op!r}", v.span)  # pragma: no cover
+
+    @staticmethod
+    def num(x) -> str:
+        if x == math.inf:
+            return "torch.inf"
+        if x == -math.inf:
+            return "-torch.inf"
+        return repr(x)
+
+    @staticmethod
+    def wrap(code: str, prec: int, need: int) -> str:
+        return code if prec >= need else f"({code})"
+
+    @staticmethod
+    def dim_of(v: V, axis: int) -> int:
+        """A leg's dimension counted from the end, so batch legs never shift it."""
+        return axis - len(v.legs)
+
+    def binop_code(self, op: str, a: V, b: V, node: V | None):
+        if op in ("<", "<=", ">", ">=", "==", "!="):
+            prec = _PREC_CMP
+        else:
+            prec = _BINPREC[op]
+        align = node.attrs["align"] if node is not None else (None, None)
+        ca, pa = self.expr(a) if align[0] is None else (self.aligned(a, align[0], node), _PREC_ATOM)
+        cb, pb = self.expr(b) if align[1] is None else (self.aligned(b, align[1], node), _PREC_ATOM)
+        if op == "**":
+            left, right = self.wrap(ca, pa, prec + 1), self.wrap(cb, pb, _PREC_UNARY)
+        else:
+            left, right = self.wrap(ca, pa, prec), self.wrap(cb, pb, prec + 1)
+        return f"{left} {op} {right}", prec
+
+    def aligned(self, x: V, align, node: V) -> str:
+        """x's code, its legs permuted and unsqueezed to line up with node's legs."""
+        code, prec = self.expr(x)
+        if align is None or x.type.dtype == "scalar":
+            return code
+        n = len(x.legs)
+        present = [i for i in align if i is not None]
+        if present != list(range(n)):
+            src = tuple(i - n for i in present)
+            dst = tuple(j - n for j in range(n))
+            code = f"{self.wrap(code, prec, _PREC_ATOM)}.movedim({src}, {dst})"
+            prec = _PREC_ATOM
+        if None in align:
+            idx = ["None" if i is None else ":" for i in align]
+            while idx and idx[-1] == ":":
+                idx.pop()
+            code = f"{self.wrap(code, prec, _PREC_ATOM)}[..., {', '.join(idx)}]"
+        return code
+
+    def einsum_code(self, v: V) -> str:
+        terms, out = v.attrs["terms"], v.attrs["out"]
+        ops = list(v.args)
+        codes = [self.expr(o)[0] for o in ops]
+        batched = [o.type.batched for o in ops]
+        m = letters_for(terms, out)
+        if len(ops) <= 2:
+            spec = ",".join(("..." if bt else "") + "".join(m[l] for l in t) for t, bt in zip(terms, batched))
+            spec += "->" + ("..." if v.type.batched else "") + "".join(m[l] for l in out)
+            return f"torch.einsum({spec!r}, {', '.join(codes)})"
+        sizes = {}
+        for t, o in zip(terms, ops):
+            for l, c in zip(t, o.type.cls):
+                sizes[l] = self.S.size(c) or 64
+        plan = plan_einsum(terms, out, sizes)
+        work = list(zip(codes, batched))
+        for step in plan.steps:
+            picked = [work.pop(i) for i in step.operands]
+            lhs, rhs = step.spec.split("->")
+            parts = lhs.split(",")
+            any_batch = any(b for _, b in picked)
+            spec = ",".join(("..." if b else "") + p for p, (_, b) in zip(parts, picked))
+            spec += "->" + ("..." if any_batch else "") + rhs
+            work.append((f"torch.einsum({spec!r}, {', '.join(c for c, _ in picked)})", any_batch))
+        return work[0][0]
+
+    # -- the class
+    def generate(self) -> str:
+        c = self.c
+        L = []
+        L.append(f"class {self.cls_name}(torch.nn.Module):")
+        doc = f"Generated by penrose from diagram {c.name!r}" if not c.is_block else f"Block {c.name!r}"
+        L.append(f"    {repr(_comment(doc) + '.')}")
+        eqs = tuple(_comment(format_stmt(s.stmt)) for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)))
+        L.append(f"    _EQUATIONS = {eqs!r}")
+        if self.top and len(c.outputs) > 1:
+            names = tuple(n for n, _ in c.outputs)
+            L.append(f"    Outputs = collections.namedtuple({self.cls_name + 'Outputs'!r}, {names!r})")
+        if self.top:
+            spec = []
+            for d in c.inputs:
+                sizes = tuple(
+                    ("" if False else None) if False else (self.S.label[self.S.find(cl)] if self.S.is_free(cl) else self.size_code(cl, d.tensor.span))
+                    for cl in d.type.cls
+                )
+                sizes = tuple(s if not s.isdigit() else int(s) for s in sizes)
+                spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
+            L.append(f"    _INPUTS = {tuple(spec)!r}")
+        L.append("")
+        # __init__
+        L.append("    def __init__(self):")
+        L.append("        super().__init__()")
+        for d in c.params + c.buffers:
+            shape = ", ".join(self.size_code(cl, d.tensor.span) for cl in d.type.cls)
+            empty = f"torch.empty({shape})" if shape else "torch.empty(())"
+            comment = f"  # {self.shape_comment(d.type)}"
+            if d.tensor.kind == "param":
+                L.append(f"        self.{d.tensor.name} = torch.nn.Parameter({empty}){comment}")
+            else:
+                L.append(f"        self.register_buffer({d.tensor.name!r}, {empty}){comment}")
+        for inst in c.instances.values():
+            cls_name = self.block_classes[inst.block]
+            if inst.repeat is not None:
+                L.append(f"        self.{inst.name} = torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])")
+            else:
+                L.append(f"        self.{inst.name} = {cls_name}()")
+        L.append("        self.reset_parameters()")
+        L.append("")
+        # reset_parameters
+        L.append("    def reset_parameters(self, generator=None):")
+        L.append('        """Initialise every parameter and buffer as the diagram says (deterministic under a generator)."""')
+        body = []
+        for d in c.params + c.buffers:
+            body.append(self.init_line(d))
+        body.append("        for module in self.children():")
+        body.append("            for sub in (module if isinstance(module, torch.nn.ModuleList) else [module]):")
+        body.append("                sub.reset_parameters(generator)")
+        L.extend(body)
+        L.append("")
+        L.append("    def extra_repr(self):")
+        L.append("        return '\\n'.join(self._EQUATIONS)")
+        L.append("")
+        # forward
+        fwd = self.forward_lines()
+        L.extend(fwd)
+        return "\n".join(L) + "\n"
+
+    def init_line(self, d) -> str:
+        t = d.tensor
+        target = f"self.{t.name}"
+        init = t.init or ir.Init("normal", (("std", ir.Number(0.02)),))
+        kw = {k: v.value for k, v in init.kwargs}
+        name = init.name
+        if name == "normal":
+            return f"        torch.nn.init.normal_({target}, mean={float(kw.get('mean', 0.0))!r}, std={float(kw.get('std', 0.02))!r}, generator=generator)"
+        if name == "zeros":
+            return f"        torch.nn.init.zeros_({target})"
+        if name == "ones":
+            return f"        torch.nn.init.ones_({target})"
+        if name == "constant":
+            return f"        torch.nn.init.constant_({target}, {float(kw.get('value', 0.0))!r})"
+        if name == "uniform":
+            return f"        torch.nn.init.uniform_({target}, {float(kw.get('a', 0.0))!r}, {float(kw.get('b', 1.0))!r}, generator=generator)"
+        if name == "eye":
+            return f"        torch.nn.init.eye_({target})"
+        if name == "xavier":
+            sizes = [self.S.size(cl) or 1 for cl in d.type.cls]
+            fan_in, fan_out = (sizes[0], sizes[-1]) if sizes else (1, 1)
+            bound = float(kw.get("gain", 1.0)) * math.sqrt(6.0 / (fan_in + fan_out))
+            return f"        torch.nn.init.uniform_({target}, {-bound!r}, {bound!r}, generator=generator)"
+        raise PenroseCompileError(f"unknown init {name!r}", init.span)  # pragma: no cover
+
+    def forward_lines(self) -> list[str]:
+        c = self.c
+        inputs = [d.tensor.name for d in c.inputs]
+        body: list[str] = []
+        step_seen = None
+        for s in c.stmts:
+            st = s.stmt
+            if isinstance(st, ir.Comment):
+                text = _comment(st.text)
+                if text:
+                    body.append(f"        # {text}")
+                continue
+            if isinstance(st, ir.Assign):
+                code, _ = self.expr(s.value)
+                if len(s.types) == 1:
+                    comment = self.shape_comment(s.types[0])
+                else:
+                    comment = ", ".join(self.shape_comment(t) for t in s.types)
+                note = f"  {_comment(st.note)}" if st.note else ""
+                body.append(f"        {', '.join(st.targets)} = {code}  # {comment}{note}")
+            elif isinstance(st, ir.Return):
+                codes = [self.expr(v)[0] for v in s.value.args]
+                body.append(f"        return {', '.join(codes)}")
+            elif isinstance(st, ir.Output):
+                pass
+        if self.top:
+            names = [n for n, _ in c.outputs]
+            if len(names) == 1:
+                body.append(f"        return {names[0]}")
+            else:
+                body.append(f"        return self.Outputs({', '.join(names)})")
+        head = []
+        if self.top:
+            sig = ", ".join(f"{n}=None" for n in inputs)
+            head.append(f"    def forward(self, {sig}{', ' if sig else ''}**unexpected):")
+            head.append(f"        _sizes = _check_inputs(self._INPUTS, ({''.join(n + ', ' for n in inputs)}), unexpected)")
+            for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
+                head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
+        else:
+            head.append(f"    def forward(self, {', '.join(inputs)}):")
+            for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
+                src = self.find_binder(r)
+                head.append(f"        {name} = {src}")
+        if self.uses_device:
+            if inputs:
+                head.append(f"        _device = {inputs[0]}.device")
+            else:
+                first = (c.params + c.buffers)
+                if not first:
+                    raise PenroseCompileError("a mask needs an input or a param to take its device from", Span(c.diagram.file))
+                head.append(f"        _device = self.{first[0].tensor.name}.device")
+        return head + body
+
+    def find_binder(self, root: int) -> str:
+        for d in self.c.inputs:
+            for j, cl in enumerate(d.type.cls):
+                if self.S.find(cl) == root:
+                    return f"{d.tensor.name}.shape[{j - len(d.type.cls)}]"
+        raise PenroseCompileError(
+            f"block {self.c.name!r} uses leg {self.S.label[root]!r}, whose size is known only at run time, "
+            "but none of its arguments carries it",
+            Span(self.c.diagram.file),
+        )
+
+
+def generate_source(checked: Checked, standalone: bool = True) -> str:
+    """The Python source of the module for a checked diagram (imports only torch)."""
+    classes = {}
+    for name in checked.blocks:
+        classes[name] = _camel(name) + "Block"
+    top_name = _camel(checked.name)
+    if top_name in classes.values():
+        top_name += "Model"
+    parts = []
+    for name, blk in checked.blocks.items():
+        if _block_used(checked, name):
+            parts.append(_Emitter(blk, classes[name], classes, top=False).generate())
+    parts.append(_Emitter(checked, top_name, classes, top=True).generate())
+    header = [
+        f'"""Generated by penrose from {_comment(os.path.basename(checked.diagram.file))}: edit the diagram, not this file."""',
+        "",
+        "import collections",
+        "",
+        "import torch",
+        "",
+    ]
+    if standalone:
+        header.append(_STANDALONE_ERROR.strip("\n"))
+        header.append("")
+    source = "\n".join(header) + HELPERS + "\n\n" + "\n\n".join(parts)
+    source += f"\n\nModel = {top_name}\n"
+    return source
+
+
+def _block_used(checked: Checked, name: str) -> bool:
+    seen = set()
+
+    def visit(c: Checked):
+        for inst in c.instances.values():
+            if inst.block not in seen:
+                seen.add(inst.block)
+                visit(checked.blocks[inst.block])
+
+    visit(checked)
+    return name in seen
+
+
+_COUNTER = [0]
+
+
+def build(checked: Checked, seed: int | None = None) -> torch.nn.Module:
+    """Instantiate the module of a checked diagram; `seed` makes initialisation deterministic."""
+    source = generate_source(checked, standalone=False)
+    _COUNTER[0] += 1
+    filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"
+    code = compile(source, filename, "exec")
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+    namespace = {"__name__": f"penrose_generated_{_COUNTER[0]}", "ShapeError": PenroseShapeError}
+    exec(code, namespace)  # the source is generated from validated identifiers only
+    module = namespace["Model"]()
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        if not any(p.is_meta for p in module.parameters()):
+            module.reset_parameters(g)
+    module.penrose_source = source
+    module.penrose_checked = checked
+    return module
+
+
+def load(path_or_text, **sizes) -> Checked:
+    """Parse and check a file path or `.pen` text."""
+    if isinstance(path_or_text, ir.Diagram):
+        return check(path_or_text, **sizes)
+    if isinstance(path_or_text, os.PathLike) or (
+        isinstance(path_or_text, str) and "\n" not in path_or_text and path_or_text.endswith(".pen")
+    ):
+        return check(parse_file(path_or_text), **sizes)
+    return check(parse(path_or_text), **sizes)
+
+
+def compile_diagram(path_or_text, *, seed: int | None = None, **sizes) -> torch.nn.Module:
+    """`.pen` file or text → `nn.Module`; `sizes` override dim defaults.
+
+    >>> m = compile_diagram("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y")
+    >>> m(torch.zeros(2)).tolist()
+    [0.5, 0.5]
+    """
+    return build(load(path_or_text, **sizes), seed=seed)
+
+
+def write_source(path_or_text, out_path, **sizes) -> str:
+    """Write the standalone module source to `out_path` atomically; returns the source."""
+    source = generate_source(load(path_or_text, **sizes), standalone=True)
+    from penrose.io import atomic_write_text
+
+    atomic_write_text(out_path, source)
+    return source

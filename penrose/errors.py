@@ -1,0 +1,112 @@
+"""Source spans and the PenroseError family.
+
+Every mistake a user can make surfaces as a `PenroseError` subclass that knows where it is:
+
+    model.pen:3:14: error: unknown tensor 'W_k'; did you mean 'W_q'?
+        q = einsum('te,ed->td', Z, W_k)
+                                   ^~~
+"""
+
+from __future__ import annotations
+
+import difflib
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Span:
+    """A region of a source file (1-based line and column, end exclusive)."""
+
+    file: str = "<string>"
+    line: int = 0
+    col: int = 0
+    end_line: int = 0
+    end_col: int = 0
+    source_line: str = field(default="", compare=False)
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+NOWHERE = Span()
+
+
+class PenroseError(Exception):
+    """A user error, with its position and the source line under a caret."""
+
+    kind = "error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: tuple[tuple[str, Span], ...] = ()):
+        self.message = message
+        self.span = span or NOWHERE
+        self.notes = tuple(notes)
+        super().__init__(self.render())
+
+    @property
+    def file(self) -> str:
+        return self.span.file
+
+    @property
+    def line(self) -> int:
+        return self.span.line
+
+    @property
+    def col(self) -> int:
+        return self.span.col
+
+    def render(self) -> str:
+        parts = [_located(self.span, self.kind, self.message)]
+        for text, span in self.notes:
+            parts.append(_located(span, "note", text))
+        return "\n".join(parts)
+
+    def with_span(self, span: Span) -> "PenroseError":
+        """The same error, placed at `span` if it had no position yet."""
+        if self.span.line:
+            return self
+        return type(self)(self.message, span, self.notes)
+
+
+def _located(span: Span, kind: str, message: str) -> str:
+    if not span.line:
+        return f"{span.file}: {kind}: {message}" if span.file != "<string>" else f"{kind}: {message}"
+    head = f"{span}: {kind}: {message}"
+    if not span.source_line:
+        return head
+    src = span.source_line.rstrip("\n").expandtabs(1)
+    width = 1
+    if span.end_line == span.line and span.end_col > span.col:
+        width = span.end_col - span.col
+    width = max(1, min(width, max(1, len(src) - span.col + 1)))
+    caret = " " * (span.col - 1) + "^" + "~" * (width - 1)
+    return f"{head}\n    {src}\n    {caret}"
+
+
+class PenroseSyntaxError(PenroseError):
+    """The text is not valid `.pen`."""
+
+
+class PenroseCheckError(PenroseError):
+    """The diagram parses but breaks a rule (names, legs, sizes, blocks)."""
+
+
+class PenroseCompileError(PenroseError):
+    """The diagram cannot be compiled for the requested sizes or target."""
+
+
+class PenroseShapeError(PenroseError, ValueError):
+    """A runtime input has the wrong name, rank or size."""
+
+
+class PenroseRenderError(PenroseError):
+    """A figure cannot be drawn or written."""
+
+
+class PenroseWarning(UserWarning):
+    """A diagram that is valid but probably not what was meant (an unused input)."""
+
+
+def suggest(name: str, candidates) -> str:
+    """'; did you mean X?' when a near-miss exists, else ''."""
+    close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
+    return f"; did you mean '{close[0]}'?" if close else ""

@@ -1,0 +1,235 @@
+"""The diagram as a few small immutable records.
+
+The term syntax (docs/language.md has the full language):
+
+    diagram   ::= stmt*
+    stmt      ::= Dim(name, size?)                       dim t = 16
+                | Tensor(kind, name, legs, dtype, init?)  input Z[t, e] / param W[e, d] ~ init / buffer
+                | Assign(targets, value, instance?, repeat?)   h = expr [as inst] [repeat N]
+                | Output(names) | Return(values)
+                | Block(name, formals, body)            block f(x[t, e]) { stmt* }
+                | Include(path) | Label(name, text) | Comment(text, step?)
+    expr      ::= Name(id) | Number(value) | String(value) | ListExpr(items)
+                | BinOp(op, left, right) | Neg(operand)
+                | Call(func, args, kwargs)              einsum('te,ed->td', Z, W), sigmoid(x), block calls
+                | Shape(tensor, index)                  W.shape[1]
+
+Every record carries its source `span`, excluded from equality, so the same diagram written
+with different spacing compares equal. Derived views (bonds, free legs, graphs) are functions
+elsewhere, never stored state. Rewrites use `dataclasses.replace`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from penrose.errors import NOWHERE, Span
+
+
+def _span():
+    return field(default=NOWHERE, compare=False, repr=False, kw_only=True)
+
+
+# ---- expressions -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Name:
+    id: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Number:
+    value: int | float
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class String:
+    value: str
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class ListExpr:
+    items: tuple
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class BinOp:
+    op: str  # + - * / // ** < <= > >= == !=
+    left: object
+    right: object
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Neg:
+    operand: object
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple = ()
+    kwargs: tuple = ()  # ((name, expr), ...)
+    span: Span = _span()
+
+    def kwarg(self, key: str):
+        for k, v in self.kwargs:
+            if k == key:
+                return v
+        return None
+
+
+@dataclass(frozen=True)
+class Shape:
+    tensor: str
+    index: int
+    span: Span = _span()
+
+
+Expr = Name | Number | String | ListExpr | BinOp | Neg | Call | Shape
+
+
+# ---- statements ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Dim:
+    name: str
+    size: Expr | None = None
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Init:
+    name: str = "normal"
+    kwargs: tuple = ()  # ((name, expr), ...)
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Tensor:
+    kind: str  # input | param | buffer | formal
+    name: str
+    legs: tuple[str, ...]
+    dtype: str = "float"  # float | int | bool
+    init: Init | None = None
+    batched: bool = False  # written with a leading '...'
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Assign:
+    targets: tuple[str, ...]
+    value: Expr
+    instance: str | None = None
+    repeat: Expr | None = None
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Output:
+    names: tuple[str, ...]
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Return:
+    values: tuple
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Block:
+    name: str
+    formals: tuple[Tensor, ...]
+    body: tuple
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Include:
+    path: str
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Label:
+    name: str
+    text: str
+    note: str = ""
+    span: Span = _span()
+
+
+@dataclass(frozen=True)
+class Comment:
+    text: str
+    step: int | None = None  # '# 3) Causal mask.' is step 3
+    span: Span = _span()
+
+
+Stmt = Dim | Tensor | Assign | Output | Return | Block | Include | Label | Comment
+
+
+@dataclass(frozen=True)
+class Diagram:
+    body: tuple
+    file: str = field(default="<string>", compare=False)
+    source: str = field(default="", compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        import os
+
+        stem = os.path.splitext(os.path.basename(self.file))[0]
+        return stem if stem and not stem.startswith("<") else "diagram"
+
+
+# ---- derived views ---------------------------------------------------------------------------
+
+
+def statements(body, kind) -> list:
+    """The statements of one kind, in order (top level only)."""
+    return [s for s in body if isinstance(s, kind)]
+
+
+def legend(diagram: Diagram) -> dict[str, str]:
+    """The index legend written as '# index legend: t token, e embedding'."""
+    out: dict[str, str] = {}
+    for s in diagram.body:
+        if isinstance(s, Comment) and s.text.lower().lstrip().startswith("index legend:"):
+            for item in s.text.split(":", 1)[1].split(","):
+                parts = item.split(None, 1)
+                if len(parts) == 2:
+                    out[parts[0]] = parts[1].strip()
+    return out
+
+
+def walk(expr):
+    """Every sub-expression of `expr`, parents first."""
+    yield expr
+    if isinstance(expr, BinOp):
+        yield from walk(expr.left)
+        yield from walk(expr.right)
+    elif isinstance(expr, Neg):
+        yield from walk(expr.operand)
+    elif isinstance(expr, ListExpr):
+        for item in expr.items:
+            yield from walk(item)
+    elif isinstance(expr, Call):
+        for a in expr.args:
+            yield from walk(a)
+        for _, v in expr.kwargs:
+            yield from walk(v)

@@ -1,0 +1,1 @@
+"""Rendering: Penrose figures, index equations and geometric readings of a diagram."""

@@ -1,0 +1,1 @@
+"""The zoo: interpretable models written in penrose, with offline data, training and metrics."""

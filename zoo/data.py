@@ -1,0 +1,533 @@
+"""Offline data for the zoo: scikit-learn's shipped tables and the Debian `fortunes` corpus.
+
+Nothing here downloads anything; every loader returns torch tensors.
+
+Tabular sets (`load_tabular`)
+    'breast_cancer' (569 × 30, binary), 'diabetes' (442 × 10, regression), 'wine' (178 × 13,
+    3 classes) and 'digits' (1797 × 64, 10 classes), as shipped inside scikit-learn. The split
+    is `sklearn.model_selection.train_test_split` with `random_state=seed` (stratified for the
+    classification sets), so it is the same on every machine. Features are standardised with the
+    mean and standard deviation of the *training* split only; constant features (digits has
+    some always-blank pixels) get a standard deviation of 1 rather than a division by zero.
+
+Fortunes corpus (`read_category_corpus`, `split_by_hash`)
+    One file per category; entries are separated by lines holding only `%`. See
+    `read_category_corpus` for exactly which files are read and what counts as broken.
+    The train/validation split is by a hash of each chunk's text (see `is_validation`): it does
+    not depend on file order, platform or Python's hash seed, and identical texts always land
+    on the same side.
+
+Concept data (`fortunes_concepts`)
+    Concepts are the eight fortune categories below (a chunk's concepts are the categories its
+    exact text appears in; almost always exactly one). The task is a coarser, binary grouping
+    of those categories (`DEFAULT_GROUPS`):
+
+        y = 1  'science & technology'   computers, science, linux, medicine
+        y = 0  'humanities & life'      literature, politics, law, food
+
+    The task is therefore a deterministic function of the concepts, which is exactly the
+    setting a concept bottleneck model assumes (concepts complete for the task).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+__all__ = [
+    "DataError",
+    "TabularData",
+    "TABULAR_SETS",
+    "load_tabular",
+    "Chunk",
+    "FORTUNES_DIR",
+    "read_category_corpus",
+    "is_validation",
+    "split_by_hash",
+    "DEFAULT_CONCEPT_CATEGORIES",
+    "DEFAULT_GROUPS",
+    "TASK_NAMES",
+    "ConceptData",
+    "fortunes_concepts",
+]
+
+
+class DataError(ValueError):
+    """A data file or directory that cannot be used, with where the problem is.
+
+    `path` is the file or directory; `line` is a 1-based line number, or None when the problem
+    is about the whole file (e.g. it holds no entries).
+    """
+
+    def __init__(self, message: str, path: str | os.PathLike | None = None, line: int | None = None):
+        self.message = message
+        self.path = None if path is None else str(path)
+        self.line = line
+        where = ""
+        if self.path is not None:
+            where = f"{self.path}:{line}: " if line is not None else f"{self.path}: "
+        super().__init__(where + message)
+
+
+# --------------------------------------------------------------------------------------------
+# scikit-learn tables
+# --------------------------------------------------------------------------------------------
+
+TABULAR_SETS = {
+    # name: (loader name in sklearn.datasets, task)
+    "breast_cancer": ("load_breast_cancer", "binary"),
+    "diabetes": ("load_diabetes", "regression"),
+    "wine": ("load_wine", "multiclass"),
+    "digits": ("load_digits", "multiclass"),
+}
+
+
+@dataclass(frozen=True)
+class TabularData:
+    """A standardised, split tabular data set.
+
+    x_*: float32 (n, d), standardised with the training statistics `feature_mean`,
+    `feature_std` (so raw = x * feature_std + feature_mean).
+    y_*: 'binary' -> float32 (n,) of 0./1. (ready for BCE-with-logits);
+         'multiclass' -> int64 (n,) class indices; 'regression' -> float32 (n,) raw target.
+    """
+
+    name: str
+    x_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    y_val: torch.Tensor
+    feature_names: tuple[str, ...]
+    task: str
+    target_names: tuple[str, ...] = ()
+    feature_mean: torch.Tensor | None = field(default=None, repr=False)
+    feature_std: torch.Tensor | None = field(default=None, repr=False)
+
+    @property
+    def n_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def n_classes(self) -> int:
+        """Number of classes (2 for binary, 0 for regression)."""
+        return {"binary": 2, "regression": 0}.get(self.task, len(self.target_names))
+
+
+def load_tabular(name: str, seed: int = 0, val_fraction: float = 0.2) -> TabularData:
+    """Load one of scikit-learn's shipped data sets, split and standardised.
+
+    name: 'breast_cancer' | 'diabetes' | 'wine' | 'digits'.
+    seed: the split's `random_state`; the same seed gives the same split everywhere.
+    val_fraction: share of rows held out for validation (stratified for classification).
+    """
+    if name not in TABULAR_SETS:
+        raise ValueError(f"unknown tabular data set {name!r}; choose from {sorted(TABULAR_SETS)}")
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    import sklearn.datasets
+    from sklearn.model_selection import train_test_split
+
+    loader_name, task = TABULAR_SETS[name]
+    bunch = getattr(sklearn.datasets, loader_name)()
+    x = np.asarray(bunch.data, dtype=np.float64)
+    y = np.asarray(bunch.target)
+    feature_names = tuple(str(f) for f in getattr(bunch, "feature_names", [f"x{i}" for i in range(x.shape[1])]))
+    target_names = () if task == "regression" else tuple(str(t) for t in bunch.target_names)
+
+    idx = np.arange(len(x))
+    train_idx, val_idx = train_test_split(
+        idx, test_size=val_fraction, random_state=seed, stratify=None if task == "regression" else y
+    )
+    train_idx, val_idx = np.sort(train_idx), np.sort(val_idx)
+    mean = x[train_idx].mean(axis=0)
+    std = x[train_idx].std(axis=0)
+    std[std == 0] = 1.0
+    xs = (x - mean) / std
+
+    def ty(v: np.ndarray) -> torch.Tensor:
+        if task == "multiclass":
+            return torch.as_tensor(v, dtype=torch.int64)
+        return torch.as_tensor(v, dtype=torch.float32)
+
+    return TabularData(
+        name=name,
+        x_train=torch.as_tensor(xs[train_idx], dtype=torch.float32),
+        y_train=ty(y[train_idx]),
+        x_val=torch.as_tensor(xs[val_idx], dtype=torch.float32),
+        y_val=ty(y[val_idx]),
+        feature_names=feature_names,
+        task=task,
+        target_names=target_names,
+        feature_mean=torch.as_tensor(mean, dtype=torch.float32),
+        feature_std=torch.as_tensor(std, dtype=torch.float32),
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# The fortunes corpus
+# --------------------------------------------------------------------------------------------
+
+FORTUNES_DIR = os.environ.get("PENROSE_FORTUNES_DIR", "/usr/share/games/fortunes")
+
+#: Longest plausible single entry, in characters. The longest entry in Debian's corpus is
+#: about 2,400 characters; an "entry" longer than this almost surely means missing separators.
+MAX_ENTRY_CHARS = 4096
+
+
+class Chunk(NamedTuple):
+    """One fortune: its text and the category (file name) it came from."""
+
+    text: str
+    category: str
+
+
+def _is_binary(data: bytes) -> bool:
+    if b"\x00" in data:
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
+
+
+def _category_files(directory: Path) -> tuple[dict[str, Path], list[str]]:
+    """Category name -> file, plus a list of skipped names with reasons."""
+    skipped: list[str] = []
+    candidates: list[Path] = []
+    for p in sorted(directory.iterdir(), key=lambda q: q.name):
+        if p.name.startswith("."):
+            continue
+        if p.is_dir():
+            skipped.append(f"{p.name}/ (subdirectory{'; offensive fortunes' if p.name == 'off' else ''})")
+            continue
+        if not p.is_file():
+            skipped.append(f"{p.name} (not a regular file)")
+            continue
+        if p.name.endswith(".dat"):
+            skipped.append(f"{p.name} (strfile index)")
+            continue
+        candidates.append(p)
+    # Symlink aliases (Debian ships `computers.u8 -> computers`) are the same category twice.
+    real_of_plain = {p.resolve() for p in candidates if not p.is_symlink()}
+    files: dict[str, Path] = {}
+    for p in candidates:
+        if p.is_symlink() and p.resolve() in real_of_plain:
+            skipped.append(f"{p.name} (alias of {p.resolve().name})")
+            continue
+        if _is_binary(p.read_bytes()):
+            skipped.append(f"{p.name} (binary or not UTF-8)")
+            continue
+        files[p.name] = p
+    return files, skipped
+
+
+def _parse_fortune_file(path: Path, category: str, max_entry_chars: int) -> list[Chunk]:
+    """Split one category file into entries; raise DataError for broken files (see below)."""
+    text = path.read_bytes().decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    chunks: list[Chunk] = []
+    current: list[str] = []
+    start = 1
+    n_separators = 0
+
+    def flush(end_line: int) -> None:
+        entry = "\n".join(current).strip("\n").rstrip()
+        if not entry.strip():
+            return  # empty entries (e.g. a leading '%' or '%' twice in a row) are allowed
+        if len(entry) > max_entry_chars:
+            if n_separators == 0:
+                msg = (f"no '%' separator lines, and the file's {len(entry)} characters exceed one "
+                       f"entry's limit of {max_entry_chars}; entries must be separated by lines "
+                       f"holding only '%'")
+            else:
+                msg = (f"entry starting here runs to line {end_line} and is {len(entry)} characters "
+                       f"long (limit {max_entry_chars}); a '%' separator line is probably missing")
+            raise DataError(msg, path, start)
+        chunks.append(Chunk(entry, category))
+
+    for lineno, raw in enumerate(lines, 1):
+        line = raw.rstrip()
+        if line == "%":
+            flush(lineno - 1)
+            n_separators += 1
+            current = []
+            start = lineno + 1
+            continue
+        stripped = line.strip()
+        if stripped and set(stripped) <= {"%", " ", "\t"} and stripped.count("%") >= 1:
+            raise DataError(
+                f"malformed separator line {raw!r}: a separator is a line holding only '%' "
+                f"(no indentation, no repeated '%')",
+                path,
+                lineno,
+            )
+        current.append(line)
+    flush(len(lines))
+    if not chunks:
+        raise DataError("no entries: the file holds no non-empty text between '%' separators", path)
+    return chunks
+
+
+def read_category_corpus(
+    directory: str | os.PathLike = FORTUNES_DIR,
+    categories: Iterable[str] | None = None,
+    *,
+    max_entry_chars: int = MAX_ENTRY_CHARS,
+) -> list[Chunk]:
+    """Read a fortune-style corpus: one file per category, entries separated by `%` lines.
+
+    Returns a list of `Chunk(text, category)` (plain 2-tuples), in category order (sorted file
+    names, or the order of `categories`) and file order. Entry texts have surrounding blank
+    lines and trailing whitespace removed.
+
+    Files read: the regular files directly inside `directory`. Skipped: hidden files, `*.dat`
+    (strfile indexes), subdirectories (notably `off/`, the offensive fortunes), symlinks that
+    alias another category file (Debian's `*.u8`), and binary files (holding a NUL byte or not
+    valid UTF-8).
+
+    Raises DataError (a ValueError) naming the path, and the line where one applies, when
+      * `directory` does not exist, is empty, or holds no category files;
+      * a requested category has no file;
+      * a category file is broken:
+          - zero non-empty entries (empty or whitespace/separators only);
+          - no `%` separator line at all while longer than `max_entry_chars` characters;
+          - any single entry longer than `max_entry_chars` (a separator is missing);
+          - a malformed separator: a line of only `%` and blanks that is not exactly `%`
+            (e.g. `%%`, `  %`, `% %`); trailing whitespace after `%` is accepted.
+    A file with no separator that is shorter than the limit is one entry, which is fine.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise DataError("not a directory (or does not exist)", root)
+    if not any(True for _ in root.iterdir()):
+        raise DataError("empty directory: no category files", root)
+    files, skipped = _category_files(root)
+    if not files:
+        detail = "; skipped: " + ", ".join(skipped) if skipped else ""
+        raise DataError(f"no category files{detail}", root)
+    if categories is None:
+        names = list(files)
+    else:
+        names = list(categories)
+        missing = [c for c in names if c not in files]
+        if missing:
+            raise DataError(
+                f"no category file for {', '.join(map(repr, missing))}; available: {', '.join(files)}",
+                root,
+            )
+    chunks: list[Chunk] = []
+    for name in names:
+        chunks.extend(_parse_fortune_file(files[name], name, max_entry_chars))
+    return chunks
+
+
+def is_validation(text: str, val_fraction: float = 0.2, salt: str = "") -> bool:
+    """Whether a chunk belongs to the validation split.
+
+    u = first 8 bytes of SHA-256(UTF-8 of salt + text), big-endian, divided by 2**64; the chunk
+    is in validation iff u < val_fraction. This depends on the text alone, so it is the same on
+    every machine and Python version, and independent of file order.
+    """
+    digest = hashlib.sha256((salt + text).encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64 < val_fraction
+
+
+def split_by_hash(chunks: Sequence, val_fraction: float = 0.2, salt: str = "", key=None):
+    """Split items into (train, val) lists with `is_validation` on each item's text.
+
+    key: item -> text; by default item[0] (the text of a `Chunk`), or the item if it is a str.
+    """
+    if not 0.0 < val_fraction < 1.0:
+        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if key is None:
+        key = lambda item: item if isinstance(item, str) else item[0]  # noqa: E731
+    train, val = [], []
+    for item in chunks:
+        (val if is_validation(key(item), val_fraction, salt) else train).append(item)
+    return train, val
+
+
+# --------------------------------------------------------------------------------------------
+# Concept data from the fortunes corpus
+# --------------------------------------------------------------------------------------------
+
+TASK_NAMES = ("humanities & life", "science & technology")  # y = 0, y = 1
+
+DEFAULT_GROUPS = {
+    # science & technology (y = 1)
+    "computers": "science & technology",
+    "science": "science & technology",
+    "linux": "science & technology",
+    "medicine": "science & technology",
+    "debian": "science & technology",
+    "linuxcookie": "science & technology",
+    "perl": "science & technology",
+    "startrek": "science & technology",
+    # humanities & life (y = 0)
+    "literature": "humanities & life",
+    "politics": "humanities & life",
+    "law": "humanities & life",
+    "food": "humanities & life",
+    "love": "humanities & life",
+    "sports": "humanities & life",
+    "education": "humanities & life",
+    "songs-poems": "humanities & life",
+    "art": "humanities & life",
+    "pets": "humanities & life",
+    "work": "humanities & life",
+    "kids": "humanities & life",
+    "men-women": "humanities & life",
+    "news": "humanities & life",
+}
+
+DEFAULT_CONCEPT_CATEGORIES = (
+    "computers", "science", "linux", "medicine",   # science & technology
+    "literature", "politics", "law", "food",        # humanities & life
+)
+
+
+@dataclass(frozen=True)
+class ConceptData:
+    """Chunks of the fortunes corpus with concept and task labels.
+
+    x_*: float32 (n, F) text features; c_*: float32 (n, K) multi-hot concepts (one per
+    category, in `concept_names` order); y_*: int64 (n,) task labels indexing `task_names`.
+    text_*: the chunk texts, row-aligned. `group_of[category]` is the category's task name.
+    `n_dropped` counts texts dropped because they appear in categories of both groups.
+    """
+
+    x_train: torch.Tensor
+    c_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    c_val: torch.Tensor
+    y_val: torch.Tensor
+    concept_names: tuple[str, ...]
+    task_names: tuple[str, ...]
+    feature_names: tuple[str, ...]
+    group_of: dict = field(repr=False)
+    text_train: tuple[str, ...] = field(repr=False, default=())
+    text_val: tuple[str, ...] = field(repr=False, default=())
+    n_dropped: int = 0
+    task: str = "binary"
+
+    def train_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x, c, y) for `zoo.train.fit`."""
+        return (self.x_train, self.c_train, self.y_train)
+
+    def val_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (self.x_val, self.c_val, self.y_val)
+
+
+def fortunes_concepts(
+    categories: Sequence[str] = DEFAULT_CONCEPT_CATEGORIES,
+    max_features: int = 2000,
+    seed: int = 0,
+    *,
+    directory: str | os.PathLike = FORTUNES_DIR,
+    groups: dict[str, str] | None = None,
+    val_fraction: float = 0.2,
+    vectorizer: str = "tfidf",
+) -> ConceptData:
+    """Concept-supervised text data from the fortunes corpus.
+
+    Each distinct chunk text is one row. Its concepts are the categories (among `categories`)
+    whose file holds that exact text — nearly always exactly one; a handful of texts appear in
+    two files (e.g. computers and linux) and get two concepts. Its task label is the group of its
+    categories under `groups` (default `DEFAULT_GROUPS`; y indexes `TASK_NAMES` when the groups
+    are those two names, otherwise the sorted group names); texts whose categories span two
+    groups are dropped and counted in `n_dropped`.
+
+    Split: `is_validation(text, val_fraction, salt)` with salt '' for seed 0 (the documented
+    fixed split) and f'{seed}:' otherwise.
+
+    Features (fit on the training split only, so validation text never shapes them):
+      'tfidf'   — word TF-IDF (words = runs of 2+ letters; English stop words removed;
+                  sublinear tf; min_df=2; at most `max_features` words; rows L2-normalised);
+                  `feature_names` are the words.
+      'hashing' — character 3–5-gram counts hashed into `max_features` buckets (no sign
+                  flipping), rows L2-normalised; stateless; `feature_names` are 'hash_<i>'.
+    """
+    categories = tuple(categories)
+    if len(set(categories)) != len(categories):
+        raise ValueError(f"duplicate categories in {categories}")
+    groups = dict(DEFAULT_GROUPS if groups is None else groups)
+    ungrouped = [c for c in categories if c not in groups]
+    if ungrouped:
+        raise ValueError(f"no task group for categories {ungrouped}; pass groups={{category: group}}")
+    group_names = sorted({groups[c] for c in categories})
+    task_names = TASK_NAMES if set(group_names) <= set(TASK_NAMES) else tuple(group_names)
+    if len(task_names) < 2:
+        raise ValueError(f"the categories {categories} all fall in one task group {task_names}")
+
+    chunks = read_category_corpus(directory, categories)
+    concept_index = {c: i for i, c in enumerate(categories)}
+    by_text: dict[str, set[str]] = {}
+    for text, cat in chunks:
+        by_text.setdefault(text, set()).add(cat)
+
+    texts, concepts, labels, dropped = [], [], [], 0
+    for text, cats in by_text.items():  # dicts keep first-seen order
+        task_groups = {groups[c] for c in cats}
+        if len(task_groups) > 1:
+            dropped += 1
+            continue
+        row = np.zeros(len(categories), dtype=np.float32)
+        for c in cats:
+            row[concept_index[c]] = 1.0
+        texts.append(text)
+        concepts.append(row)
+        labels.append(task_names.index(task_groups.pop()))
+
+    salt = "" if seed == 0 else f"{seed}:"
+    is_val = np.array([is_validation(t, val_fraction, salt) for t in texts], dtype=bool)
+    if is_val.all() or not is_val.any():
+        raise ValueError(f"hash split left one side empty ({len(texts)} texts, val_fraction={val_fraction})")
+    tr, va = np.flatnonzero(~is_val), np.flatnonzero(is_val)
+    text_tr = [texts[i] for i in tr]
+    text_va = [texts[i] for i in va]
+
+    if vectorizer == "tfidf":
+        from sklearn.feature_extraction.text import TfidfVectorizer
+
+        vec = TfidfVectorizer(max_features=max_features, stop_words="english", sublinear_tf=True,
+                              token_pattern=r"(?u)\b[^\W\d_]{2,}\b",
+                              min_df=2, dtype=np.float32)
+        xtr = vec.fit_transform(text_tr)
+        xva = vec.transform(text_va)
+        feature_names = tuple(vec.get_feature_names_out())
+    elif vectorizer == "hashing":
+        from sklearn.feature_extraction.text import HashingVectorizer
+
+        vec = HashingVectorizer(n_features=max_features, analyzer="char_wb", ngram_range=(3, 5),
+                                alternate_sign=False, norm="l2", dtype=np.float32)
+        xtr = vec.transform(text_tr)
+        xva = vec.transform(text_va)
+        feature_names = tuple(f"hash_{i}" for i in range(max_features))
+    else:
+        raise ValueError(f"vectorizer must be 'tfidf' or 'hashing', got {vectorizer!r}")
+
+    c = np.stack(concepts)
+    y = np.asarray(labels, dtype=np.int64)
+    return ConceptData(
+        x_train=torch.as_tensor(xtr.toarray(), dtype=torch.float32),
+        c_train=torch.as_tensor(c[tr]),
+        y_train=torch.as_tensor(y[tr]),
+        x_val=torch.as_tensor(xva.toarray(), dtype=torch.float32),
+        c_val=torch.as_tensor(c[va]),
+        y_val=torch.as_tensor(y[va]),
+        concept_names=categories,
+        task_names=tuple(task_names),
+        feature_names=feature_names,
+        group_of={c_: groups[c_] for c_ in categories},
+        text_train=tuple(text_tr),
+        text_val=tuple(text_va),
+        n_dropped=dropped,
+    )

@@ -1,0 +1,246 @@
+"""One small, model-agnostic training loop for every zoo model.
+
+    history = fit(model, loss_fn, (x, y), (x_val, y_val), epochs=20, batch_size=64, lr=1e-2)
+
+`loss_fn(model, batch) -> scalar tensor`, where `batch` is a tuple of tensors sliced from the
+data tuple (same order). Inputs are checked once, before training, for NaN/inf; a non-finite
+loss stops training with the step at which it happened.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import Callable, Mapping, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+__all__ = ["NonFiniteInputError", "NonFiniteLossError", "fit", "check_finite", "iterate_batches"]
+
+
+class NonFiniteInputError(ValueError):
+    """An input tensor holds NaN or ±inf. `name`, `index` (tuple) and `value` say where."""
+
+    def __init__(self, name: str, index: tuple[int, ...], value: float):
+        self.name, self.index, self.value = name, index, value
+        kind = "NaN" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        super().__init__(f"{name} has {kind} at index {index}")
+
+
+class NonFiniteLossError(FloatingPointError):
+    """The loss became NaN or ±inf. `step` (0-based optimiser step), `epoch`, `value`."""
+
+    def __init__(self, step: int, epoch: int, value: float, where: str = "training"):
+        self.step, self.epoch, self.value = step, epoch, value
+        super().__init__(
+            f"{where} loss is non-finite ({value}) at step {step} (epoch {epoch}); "
+            f"try a lower learning rate or check the loss function"
+        )
+
+
+_ROLES = {1: ("x",), 2: ("x", "y"), 3: ("x", "c", "y")}
+
+
+def _as_tuple(data, split: str) -> tuple[tuple[torch.Tensor, ...], tuple[str, ...]]:
+    """Normalise data to (tensors, names). Accepts a tuple/list of tensors, a TensorDataset
+    (anything with `.tensors`), a single tensor, or a mapping name -> tensor."""
+    if isinstance(data, torch.Tensor):
+        data = (data,)
+    if isinstance(data, Mapping):
+        names = tuple(f"{k}" for k in data)
+        tensors = tuple(data.values())
+    else:
+        tensors = tuple(getattr(data, "tensors", data))
+        roles = _ROLES.get(len(tensors))
+        names = tuple(
+            (f"{roles[i]}_{split} ({split}_data[{i}])" if roles else f"{split}_data[{i}]")
+            for i in range(len(tensors))
+        )
+    if not tensors:
+        raise ValueError(f"{split}_data holds no tensors")
+    for name, t in zip(names, tensors):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+        if t.ndim == 0:
+            raise ValueError(f"{name} is a scalar; data tensors need a leading sample dimension")
+    n = tensors[0].shape[0]
+    for name, t in zip(names, tensors):
+        if t.shape[0] != n:
+            raise ValueError(f"{name} has {t.shape[0]} samples but {names[0]} has {n}")
+    if n == 0:
+        raise ValueError(f"{split}_data has zero samples")
+    return tensors, names
+
+
+def check_finite(tensor: torch.Tensor, name: str) -> None:
+    """Raise NonFiniteInputError at the first (row-major) NaN/inf entry of a float tensor."""
+    if not (tensor.is_floating_point() or tensor.is_complex()):
+        return
+    bad = ~torch.isfinite(tensor)
+    if bad.any():
+        flat = int(bad.reshape(-1).nonzero()[0, 0])
+        index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tensor.shape))
+        value = tensor.reshape(-1)[flat].item()
+        raise NonFiniteInputError(name, index, float(value.real if isinstance(value, complex) else value))
+
+
+def iterate_batches(tensors: Sequence[torch.Tensor], batch_size: int, generator: torch.Generator | None = None):
+    """Yield tuples of row-aligned slices; shuffled with `generator` if given, else in order."""
+    n = tensors[0].shape[0]
+    order = torch.randperm(n, generator=generator) if generator is not None else torch.arange(n)
+    for start in range(0, n, batch_size):
+        idx = order[start:start + batch_size]
+        yield tuple(t[idx] for t in tensors)
+
+
+def _make_optimizer(optimizer, params, lr: float, weight_decay: float) -> torch.optim.Optimizer:
+    if isinstance(optimizer, torch.optim.Optimizer):
+        return optimizer
+    if callable(optimizer):
+        return optimizer(params, lr=lr, weight_decay=weight_decay)
+    table = {
+        "adam": lambda: torch.optim.Adam(params, lr=lr, weight_decay=weight_decay),
+        "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay),
+        "sgd": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay),
+    }
+    if optimizer not in table:
+        raise ValueError(f"optimizer must be one of {sorted(table)}, an Optimizer or a factory; got {optimizer!r}")
+    return table[optimizer]()
+
+
+def _scalar_loss(loss, where: str) -> torch.Tensor:
+    if not isinstance(loss, torch.Tensor) or loss.numel() != 1:
+        shape = tuple(loss.shape) if isinstance(loss, torch.Tensor) else type(loss).__name__
+        raise ValueError(f"loss_fn must return a scalar tensor during {where}, got {shape}")
+    return loss.reshape(())
+
+
+@torch.no_grad()
+def _evaluate(model, loss_fn, tensors, batch_size, device, metric_fn, step, epoch) -> dict:
+    was_training = model.training
+    model.eval()
+    try:
+        total, count = 0.0, 0
+        for batch in iterate_batches(tensors, batch_size):
+            batch = tuple(t.to(device) for t in batch)
+            loss = _scalar_loss(loss_fn(model, batch), "validation")
+            total += loss.item() * batch[0].shape[0]
+            count += batch[0].shape[0]
+        out = {"val_loss": total / count}
+        if not math.isfinite(out["val_loss"]):
+            raise NonFiniteLossError(step, epoch, out["val_loss"], where="validation")
+        if metric_fn is not None:
+            m = metric_fn(model, tuple(t.to(device) for t in tensors))
+            if isinstance(m, Mapping):
+                out.update({f"val_{k}": float(v) for k, v in m.items()})
+            else:
+                out["val_metric"] = float(m)
+        return out
+    finally:
+        model.train(was_training)
+
+
+def fit(
+    model: torch.nn.Module,
+    loss_fn: Callable[[torch.nn.Module, tuple[torch.Tensor, ...]], torch.Tensor],
+    train_data,
+    val_data=None,
+    *,
+    epochs: int,
+    batch_size: int,
+    lr: float,
+    optimizer="adam",
+    weight_decay: float = 0,
+    seed: int = 0,
+    progress: bool = True,
+    metric_fn: Callable | None = None,
+    val_every: int = 1,
+    grad_clip: float | None = None,
+) -> dict:
+    """Train `model` by minibatch gradient descent on `loss_fn(model, batch)`.
+
+    train_data / val_data: a tuple of row-aligned tensors (or a TensorDataset, or a mapping
+      name -> tensor); batches are tuples in the same order. In error messages, 1-, 2- and
+      3-tuples are named (x), (x, y), (x, c, y), e.g. "x_train (train_data[0]) has NaN at index
+      (12, 3)".
+    optimizer: 'adam' | 'adamw' | 'sgd' (momentum 0.9), an Optimizer instance, or a factory
+      called as factory(params, lr=lr, weight_decay=weight_decay).
+    seed: seeds the shuffling generator and, inside a forked RNG (the caller's global RNG state
+      is restored afterwards), torch's global RNG for dropout and the like. The same seed and
+      model initialisation give the same run.
+    metric_fn: metric_fn(model, val_tuple) -> float or {name: float}, evaluated in eval mode
+      under no_grad on the whole validation set at each validation.
+    val_every: validate after every `val_every` epochs and after the last one.
+    grad_clip: if set, clip the global gradient norm to this value.
+
+    Returns a history dict: 'epoch', 'train_loss' (mean over each epoch's batches, per epoch),
+    'val_epoch', 'val_loss' and 'val_metric' / 'val_<name>' (per validation), 'steps', 'seconds'.
+    Raises NonFiniteInputError (ValueError) before training if any float input holds NaN/inf,
+    and NonFiniteLossError (FloatingPointError) naming the step if the loss becomes non-finite.
+    """
+    if epochs < 0 or batch_size < 1 or val_every < 1:
+        raise ValueError(f"need epochs ≥ 0, batch_size ≥ 1, val_every ≥ 1; got {epochs}, {batch_size}, {val_every}")
+    train_tensors, train_names = _as_tuple(train_data, "train")
+    for t, name in zip(train_tensors, train_names):
+        check_finite(t, name)
+    val_tensors = None
+    if val_data is not None:
+        val_tensors, val_names = _as_tuple(val_data, "val")
+        for t, name in zip(val_tensors, val_names):
+            check_finite(t, name)
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    first = next(iter(model.parameters()), None)
+    device = first.device if first is not None else torch.device("cpu")
+    opt = _make_optimizer(optimizer, params, lr, weight_decay)
+
+    history: dict = {"epoch": [], "train_loss": [], "val_epoch": [], "val_loss": []}
+    n = train_tensors[0].shape[0]
+    steps_per_epoch = math.ceil(n / batch_size)
+    step = 0
+    start_time = time.perf_counter()
+    shuffler = torch.Generator().manual_seed(seed)
+    devices = [device.index or 0] if device.type == "cuda" else []
+    was_training = model.training
+    with torch.random.fork_rng(devices=devices):
+        torch.manual_seed(seed)
+        bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="fit", leave=False,
+                   dynamic_ncols=True)
+        try:
+            for epoch in range(1, epochs + 1):
+                model.train()
+                total, count = 0.0, 0
+                for batch in iterate_batches(train_tensors, batch_size, shuffler):
+                    batch = tuple(t.to(device) for t in batch)
+                    opt.zero_grad(set_to_none=True)
+                    loss = _scalar_loss(loss_fn(model, batch), "training")
+                    value = loss.item()
+                    if not math.isfinite(value):
+                        raise NonFiniteLossError(step, epoch, value)
+                    loss.backward()
+                    if grad_clip is not None:
+                        torch.nn.utils.clip_grad_norm_(params, grad_clip)
+                    opt.step()
+                    step += 1
+                    total += value * batch[0].shape[0]
+                    count += batch[0].shape[0]
+                    bar.update(1)
+                    if step % 10 == 0 or step == steps_per_epoch * epoch:
+                        bar.set_postfix(epoch=epoch, loss=f"{value:.4g}", refresh=False)
+                history["epoch"].append(epoch)
+                history["train_loss"].append(total / count)
+                if val_tensors is not None and (epoch % val_every == 0 or epoch == epochs):
+                    res = _evaluate(model, loss_fn, val_tensors, max(batch_size, 1024), device,
+                                    metric_fn, step, epoch)
+                    history["val_epoch"].append(epoch)
+                    for k, v in res.items():
+                        history.setdefault(k, []).append(v)
+                    bar.set_postfix(epoch=epoch, loss=f"{total / count:.4g}",
+                                    val_loss=f"{res['val_loss']:.4g}")
+        finally:
+            bar.close()
+            model.train(was_training)
+    history["steps"] = step
+    history["seconds"] = time.perf_counter() - start_time
+    return history
