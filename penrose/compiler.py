@@ -212,7 +212,7 @@ class _Emitter:
             a, _ = self.expr(v.args[0])
             return f"{_UNARY_CODE[v.attrs['name']]}({a})", _PREC_ATOM
         if op == "einsum":
-            return self.einsum_code(v), _PREC_ATOM
+            return self.einsum_code(v)
         if op in ("softmax", "log_softmax"):
             a, _ = self.expr(v.args[0])
             return f"torch.{op}({a}, dim={self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
@@ -324,22 +324,26 @@ class _Emitter:
             code = f"{self.wrap(code, prec, _PREC_ATOM)}.movedim({src}, {dst})"
             prec = _PREC_ATOM
         if None in align:
+            # trailing ':' must stay: after '...', x[..., None] would put the new axis last
             idx = ["None" if i is None else ":" for i in align]
-            while idx and idx[-1] == ":":
-                idx.pop()
             code = f"{self.wrap(code, prec, _PREC_ATOM)}[..., {', '.join(idx)}]"
         return code
 
-    def einsum_code(self, v: V) -> str:
+    def einsum_code(self, v: V):
         terms, out = v.attrs["terms"], v.attrs["out"]
         ops = list(v.args)
-        codes = [self.expr(o)[0] for o in ops]
+        exprs = [self.expr(o) for o in ops]
+        codes = [c for c, _ in exprs]
         batched = [o.type.batched for o in ops]
         m = letters_for(terms, out)
+        if len(ops) == 2:
+            mm = _matmul_form(terms, out, batched, exprs)
+            if mm is not None:
+                return mm, _PREC_MUL
         if len(ops) <= 2:
             spec = ",".join(("..." if bt else "") + "".join(m[l] for l in t) for t, bt in zip(terms, batched))
             spec += "->" + ("..." if v.type.batched else "") + "".join(m[l] for l in out)
-            return f"torch.einsum({spec!r}, {', '.join(codes)})"
+            return f"torch.einsum({spec!r}, {', '.join(codes)})", _PREC_ATOM
         sizes = {}
         for t, o in zip(terms, ops):
             for l, c in zip(t, o.type.cls):
@@ -354,7 +358,7 @@ class _Emitter:
             spec = ",".join(("..." if b else "") + p for p, (_, b) in zip(parts, picked))
             spec += "->" + ("..." if any_batch else "") + rhs
             work.append((f"torch.einsum({spec!r}, {', '.join(c for c, _ in picked)})", any_batch))
-        return work[0][0]
+        return work[0][0], _PREC_ATOM
 
     # -- the class
     def generate(self) -> str:
@@ -461,6 +465,8 @@ class _Emitter:
                 else:
                     comment = ", ".join(self.shape_comment(t) for t in s.types)
                 note = f"  {_comment(st.note)}" if st.note else ""
+                if True:  # the diagram's own statement, above the code it became
+                    body.append(f"        # {_comment(format_stmt(ir.Assign(st.targets, st.value, st.instance, st.repeat)))}")
                 body.append(f"        {', '.join(st.targets)} = {code}  # {comment}{note}")
             elif isinstance(st, ir.Return):
                 codes = [self.expr(v)[0] for v in s.value.args]
@@ -505,6 +511,56 @@ class _Emitter:
             "but none of its arguments carries it",
             Span(self.c.diagram.file),
         )
+
+
+def _matmul_form(terms, out, batched, exprs):
+    """`X @ Y` (with .mT where needed) when a two-operand einsum is exactly a matrix product.
+
+    torch.matmul skips einsum's bookkeeping, which is measurable on CPU; anything that is not a
+    plain product over one leg (traces, explicit batch legs, reordered outputs) stays an einsum.
+    """
+    (ta, tb) = terms
+    if len(set(ta)) != len(ta) or len(set(tb)) != len(tb):
+        return None
+    shared = set(ta) & set(tb)
+    contracted = shared - set(out)
+    if len(contracted) != 1 or shared & set(out):
+        return None
+    (c,) = contracted
+    for (xt, xb, (xc, xp)), (yt, yb, (yc, yp)) in (
+        ((ta, batched[0], exprs[0]), (tb, batched[1], exprs[1])),
+        ((tb, batched[1], exprs[1]), (ta, batched[0], exprs[0])),
+    ):
+        # Y: (c,) or (c, n) / (n, c); X: (..., c) or (c, m) when X has two legs
+        if len(yt) == 1:
+            if yb:
+                continue
+            y_code, y_free = _wrap(yc, yp, _PREC_MUL + 1), ()
+        elif len(yt) == 2:
+            if yb and len(xt) != 2:
+                continue
+            y_free = tuple(l for l in yt if l != c)
+            y_code = _wrap(yc, yp, _PREC_MUL + 1) if yt[0] == c else _wrap(yc, yp, _PREC_ATOM) + ".mT"
+        else:
+            continue
+        if xt[-1] == c:
+            x_code, x_free = _wrap(xc, xp, _PREC_MUL), xt[:-1]
+        elif len(xt) == 2 and xt[0] == c:
+            x_code, x_free = _wrap(xc, xp, _PREC_ATOM) + ".mT", xt[1:]
+        else:
+            continue
+        if len(xt) == 1 and xb and (yb or len(yt) == 1):
+            continue
+        if not xb and yb and len(xt) > 2:
+            continue
+        if tuple(x_free) + tuple(y_free) != tuple(out):
+            continue
+        return f"{x_code} @ {y_code}"
+    return None
+
+
+def _wrap(code: str, prec: int, need: int) -> str:
+    return code if prec >= need else f"({code})"
 
 
 def generate_source(checked: Checked, standalone: bool = True) -> str:
