@@ -65,7 +65,7 @@ UNARY = {
 }
 OTHER_FUNCS = frozenset(
     """einsum softmax log_softmax layernorm rmsnorm topk dropout detach clamp where causal
-    block_causal gather split concat sum mean max""".split()
+    block_causal gather split concat sum mean max flatten unflatten rope""".split()
 )
 FUNCTIONS = frozenset(UNARY) | OTHER_FUNCS
 INITS = {
@@ -1053,6 +1053,57 @@ class _Checker:
         cls = first.type.cls[:axis] + (c_into,) + first.type.cls[axis + 1 :]
         batched = any(p.type.batched for p in parts)
         return V("concat", tuple(parts), {"axis": axis}, TType(legs, cls, first.type.dtype, batched), span=e.span)
+
+    def _fn_unflatten(self, sc, e):
+        self._arity(e, 3, 3, ())
+        v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
+        axis = self._leg_arg(v, e.args[1], e)
+        parts = self._leg_list(e.args[2], e, "the new legs")
+        sizes = [self.S.size(self.dims[p]) for p in parts]
+        total = self.S.size(v.type.cls[axis])
+        if all(s is not None for s in sizes) and total is not None and math.prod(sizes) != total:
+            raise PenroseCheckError(
+                f"unflatten: [{', '.join(parts)}] hold {math.prod(sizes)} entries but leg {v.legs[axis]!r} has size {total}", e.span
+            )
+        if any(s is None for s in sizes):
+            raise PenroseCheckError("unflatten: every new leg's dim needs a size", e.args[2].span)
+        legs = v.legs[:axis] + tuple(parts) + v.legs[axis + 1 :]
+        cls = v.type.cls[:axis] + tuple(self.dims[p] for p in parts) + v.type.cls[axis + 1 :]
+        return V("unflatten", (v,), {"axis": axis, "sizes": tuple(sizes)}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+
+    def _fn_flatten(self, sc, e):
+        self._arity(e, 3, 3, ())
+        v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
+        parts = []
+        for node in e.args[1].items if isinstance(e.args[1], ir.ListExpr) else ():
+            parts.append(self._leg_arg(v, node, e))
+        if len(parts) < 2 or parts != list(range(parts[0], parts[0] + len(parts))):
+            raise PenroseCheckError("flatten: give two or more adjacent legs in order, as flatten(x, [h, d], e)", e.args[1].span)
+        into = e.args[2]
+        if not isinstance(into, ir.Name) or into.id not in self.dims:
+            raise PenroseCheckError("flatten: the third argument is the dim of the joined leg", into.span)
+        sizes = [self.S.size(v.type.cls[i]) for i in parts]
+        c_into = self.dims[into.id]
+        want = self.S.size(c_into)
+        if all(s is not None for s in sizes) and want is not None and math.prod(sizes) != want:
+            raise PenroseCheckError(f"flatten: the legs hold {math.prod(sizes)} entries but dim {into.id!r} has size {want}", into.span)
+        a, b = parts[0], parts[-1] + 1
+        legs = v.legs[:a] + (into.id,) + v.legs[b:]
+        cls = v.type.cls[:a] + (c_into,) + v.type.cls[b:]
+        return V("flatten", (v,), {"start": a, "end": b - 1}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+
+    def _fn_rope(self, sc, e):
+        self._arity(e, 3, 3, ("base",))
+        v = self._tensor_arg(sc, e, 0)
+        pos = self._leg_arg(v, e.args[1], e)
+        axis = self._leg_arg(v, e.args[2], e)
+        if pos == axis:
+            raise PenroseCheckError("rope: the position leg and the rotated leg differ, as rope(q, t, d)", e.span)
+        n = self.S.size(v.type.cls[axis])
+        if n is not None and n % 2:
+            raise PenroseCheckError(f"rope: leg {v.legs[axis]!r} has odd size {n}; rotate-half needs an even size", e.span)
+        base = self._number_kw(e, "base", 10000.0)
+        return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
 
     # blocks ---------------------------------------------------------------------------------------
     def _block_call(self, sc, e: ir.Call) -> V:

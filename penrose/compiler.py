@@ -110,6 +110,23 @@ def _block_causal_mask(n_t, n_p, block, device):
     return p[None, :] <= t[:, None]
 
 
+def _rope(x, pos_dim, dim, base):
+    """Rotate-half RoPE in float32: entry i pairs with i + n/2; position p turns it by p * base**(-2i/n)."""
+    n, length = x.shape[dim], x.shape[pos_dim]
+    inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
+    angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    angle = torch.cat([angle, angle], dim=-1)  # (positions, n)
+    shape = [1] * x.dim()
+    shape[pos_dim], shape[dim] = length, n
+    if (pos_dim % x.dim()) > (dim % x.dim()):
+        angle = angle.T
+    angle = angle.reshape(shape)
+    xf = x.float()
+    first, second = xf.chunk(2, dim=dim)
+    rotated = torch.cat([-second, first], dim=dim)
+    return (xf * angle.cos() + rotated * angle.sin()).to(x.dtype)
+
+
 def _chain(blocks, x):
     """Feed x through each block in turn (a repeated block)."""
     for block in blocks:
@@ -117,7 +134,7 @@ def _chain(blocks, x):
     return x
 '''
 
-_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_rms_norm", "_causal_mask", "_block_causal_mask", "_chain")
+_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_rms_norm", "_causal_mask", "_block_causal_mask", "_rope", "_chain")
 
 _STANDALONE_ERROR = '''
 class ShapeError(ValueError):
@@ -272,6 +289,18 @@ class _Emitter:
         if op == "concat":
             parts = ", ".join(self.expr(x)[0] for x in v.args)
             return f"torch.cat([{parts}], dim={self.dim_of(v, v.attrs['axis'])})", _PREC_ATOM
+        if op == "unflatten":
+            a, p = self.expr(v.args[0])
+            sizes = ", ".join(str(x) for x in v.attrs["sizes"])
+            return f"{self.wrap(a, p, _PREC_ATOM)}.unflatten({self.dim_of(v.args[0], v.attrs['axis'])}, ({sizes}))", _PREC_ATOM
+        if op == "flatten":
+            a, p = self.expr(v.args[0])
+            n = len(v.args[0].legs)
+            return f"{self.wrap(a, p, _PREC_ATOM)}.flatten({v.attrs['start'] - n}, {v.attrs['end'] - n})", _PREC_ATOM
+        if op == "rope":
+            a, _ = self.expr(v.args[0])
+            x = v.args[0]
+            return f"_rope({a}, {self.dim_of(x, v.attrs['pos'])}, {self.dim_of(x, v.attrs['axis'])}, {v.attrs['base']!r})", _PREC_ATOM
         if op == "block":
             args = ", ".join(self.expr(x)[0] for x in v.args)
             inst = v.attrs["instance"]

@@ -78,7 +78,7 @@ SPECS: list[dict] = [
                         topk_known_features=5, factorize_rank=16, unknown_topk=7, block_size=16),
         "vocab_size": 61, "batch": 2, "length": 10,
         "large_threshold": 40,
-        "scales": dict(attn=1.5, pred=2.0),
+        "scales": dict(attn=1.5, pred=1.5),
         "runs": {
             "base": ("forward", {}),
             "minimal": ("forward", {"minimal_output": True}),
@@ -102,7 +102,7 @@ SPECS: list[dict] = [
                         block_size=8, pad_multiple=8),
         "vocab_size": 43, "batch": 2, "length": 8,
         "large_threshold": None,
-        "scales": dict(attn=2.0, pred=3.0),
+        "scales": dict(attn=2.0, pred=1.5),
         "runs": {
             "base": ("forward", {}),
             "known_intervention": ("intervene", {"known": {0: 0.0, 13: 1.0}, "positions": "partial"}),
@@ -128,7 +128,7 @@ SPECS: list[dict] = [
                         apply_topk_to_unknown=False, topk_on_logits=True, block_size=8),
         "vocab_size": 37, "batch": 1, "length": 7,
         "large_threshold": None,
-        "scales": dict(attn=1.0, pred=3.0),
+        "scales": dict(attn=1.0, pred=1.5),
         "runs": {
             "base": ("forward", {}),
             "attribution_topk": ("forward", {"unknown_topk": 4}),
@@ -152,7 +152,7 @@ SPECS: list[dict] = [
                         use_epsilon_correction=False, block_size=8),
         "vocab_size": 29, "batch": 2, "length": 12,
         "large_threshold": None,
-        "scales": dict(attn=2.0, pred=3.0),
+        "scales": dict(attn=2.0, pred=1.5),
         "runs": {
             "base": ("forward", {}),
             "known_intervention": ("intervene", {"known": {2: 0.0, 16: 1.0}, "positions": "partial"}),
@@ -174,7 +174,7 @@ SPECS: list[dict] = [
                         block_size=16),
         "vocab_size": 31, "batch": 2, "length": 6,
         "large_threshold": None,
-        "scales": dict(attn=2.0, pred=12.0, proj=0.1),
+        "scales": dict(attn=2.0, pred=12.0, proj=0.02),
         "runs": {
             "base": ("forward", {}),
             "known_intervention": ("intervene", {"known": {0: 1.0, 22: 0.0}, "positions": "partial"}),
