@@ -178,6 +178,7 @@ class CStmt:
     value: V | None = None
     types: tuple = ()
     step: int | None = None
+    versions: tuple = ()  # SSA version of each target (0 for its first definition)
 
 
 @dataclass
@@ -271,6 +272,7 @@ class _Scope:
         self.labels: dict[str, str] = {}
         self.captions: dict[int, str] = {}
         self.block_calls: list = []
+        self.versions: dict[str, int] = {}  # SSA: Z = Z + h makes version 1 of Z
 
 
 class _Checker:
@@ -630,10 +632,14 @@ class _Checker:
             raise PenroseCheckError(
                 f"{len(s.targets)} target(s) but the value yields {len(types)} tensor(s)", s.span
             )
+        versions = []
         for t, ty in zip(s.targets, types):
+            known = t in sc.vars
             sc.vars[t] = ty
             sc.defined_at[t] = s.span
-        return CStmt(s, s.targets, value, types, step)
+            sc.versions[t] = sc.versions.get(t, 0) + 1 if known else 0
+            versions.append(sc.versions[t])
+        return CStmt(s, s.targets, value, types, step, tuple(versions))
 
     # -- expressions
     def _expr(self, sc: _Scope, e) -> V:
@@ -647,7 +653,7 @@ class _Checker:
             ty = self._lookup(sc, e.id, e.span)
             decl = sc.decls.get(e.id)
             kind = decl.tensor.kind if decl is not None and sc.vars[e.id] is decl.type else "local"
-            return V("ref", attrs={"name": e.id, "kind": kind}, type=ty, span=e.span)
+            return V("ref", attrs={"name": e.id, "kind": kind, "version": sc.versions.get(e.id, 0)}, type=ty, span=e.span)
         if isinstance(e, ir.Shape):
             ty = self._lookup(sc, e.tensor, e.span)
             n = len(ty.legs)
