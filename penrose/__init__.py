@@ -31,11 +31,15 @@ from penrose.parse import parse, parse_file
 __version__ = "0.1.0"
 
 
-def compile(path_or_text, *, seed=None, **sizes):
-    """Compile a `.pen` file (path) or text into an `nn.Module`; `sizes` override dim defaults."""
+def compile(path_or_text, *, seed=None, fuse_attention=True, **sizes):
+    """Compile a `.pen` file (path) or text into an `nn.Module`; `sizes` override dim defaults.
+
+    `seed` makes initialisation deterministic; `fuse_attention=False` keeps attention as the
+    diagram's separate einsum/softmax steps instead of one scaled_dot_product_attention call.
+    """
     from penrose.compiler import compile_diagram
 
-    return compile_diagram(path_or_text, seed=seed, **sizes)
+    return compile_diagram(path_or_text, seed=seed, fuse_attention=fuse_attention, **sizes)
 
 
 def load(path_or_text, **sizes) -> Checked:

@@ -65,7 +65,7 @@ UNARY = {
 }
 OTHER_FUNCS = frozenset(
     """einsum softmax log_softmax layernorm rmsnorm topk dropout detach clamp where causal
-    block_causal gather split concat sum mean max flatten unflatten rope""".split()
+    block_causal gather split concat sum mean max flatten unflatten rope topk_mask""".split()
 )
 FUNCTIONS = frozenset(UNARY) | OTHER_FUNCS
 INITS = {
@@ -377,6 +377,8 @@ class _Checker:
         if isinstance(e, ir.Number):
             if not isinstance(e.value, int):
                 raise PenroseCheckError(f"dim {d.name!r} needs a whole-number size, got {e.value}", e.span)
+            if e.value < 0:
+                raise PenroseCheckError(f"dim {d.name!r} would have a negative size ({e.value})", e.span)
             return e.value
         if isinstance(e, ir.Name):
             if e.id not in self.dims:
@@ -667,6 +669,8 @@ class _Checker:
             raise PenroseCheckError("a list is only allowed as an argument of split or concat", e.span)
         if isinstance(e, ir.Neg):
             a = self._expr(sc, e.operand)
+            if a.op == "num":  # -inf, -2: fold into the number
+                return V("num", attrs={"value": -a.attrs["value"]}, span=e.span)
             self._numeric(a, e.operand.span, "negate")
             return V("neg", (a,), type=a.type, span=e.span)
         if isinstance(e, ir.BinOp):
@@ -794,11 +798,12 @@ class _Checker:
             return -math.inf
         if isinstance(v, ir.Name) and v.id == "inf":
             return math.inf
-        if allow_dim and isinstance(v, ir.Name) and v.id in self.dims:
-            size = self.S.size(self.dims[v.id])
+        sign, node = (-1, v.operand) if isinstance(v, ir.Neg) else (1, v)
+        if allow_dim and isinstance(node, ir.Name) and node.id in self.dims:
+            size = self.S.size(self.dims[node.id])
             if size is None:
-                raise PenroseCheckError(f"{e.func}: dim {v.id!r} has no size", v.span)
-            return size
+                raise PenroseCheckError(f"{e.func}: dim {node.id!r} has no size", node.span)
+            return sign * size
         if not isinstance(v, ir.Number) or (integer and not isinstance(v.value, int)):
             kind = "a whole number" if integer else "a number"
             raise PenroseCheckError(f"{e.func}: {key} must be {kind}{' or a dim' if allow_dim else ''}", v.span)
@@ -910,6 +915,10 @@ class _Checker:
             raise PenroseCheckError(f"topk: k={k} must be between 1 and the size of leg {v.legs[axis]!r} ({n})", e.span)
         return V("topk", (v,), {"axis": axis, "k": k}, v.type, span=e.span)
 
+    def _fn_topk_mask(self, sc, e):
+        t = self._fn_topk(sc, e)
+        return V("topk_mask", t.args, t.attrs, TType(t.type.legs, t.type.cls, "bool", t.type.batched), span=e.span)
+
     def _reduce(self, sc, e):
         v, axis = self._over_leg(sc, e, default_last=False)
         legs = v.legs[:axis] + v.legs[axis + 1 :]
@@ -947,8 +956,8 @@ class _Checker:
                     raise PenroseCheckError("clamp bounds are numbers", a.span)
             lo = pos[0].value
             hi = pos[1].value if len(pos) > 1 else None
-        lo = self._number_kw(e, "min", lo)
-        hi = self._number_kw(e, "max", hi)
+        lo = self._number_kw(e, "min", lo, allow_dim=True)
+        hi = self._number_kw(e, "max", hi, allow_dim=True)
         if lo is None and hi is None:
             raise PenroseCheckError("clamp needs min= or max=", e.span)
         if lo is not None and hi is not None and lo > hi:
@@ -1108,7 +1117,7 @@ class _Checker:
         n = self.S.size(v.type.cls[axis])
         if n is not None and n % 2:
             raise PenroseCheckError(f"rope: leg {v.legs[axis]!r} has odd size {n}; rotate-half needs an even size", e.span)
-        base = self._number_kw(e, "base", 10000.0)
+        base = self._number_kw(e, "base", 10000.0, allow_dim=True)
         return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
 
     # blocks ---------------------------------------------------------------------------------------

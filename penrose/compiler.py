@@ -24,6 +24,7 @@ from penrose import ir
 from penrose.check import Checked, V, check
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
+from penrose.fuse import find_attention
 from penrose.parse import parse, parse_file
 from penrose.plan import letters_for, plan_einsum
 
@@ -86,6 +87,12 @@ def _topk_filter(x, k, dim):
     return torch.zeros_like(x).scatter(dim, indices, values)
 
 
+def _topk_mask(x, k, dim):
+    """True at the k largest entries along dim."""
+    indices = x.topk(k, dim=dim).indices
+    return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter(dim, indices, True)
+
+
 def _rms_norm(x, weight, eps, dim):
     """RMSNorm over one leg, computed in float32 and cast back."""
     xf = x.float()
@@ -127,6 +134,15 @@ def _rope(x, pos_dim, dim, base):
     return (xf * angle.cos() + rotated * angle.sin()).to(x.dtype)
 
 
+def _attention(q, k, v, mask, scale, causal):
+    """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention."""
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    q = q.expand(*batch, *q.shape[-2:])
+    k = k.expand(*batch, *k.shape[-2:])
+    v = v.expand(*batch, *v.shape[-2:])
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
 def _chain(blocks, x):
     """Feed x through each block in turn (a repeated block)."""
     for block in blocks:
@@ -134,7 +150,7 @@ def _chain(blocks, x):
     return x
 '''
 
-_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_rms_norm", "_causal_mask", "_block_causal_mask", "_rope", "_chain")
+_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_topk_mask", "_rms_norm", "_causal_mask", "_block_causal_mask", "_rope", "_attention", "_chain")
 
 _STANDALONE_ERROR = '''
 class ShapeError(ValueError):
@@ -151,14 +167,15 @@ def _camel(name: str) -> str:
 
 
 def _comment(text: str) -> str:
-    """User text made safe for a comment: no line breaks can escape it."""
+    """User text made safe for a comment: no line breaks can escape it, no NUL or lone surrogate breaks compile()."""
+    text = re.sub(r"[\x00\ud800-\udfff]", "\ufffd", text)
     return re.sub(r"[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+", " ", text).strip()
 
 
 class _Emitter:
     """Generates the source of one module class (the diagram or one block)."""
 
-    def __init__(self, c: Checked, class_name: str, block_classes: dict, top: bool):
+    def __init__(self, c: Checked, class_name: str, block_classes: dict, top: bool, fuse_attention: bool = True):
         self.c = c
         self.S = c.sizes
         self.cls_name = class_name
@@ -167,6 +184,8 @@ class _Emitter:
         self.used_free: dict[int, str] = {}
         self.uses_device = False
         self.device_src = None
+        self.fused = find_attention(c) if fuse_attention else {}
+        self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
 
     # -- sizes
     def size_code(self, cls: int, span: Span) -> str:
@@ -235,14 +254,14 @@ class _Emitter:
             return f"torch.{op}({a}, dim={self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
         if op == "layernorm":
             x = v.args[0]
-            a, _ = self.expr(x)
+            a, p = self.expr(x)
             d = self.dim_of(x, v.attrs["axis"])
             n = self.size_code(x.type.cls[v.attrs["axis"]], v.span)
             w = f"self.{v.attrs['weight']}" if v.attrs["weight"] else "None"
             b = f"self.{v.attrs['bias']}" if v.attrs["bias"] else "None"
             if d == -1:
                 return f"torch.nn.functional.layer_norm({a}, ({n},), {w}, {b}, {v.attrs['eps']!r})", _PREC_ATOM
-            a_moved = f"{a}.movedim({d}, -1)"
+            a_moved = f"{self.wrap(a, p, _PREC_ATOM)}.movedim({d}, -1)"
             return f"torch.nn.functional.layer_norm({a_moved}, ({n},), {w}, {b}, {v.attrs['eps']!r}).movedim(-1, {d})", _PREC_ATOM
         if op == "rmsnorm":
             a, _ = self.expr(v.args[0])
@@ -251,6 +270,9 @@ class _Emitter:
         if op == "topk":
             a, _ = self.expr(v.args[0])
             return f"_topk_filter({a}, {v.attrs['k']}, {self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
+        if op == "topk_mask":
+            a, _ = self.expr(v.args[0])
+            return f"_topk_mask({a}, {v.attrs['k']}, {self.dim_of(v.args[0], v.attrs['axis'])})", _PREC_ATOM
         if op == "reduce":
             a, p = self.expr(v.args[0])
             fn = {"sum": "sum", "mean": "mean", "max": "amax"}[v.attrs["name"]]
@@ -279,9 +301,9 @@ class _Emitter:
                 return f"_causal_mask({t}, {p}, _device)", _PREC_ATOM
             return f"_block_causal_mask({t}, {p}, {v.attrs['block']}, _device)", _PREC_ATOM
         if op == "gather":
-            table, _ = self.expr(v.args[0])
+            table, p = self.expr(v.args[0])
             ids, _ = self.expr(v.args[1])
-            return f"{table}[{ids}]", _PREC_ATOM
+            return f"{self.wrap(table, p, _PREC_ATOM)}[{ids}]", _PREC_ATOM
         if op == "split":
             a, _ = self.expr(v.args[0])
             sizes = ", ".join(str(s) for s in v.attrs["sizes"])
@@ -344,7 +366,9 @@ class _Emitter:
         """x's code, its legs permuted and unsqueezed to line up with node's legs."""
         code, prec = self.expr(x)
         if align is None or x.type.dtype == "scalar":
-            return code
+            return self.wrap(code, prec, _PREC_ATOM)  # callers treat the result as an atom
+        if None not in align and list(align) == list(range(len(x.legs))):
+            return self.wrap(code, prec, _PREC_ATOM)
         n = len(x.legs)
         present = [i for i in align if i is not None]
         if present != list(range(n)):
@@ -356,6 +380,38 @@ class _Emitter:
             # trailing ':' must stay: after '...', x[..., None] would put the new axis last
             idx = ["None" if i is None else ":" for i in align]
             code = f"{self.wrap(code, prec, _PREC_ATOM)}[..., {', '.join(idx)}]"
+        return code
+
+    def arranged(self, x: V, legs: tuple, target: tuple) -> str:
+        """x (with `legs`) permuted and unsqueezed so its legs follow `target` (missing ones size 1)."""
+        align = tuple(legs.index(l) if l in legs else None for l in target)
+        return self.aligned(x, align, None)
+
+    def attention_code(self, att) -> str:
+        """One scaled_dot_product_attention call for a recognised attention pattern."""
+        heads = att.heads
+        q = self.arranged(att.q, att.q_legs, heads + (att.t, att.d))
+        k = self.arranged(att.k, att.k_legs, heads + (att.s, att.d))
+        v = self.arranged(att.v, att.v_legs, heads + (att.s, att.e))
+        if att.scale_op == "/":
+            sc, p = self.expr(att.scale_value)
+            scale = f"1.0 / {self.wrap(sc, p, _PREC_MUL + 1)}"
+        elif att.scale_op == "*":
+            scale = self.expr(att.scale_value)[0]
+        else:
+            scale = "1.0"
+        causal = "False"
+        mask = "None"
+        if att.mask_kind == "causal":
+            causal = "True"
+        elif att.mask is not None:
+            mask = self.expr(att.mask)[0]
+        code = f"_attention({q}, {k}, {v}, {mask}, {scale}, {causal})"
+        current = heads + (att.t, att.e)
+        if tuple(att.out) != current:
+            src = tuple(current.index(l) - len(current) for l in att.out)
+            dst = tuple(j - len(current) for j in range(len(current)))
+            code = f"{code}.movedim({src}, {dst})"
         return code
 
     def einsum_code(self, v: V):
@@ -487,8 +543,11 @@ class _Emitter:
                 if text:
                     body.append(f"        # {text}")
                 continue
+            if isinstance(st, ir.Assign) and id(s) in self.absorbed:
+                body.append(f"        # {_comment(format_stmt(ir.Assign(st.targets, st.value, st.instance, st.repeat)))}  (fused below)")
+                continue
             if isinstance(st, ir.Assign):
-                code, _ = self.expr(s.value)
+                code = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(s.value)[0]
                 if len(s.types) == 1:
                     comment = self.shape_comment(s.types[0])
                 else:
@@ -592,8 +651,12 @@ def _wrap(code: str, prec: int, need: int) -> str:
     return code if prec >= need else f"({code})"
 
 
-def generate_source(checked: Checked, standalone: bool = True) -> str:
-    """The Python source of the module for a checked diagram (imports only torch)."""
+def generate_source(checked: Checked, standalone: bool = True, fuse_attention: bool = True) -> str:
+    """The Python source of the module for a checked diagram (imports only torch).
+
+    `fuse_attention` lowers recognised attention (scores, mask, softmax, convex combination) to
+    one scaled_dot_product_attention call; the function computed is the same.
+    """
     classes = {}
     for name in checked.blocks:
         classes[name] = _camel(name) + "Block"
@@ -603,10 +666,12 @@ def generate_source(checked: Checked, standalone: bool = True) -> str:
     parts = []
     for name, blk in checked.blocks.items():
         if _block_used(checked, name):
-            parts.append(_Emitter(blk, classes[name], classes, top=False).generate())
-    parts.append(_Emitter(checked, top_name, classes, top=True).generate())
+            parts.append(_Emitter(blk, classes[name], classes, top=False, fuse_attention=fuse_attention).generate())
+    parts.append(_Emitter(checked, top_name, classes, top=True, fuse_attention=fuse_attention).generate())
+    # the file name goes inside a docstring: no backslash escapes, no closing quotes
+    shown = _comment(os.path.basename(checked.diagram.file)).replace("\\", "/").replace('"', "'")
     header = [
-        f'"""Generated by penrose from {_comment(os.path.basename(checked.diagram.file))}: edit the diagram, not this file."""',
+        f'"""Generated by penrose from {shown}: edit the diagram, not this file."""',
         "",
         "import collections",
         "",
@@ -637,9 +702,9 @@ def _block_used(checked: Checked, name: str) -> bool:
 _COUNTER = [0]
 
 
-def build(checked: Checked, seed: int | None = None) -> torch.nn.Module:
+def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True) -> torch.nn.Module:
     """Instantiate the module of a checked diagram; `seed` makes initialisation deterministic."""
-    source = generate_source(checked, standalone=False)
+    source = generate_source(checked, standalone=False, fuse_attention=fuse_attention)
     _COUNTER[0] += 1
     filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"
     code = compile(source, filename, "exec")
@@ -667,14 +732,14 @@ def load(path_or_text, **sizes) -> Checked:
     return check(parse(path_or_text), **sizes)
 
 
-def compile_diagram(path_or_text, *, seed: int | None = None, **sizes) -> torch.nn.Module:
+def compile_diagram(path_or_text, *, seed: int | None = None, fuse_attention: bool = True, **sizes) -> torch.nn.Module:
     """`.pen` file or text → `nn.Module`; `sizes` override dim defaults.
 
     >>> m = compile_diagram("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y")
     >>> m(torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    return build(load(path_or_text, **sizes), seed=seed)
+    return build(load(path_or_text, **sizes), seed=seed, fuse_attention=fuse_attention)
 
 
 def write_source(path_or_text, out_path, **sizes) -> str:

@@ -210,7 +210,8 @@ def test_format_round_trip(name):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_check_is_clean(name, recwarn):
-    penrose.load(PAPER / f"{name}.pen")
+    checked = penrose.load(PAPER / f"{name}.pen")
+    assert checked.warnings == []
     assert not [w for w in recwarn if issubclass(w.category, penrose.PenroseWarning)]
 
 

@@ -1,1 +1,109 @@
-"""Rendering: Penrose figures, index equations and geometric readings of a diagram."""
+"""Rendering: Penrose figures, index equations and geometric readings of a diagram.
+
+    >>> import penrose.render
+    >>> svg = penrose.render.render("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y")
+    >>> svg.startswith('<?xml')
+    True
+
+`render` takes `.pen` text, a path, a parsed `ir.Diagram` or a `Checked` diagram; `render_file`
+writes svg, png or pdf (chosen by the extension) atomically. Views: 'diagram' (the whole figure),
+'statement:N' (the N-th computing statement, 1-based), 'block:NAME' (a block's body).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from penrose.errors import PenroseError, PenroseRenderError, Span
+
+__all__ = ["dot_source", "render", "render_file", "build_gallery"]
+
+
+def _checked(obj, sizes):
+    from penrose import ir
+    from penrose.check import Checked, check
+
+    if isinstance(obj, Checked):
+        return obj if not sizes else check(obj.diagram, **sizes)
+    if isinstance(obj, ir.Diagram):
+        return check(obj, **(sizes or {}))
+    checked = getattr(obj, "penrose_checked", None)  # a compiled module
+    if isinstance(checked, Checked):
+        return checked if not sizes else check(checked.diagram, **sizes)
+    if isinstance(obj, (str, os.PathLike)):
+        from penrose.parse import parse, parse_file
+
+        if isinstance(obj, os.PathLike) or ("\n" not in obj and obj.endswith(".pen")):
+            return check(parse_file(obj), **(sizes or {}))
+        return check(parse(obj), **(sizes or {}))
+    raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
+
+
+def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None) -> str:
+    """The Graphviz DOT text of a figure (what `render` lays out)."""
+    from penrose.render.figure import Options, build_figure, to_dot
+
+    c = _checked(diagram, sizes)
+    opts = Options(direction=direction, show_sizes=show_sizes, show_plan=show_plan, unfold=unfold)
+    return to_dot(build_figure(c, view, opts))
+
+
+def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
+    """Draw a diagram: SVG text for fmt='svg', bytes for 'png' and 'pdf'.
+
+    >>> svg = render("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y", view="statement:1")
+    >>> 'sigmoid' in svg
+    True
+    """
+    from penrose.render.graphviz import FORMATS, run_dot
+
+    if fmt not in FORMATS:
+        raise PenroseRenderError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
+    dot = dot_source(diagram, view, direction, show_sizes, show_plan, unfold, sizes)
+    data = run_dot(dot, fmt)
+    return data.decode("utf-8") if fmt == "svg" else data
+
+
+def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
+    """Render the `.pen` file at `path` to `out_path` (svg, png or pdf by extension); returns out_path.
+
+    Nothing is written when anything fails: an invalid diagram raises the checker's positioned
+    error, an unknown format or an unwritable place a `PenroseRenderError`.
+    """
+    from penrose.io import atomic_write_bytes
+    from penrose.render.graphviz import FORMATS
+
+    ext = Path(str(out_path)).suffix.lower().lstrip(".")
+    if ext not in FORMATS:
+        raise PenroseRenderError(
+            f"cannot tell the figure format from {str(out_path)!r}; use a .svg, .png or .pdf file name", Span(str(out_path))
+        )
+    folder = Path(str(out_path)).parent
+    if str(folder) and not folder.is_dir():
+        raise PenroseRenderError(f"cannot write {out_path}: folder {folder} does not exist", Span(str(out_path)))
+    data = render(path, ext, view, direction, show_sizes, show_plan, unfold, sizes)
+    if isinstance(data, str):
+        data = data.encode("utf-8")
+    try:
+        atomic_write_bytes(out_path, data)
+    except PenroseRenderError:
+        raise
+    except PenroseError as e:
+        raise PenroseRenderError(e.message, e.span) from None
+    return out_path
+
+
+def build_gallery(paths=None, out_dir="gallery"):
+    """Build the static HTML gallery (see penrose.render.gallery)."""
+    from penrose.render.gallery import build_gallery as _build
+
+    return _build(paths, out_dir)
+
+
+def repr_svg(obj) -> str | None:
+    """SVG for notebooks (`_repr_svg_`); None when the diagram cannot be drawn."""
+    try:
+        return render(obj)
+    except PenroseError:
+        return None

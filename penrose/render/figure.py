@@ -1,0 +1,1029 @@
+"""Checked diagram → Penrose figure: tensors, wires and boxes, as a small graph, then DOT.
+
+The figure follows the paper's visual language (docs/rendering.md shows it):
+
+    tensor      a circle named after it: inputs grey, params white, buffers white with a thick
+                border, block arguments grey; a named intermediate is a small dashed circle,
+                drawn only where it branches (used twice) or is a result
+    leg         one wire per index, labelled with the index (and its size on request)
+    contraction the legs two tensors share are wires between them; a leg three or more tensors
+                share (a batch leg) meets at a black dot; a leg summed inside one tensor ends in Σ
+    result      a double circle that the result's free legs run into
+    operation   a labelled box on the wires it acts on (softmax, sigmoid, top-k, norms, masks,
+                dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷)
+    reuse       a tensor used by several contractions branches into copies (Z feeding q, k, v)
+    residual    an update `Z = Z + h` (or one whose other operand depends on Z) is drawn thick
+                and blue, along a straight spine, so a residual model shows at a glance
+    block       a call is one box (`layer ×4` for `repeat 4`); `unfold` draws one copy inline
+    steps       '# 3) ...' captions become numbered, dashed frames around their statements
+
+`build_figure` returns a `Figure` (plain records); `to_dot` writes Graphviz DOT. Node and edge
+ids are sequential in statement order, so the same diagram gives the same DOT text.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+import textwrap
+from dataclasses import dataclass, field
+
+from penrose import ir
+from penrose.check import Checked, V
+from penrose.errors import PenroseRenderError, Span
+
+# ---- the figure records ------------------------------------------------------------------------
+
+
+@dataclass
+class FNode:
+    id: str
+    kind: str  # input param buffer formal value output copy junction sum op arith block mask scalar note
+    text: str  # the label as plain text (lines joined by '\n')
+    html: str = ""  # the Graphviz HTML-like label ('' means: text)
+    cluster: str | None = None
+    tooltip: str = ""
+    xlabel: str = ""
+    group: str = ""
+    step: int | None = None  # the numbered step (caption) that drew it
+    badge: str = ""  # the step's number, shown on the first box of the step
+
+
+@dataclass
+class FEdge:
+    tail: str
+    head: str
+    label: str = ""
+    kind: str = "wire"  # wire residual branch scalar note
+    tooltip: str = ""
+    step: int | None = None
+    badge: str = ""
+    lateral: bool = False  # joins two tensors already placed: does not push one after the other
+
+
+@dataclass
+class Cluster:
+    """A frame around an unfolded block."""
+
+    id: str
+    label: str
+    parent: str | None = None
+
+
+@dataclass
+class Figure:
+    title: str
+    direction: str = "LR"
+    legend: dict = field(default_factory=dict)
+    nodes: list = field(default_factory=list)
+    edges: list = field(default_factory=list)
+    clusters: dict = field(default_factory=dict)  # id -> Cluster, in creation order
+    captions: dict = field(default_factory=dict)  # step number -> caption text, in order
+
+    def node(self, node_id: str) -> FNode:
+        return next(n for n in self.nodes if n.id == node_id)
+
+
+@dataclass
+class _Val:
+    """A value being drawn: where each of its legs dangles (a node id per leg)."""
+
+    ports: list
+    legs: tuple
+    cls: tuple
+    anchor: str | None = None  # the one node that stands for the value (boxes, scalars)
+    key: tuple | None = None  # (name, version) of a named value
+    deps: frozenset = frozenset()  # keys of the named values it is computed from
+    kind: str = "value"  # the kind of a leaf (input, param ...), for copies
+    name: str = ""
+    spine: bool = False  # the result of a residual update
+    hidden: tuple = ()  # nodes of its contractions that carry none of its legs (for ordering)
+
+
+TENSOR_KINDS = frozenset({"input", "param", "buffer", "formal", "copy", "value", "output"})
+ARITH = {"+": "+", "-": "−", "*": "×", "/": "÷", "//": "÷", "**": "^", "<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "!=": "≠"}
+BOX_NAMES = {
+    "sigmoid": "sigmoid",
+    "sigma": "sigmoid",
+    "relu": "ReLU",
+    "gelu": "GELU",
+    "silu": "SiLU",
+    "tanh": "tanh",
+    "exp": "exp",
+    "log": "log",
+    "sqrt": "√",
+    "abs": "|·|",
+    "softplus": "softplus",
+    "softmax": "softmax",
+    "log_softmax": "log-softmax",
+    "layernorm": "layer norm",
+    "rmsnorm": "RMS norm",
+    "topk": "top-k",
+    "dropout": "dropout",
+    "detach": "detach",
+    "clamp": "clamp",
+    "where": "where",
+    "gather": "gather",
+    "split": "split",
+    "concat": "concat",
+    "sum": "Σ",
+    "mean": "mean",
+    "max": "max",
+}
+
+
+@dataclass(frozen=True)
+class Options:
+    direction: str = "LR"
+    show_sizes: bool = False
+    show_plan: bool = False
+    unfold: bool = False
+
+
+# ---- entry points ------------------------------------------------------------------------------
+
+
+def statements(c: Checked) -> list:
+    """The statements that compute something (assignments and returns), in order: the units that
+    `view='statement:N'` (1-based) and the gallery's Rosetta stone count."""
+    return [s for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)) and s.value is not None]
+
+
+def build_figure(c: Checked, view: str = "diagram", options: Options = Options()) -> Figure:
+    """The figure of a checked diagram: `view` is 'diagram', 'statement:N' or 'block:NAME'.
+
+    >>> from penrose.check import check
+    >>> from penrose.parse import parse
+    >>> f = build_figure(check(parse("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y")))
+    >>> sorted((e.tail, e.head, e.label) for e in f.edges)
+    [('W', 'y', 'j'), ('x', 'W', 'i')]
+    """
+    if options.direction not in ("LR", "TB"):
+        raise PenroseRenderError(f"direction must be 'LR' or 'TB', got {options.direction!r}", Span(c.diagram.file))
+    kind, _, arg = view.partition(":")
+    legend = index_legend(c.diagram)
+    if kind == "diagram" and not arg:
+        b = _Builder(c, options, Figure(_title(c), options.direction, legend))
+        b.draw_body(c, {}, prefix="", top=True)
+        return b.fig
+    if kind == "statement":
+        stmts = statements(c)
+        try:
+            n = int(arg)
+        except ValueError:
+            n = 0
+        if not 1 <= n <= len(stmts):
+            raise PenroseRenderError(
+                f"view {view!r}: the diagram has {len(stmts)} statement(s); use statement:1 to statement:{len(stmts)}",
+                Span(c.diagram.file),
+            )
+        s = stmts[n - 1]
+        fig = Figure(_stmt_title(s, n), options.direction, legend)
+        b = _Builder(c, options, fig)
+        b.draw_statement(c, s)
+        return fig
+    if kind == "block":
+        if arg not in c.blocks:
+            names = ", ".join(sorted(c.blocks)) or "none"
+            raise PenroseRenderError(f"view {view!r}: no block {arg!r} (blocks: {names})", Span(c.diagram.file))
+        blk = c.blocks[arg]
+        fig = Figure(f"block {arg}", options.direction, legend)
+        b = _Builder(c, options, fig)
+        b.draw_body(blk, {}, prefix="", top=True)
+        return fig
+    raise PenroseRenderError(f"unknown view {view!r}; use 'diagram', 'statement:N' or 'block:NAME'", Span(c.diagram.file))
+
+
+def index_legend(diagram: ir.Diagram) -> dict:
+    """The '# index legend: t token, e embedding' comment, continuation lines included.
+
+    >>> index_legend(ir.Diagram((), source="# index legend: t token, p key token,\\n#   e embedding\\n"))
+    {'t': 'token', 'p': 'key token', 'e': 'embedding'}
+    """
+    lines = diagram.source.splitlines()
+    text = ""
+    for i, line in enumerate(lines):
+        body = line.strip()
+        if body.startswith("#") and body[1:].strip().lower().startswith("index legend:"):
+            text = body[1:].strip().split(":", 1)[1]
+            for nxt in lines[i + 1 :]:
+                if nxt.startswith("#") and nxt[1:3] == "  " and nxt[1:].strip():  # '#   more legend'
+                    text += " " + nxt[1:].strip()
+                else:
+                    break
+            break
+    if not text:
+        return ir.legend(diagram)
+    out: dict[str, str] = {}
+    depth, item, items = 0, "", []
+    for ch in text:  # split at commas outside parentheses
+        depth += ch == "("
+        depth -= ch == ")"
+        if ch == "," and depth == 0:
+            items.append(item)
+            item = ""
+        else:
+            item += ch
+    items.append(item)
+    for it in items:
+        parts = it.split(None, 1)
+        if len(parts) == 2:
+            out[parts[0]] = parts[1].strip()
+    return out
+
+
+def _title(c: Checked) -> str:
+    return c.name
+
+
+def _stmt_title(s, n: int) -> str:
+    from penrose.fmt import format_stmt
+
+    return f"({n}) {format_stmt(s.stmt)}"
+
+
+# ---- building ----------------------------------------------------------------------------------
+
+
+class _Builder:
+    def __init__(self, top: Checked, options: Options, fig: Figure):
+        self.top = top
+        self.opt = options
+        self.fig = fig
+        self.count = 0
+        self.cluster: str | None = None
+        self.step: int | None = None
+        self.n_contraction = 0
+        self.ids: set[str] = set()
+
+    # -- records
+    def new_id(self, base: str) -> str:
+        base = "".join(ch if ch.isalnum() or ch in "_." else "_" for ch in base) or "n"
+        if base not in self.ids:
+            self.ids.add(base)
+            return base
+        i = 2
+        while f"{base}_{i}" in self.ids:
+            i += 1
+        self.ids.add(f"{base}_{i}")
+        return f"{base}_{i}"
+
+    def add_node(self, base, kind, text, html_label="", cluster="current", tooltip="", xlabel="", group="") -> str:
+        nid = self.new_id(base)
+        cl = self.cluster if cluster == "current" else cluster
+        self.fig.nodes.append(FNode(nid, kind, text, html_label, cl, tooltip, xlabel, group, self.step))
+        return nid
+
+    def add_edge(self, tail, head, label="", kind="wire", tooltip="") -> FEdge:
+        e = FEdge(tail, head, label, kind, tooltip, self.step)
+        self.fig.edges.append(e)
+        return e
+
+    def leg_label(self, leg: str, cls) -> str:
+        if self.opt.show_sizes and cls is not None:
+            n = self.top.sizes.size(cls)
+            if n is not None:
+                return f"{leg}={n}"
+        return leg
+
+    def wire(self, tail, head, leg, cls, kind="wire") -> FEdge:
+        return self.add_edge(tail, head, self.leg_label(leg, cls), kind, tooltip=self.leg_tooltip(leg, cls))
+
+    def leg_tooltip(self, leg, cls) -> str:
+        words = self.fig.legend.get(leg, "")
+        n = self.top.sizes.size(cls) if cls is not None else None
+        return f"{leg}" + (f" ({words})" if words else "") + (f", size {n}" if n is not None else "")
+
+    # -- bodies
+    def draw_body(self, body: Checked, env: dict, prefix: str, top: bool):
+        """Draw every statement of a body; `env` binds formals to values (inlined blocks)."""
+        uses = _count_uses(body)
+        scope = _Scope(body, env, uses, prefix)
+        outputs = {n for n, _ in body.outputs} if not body.is_block else set()
+        returned = []
+        base_step = self.step
+        for s in body.stmts:
+            st = s.stmt
+            if isinstance(st, ir.Comment):
+                if s.step is not None and top:
+                    self.step = s.step
+                    self.fig.captions[s.step] = _caption(st.text)
+                continue
+            if isinstance(st, ir.Assign):
+                self.assign(scope, s, outputs)
+            elif isinstance(st, ir.Return):
+                vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
+                returned = vals
+            elif isinstance(st, ir.Output):
+                pass
+        self.step = base_step
+        if top:
+            _badge_steps(self.fig)
+        if top and body.is_block:  # the block view: what the block returns is its result
+            for i, (val, v) in enumerate(zip(returned, _return_values(body))):
+                name = v.attrs["name"] if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
+                self.result_node(val, name)
+        return returned
+
+    def new_cluster(self, base, label, parent) -> str:
+        cid = self.new_id("cluster_" + base)
+        self.fig.clusters[cid] = Cluster(cid, label, parent)
+        return cid
+
+    def assign(self, scope: "_Scope", s, outputs):
+        st = s.stmt
+        v = s.value
+        scope.n_assign += 1
+        scope.current_target = st.targets[0] if len(st.targets) == 1 else None
+        try:
+            if v.outs:  # several results (split, a block with several returns)
+                vals = self.expr(scope, v, einsum_use=False, multi=True)
+            else:
+                vals = [self.expr(scope, v, einsum_use=False)]
+        finally:
+            scope.current_target = None
+        for target, val in zip(st.targets, vals):
+            key = scope.bump(target)
+            val.key = key
+            val.name = target
+            n_uses = scope.uses.get(key, (0, 0))
+            if target in outputs and scope.is_last(target):
+                val = self.result_node(val, target)
+            elif sum(n_uses) >= 2 or (not val.legs and val.anchor is None):
+                val = self.value_node(val, target)
+            scope.env[target] = val
+
+    def value_node(self, val: _Val, name: str, kind="value") -> _Val:
+        """Materialise a named value: its legs run into one small node, which then branches."""
+        spine = val.spine
+        nid = self.add_node(f"{name}", kind, name, _name_html(name), tooltip=f"{name}[{', '.join(val.legs)}]",
+                            group="spine" if spine else "")
+        self.after(nid, val)
+        for port, leg, cl in zip(val.ports, val.legs, val.cls):
+            self.wire(port, nid, leg, cl, kind="residual" if spine else "wire")
+        if not val.legs and val.anchor is not None and val.anchor != nid:
+            self.add_edge(val.anchor, nid, kind="scalar")
+        return _Val([nid] * len(val.legs), val.legs, val.cls, nid, val.key, val.deps, kind, name, spine)
+
+    def result_node(self, val: _Val, name: str) -> _Val:
+        saved = self.cluster
+        self.cluster = None
+        try:
+            return self.value_node(val, name, kind="output")
+        finally:
+            self.cluster = saved
+
+    def draw_statement(self, c: Checked, s):
+        """One statement: every tensor it names is a circle, its result a double circle."""
+        scope = _Scope(c, {}, {}, "", leaves=True)
+        st = s.stmt
+        if isinstance(st, ir.Return):
+            vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
+            names = [v.attrs["name"] if v.op == "ref" else "out" for v in s.value.args]
+        else:
+            v = s.value
+            vals = self.expr(scope, v, einsum_use=False, multi=True) if v.outs else [self.expr(scope, v, einsum_use=False)]
+            names = list(st.targets)
+        for val, name in zip(vals, names):
+            self.result_node(val, name)
+
+    # -- expressions
+    def expr(self, scope: "_Scope", v: V, einsum_use: bool, multi: bool = False):
+        op = v.op
+        if op == "ref":
+            return self.ref(scope, v, einsum_use)
+        if v.type.dtype == "scalar":
+            return None  # a plain number: drawn inside the label of the box that uses it
+        if op == "einsum":
+            return self.einsum(scope, v)
+        if op == "binop":
+            return self.binop(scope, v)
+        if op == "block":
+            return self.block(scope, v, multi)
+        return self.box(scope, v, multi)
+
+    def ref(self, scope: "_Scope", v: V, einsum_use: bool) -> _Val:
+        name = v.attrs["name"]
+        val = scope.lookup(self, name, v)
+        key = val.key
+        n_einsum = scope.uses.get(key, (0, 0))[0] if key else 0
+        if einsum_use and n_einsum >= 2 and val.anchor is not None:
+            # a tensor several contractions read: one copy per contraction, branching off it
+            base = val.anchor
+            kind = val.kind if val.kind in ("input", "param", "buffer", "formal") else "copy"
+            cid = self.add_node(f"{name}_copy", kind, name, _name_html(name), tooltip=f"copy of {name}")
+            self.add_edge(base, cid, kind="branch", tooltip=f"{name} is reused: a copy")
+            return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name)
+        return val
+
+    def operand_vals(self, scope, v: V, einsum_use=False):
+        return [self.expr(scope, a, einsum_use=einsum_use) for a in v.args]
+
+    def einsum(self, scope, v: V) -> _Val:
+        terms, out = v.attrs["terms"], v.attrs["out"]
+        before = {n.id for n in self.fig.nodes}
+        vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
+        kinds = {n.id: n.kind for n in self.fig.nodes}
+        self.n_contraction += 1
+        number = self.n_contraction
+        plan_labels = self.plan_labels(v, number) if self.opt.show_plan else {}
+        deps = frozenset().union(*(x.deps | ({x.key} if x.key else set()) for x in vals))
+        scalars = [x for x, t in zip(vals, terms) if not t]
+        tensor_ops = [(x, t) for x, t in zip(vals, terms) if t]
+        # where each letter occurs: (port, leg name, class)
+        occ: dict[str, list] = {}
+        for x, t in tensor_ops:
+            for letter, port, leg, cl in zip(t, x.ports, x.legs, x.cls):
+                occ.setdefault(letter, []).append((port, leg, cl))
+        out_ports, out_cls = [], []
+        anchor = None
+        letter_cls = {}
+        for letter, places in occ.items():
+            letter_cls[letter] = places[0][2]
+        contracted = [l for l in occ if l not in out]
+        edges_made = []
+        first_wire = None
+        for letter, places in occ.items():
+            names = {p[1] for p in places}
+            label_leg = places[0][1] if len(names) == 1 else letter
+            cl = places[0][2]
+            extra = plan_labels.get(letter, "")
+            in_out = letter in out
+            if len(places) == 1 and in_out:
+                continue
+            if len(places) == 1:
+                node = self.add_node("sum", "sum", "Σ", tooltip=f"sum over {label_leg}")
+                e = self.wire(places[0][0], node, label_leg, cl)
+                edges_made.append(e)
+                if extra:
+                    e.label += "\n" + extra
+                continue
+            if len(places) == 2 and not in_out and not (not out and letter == contracted[0]):
+                e = self.wire(places[0][0], places[1][0], label_leg, cl)
+                e.lateral = all(p[0] in before and kinds.get(p[0]) in TENSOR_KINDS for p in places)
+                edges_made.append(e)
+                if extra:
+                    e.label += "\n" + extra
+                first_wire = first_wire or e
+                continue
+            # a leg three or more tensors share (or a closed contraction's result): a junction
+            j = self.add_node("junction", "junction", "", tooltip=f"leg {label_leg} shared")
+            for port, leg, pcl in places:
+                e = self.wire(port, j, leg if len(names) == 1 else letter, pcl)
+                edges_made.append(e)
+            if extra and edges_made:
+                edges_made[-1].label += "\n" + extra
+            if in_out:
+                letter_cls[letter] = cl
+                occ[letter] = [(j, label_leg, cl)]
+            else:
+                anchor = j
+        for letter in out:
+            port, _, cl = occ[letter][0]
+            out_ports.append(port)
+            out_cls.append(cl)
+        if self.opt.show_plan and not edges_made and "*" in plan_labels:
+            note = self.add_node("plan", "note", plan_labels["*"])
+            first = next((x for x, _ in tensor_ops), None)
+            if first is not None and first.ports:
+                self.add_edge(first.ports[0], note, kind="note")
+        elif self.opt.show_plan and "*" in plan_labels and edges_made:
+            edges_made[0].label += "\n" + plan_labels["*"]
+        hidden = []
+        for x in vals:
+            hidden.extend(h for h in x.hidden if h not in hidden)
+        for e in edges_made:
+            for n in (e.tail, e.head):
+                if n not in hidden and n not in out_ports:
+                    hidden.append(n)
+        val = _Val(out_ports, tuple(v.type.legs), tuple(out_cls), anchor, deps=deps, hidden=tuple(hidden))
+        if scalars:  # a scalar factor: a × box on the result's legs
+            node = self.add_node("scale", "arith", "×", tooltip="scalar multiplication")
+            for s in scalars:
+                if s.anchor:
+                    self.add_edge(s.anchor, node, kind="scalar")
+            if anchor and not val.legs:
+                self.add_edge(anchor, node, kind="scalar")
+            for port, leg, cl in zip(val.ports, val.legs, val.cls):
+                self.wire(port, node, leg, cl)
+            val = _Val([node] * len(val.legs), val.legs, val.cls, node, deps=deps)
+        elif not val.legs and anchor is None:
+            node = self.add_node("product", "arith", "×", tooltip="product")
+            val = _Val([], (), (), node, deps=deps)
+        return val
+
+    def plan_labels(self, v: V, number: int) -> dict:
+        """letter -> 'contraction #n: FLOPs' for the letters each planned step sums over."""
+        from penrose.plan import letters_for
+        from penrose.report import einsum_plan
+
+        plan = einsum_plan(self.top, v)
+        terms, out = v.attrs["terms"], v.attrs["out"]
+        back = {m: leg for leg, m in letters_for(terms, out).items()}
+        labels: dict[str, str] = {}
+        many = len(plan.steps) > 1
+        for i, step in enumerate(plan.steps, 1):
+            lhs, rhs = step.spec.split("->")
+            gone = [back[ch] for ch in dict.fromkeys(lhs.replace(",", "")) if ch not in rhs and ch in back]
+            tag = f"#{number}.{i}" if many else f"#{number}"
+            text = f"{tag}: {step.flops:,} FLOPs"
+            if gone:
+                labels.setdefault(gone[0], text)
+            else:
+                labels["*"] = (labels.get("*", "") + "\n" + text).strip()
+        return labels
+
+    def binop(self, scope, v: V) -> _Val:
+        a, b = v.args
+        op = v.attrs["op"]
+        va, vb = self.expr(scope, a, False), self.expr(scope, b, False)
+        sym = ARITH[op]
+        if va is None or vb is None:  # tensor ∘ number: a box showing the number
+            tensor, other, left = (va, b, True) if va is not None else (vb, a, False)
+            num = _scalar_text(other)
+            text = f"{sym} {num}" if left else f"{num} {sym}"
+            if op == "**" and left:
+                text = f"^{num}"
+            node = self.add_node("scale", "op", text, _html_text(text), tooltip=_op_tooltip(v))
+            self.inputs_to(node, tensor)
+            return self.box_result(node, v, [tensor])
+        residual = self.is_residual(scope, v, va, vb)
+        node = self.add_node("arith", "arith", sym, tooltip=_op_tooltip(v), group="spine" if residual else "")
+        for val, align in ((va, v.attrs["align"][0]), (vb, v.attrs["align"][1])):
+            spine = residual and val is va
+            self.inputs_to(node, val, kind="residual" if spine else "wire")
+        out = self.box_result(node, v, [va, vb])
+        out.spine = residual
+        return out
+
+    def is_residual(self, scope, v: V, va: _Val, vb: _Val) -> bool:
+        """`Z = Z ± h`, or `x + f(x)`: the left operand is the stream, the right reads it."""
+        if v.attrs["op"] not in ("+", "-") or not va.legs or va.legs != tuple(v.type.legs):
+            return False
+        if va.key is None:
+            return False
+        # vb reads the stream: va itself, or an earlier version of the same name that va came from
+        stream = {va.key} | {k for k in va.deps if k[0] == va.key[0]}
+        return bool(stream & vb.deps)
+
+    def inputs_to(self, node: str, val: _Val, kind="wire"):
+        if val is None:
+            return
+        self.after(node, val)
+        for port, leg, cl in zip(val.ports, val.legs, val.cls):
+            self.wire(port, node, leg, cl, kind=kind)
+        if not val.legs and val.anchor is not None:
+            self.add_edge(val.anchor, node, kind="scalar")
+
+    def after(self, node: str, val: _Val):
+        """Place `node` after the contractions that made `val` (invisible ordering edges)."""
+        for h in val.hidden:
+            self.add_edge(h, node, kind="order")
+
+    def box_result(self, node: str, v: V, vals) -> _Val:
+        deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
+        return _Val([node] * len(v.type.legs), tuple(v.type.legs), tuple(v.type.cls), node, deps=deps)
+
+    def box(self, scope, v: V, multi=False):
+        op = v.op
+        vals = [self.expr(scope, a, False) for a in v.args]
+        lines = _box_lines(v, self.top)
+        kind = "mask" if op == "mask" else "op"
+        node = self.add_node(op if op not in ("unary", "reduce") else v.attrs["name"], kind, "\n".join(lines),
+                             _box_html(lines), tooltip=_op_tooltip(v))
+        for val in vals:
+            self.inputs_to(node, val)
+        if multi and v.outs:
+            deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
+            return [_Val([node] * len(t.legs), tuple(t.legs), tuple(t.cls), node, deps=deps) for t in v.outs]
+        return self.box_result(node, v, vals)
+
+    def block(self, scope, v: V, multi=False):
+        name, inst, rep = v.attrs["block"], v.attrs["instance"], v.attrs["repeat"]
+        vals = [self.expr(scope, a, False) for a in v.args]
+        blk = self.top.blocks[name]
+        deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
+        if self.opt.unfold:
+            label = f"{inst}: block {name}" + (f" ×{rep} (one copy shown)" if rep else "")
+            saved = self.cluster
+            self.cluster = self.new_cluster(f"block_{inst}", label, saved)
+            env = {}
+            for f, val in zip([d for d in blk.decls.values() if d.tensor.kind == "formal"], vals):
+                env[f.tensor.name] = _Val(val.ports, tuple(f.tensor.legs), val.cls, val.anchor, None, val.deps, val.kind, f.tensor.name)
+            outs = self.draw_body(blk, env, prefix=f"{inst}.", top=False)
+            self.cluster = saved
+            res = []
+            for o, t in zip(outs, v.outs or (v.type,)):
+                res.append(_Val(o.ports, tuple(t.legs), tuple(t.cls), o.anchor, None, deps | o.deps))
+            return res if multi and v.outs else res[0]
+        lines = [name if inst == name else f"{inst}: {name}"]
+        if rep:
+            lines.append(f"×{rep}")
+        node = self.add_node(f"block_{inst}", "block", "\n".join(lines), _block_html(lines), tooltip=f"block {name}")
+        for val in vals:
+            self.inputs_to(node, val)
+        if multi and v.outs:
+            return [_Val([node] * len(t.legs), tuple(t.legs), tuple(t.cls), node, deps=deps) for t in v.outs]
+        return _Val([node] * len(v.type.legs), tuple(v.type.legs), tuple(v.type.cls), node, deps=deps)
+
+
+class _Scope:
+    """Names → values while a body is drawn; SSA versions count reassignments."""
+
+    def __init__(self, body: Checked, env: dict, uses: dict, prefix: str, leaves=False):
+        self.body = body
+        self.env = dict(env)
+        self.uses = uses
+        self.prefix = prefix
+        self.leaves = leaves
+        self.version: dict[str, int] = {}
+        self.current_target = None
+        self.last_assign: dict[str, int] = {}
+        n = 0
+        for s in body.stmts:
+            if isinstance(s.stmt, ir.Assign):
+                n += 1
+                for t in s.stmt.targets:
+                    self.last_assign[t] = n
+        self.n_assign = 0
+
+    def bump(self, name: str):
+        self.version[name] = self.version.get(name, 0) + 1
+        return (name, self.version[name])
+
+    def is_last(self, name: str) -> bool:
+        return self.last_assign.get(name) == self.n_assign
+
+    def lookup(self, b: _Builder, name: str, v: V) -> _Val:
+        if name in self.env:
+            return self.env[name]
+        decl = self.body.decls.get(name)
+        legs = tuple(v.type.legs)
+        if decl is not None and v.attrs.get("kind") != "local":
+            kind = decl.tensor.kind
+        else:
+            kind = "value"
+        cluster = None if kind in ("input", "formal") else "current"
+        label = self.body.labels.get(name) or b.top.labels.get(name, "")
+        nid = b.add_node(self.prefix + name, kind, name, _name_html(name), cluster=cluster,
+                         tooltip=f"{kind} {name}[{', '.join(legs)}]" + (f": {label}" if label else ""),
+                         xlabel=label if label and label != name else "")
+        val = _Val([nid] * len(legs), legs, tuple(v.type.cls), nid, (name, 0) if not self.leaves else None, frozenset(), kind, name)
+        if not self.leaves:
+            self.env[name] = val
+        return val
+
+
+def _count_uses(body: Checked) -> dict:
+    """(name, version) -> (uses as an einsum operand, other uses), statement by statement."""
+    uses: dict = {}
+    version: dict[str, int] = {}
+
+    def visit(v, in_einsum):
+        if not isinstance(v, V):
+            return
+        if v.op == "ref":
+            key = (v.attrs["name"], version.get(v.attrs["name"], 0))
+            e, o = uses.get(key, (0, 0))
+            uses[key] = (e + 1, o) if in_einsum else (e, o + 1)
+            return
+        for a in v.args:
+            visit(a, v.op == "einsum")
+
+    for s in body.stmts:
+        if s.value is not None:
+            visit(s.value, False)
+        if isinstance(s.stmt, ir.Assign):
+            for t in s.stmt.targets:
+                version[t] = version.get(t, 0) + 1
+        if isinstance(s.stmt, ir.Output):
+            for n in s.stmt.names:
+                key = (n, version.get(n, 0))
+                e, o = uses.get(key, (0, 0))
+                uses[key] = (e, o)
+    return uses
+
+
+def badge(step: int) -> str:
+    """The step's mark, as the paper numbers its captions: '3)'."""
+    return f"{step})"
+
+
+def _badge_steps(fig: Figure):
+    """Mark each numbered step once: on its first box, else on its first wire."""
+    for step in fig.captions:
+        box = next((n for n in fig.nodes if n.step == step and n.kind in ("op", "mask", "block")), None)
+        if box is not None:
+            box.badge = badge(step)
+            continue
+        wire = next((e for e in fig.edges if e.step == step and e.kind in ("wire", "residual")), None)
+        if wire is not None:
+            wire.badge = badge(step)
+            continue
+        node = next((n for n in fig.nodes if n.step == step and n.kind not in ("junction",)), None)
+        if node is not None:
+            node.xlabel = (node.xlabel + " " if node.xlabel else "") + badge(step)
+
+
+def _return_values(body: Checked):
+    for s in body.stmts:
+        if isinstance(s.stmt, ir.Return):
+            return list(s.value.args)
+    return []
+
+
+
+
+# ---- labels ------------------------------------------------------------------------------------
+
+
+def _caption(text: str) -> str:
+    return text.strip()
+
+
+def _scalar_text(v: V) -> str:
+    op = v.op
+    if op == "num":
+        x = v.attrs["value"]
+        if x == math.inf:
+            return "∞"
+        if x == -math.inf:
+            return "−∞"
+        if isinstance(x, float) and x.is_integer() and abs(x) < 1e6:
+            return str(x)
+        return repr(x).replace("-", "−")
+    if op == "dimsize":
+        return v.attrs["name"]
+    if op == "sfunc":
+        inner = _scalar_text(v.args[0])
+        if v.attrs["name"] == "sqrt":
+            return f"√{inner}" if len(inner) <= 2 else f"√({inner})"
+        return f"{v.attrs['name']}({inner})"
+    if op == "sbin":
+        a, b = (_scalar_text(x) for x in v.args)
+        return f"{a}{ARITH[v.attrs['op']]}{b}"
+    if op == "neg":
+        return f"−{_scalar_text(v.args[0])}"
+    return "·"
+
+
+def _leg_of(v: V, axis: int) -> str:
+    return v.args[0].type.legs[axis] if v.args and isinstance(v.args[0], V) and v.args[0].type.legs else "?"
+
+
+def _box_lines(v: V, top: Checked) -> list[str]:
+    """The text of an operation box: its name, then what it acts over."""
+    op = v.op
+    if op == "unary":
+        return [BOX_NAMES.get(v.attrs["name"], v.attrs["name"])]
+    if op in ("softmax", "log_softmax"):
+        return [BOX_NAMES[op], f"over {_leg_of(v, v.attrs['axis'])}"]
+    if op in ("layernorm", "rmsnorm"):
+        return [BOX_NAMES[op], f"over {_leg_of(v, v.attrs['axis'])}"]
+    if op == "topk":
+        return ["top-k", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"]
+    if op == "dropout":
+        return ["dropout", f"p={v.attrs['p']}"]
+    if op == "detach":
+        return ["detach"]
+    if op == "clamp":
+        lo, hi = v.attrs["min"], v.attrs["max"]
+        parts = [f"{'−∞' if lo is None else _fmt(lo)}", f"{'∞' if hi is None else _fmt(hi)}"]
+        return ["clamp", f"[{parts[0]}, {parts[1]}]"]
+    if op == "where":
+        extra = [_scalar_text(a) for a in v.args[1:] if isinstance(a, V) and a.type.dtype == "scalar"]
+        return ["where"] + ([", ".join(extra)] if extra else [])
+    if op == "mask":
+        if v.attrs["kind"] == "causal":
+            return ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"]
+        return ["block-causal mask", f"block {v.attrs['block']}"]
+    if op == "reduce":
+        name = v.attrs["name"]
+        leg = _leg_of(v, v.attrs["axis"])
+        return [f"Σ {leg}"] if name == "sum" else [name, f"over {leg}"]
+    if op == "gather":
+        return ["gather", f"rows of {_short(v.args[0])}"]
+    if op == "split":
+        return ["split", f"{_leg_of(v, v.attrs['axis'])} → {' + '.join(str(s) for s in v.attrs['sizes'])}"]
+    if op == "concat":
+        return ["concat", f"→ {v.type.legs[v.attrs['axis']]}"]
+    if op == "neg":
+        return ["−"]
+    return [op]
+
+
+def _fmt(x) -> str:
+    if x == math.inf:
+        return "∞"
+    if x == -math.inf:
+        return "−∞"
+    return repr(x).replace("-", "−")
+
+
+def _short(v: V) -> str:
+    if v.op == "ref":
+        return v.attrs["name"]
+    return v.op
+
+
+def _op_tooltip(v: V) -> str:
+    return f"{v.op} → [{', '.join(v.type.legs)}]"
+
+
+def _name_html(name: str) -> str:
+    """'W_q' → W<sub>q</sub>, as the paper writes names."""
+    head, _, rest = name.partition("_")
+    if not head or not rest:
+        return html.escape(name)
+    return f"{html.escape(head)}<SUB>{html.escape(rest.replace('_', ','))}</SUB>"
+
+
+def _html_text(text: str) -> str:
+    return html.escape(text)
+
+
+def _box_html(lines: list[str]) -> str:
+    first = html.escape(lines[0])
+    rest = "".join(f'<BR/><FONT POINT-SIZE="8" COLOR="#555555">{html.escape(l)}</FONT>' for l in lines[1:])
+    return first + rest
+
+
+def _block_html(lines: list[str]) -> str:
+    first = f"<B>{html.escape(lines[0])}</B>"
+    rest = "".join(f'<BR/><FONT POINT-SIZE="11">{html.escape(l)}</FONT>' for l in lines[1:])
+    return first + rest
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=width, break_long_words=True, break_on_hyphens=False) or [""]
+
+
+# ---- DOT ---------------------------------------------------------------------------------------
+
+FONT = "Helvetica"
+LEG_FONT = "Times-Italic"
+INK = "#222222"
+LEG_INK = "#1d4e89"
+RESIDUAL = "#2166ac"
+BADGE = "#b35806"
+
+NODE_STYLE = {
+    "input": 'shape=circle style=filled fillcolor="#bdbdbd" color="#222222" fontsize=13 margin=0.02',
+    "formal": 'shape=circle style=filled fillcolor="#bdbdbd" color="#222222" fontsize=13 margin=0.02',
+    "param": 'shape=circle style=filled fillcolor="#ffffff" color="#222222" fontsize=13 margin=0.02',
+    "buffer": 'shape=circle style="filled,bold" fillcolor="#ffffff" color="#222222" penwidth=2.2 fontsize=13 margin=0.02',
+    "copy": 'shape=circle style="filled,dashed" fillcolor="#ffffff" color="#555555" fontsize=11 margin=0.02',
+    "value": 'shape=circle style="filled,dashed" fillcolor="#ffffff" color="#777777" fontcolor="#444444" fontsize=10 margin=0.01 width=0.32',
+    "output": 'shape=doublecircle style=filled fillcolor="#ffe9a8" color="#222222" fontsize=13 margin=0.02',
+    "junction": 'shape=point width=0.09 height=0.09 color="#111111"',
+    "sum": 'shape=circle fixedsize=true width=0.3 fontsize=13 style=filled fillcolor="#ffffff" color="#222222"',
+    "op": 'shape=box style="rounded,filled" fillcolor="#ffffff" color="#222222" fontsize=11 margin="0.08,0.04" height=0.3',
+    "mask": 'shape=box style="rounded,filled" fillcolor="#eeeeee" color="#222222" fontsize=11 margin="0.08,0.04" height=0.3',
+    "arith": 'shape=circle fixedsize=true width=0.3 fontsize=15 style=filled fillcolor="#ffffff" color="#222222"',
+    "block": 'shape=box style="rounded,filled,bold" fillcolor="#e7eef8" color="#2c4a70" fontsize=13 margin="0.14,0.08" peripheries=2',
+    "note": 'shape=plaintext fontsize=9 fontcolor="#8a3b12"',
+}
+EDGE_STYLE = {
+    "wire": f'color="{INK}" penwidth=1.1',
+    "residual": f'color="{RESIDUAL}" penwidth=2.6 weight=8',
+    "branch": 'color="#555555:#ffffff:#555555" penwidth=1.3 weight=2',
+    "scalar": 'color="#777777" style=dashed',
+    "note": 'color="#8a3b12" style=dotted',
+    "order": "style=invis",
+}
+
+
+def _q(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def to_dot(fig: Figure) -> str:
+    """Graphviz DOT text for a figure (deterministic: statement order, sequential ids)."""
+    lines = [f"digraph {_q(fig.title[:60])} {{"]
+    title_html = _title_html(fig)
+    lines.append(
+        f'  graph [rankdir={fig.direction} fontname="{FONT}" fontsize=12 nodesep=0.22 ranksep=0.32 '
+        f'pad=0.25 newrank=true outputorder=edgesfirst labelloc=t labeljust=l label=<{title_html}>]'
+    )
+    lines.append(f'  node [fontname="{FONT}" color="{INK}" penwidth=1.2]')
+    lines.append(f'  edge [dir=none fontname="{LEG_FONT}" fontsize=11 fontcolor="{LEG_INK}" arrowhead=none]')
+    by_cluster: dict = {}
+    for n in fig.nodes:
+        by_cluster.setdefault(n.cluster, []).append(n)
+    children: dict = {}
+    for cid, cl in fig.clusters.items():
+        children.setdefault(cl.parent, []).append(cid)
+
+    def emit_nodes(cluster, indent):
+        for n in by_cluster.get(cluster, []):
+            lines.append(indent + _node_dot(n))
+        for cid in children.get(cluster, []):
+            cl = fig.clusters[cid]
+            if not _has_nodes(cid, by_cluster, children):
+                continue
+            lines.append(f"{indent}subgraph {cid} {{")
+            style = 'style="rounded,filled" color="#2c4a70" fillcolor="#f4f7fc"'
+            lines.append(f"{indent}  graph [{style} fontsize=10 fontcolor=\"#2c4a70\" labeljust=l labelloc=t label=<<B>{html.escape(cl.label)}</B>>]")
+            emit_nodes(cid, indent + "  ")
+            lines.append(f"{indent}}}")
+
+    emit_nodes(None, "  ")
+    for group in _same_rank_groups(fig):
+        lines.append("  {rank=same; " + " ".join(_q(n) for n in group) + "}")
+    for kind, tail, head, label, tooltip, n, mark, lateral in bundles(fig):
+        attrs = [EDGE_STYLE[kind]]
+        if lateral:
+            attrs.append("constraint=false")
+        if n > 1:  # several legs between the same two nodes: parallel lines, one label
+            ink = RESIDUAL if kind == "residual" else INK
+            attrs.append(f'color="{":transparent:".join([ink] * n)}"')
+        if mark:
+            text = '<BR/>'.join(html.escape(l) for l in label.split("\n"))
+            attrs.append(f'label=<{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>>')
+        elif label:
+            attrs.append(f"label={_q(label)}")
+        if tooltip:
+            attrs.append(f"tooltip={_q(tooltip)}")
+        lines.append(f"  {_q(tail)} -> {_q(head)} [{' '.join(attrs)}]")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _same_rank_groups(fig: Figure) -> list:
+    """Tensors joined by a lateral wire (W_q —e— W_k) stand side by side in one rank."""
+    parent: dict = {}
+
+    def find(x):
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    order = []
+    for e in fig.edges:
+        if e.lateral and e.tail != e.head:
+            for n in (e.tail, e.head):
+                if n not in order:
+                    order.append(n)
+            parent[find(e.head)] = find(e.tail)
+    groups: dict = {}
+    clusters = {n.id: n.cluster for n in fig.nodes}
+    for n in order:
+        groups.setdefault(find(n), []).append(n)
+    # rank=same cannot span clusters: keep only groups within one cluster
+    return [g for g in groups.values() if len(g) > 1 and len({clusters.get(n) for n in g}) == 1]
+
+
+def bundles(fig: Figure):
+    """Edges grouped into bundles: the legs that run between the same two nodes become one
+    drawn wire of parallel lines, labelled with all their legs. Yields
+    (kind, tail, head, label, tooltip, number of legs, step badge, lateral), in first-edge order."""
+    order, groups = [], {}
+    for e in fig.edges:
+        key = (e.kind, e.tail, e.head, e.lateral) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
+        if key not in groups:
+            groups[key] = []
+            order.append(key)
+        groups[key].append(e)
+    for key in order:
+        es = groups[key]
+        label = ", ".join(e.label for e in es if e.label)
+        tooltip = "; ".join(e.tooltip for e in es if e.tooltip)
+        mark = next((e.badge for e in es if e.badge), "")
+        n = len(es) if es[0].kind in ("wire", "residual") else 1
+        yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark, es[0].lateral
+
+
+def _has_nodes(cid, by_cluster, children) -> bool:
+    return bool(by_cluster.get(cid)) or any(_has_nodes(c, by_cluster, children) for c in children.get(cid, []))
+
+
+def _node_dot(n: FNode) -> str:
+    attrs = [NODE_STYLE[n.kind], f"class={_q('pen-' + n.kind)}"]
+    mark = f'<FONT COLOR="{BADGE}"><B>{n.badge}</B></FONT> ' if n.badge else ""
+    if n.html or mark:
+        attrs.append(f"label=<{mark}{n.html or html.escape(n.text)}>")
+    else:
+        attrs.append(f"label={_q(n.text)}")
+    if n.tooltip:
+        attrs.append(f"tooltip={_q(n.tooltip)}")
+    if n.xlabel:
+        attrs.append(f'xlabel=<<FONT POINT-SIZE="9" COLOR="#555555">{html.escape(n.xlabel)}</FONT>>')
+    if n.group:
+        attrs.append(f"group={_q(n.group)}")
+    return f"{_q(n.id)} [{' '.join(attrs)}]"
+
+
+def _title_html(fig: Figure) -> str:
+    parts = [f'<B>{html.escape(fig.title if len(fig.title) < 140 else fig.title[:137] + "...")}</B>']
+    if fig.legend:
+        legend = " · ".join(f"{k} {v}" for k, v in fig.legend.items())
+        for line in _wrap("legs: " + legend, 110):
+            parts.append(f'<FONT POINT-SIZE="9" COLOR="#555555">{html.escape(line)}</FONT>')
+    for step, caption in fig.captions.items():
+        text = caption
+        if text.startswith(f"{step})"):
+            text = text[len(f"{step})"):].strip()
+        for i, line in enumerate(_wrap(text, 120)):
+            mark = f'<FONT COLOR="{BADGE}"><B>{badge(step)}</B></FONT> ' if i == 0 else "     "
+            parts.append(f'<FONT POINT-SIZE="10" COLOR="#333333">{mark}{html.escape(line)}</FONT>')
+    return '<BR ALIGN="LEFT"/>'.join(parts) + '<BR ALIGN="LEFT"/>'

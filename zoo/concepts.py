@@ -1,0 +1,190 @@
+"""What the concept models share: interventions, the concept loss, and the three training modes.
+
+Every concept diagram takes the inputs `x[f]`, `c_true[k]` and `do[k] : bool`; where `do` is
+True the diagram replaces the predicted concept by `c_true`. The wrapper fills them in:
+
+    model(x)                                   no intervention
+    model.intervene(x, [2, "law"], [1.0, 0.])  set concept 2 and concept "law" to given values
+    model(x, c_true=c, do=mask)                the raw form (mask [k] or [..., k])
+
+Training modes (`model.fit(train, val, mode=...)`, through `zoo.train.fit`), as in Koh et al.:
+    'joint'        task loss on predicted concepts + concept_weight × concept loss, one pass;
+    'independent'  the task predictor reads the true concepts (do = all True) while the concept
+                   predictor learns from the concept loss alone; at test time it reads predictions;
+    'sequential'   first the concept predictor alone (concept loss), then, with it frozen, the
+                   task predictor on its predicted concepts (task loss).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from zoo.core import InterventionError, ZooModel, task_loss
+
+__all__ = ["ConceptModel"]
+
+
+class ConceptModel(ZooModel):
+    """Base of the concept models (bottleneck, embedding, prototype, mixture)."""
+
+    concept_params: ClassVar[tuple[str, ...]] = ()  # the concept predictor's parameters
+    modes: ClassVar[tuple[str, ...]] = ("joint", "independent", "sequential")
+    tasks = ("multiclass", "regression")
+    default_task = "multiclass"
+
+    def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight: float = 1.0, **kwargs):
+        super().__init__(**kwargs)
+        k = self.sizes["k"]
+        if concept_names is None:
+            concept_names = tuple(f"c{i}" for i in range(k))
+        if len(concept_names) != k:
+            raise ValueError(f"{len(concept_names)} concept names for k = {k} concepts")
+        self.concept_names = tuple(concept_names)
+        self.concept_weight = float(concept_weight)
+        self.register_buffer("_no_do", torch.zeros(k, dtype=torch.bool), persistent=False)
+        self.register_buffer("_all_do", torch.ones(k, dtype=torch.bool), persistent=False)
+        self.register_buffer("_no_c", torch.zeros(k), persistent=False)
+
+    # -- forward and interventions
+    def forward(self, x, c_true=None, do=None):
+        """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`."""
+        if do is None:
+            do = self._no_do
+        if c_true is None:
+            if do is not self._no_do:
+                raise InterventionError("an intervention mask 'do' needs the values 'c_true' to set")
+            c_true = self._no_c
+        return self.diagram(x=x, c_true=c_true, do=do)
+
+    def concept_index(self, concept, position: int = 0) -> int:
+        """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
+        k = self.sizes["k"]
+        if isinstance(concept, str):
+            if concept not in self.concept_names:
+                raise InterventionError(
+                    f"intervention concepts[{position}] = {concept!r} is not a concept name; "
+                    f"the names are {', '.join(self.concept_names)}"
+                )
+            return self.concept_names.index(concept)
+        if isinstance(concept, torch.Tensor) and concept.numel() == 1 and not concept.is_floating_point():
+            concept = int(concept)
+        if not isinstance(concept, int) or isinstance(concept, bool):
+            raise InterventionError(f"intervention concepts[{position}] must be an int id or a name, got {concept!r}")
+        if not 0 <= concept < k:
+            raise InterventionError(
+                f"intervention concepts[{position}] = {concept} is out of range: the model has k = {k} "
+                f"concepts (ids 0..{k - 1})"
+            )
+        return concept
+
+    def intervention(self, concepts: Sequence, values) -> tuple[torch.Tensor, torch.Tensor]:
+        """(c_true, do) that set `concepts` (ids or names) to `values` (a number, one per concept,
+        or a tensor [..., len(concepts)] for per-example values)."""
+        if isinstance(concepts, (int, str)) or (isinstance(concepts, torch.Tensor) and concepts.dim() == 0):
+            concepts = [concepts]
+        ids = [self.concept_index(c, i) for i, c in enumerate(concepts)]
+        if len(set(ids)) != len(ids):
+            raise InterventionError(f"intervention names a concept twice: ids {ids}")
+        ref = self._no_c
+        v = torch.as_tensor(values, dtype=ref.dtype, device=ref.device)
+        if v.dim() == 0:
+            v = v.expand(len(ids))
+        if v.shape[-1] != len(ids):
+            raise InterventionError(
+                f"intervention values have {v.shape[-1]} entries in their last dimension but "
+                f"{len(ids)} concepts are set"
+            )
+        bad = ~torch.isfinite(v)
+        if bad.any():
+            index = tuple(int(i) for i in bad.nonzero()[0])
+            raise InterventionError(f"intervention values hold a non-finite value at index {index}")
+        c_true = ref.expand(*v.shape[:-1], -1).clone()
+        c_true[..., ids] = v
+        do = self._no_do.clone()
+        do[ids] = True
+        return c_true, do
+
+    def intervene(self, x, concepts: Sequence, values):
+        """The outputs with `concepts` set to `values` (see `intervention`)."""
+        c_true, do = self.intervention(concepts, values)
+        return self(x, c_true=c_true, do=do)
+
+    # -- losses and training
+    def concept_loss(self, out, c_true) -> torch.Tensor:
+        """Binary cross-entropy of the predicted concepts (before interventions) against labels."""
+        return F.binary_cross_entropy_with_logits(out.c_logit, c_true.to(out.c_logit.dtype))
+
+    def loss(self, batch, mode: str = "joint") -> torch.Tensor:
+        """The loss of one (x, c, y) batch; mode 'joint' | 'independent' | 'concepts' | 'task'
+        ('concepts' and 'task' are the two stages of sequential training)."""
+        x, c, y = batch
+        if mode == "joint":
+            out = self(x, c_true=c)
+            return task_loss(out.y, y, self.task) + self.concept_weight * self.concept_loss(out, c)
+        if mode == "independent":
+            out = self(x, c_true=c, do=self._all_do)
+            return task_loss(out.y, y, self.task) + self.concept_weight * self.concept_loss(out, c)
+        if mode == "concepts":
+            return self.concept_loss(self(x), c)
+        if mode == "task":
+            return task_loss(self(x).y, y, self.task)
+        raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
+
+    def fit(self, train, val=None, *, mode: str = "joint", concept_epochs: int | None = None, **fit_kwargs) -> dict:
+        """Train in one of `self.modes` with `zoo.train.fit`; sequential runs two fits (the first for
+        `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}."""
+        from zoo.train import fit
+
+        if mode not in self.modes:
+            raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        if mode != "sequential":
+            return fit(self, self.loss_fn(mode=mode), train, val, **fit_kwargs)
+        first = dict(fit_kwargs)
+        if concept_epochs is not None:
+            first["epochs"] = concept_epochs
+        first.pop("metric_fn", None)
+        h1 = fit(self, self.loss_fn(mode="concepts"), train, val, **first)
+        frozen = [p for n, p in self.diagram.named_parameters() if n in self.concept_params and p.requires_grad]
+        for p in frozen:
+            p.requires_grad_(False)
+        try:
+            h2 = fit(self, self.loss_fn(mode="task"), train, val, **fit_kwargs)
+        finally:
+            for p in frozen:
+                p.requires_grad_(True)
+        return {"concepts": h1, "task": h2}
+
+    @torch.no_grad()
+    def evaluate(self, data: tuple, intervene_all: bool = False) -> dict:
+        """Task accuracy, mean concept AUC and, with `intervene_all`, the accuracy when every
+        concept is set to its true value. data: (x, c, y)."""
+        from zoo.metrics import accuracy, mean_concept_auc
+
+        was = self.training
+        self.eval()
+        try:
+            x, c, y = data
+            out = self(x)
+            res = {"acc": accuracy(out.y, y), "concept_auc": mean_concept_auc(self.concept_scores(out), c)}
+            if intervene_all:
+                res["acc_all_concepts_set"] = accuracy(self(x, c_true=c, do=self._all_do).y, y)
+            return res
+        finally:
+            self.train(was)
+
+    def concept_scores(self, out) -> torch.Tensor:
+        """Predicted concept scores before interventions (for AUC)."""
+        return out.c_logit
+
+    # -- inputs
+    @classmethod
+    def make_inputs(cls, sizes, batch, generator=None):
+        k = sizes["k"]
+        return {
+            "x": torch.randn(batch, sizes["f"], generator=generator),
+            "c_true": (torch.rand(batch, k, generator=generator) < 0.5).float(),
+            "do": torch.rand(batch, k, generator=generator) < 0.3,
+        }

@@ -1,0 +1,232 @@
+"""What every zoo model shares: the compiled diagram, sizes, losses, explanations, the registry.
+
+A zoo model is a `.pen` diagram in `zoo/` plus a thin wrapper (`ZooModel` subclass). The wrapper
+compiles the diagram (its parameters live under `model.diagram`, named as in the diagram) and
+adds only what a diagram cannot say: default inputs, training-time behaviour (losses, random
+interventions), validation of user arguments, and `explain`. No layer is written in a wrapper.
+
+    >>> import zoo
+    >>> entry = zoo.MODELS["linear"]
+    >>> entry.build()(**entry.example_inputs(batch=2)).shape
+    torch.Size([2, 1])
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, ClassVar
+
+import torch
+import torch.nn.functional as F
+
+import penrose
+
+ZOO_DIR = Path(__file__).resolve().parent
+
+__all__ = [
+    "ZOO_DIR",
+    "Explanation",
+    "InterventionError",
+    "ModelEntry",
+    "ZooModel",
+    "task_loss",
+]
+
+
+class InterventionError(IndexError):
+    """An intervention names a concept that does not exist or gives an unusable value."""
+
+
+# ---- explanations -----------------------------------------------------------------------------
+
+
+@dataclass
+class Explanation:
+    """An exact additive explanation: `parts` summed over its part legs, plus `bias`, is `output`.
+
+    parts: [..., *part legs, *output legs]; `part_legs` names the part legs (e.g. ('k',) for
+    concepts, ('m', 'k') for memory slots × concepts). bias broadcasts against `output`.
+    details: the model's own quantities (concept activations, task weights, the selected slot,
+    the most similar prototypes, attention probabilities...), also readable as attributes.
+
+    >>> e = Explanation(torch.ones(3), torch.ones(2, 3), torch.zeros(()), ("k",))
+    >>> e.total().tolist()
+    [2.0, 2.0, 2.0]
+    """
+
+    output: torch.Tensor
+    parts: torch.Tensor
+    bias: torch.Tensor
+    part_legs: tuple[str, ...]
+    details: dict = field(default_factory=dict)
+    names: tuple[str, ...] = ()  # names along the first part leg (features, concepts), if known
+    out_legs: int = 1  # how many trailing legs of `parts` are the output's own legs
+
+    def total(self) -> torch.Tensor:
+        """Parts summed over the part legs, plus the bias: equals `output` up to rounding."""
+        dims = tuple(range(-len(self.part_legs) - self.out_legs, -self.out_legs))
+        return self.parts.sum(dims) + self.bias
+
+    def residual(self) -> torch.Tensor:
+        """output − total(): zero up to rounding (the completeness check)."""
+        return self.output - self.total()
+
+    def __getattr__(self, name):
+        details = self.__dict__.get("details", {})
+        if name in details:
+            return details[name]
+        raise AttributeError(f"{type(self).__name__} has no field or detail {name!r}; details: {sorted(details)}")
+
+
+# ---- losses -----------------------------------------------------------------------------------
+
+
+def task_loss(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
+    """'multiclass': cross-entropy on logits y[..., r] with integer targets; 'binary': BCE on
+    y[..., 1] logits with 0./1. targets; 'regression': mean squared error on y[..., 1]."""
+    if task == "multiclass":
+        return F.cross_entropy(y.reshape(-1, y.shape[-1]), target.reshape(-1).long())
+    if task == "binary":
+        return F.binary_cross_entropy_with_logits(y.squeeze(-1), target.to(y.dtype))
+    if task == "regression":
+        return F.mse_loss(y.squeeze(-1), target.to(y.dtype))
+    raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {task!r}")
+
+
+# ---- the wrapper base -------------------------------------------------------------------------
+
+
+class ZooModel(torch.nn.Module):
+    """A compiled zoo diagram (`self.diagram`) and the helpers around it.
+
+    Subclasses set `diagram_file` (a file in zoo/), `defaults` (dim sizes), `example_sizes`
+    (sizes of legs only inputs carry, for `example_inputs`) and `input_names`, and implement
+    `explain` and `loss`.
+    """
+
+    diagram_file: ClassVar[str]
+    defaults: ClassVar[dict] = {}
+    example_sizes: ClassVar[dict] = {}
+    tasks: ClassVar[tuple[str, ...]] = ("multiclass", "binary", "regression")
+    default_task: ClassVar[str] = "multiclass"
+
+    def __init__(self, *, seed: int | None = 0, task: str | None = None, **sizes):
+        super().__init__()
+        unknown = sorted(set(sizes) - set(self.dims()))
+        if unknown:
+            raise TypeError(
+                f"{type(self).__name__}: unknown size {unknown[0]!r}; the diagram "
+                f"{self.diagram_file} declares {', '.join(self.dims())}"
+            )
+        self.task = task or self.default_task
+        if self.task not in self.tasks:
+            raise ValueError(f"{type(self).__name__}: task must be one of {self.tasks}, got {self.task!r}")
+        self.diagram = penrose.compile(self.diagram_path(), seed=seed, **{**self.defaults, **sizes})
+        self.sizes = {k: v for k, v in self.diagram.penrose_checked.dim_sizes().items() if v is not None}
+        if self.task == "binary" and self.sizes.get("r", 1) != 1:
+            raise ValueError(f"{type(self).__name__}: a binary task needs r = 1 output, got r = {self.sizes['r']}")
+
+    # -- the diagram
+    @classmethod
+    def diagram_path(cls) -> Path:
+        return ZOO_DIR / cls.diagram_file
+
+    @classmethod
+    def dims(cls) -> tuple[str, ...]:
+        return tuple(penrose.load(cls.diagram_path()).dims)
+
+    @classmethod
+    def resolved_sizes(cls, **sizes) -> dict:
+        """Every dim's size for these overrides (without compiling)."""
+        checked = penrose.load(cls.diagram_path(), **{**cls.defaults, **sizes})
+        return {k: v for k, v in checked.dim_sizes().items() if v is not None}
+
+    @classmethod
+    def param_count(cls, **sizes) -> int:
+        return penrose.load(cls.diagram_path(), **{**cls.defaults, **sizes}).param_count()
+
+    # -- inputs
+    @classmethod
+    def make_inputs(cls, sizes: dict, batch: int, generator: torch.Generator | None = None) -> dict:
+        """Random inputs for a model of these sizes (override per model)."""
+        raise NotImplementedError
+
+    @classmethod
+    def example_inputs_for(cls, batch: int = 4, seed: int = 0, **sizes) -> dict:
+        g = torch.Generator().manual_seed(seed)
+        resolved = {**cls.example_sizes, **cls.resolved_sizes(**{k: v for k, v in sizes.items() if k not in cls.example_sizes}),
+                    **{k: v for k, v in sizes.items() if k in cls.example_sizes}}
+        return cls.make_inputs(resolved, batch, g)
+
+    def example_inputs(self, batch: int = 4, seed: int = 0) -> dict:
+        """Random inputs matching this model's sizes, as keyword arguments of forward."""
+        g = torch.Generator().manual_seed(seed)
+        inputs = self.make_inputs({**self.example_sizes, **self.sizes}, batch, g)
+        p = next(iter(self.parameters()), None)
+        if p is not None:
+            inputs = {k: (v.to(p.device, p.dtype) if v.is_floating_point() else v.to(p.device)) for k, v in inputs.items()}
+        return inputs
+
+    # -- training
+    def loss(self, batch: tuple) -> torch.Tensor:
+        raise NotImplementedError
+
+    def loss_fn(self, **options) -> Callable:
+        """`loss_fn(model, batch)` for `zoo.train.fit`."""
+        return lambda model, batch: model.loss(batch, **options)
+
+    def fit(self, train, val=None, **fit_kwargs) -> dict:
+        """Train with the zoo's one training loop (`zoo.train.fit`) on this model's loss."""
+        from zoo.train import fit
+
+        return fit(self, self.loss_fn(), train, val, **fit_kwargs)
+
+    def extra_repr(self) -> str:
+        return f"diagram={self.diagram_file!r}, task={self.task!r}, sizes={self.sizes}"
+
+
+# ---- the registry -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    """One model of the zoo: `build(**sizes)` a model, `example_inputs(batch)` to call it with.
+
+    >>> entry = ModelEntry("linear", __import__("zoo").LinearModel, "logistic/linear regression")
+    >>> model = entry.build(f=3)
+    >>> model(**entry.example_inputs(batch=2, f=3)).shape
+    torch.Size([2, 1])
+    """
+
+    name: str
+    cls: type
+    summary: str
+    trained_on: str = ""
+
+    def build(self, **sizes) -> ZooModel:
+        """The model with default sizes, overridden by `sizes` (and `seed=`, `task=`)."""
+        return self.cls(**sizes)
+
+    def example_inputs(self, batch: int = 4, seed: int = 0, **sizes) -> dict:
+        """Random keyword inputs for `build(**sizes)`'s forward."""
+        return self.cls.example_inputs_for(batch, seed, **sizes)
+
+    def param_count(self, **sizes) -> int:
+        return self.cls.param_count(**sizes)
+
+    @property
+    def diagram(self) -> str:
+        return f"zoo/{self.cls.diagram_file}"
+
+
+def format_count(n: int) -> str:
+    return f"{n:,}" if n < 10**6 else f"{n / 1e6:.2f}M"
+
+
+def list_lines(models: dict) -> list[str]:
+    rows = [(e.name, format_count(e.param_count()), e.diagram, e.summary) for e in models.values()]
+    w = [max(len(r[i]) for r in rows + [("model", "params", "diagram", "")]) for i in range(3)]
+    head = f"{'model':<{w[0]}}  {'params':>{w[1]}}  {'diagram':<{w[2]}}  summary"
+    return [head] + [f"{a:<{w[0]}}  {b:>{w[1]}}  {c:<{w[2]}}  {d}" for a, b, c, d in rows]

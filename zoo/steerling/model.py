@@ -1,0 +1,471 @@
+"""Steerling-8B as released (steerling 0.2.0), compiled from the diagrams in this folder.
+
+    from zoo.steerling import Steerling
+    model = Steerling.from_release(state_dict, model_config, concept_config, vocab_size)
+    out = model(input_ids)                      # out.logits, out.hidden, out.known_features, ...
+    out = model(input_ids, intervene_known={concept_id: value})
+    with torch.device("meta"):
+        big = Steerling.from_release_config({}, {}, 100281)   # {} = release defaults
+
+The forward pass is the compiled diagram `steerling.pen` (block-causal) or `steerling_causal.pen`
+(causal); its sizes come from the configs through `penrose.compile(..., **sizes)`. This wrapper
+only (1) checks configs, weights and inputs, (2) turns intervention dicts into the diagram's mask
+inputs and (3) reads the top-k ids off the diagram's outputs. Interventions themselves, and the
+rule that switches ε off while known concepts are intervened on, are in the diagram.
+
+Parameter names: the diagram's names map to the release's state_dict keys by `release_key`
+(one table, `RELEASE_NAMES`); the tied embedding / LM head is stored once, as
+`transformer.tok_emb.weight`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+import torch
+from torch import Tensor
+
+import penrose
+from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
+
+HERE = Path(__file__).resolve().parent
+DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_causal.pen"}
+
+# Field names as in steerling.configs; values are the released Steerling-8B.
+MODEL_DEFAULTS: dict = {
+    "model_type": "causal_diffusion", "interpretable": False,
+    "n_layers": 32, "n_head": 32, "n_embd": 4096, "block_size": 4096, "n_kv_heads": 4,
+    "diff_block_size": 64, "use_rms_norm": True, "norm_eps": 1e-5, "norm_order": "post",
+    "use_qk_norm": True, "use_rope": True, "rope_base": 500000.0, "rope_full_precision": True,
+    "mlp_type": "swiglu", "activation": "gelu", "mlp_ratio": 4, "intermediate_size": None,
+    "use_bias": False, "clip_qkv": 10.0, "weight_sharing": True,
+}
+CONCEPT_DEFAULTS: dict = {
+    "n_concepts": 33732, "n_unknown_concepts": 101196, "max_concepts": 16, "concept_dim": 4096,
+    "use_attention_known": False, "use_attention_unknown": False, "topk_known": 32,
+    "topk_known_features": 32, "use_unknown": True, "factorize_unknown": True,
+    "factorize_rank": 256, "unknown_topk": 128, "use_epsilon_correction": True,
+    "block_size": 4096, "pad_multiple": 16, "topk_on_logits": False,
+    "store_unknown_weights": False, "apply_topk_to_unknown": True, "inject_layer": 16,
+    "inject_alpha": 1.0,
+}
+RELEASE_VOCAB_SIZE = 100281
+LARGE_CONCEPT_THRESHOLD = 50000  # the release's cut between "small" and "large" concept heads
+NORM_EPS = 1e-5  # the eps written in the diagrams
+
+# What the diagrams draw, field by field: a config value outside this raises, naming the field.
+_REQUIRED = {
+    "use_rms_norm": (True, "the diagrams use RMSNorm (LayerNorm is not drawn)"),
+    "norm_order": ("post", "the diagrams draw post-norm residuals x + norm(f(x))"),
+    "use_qk_norm": (True, "the diagrams draw QK-norm"),
+    "use_rope": (True, "the diagrams draw RoPE"),
+    "mlp_type": ("swiglu", "the diagrams draw a SwiGLU MLP"),
+    "use_bias": (False, "the diagrams have no biases"),
+    "weight_sharing": (True, "the diagrams tie the token embedding and the LM head"),
+    "use_attention_known": (False, "the diagrams draw a linear known head, not an attention head"),
+    "use_attention_unknown": (False, "the diagrams draw a linear unknown head, not an attention head"),
+    "use_unknown": (True, "the diagrams draw an unknown head"),
+    "factorize_unknown": (True, "the diagrams draw a factorised (rank-r) unknown head"),
+    "topk_on_logits": (False, "the diagrams apply top-k to the sigmoid weights"),
+    "apply_topk_to_unknown": (True, "the diagrams apply top-k to the unknown head"),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Configs → diagram sizes
+# ---------------------------------------------------------------------------------------------
+
+
+def full_configs(model_config: dict, concept_config: dict) -> tuple[dict, dict]:
+    """The configs with release defaults filled in; unknown field names raise."""
+    for given, defaults, what in ((model_config, MODEL_DEFAULTS, "model_config"), (concept_config, CONCEPT_DEFAULTS, "concept_config")):
+        extra = sorted(set(given) - set(defaults))
+        if extra:
+            raise PenroseCompileError(f"{what}: unknown field(s) {', '.join(map(repr, extra))}")
+    return {**MODEL_DEFAULTS, **model_config}, {**CONCEPT_DEFAULTS, **concept_config}
+
+
+def _unsupported(field: str, value, why: str) -> PenroseCompileError:
+    return PenroseCompileError(f"config field {field!r} = {value!r} is not supported: {why}")
+
+
+def _whole(field: str, value, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
+        raise _unsupported(field, value, f"the diagrams take {what} as a dim, a positive whole number")
+    return int(value)
+
+
+def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> dict[str, int]:
+    """The dims of dims.pen for a release config (defaults filled in); raises for what the
+    diagrams do not draw, naming the config field."""
+    m, c = full_configs(model_config, concept_config)
+    for field, (want, why) in _REQUIRED.items():
+        have = m[field] if field in m else c[field]
+        if have != want:
+            raise _unsupported(field, have, why)
+    if m["norm_eps"] != NORM_EPS:
+        raise _unsupported("norm_eps", m["norm_eps"], f"the diagrams' RMSNorms use eps={NORM_EPS}")
+    if m["clip_qkv"] is None:
+        raise _unsupported("clip_qkv", None, "the diagrams clip q/k/v")
+    clip = _whole("clip_qkv", m["clip_qkv"], "the q/k/v clip")
+    theta = _whole("rope_base", m["rope_base"], "the RoPE base")
+    E, H = m["n_embd"], m["n_head"]
+    G = H if m["n_kv_heads"] is None else m["n_kv_heads"]
+    if E % H or H % G:
+        raise _unsupported("n_kv_heads" if E % H == 0 else "n_head", G if E % H == 0 else H,
+                           "n_embd must split into n_head heads and n_head into n_kv_heads groups")
+    if (E // H) % 2:
+        raise _unsupported("n_head", H, "RoPE needs an even head dim")
+    if c["concept_dim"] != E:
+        raise _unsupported("concept_dim", c["concept_dim"], f"concept features are added to the hidden state, so concept_dim = n_embd ({E})")
+    F = m["intermediate_size"] if m["intermediate_size"] is not None else m["mlp_ratio"] * E
+    tk, tkf = c["topk_known"], c["topk_known_features"]
+    if tk is None:
+        raise _unsupported("topk_known", None, "the diagrams keep the top-k known concepts")
+    if tkf is not None and tkf != tk:
+        raise _unsupported("topk_known_features", tkf, f"the diagrams build features from the same top-k as the weights (topk_known = {tk})")
+    if c["unknown_topk"] is None:
+        raise _unsupported("unknown_topk", None, "the diagrams keep the top-k unknown concepts")
+    n, mu = c["n_concepts"], c["n_unknown_concepts"]
+    sizes = {
+        "e": E, "v": int(vocab_size), "g": G, "r": H // G, "d": E // H, "f": F, "L": m["n_layers"],
+        "blk": _whole("diff_block_size", m["diff_block_size"], "the diffusion block"),
+        "clip": clip, "theta": theta, "pm": c["pad_multiple"],
+        "c": n, "kc": min(tk, n), "u": mu, "j": c["factorize_rank"], "ku": min(c["unknown_topk"], mu),
+    }
+    for name, value in sizes.items():
+        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+            raise PenroseCompileError(f"size {name}={value!r} derived from the configs must be a positive whole number")
+    return sizes
+
+
+# ---------------------------------------------------------------------------------------------
+# Diagram parameter names ↔ release state_dict keys
+# ---------------------------------------------------------------------------------------------
+
+# (diagram name, release key); "{i}" is the layer index. Every release weight is a `.weight`.
+RELEASE_NAMES: tuple[tuple[str, str], ...] = (
+    ("tok_emb", "transformer.tok_emb.weight"),  # = transformer.lm_head.weight (tied)
+    ("layers.{i}.ln_1", "transformer.blocks.{i}.ln_1.weight"),
+    ("layers.{i}.ln_2", "transformer.blocks.{i}.ln_2.weight"),
+    ("layers.{i}.attn.c_attn", "transformer.blocks.{i}.attn.c_attn.weight"),
+    ("layers.{i}.attn.c_proj", "transformer.blocks.{i}.attn.c_proj.weight"),
+    ("layers.{i}.attn.q_norm", "transformer.blocks.{i}.attn.q_norm.weight"),
+    ("layers.{i}.attn.k_norm", "transformer.blocks.{i}.attn.k_norm.weight"),
+    ("layers.{i}.mlp.c_fc", "transformer.blocks.{i}.mlp.c_fc.weight"),
+    ("layers.{i}.mlp.c_proj", "transformer.blocks.{i}.mlp.c_proj.weight"),
+    ("ln_f", "transformer.ln_f.weight"),
+    ("known_head.concept_predictor", "known_head.concept_predictor.weight"),
+    ("known_head.concept_embedding", "known_head.concept_embedding.weight"),
+    ("unknown_head.predictor_down", "unknown_head.predictor_down.weight"),
+    ("unknown_head.predictor_up", "unknown_head.predictor_up.weight"),
+    ("unknown_head.embedding_coef", "unknown_head.embedding_coef.weight"),
+    ("unknown_head.embedding_basis", "unknown_head.embedding_basis.weight"),
+)
+TIED_KEY = "transformer.lm_head.weight"
+
+
+def release_names(n_layers: int) -> dict[str, str]:
+    """{diagram parameter name: release key} for a model with n_layers layers."""
+    out = {}
+    for name, key in RELEASE_NAMES:
+        if "{i}" in name:
+            for i in range(n_layers):
+                out[name.format(i=i)] = key.format(i=i)
+        else:
+            out[name] = key
+    return out
+
+
+def release_key(name: str) -> str:
+    """The release key of one diagram parameter name ('layers.3.attn.c_attn' → ...)."""
+    parts = name.split(".")
+    if parts[0] == "layers" and len(parts) > 2 and parts[1].isdigit():
+        return release_names(int(parts[1]) + 1)[name]
+    table = release_names(0)
+    if name not in table:
+        raise KeyError(f"no release key for diagram parameter {name!r}")
+    return table[name]
+
+
+# ---------------------------------------------------------------------------------------------
+# Outputs
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SteerlingOutput:
+    """Everything one forward pass yields. Shapes: (b, t, ·) for batched ids, (t, ·) otherwise.
+
+    known_* / unknown_*: clamped logits (·, n) and weights (·, n) after top-k and interventions,
+    features k̂, û (·, e), and the top-k ids, logits and weights (·, k) (ids in descending order
+    of rank, before interventions). epsilon is None when ε is off (config, or a known-concept
+    intervention); composed is what the LM head reads.
+    """
+
+    logits: Tensor
+    hidden: Tensor
+    known_logits: Tensor
+    known_weights: Tensor
+    known_features: Tensor
+    known_topk_indices: Tensor
+    known_topk_logits: Tensor
+    known_topk_weights: Tensor
+    unknown_logits: Tensor
+    unknown_weights: Tensor
+    unknown_features: Tensor
+    unknown_topk_indices: Tensor
+    unknown_topk_logits: Tensor
+    unknown_topk_weights: Tensor
+    epsilon: Tensor | None
+    composed: Tensor
+    known_intervened: bool = False
+    unknown_intervened: bool = False
+    known_large: bool = False
+    unknown_large: bool = True
+
+    def as_release(self) -> dict[str, Tensor | None]:
+        """The release's `InterpretableOutput` fields (None where the release gives None)."""
+        kf, uf, h = self.known_features, self.unknown_features, self.hidden
+        return {
+            "hidden": h,
+            "known_features": kf,
+            "known_logits": None if self.known_large else self.known_logits,
+            "known_gt_features": None,
+            "known_predicted": kf,
+            "known_weights": None if self.known_large else self.known_weights,
+            "known_topk_indices": None if self.known_intervened and not self.known_large else self.known_topk_indices,
+            "known_topk_logits": None if self.known_intervened and not self.known_large else self.known_topk_logits,
+            "unk": h - kf,
+            "unk_hat": uf,
+            "unk_for_lm": uf if self.epsilon is None else uf + self.epsilon,
+            "unknown_logits": None if self.unknown_large else self.unknown_logits,
+            "unknown_weights": None if self.unknown_large else self.unknown_weights,
+            "unknown_topk_indices": self.unknown_topk_indices,
+            "unknown_topk_logits": self.unknown_topk_logits,
+            "composed": self.composed,
+            "epsilon": self.epsilon,
+            "epsilon_true": h - (kf + uf),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+
+
+class Steerling(torch.nn.Module):
+    """Steerling-8B from its diagrams. `self.net` is the compiled diagram (parameters under their
+    diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor, ...)."""
+
+    def __init__(self, model_config: dict | None = None, concept_config: dict | None = None,
+                 vocab_size: int = RELEASE_VOCAB_SIZE, *, causal: bool = False,
+                 large_concept_threshold: int = LARGE_CONCEPT_THRESHOLD, seed: int | None = None):
+        super().__init__()
+        model_config, concept_config = dict(model_config or {}), dict(concept_config or {})
+        self.sizes = diagram_sizes(model_config, concept_config, vocab_size)
+        self.model_config, self.concept_config = full_configs(model_config, concept_config)
+        self.vocab_size = int(vocab_size)
+        self.variant = "causal" if causal else "block_causal"
+        self.large_concept_threshold = int(large_concept_threshold)
+        self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
+        self._names = release_names(self.sizes["L"])
+
+    # -- construction ------------------------------------------------------------------------
+    @classmethod
+    def from_release_config(cls, model_config: dict, concept_config: dict, vocab_size: int, **kw) -> "Steerling":
+        """A randomly initialised model (seed=N for determinism); honours torch.device('meta')."""
+        return cls(model_config, concept_config, vocab_size, **kw)
+
+    @classmethod
+    def from_release(cls, state_dict: dict[str, Tensor], model_config: dict, concept_config: dict,
+                     vocab_size: int, **kw) -> "Steerling":
+        """The model with the release's weights (state_dict under the release's key names).
+
+        Every key, shape and dtype is checked before anything is built; the tensors are used as
+        they are (no copy) when already float32."""
+        sizes = diagram_sizes(model_config, concept_config, vocab_size)  # config errors first
+        with torch.device("meta"):
+            model = cls(model_config, concept_config, vocab_size, **kw)
+        tensors = model._check_release_state_dict(state_dict, sizes)
+        model.net.load_state_dict(tensors, strict=True, assign=True)
+        return model
+
+    def expected_release_shapes(self) -> dict[str, tuple[int, ...]]:
+        """{release key: shape} of the weights this model stores (the tied LM head once)."""
+        return {self._names[n]: tuple(p.shape) for n, p in self.net.named_parameters()}
+
+    def _check_release_state_dict(self, state_dict, sizes) -> dict[str, Tensor]:
+        if not isinstance(state_dict, dict):
+            raise PenroseShapeError(f"state_dict must be a dict of tensors, got {type(state_dict).__name__}")
+        want = self.expected_release_shapes()
+        given = dict(state_dict)
+        tied = given.pop(TIED_KEY, None)
+        missing = [k for k in want if k not in given]
+        extra = [k for k in given if k not in want]
+        problems = []
+        if missing:
+            problems.append("missing key(s): " + ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
+        if extra:
+            problems.append("unexpected key(s): " + ", ".join(extra[:8]) + (" ..." if len(extra) > 8 else ""))
+        for k, shape in want.items():
+            t = given.get(k)
+            if t is None:
+                continue
+            if not isinstance(t, Tensor):
+                problems.append(f"{k} is a {type(t).__name__}, not a tensor")
+            elif not t.is_floating_point():
+                problems.append(f"{k} has dtype {t.dtype}; weights are floating point")
+            elif tuple(t.shape) != shape:
+                problems.append(f"{k} has shape {tuple(t.shape)}, expected {shape}")
+        if tied is not None:
+            emb = given.get("transformer.tok_emb.weight")
+            if not isinstance(tied, Tensor) or (isinstance(emb, Tensor) and tuple(tied.shape) != tuple(emb.shape)):
+                problems.append(f"{TIED_KEY} must be the tied token embedding (shape {want['transformer.tok_emb.weight']})")
+            elif isinstance(emb, Tensor) and tied is not emb and not tied.is_meta and not torch.equal(tied, emb):
+                problems.append(f"{TIED_KEY} differs from transformer.tok_emb.weight, but the model ties them (weight_sharing)")
+        if problems:
+            raise PenroseShapeError("release state_dict does not fit the config: " + "; ".join(problems))
+        inverse = {v: k for k, v in self._names.items()}
+        return {inverse[k]: given[k].detach().to(torch.float32) for k in want}
+
+    def release_state_dict(self) -> dict[str, Tensor]:
+        """The weights under the release's keys; the tied embedding once (as tok_emb)."""
+        return {self._names[n]: p.detach() for n, p in self.net.named_parameters()}
+
+    # -- checkpoints ---------------------------------------------------------------------------
+    def config_dict(self) -> dict:
+        changed_m = {k: v for k, v in self.model_config.items() if MODEL_DEFAULTS[k] != v}
+        changed_c = {k: v for k, v in self.concept_config.items() if CONCEPT_DEFAULTS[k] != v}
+        return {"model_config": changed_m, "concept_config": changed_c, "vocab_size": self.vocab_size,
+                "variant": self.variant, "large_concept_threshold": self.large_concept_threshold}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        """Write `path/model.safetensors` (release keys, tied embedding once) and
+        `path/config.json` (the configs as differences from the release defaults)."""
+        from safetensors.torch import save_file
+
+        from penrose.io import atomic_write_text
+
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        tensors = {k: v.contiguous().cpu() for k, v in self.release_state_dict().items()}
+        tmp = path / "model.safetensors.tmp"
+        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "penrose zoo.steerling"})
+        os.replace(tmp, path / "model.safetensors")
+        atomic_write_text(path / "config.json", json.dumps(self.config_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, **kw) -> "Steerling":
+        """Read a checkpoint written by `save` (or any release-layout safetensors + config.json)."""
+        from safetensors.torch import load_file
+
+        path = Path(path)
+        for name in ("model.safetensors", "config.json"):
+            if not (path / name).is_file():
+                raise PenroseError(f"{path}: no {name}; a checkpoint is a folder with model.safetensors and config.json")
+        cfg = json.loads((path / "config.json").read_text())
+        opts = {"causal": cfg.get("variant") == "causal",
+                "large_concept_threshold": cfg.get("large_concept_threshold", LARGE_CONCEPT_THRESHOLD), **kw}
+        return cls.from_release(load_file(str(path / "model.safetensors")), cfg.get("model_config", {}),
+                                cfg.get("concept_config", {}), cfg.get("vocab_size", RELEASE_VOCAB_SIZE), **opts)
+
+    # -- forward -------------------------------------------------------------------------------
+    @property
+    def known_large(self) -> bool:
+        return self.sizes["c"] > self.large_concept_threshold
+
+    @property
+    def unknown_large(self) -> bool:
+        return self.sizes["u"] > self.large_concept_threshold
+
+    def _selection(self, spec, n: int, what: str, device) -> tuple[Tensor, Tensor]:
+        sel = torch.zeros(n, dtype=torch.bool, device=device)
+        val = torch.zeros(n, dtype=torch.float32, device=device)
+        if not spec:
+            return sel, val
+        if not isinstance(spec, dict):
+            raise PenroseShapeError(f"intervene_{what} must be a dict {{concept id: weight}}, got {type(spec).__name__}")
+        ids, vals = [], []
+        for cid, value in spec.items():
+            if isinstance(cid, bool) or not isinstance(cid, int) and not (isinstance(cid, Tensor) and cid.numel() == 1):
+                raise PenroseShapeError(f"intervene_{what}: concept id {cid!r} is not an integer")
+            cid = int(cid)
+            if not 0 <= cid < n:
+                raise PenroseShapeError(f"intervene_{what}: concept id {cid} is out of range; the {what} head has {n} concepts (0..{n - 1})")
+            value = float(value)
+            if not math.isfinite(value):
+                raise PenroseShapeError(f"intervene_{what}: the weight for concept {cid} is {value}, not a finite number")
+            ids.append(cid)
+            vals.append(value)
+        idx = torch.tensor(ids, dtype=torch.long, device=device)
+        sel[idx] = True
+        val[idx] = torch.tensor(vals, dtype=torch.float32, device=device)
+        return sel, val
+
+    def check_input_ids(self, input_ids) -> None:
+        if not isinstance(input_ids, Tensor):
+            raise PenroseShapeError(f"input_ids must be a tensor of token ids, got {type(input_ids).__name__}")
+        if input_ids.is_floating_point() or input_ids.is_complex() or input_ids.dtype == torch.bool:
+            raise PenroseShapeError(f"input_ids must hold integer token ids, got {input_ids.dtype}")
+        if input_ids.dim() not in (1, 2):
+            raise PenroseShapeError(f"input_ids must be (t,) or (b, t), got shape {tuple(input_ids.shape)}")
+        T = input_ids.shape[-1]
+        if T == 0:
+            raise PenroseShapeError("input_ids is empty: the sequence needs at least one token")
+        if T > self.model_config["block_size"]:
+            raise PenroseShapeError(f"input_ids has {T} tokens, longer than the context (block_size = {self.model_config['block_size']})")
+        if not input_ids.is_meta and input_ids.numel():
+            lo, hi = int(input_ids.min()), int(input_ids.max())
+            if lo < 0 or hi >= self.vocab_size:
+                bad = lo if lo < 0 else hi
+                raise PenroseShapeError(f"input_ids: token id {bad} is out of range for vocab_size {self.vocab_size} (0..{self.vocab_size - 1})")
+
+    def forward(self, input_ids: Tensor, intervene_known: dict | None = None,
+                intervene_unknown: dict | None = None, positions: Tensor | None = None) -> SteerlingOutput:
+        """One forward pass. `intervene_known` / `intervene_unknown`: {concept id: weight},
+        applied at `positions` (bool, shaped like input_ids; default: every position)."""
+        self.check_input_ids(input_ids)
+        device = input_ids.device
+        if intervene_known and self.known_large:
+            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {self.sizes['c']} > large_concept_threshold = {self.large_concept_threshold}) follow the release's sparse rule, which the diagram does not draw")
+        if intervene_unknown and not self.unknown_large:
+            raise PenroseCompileError(f"unknown-concept interventions on a small unknown head (n_unknown_concepts = {self.sizes['u']} <= large_concept_threshold = {self.large_concept_threshold}) follow the release's dense rule, which the diagram does not draw")
+        ksel, kval = self._selection(intervene_known, self.sizes["c"], "known", device)
+        usel, uval = self._selection(intervene_unknown, self.sizes["u"], "unknown", device)
+        if positions is None:
+            pos = torch.ones(input_ids.shape, dtype=torch.bool, device=device)
+        else:
+            if not isinstance(positions, Tensor) or positions.dtype != torch.bool or positions.shape != input_ids.shape:
+                raise PenroseShapeError(f"positions must be a bool tensor shaped like input_ids {tuple(input_ids.shape)}")
+            pos = positions.to(device)
+        use_eps = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
+        o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
+        known_on = bool(intervene_known)
+        eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
+        # top-k ids: the same ranking as the diagram's top-k (sigmoid for known, logits for unknown)
+        k_idx = torch.sigmoid(o.kl).topk(self.sizes["kc"], dim=-1).indices
+        u_idx = o.ul.topk(self.sizes["ku"], dim=-1).indices
+        k_log, u_log = o.kl.gather(-1, k_idx), o.ul.gather(-1, u_idx)
+        return SteerlingOutput(
+            logits=o.logits, hidden=o.h,
+            known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
+            known_topk_indices=k_idx, known_topk_logits=k_log, known_topk_weights=torch.sigmoid(k_log),
+            unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf,
+            unknown_topk_indices=u_idx, unknown_topk_logits=u_log, unknown_topk_weights=torch.sigmoid(u_log),
+            epsilon=o.eps if eps_on else None, composed=o.z,
+            known_intervened=known_on, unknown_intervened=bool(intervene_unknown),
+            known_large=self.known_large, unknown_large=self.unknown_large,
+        )
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (the tied embedding once)."""
+        return sum(p.numel() for p in self.net.parameters())
+
+
+OUTPUT_FIELDS = tuple(f.name for f in fields(SteerlingOutput))
