@@ -324,7 +324,7 @@ def _aligned(x, legs, target, nb):
     if not isinstance(x, torch.Tensor):
         return x
     perm = [legs.index(l) for l in target if l in legs]
-    x = x.permute(*range(nb), *(nb + p for p in perm))
+    x = x.permute(tuple(range(nb)) + tuple(nb + p for p in perm))
     shape = list(x.shape[:nb])
     kept = iter(x.shape[nb:])
     for l in target:

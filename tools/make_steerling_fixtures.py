@@ -405,6 +405,7 @@ def build(spec: dict) -> None:
     }
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(OUT_DIR / f"{name}.safetensors"))
+    (OUT_DIR / f"{name}.safetensors").chmod(0o644)
     (OUT_DIR / f"{name}.json").write_text(json.dumps(meta, indent=1) + "\n")
     size = (OUT_DIR / f"{name}.safetensors").stat().st_size
     print(f"{name}: {size / 1024:.1f} KiB, params={meta['param_count']['parameters']}, coverage={coverage}")

@@ -20,6 +20,7 @@ Parameter names: the diagram's names map to the release's state_dict keys by `re
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -258,6 +259,24 @@ class SteerlingOutput:
 # ---------------------------------------------------------------------------------------------
 
 
+def _default_device() -> torch.device:
+    return torch.empty(0).device  # honours a `with torch.device(...)` context
+
+
+@contextlib.contextmanager
+def _skip_init():
+    """Make torch.nn.init's in-place initialisers no-ops (for modules built on the meta device)."""
+    names = ("normal_", "zeros_", "ones_", "constant_", "uniform_", "eye_")
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda tensor, *args, **kwargs: tensor)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
 class Steerling(torch.nn.Module):
     """Steerling-8B from its diagrams. `self.net` is the compiled diagram (parameters under their
     diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor, ...)."""
@@ -272,7 +291,11 @@ class Steerling(torch.nn.Module):
         self.vocab_size = int(vocab_size)
         self.variant = "causal" if causal else "block_causal"
         self.large_concept_threshold = int(large_concept_threshold)
-        self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
+        if _default_device().type == "meta":
+            with _skip_init():  # initialising meta tensors means nothing (and imports torch._dynamo)
+                self.net = penrose.compile(DIAGRAMS[self.variant], **self.sizes)
+        else:
+            self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
         self._names = release_names(self.sizes["L"])
 
     # -- construction ------------------------------------------------------------------------

@@ -1,0 +1,353 @@
+"""Steerling from diagrams (zoo/steerling) against the published release's outputs.
+
+The fixtures in tests/fixtures/steerling/ hold tiny random configurations of steerling 0.2.0,
+their weights under the release's keys and the release's outputs (tools/make_steerling_fixtures.py).
+Every fixture whose config the diagrams draw is replayed through `Steerling.from_release` and
+must match every recorded output within 1e-5 (float32); the others must be refused with an
+error naming the config field. The default (8B) config is checked on the meta device against
+the parameter count derived independently in tests/references/steerling_ref.py.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
+from zoo.steerling import Steerling, release_key, release_names
+from zoo.steerling.model import DIAGRAMS, RELEASE_NAMES
+
+HERE = Path(__file__).resolve().parent
+FIXTURES = HERE / "fixtures" / "steerling"
+STEERLING = HERE.parent / "zoo" / "steerling"
+TOL = 1e-5
+
+
+def _load_reference():
+    spec = importlib.util.spec_from_file_location("steerling_ref", HERE / "references" / "steerling_ref.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("steerling_ref", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+ref = _load_reference()
+NAMES = sorted(p.stem for p in FIXTURES.glob("*.safetensors"))
+# What the diagrams do not draw, per fixture: the config field the error must name.
+UNSUPPORTED = {
+    "attention_heads_no_eps": "use_attention_known",
+    "causal_prenorm_layernorm": "use_rms_norm",
+    "known_only_saturated": "norm_order",
+    "mha_dense_unknown": "factorize_unknown",
+}
+SUPPORTED = [n for n in NAMES if n not in UNSUPPORTED]
+# Runs whose arguments the wrapper does not take (residual-stream injection).
+SKIPPED_ARGS = {"position_injection", "steering_inject_layer", "steering_inject_alpha", "unknown_topk"}
+RUNS = [
+    (n, r)
+    for n in SUPPORTED
+    for r, run in json.loads((FIXTURES / f"{n}.json").read_text())["runs"].items()
+    if not set(run["args"]) & SKIPPED_ARGS
+]
+
+_cache: dict = {}
+
+
+def _fixture(name):
+    if name not in _cache:
+        fx = ref.load_fixture(FIXTURES / name)
+        model = Steerling.from_release(fx.state_dict, fx.model_config, fx.concept_config, fx.vocab_size,
+                                       large_concept_threshold=fx.large_concept_threshold).eval()
+        _cache[name] = (fx, model)
+    return _cache[name]
+
+
+def _canonical_topk(idx, logits):
+    """Order each top-k row by (logit desc, index asc); the release leaves ties in any order."""
+    by_index = torch.argsort(idx, dim=-1, stable=True)
+    idx, logits = idx.gather(-1, by_index), logits.gather(-1, by_index)
+    by_logit = torch.argsort(logits, dim=-1, descending=True, stable=True)
+    return idx.gather(-1, by_logit), logits.gather(-1, by_logit)
+
+
+def _replay(fx, model, run):
+    args = run["args"]
+    kw = {}
+    if run["call"] == "intervene":
+        kw["intervene_known"] = {int(k): v for k, v in args["known"].items()}
+        kw["intervene_unknown"] = {int(k): v for k, v in args["unknown"].items()}
+        kw["positions"] = fx.tensors[args["positions"]] if args["positions"] else None
+    with torch.no_grad():
+        return model(fx.tensors["input.input_ids"], **kw)
+
+
+def test_some_fixture_is_supported():
+    assert "release_like" in SUPPORTED and len(RUNS) >= 5
+
+
+@pytest.mark.parametrize("name,run_name", RUNS, ids=[f"{n}-{r}" for n, r in RUNS])
+def test_matches_release(name, run_name):
+    fx, model = _fixture(name)
+    run = fx.meta["runs"][run_name]
+    out = _replay(fx, model, run)
+    got = {"logits": out.logits, **out.as_release()}
+    want = {k: fx.tensors[f"{run_name}.{k}"] for k in run["outputs"]}
+    assert {k for k, v in got.items() if v is not None} >= set(run["outputs"]) - {"known_logits", "known_weights"}
+    for head in ("known", "unknown"):
+        i_key, l_key = f"{head}_topk_indices", f"{head}_topk_logits"
+        if i_key in want:
+            want[i_key], want[l_key] = _canonical_topk(want[i_key], want[l_key])
+            got[i_key], got[l_key] = _canonical_topk(got[i_key], got[l_key])
+    for key in sorted(want):
+        have, ref_value = got[key], want[key]
+        assert have is not None, f"{key}: the release gives it, penrose gives None"
+        assert have.shape == ref_value.shape, f"{key}: shape {tuple(have.shape)} != {tuple(ref_value.shape)}"
+        if ref_value.dtype.is_floating_point:
+            assert have.dtype == torch.float32, key
+            err = float((have - ref_value).abs().max()) if ref_value.numel() else 0.0
+            assert err <= TOL, f"{key}: max abs error {err:.3g}"
+        else:
+            assert torch.equal(have, ref_value), key
+    # ε exists exactly when the release has it
+    assert (out.epsilon is not None) == ("epsilon" in run["outputs"])
+
+
+def test_topk_weights_are_sigmoid_of_topk_logits():
+    fx, model = _fixture("release_like")
+    out = _replay(fx, model, fx.meta["runs"]["base"])
+    assert torch.equal(out.known_topk_weights, torch.sigmoid(out.known_topk_logits))
+    # the dense weights hold exactly the top-k entries
+    kept = out.known_weights.gather(-1, out.known_topk_indices)
+    assert torch.equal(kept, out.known_topk_weights)
+    assert int((out.known_weights != 0).sum(-1).max()) == fx.concept_config["topk_known"]
+    assert int((out.unknown_weights != 0).sum(-1).max()) == fx.concept_config["unknown_topk"]
+
+
+def test_causal_variant_matches_reference():
+    """steerling_causal.pen = the release with diff_block_size 1 (query t sees keys s <= t)."""
+    fx = ref.load_fixture(FIXTURES / "release_like")
+    model = Steerling.from_release(fx.state_dict, fx.model_config, fx.concept_config, fx.vocab_size,
+                                   causal=True, large_concept_threshold=fx.large_concept_threshold)
+    ids = fx.tensors["input.input_ids"]
+    with torch.no_grad():
+        out = model(ids, intervene_known={3: 1.0})
+        logits, want = ref.release_intervene(
+            fx.state_dict, {**fx.model_config, "diff_block_size": 1}, fx.concept_config, fx.vocab_size, ids,
+            known={3: 1.0}, large_concept_threshold=fx.large_concept_threshold)
+    assert float((out.logits - logits).abs().max()) <= TOL
+    assert float((out.hidden - want["hidden"]).abs().max()) <= TOL
+    # and differs from the block-causal model (diff_block_size 4 > 1)
+    _, block_model = _fixture("release_like")
+    with torch.no_grad():
+        assert float((block_model(ids).hidden - model(ids).hidden).abs().max()) > 1e-3
+
+
+def test_gradients_follow_the_epsilon_composition():
+    """With ε on, the LM head reads û.detach() + ε + k̂ = h in value and in gradient: the LM loss
+    reaches neither concept head; with ε off (a known intervention) it reaches the known head,
+    and never the backbone through the unknown head (which reads h.detach())."""
+    fx, _ = _fixture("release_like")
+    model = Steerling.from_release({k: v.clone() for k, v in fx.state_dict.items()}, fx.model_config,
+                                   fx.concept_config, fx.vocab_size, large_concept_threshold=fx.large_concept_threshold)
+    ids = fx.tensors["input.input_ids"]
+    net = model.net
+    model(ids).logits.logsumexp(-1).sum().backward()
+    assert net.known_head.concept_predictor.grad is None or float(net.known_head.concept_predictor.grad.abs().max()) == 0.0
+    assert net.unknown_head.predictor_up.grad is None or float(net.unknown_head.predictor_up.grad.abs().max()) == 0.0
+    assert float(net.layers[0].attn.c_attn.grad.abs().max()) > 0
+    model.zero_grad(set_to_none=True)
+    model(ids, intervene_known={0: 1.0}).logits.logsumexp(-1).sum().backward()
+    assert float(net.known_head.concept_predictor.grad.abs().max()) > 0
+    assert float(net.unknown_head.predictor_up.grad.abs().max()) > 0
+
+
+# ---- unsupported configurations -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(UNSUPPORTED))
+def test_unsupported_fixture_is_refused_naming_the_field(name):
+    fx = ref.load_fixture(FIXTURES / name)
+    with pytest.raises(PenroseCompileError, match=UNSUPPORTED[name]):
+        Steerling.from_release(fx.state_dict, fx.model_config, fx.concept_config, fx.vocab_size)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("mlp_type", "standard"), ("norm_eps", 1e-6), ("clip_qkv", 2.5), ("weight_sharing", False),
+    ("use_qk_norm", False), ("rope_base", 1e4 + 0.5), ("not_a_field", 1),
+])
+def test_unsupported_model_config_names_the_field(field, value):
+    with torch.device("meta"), pytest.raises(PenroseCompileError, match=field):
+        Steerling.from_release_config({field: value}, {}, 100)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("use_attention_unknown", True), ("topk_on_logits", True), ("topk_known_features", 8),
+    ("concept_dim", 128), ("use_unknown", False),
+])
+def test_unsupported_concept_config_names_the_field(field, value):
+    with torch.device("meta"), pytest.raises(PenroseCompileError, match=field):
+        Steerling.from_release_config({}, {field: value}, 100)
+
+
+# ---- the released size ----------------------------------------------------------------------
+
+
+def test_meta_default_config_has_the_release_parameter_count():
+    with torch.device("meta"):
+        big = Steerling.from_release_config({}, {}, 100281)
+    assert big.num_parameters() == ref.release_param_count({}, {}, 100281) == 8_391_778_304
+    want = ref.release_state_dict_shapes({}, {}, 100281)
+    want.pop("transformer.lm_head.weight")  # tied: stored once
+    assert big.expected_release_shapes() == want
+    # padded concept tables as stored, valid concepts as drawn
+    assert big.sizes["c"] == 33732 and want["known_head.concept_predictor.weight"] == (33744, 4096)
+    assert big.sizes["u"] == 101196 and want["unknown_head.predictor_up.weight"] == (101200, 256)
+    assert all(p.is_meta for p in big.parameters())
+
+
+def test_diagram_parameter_count_is_the_release_count():
+    import penrose
+
+    for path in DIAGRAMS.values():
+        assert penrose.load(path).param_count() == 8_391_778_304
+
+
+def test_meta_forward_shapes():
+    with torch.device("meta"):
+        big = Steerling.from_release_config({"n_layers": 2}, {}, 100281)
+        out = big(torch.zeros(1, 64, dtype=torch.long))
+    assert out.logits.shape == (1, 64, 100281)
+    assert out.known_logits.shape == (1, 64, 33732)  # padding rows never read
+    assert out.unknown_weights.shape == (1, 64, 101196)
+    assert out.known_topk_indices.shape == (1, 64, 32) and out.unknown_topk_indices.shape == (1, 64, 128)
+
+
+def test_name_table_round_trips():
+    names = release_names(3)
+    assert len(set(names.values())) == len(names) == 3 * 8 + 8
+    for name, key in names.items():
+        assert release_key(name) == key
+    assert release_key("layers.2.attn.c_attn") == "transformer.blocks.2.attn.c_attn.weight"
+    assert len(RELEASE_NAMES) == 16
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+
+def test_token_ids_out_of_range():
+    fx, model = _fixture("release_like")
+    ids = fx.tensors["input.input_ids"].clone()
+    ids[0, 3] = fx.vocab_size
+    with pytest.raises(PenroseShapeError, match=f"token id {fx.vocab_size} is out of range"):
+        model(ids)
+    ids[0, 3] = -1
+    with pytest.raises(PenroseShapeError, match="token id -1"):
+        model(ids)
+    with pytest.raises(PenroseShapeError, match="integer token ids"):
+        model(ids.float())
+
+
+def test_sequence_longer_than_the_context():
+    fx, model = _fixture("release_like")
+    T = fx.model_config["block_size"]
+    with pytest.raises(PenroseShapeError, match=f"longer than the context \\(block_size = {T}\\)"):
+        model(torch.zeros(1, T + 1, dtype=torch.long))
+    model(torch.zeros(1, T, dtype=torch.long))  # exactly the context is fine
+
+
+def test_intervention_concept_ids_out_of_range():
+    fx, model = _fixture("release_like")
+    ids = fx.tensors["input.input_ids"]
+    n, m = fx.concept_config["n_concepts"], fx.concept_config["n_unknown_concepts"]
+    with pytest.raises(PenroseShapeError, match=f"concept id {n} is out of range; the known head has {n} concepts"):
+        model(ids, intervene_known={n: 1.0})  # a padding row is not a concept
+    with pytest.raises(PenroseShapeError, match="concept id -1"):
+        model(ids, intervene_known={-1: 1.0})
+    with pytest.raises(PenroseShapeError, match=f"concept id {m} is out of range; the unknown head"):
+        model(ids, intervene_unknown={m: 0.5})
+    with pytest.raises(PenroseShapeError, match="not a finite number"):
+        model(ids, intervene_known={0: float("nan")})
+    with pytest.raises(PenroseShapeError, match="positions"):
+        model(ids, intervene_known={0: 1.0}, positions=torch.ones(3, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("change,message", [
+    ("missing", "missing key\\(s\\): transformer.blocks.1.mlp.c_fc.weight"),
+    ("extra", "unexpected key\\(s\\): transformer.blocks.2.ln_1.weight"),
+    ("shape", "known_head.concept_predictor.weight has shape \\(37, 32\\), expected \\(48, 32\\)"),
+    ("dtype", "transformer.ln_f.weight has dtype torch.int64"),
+    ("untied", "transformer.lm_head.weight differs from transformer.tok_emb.weight"),
+])
+def test_bad_state_dict_names_the_key(change, message):
+    fx = ref.load_fixture(FIXTURES / "release_like")
+    sd = dict(fx.state_dict)
+    if change == "missing":
+        del sd["transformer.blocks.1.mlp.c_fc.weight"]
+    elif change == "extra":
+        sd["transformer.blocks.2.ln_1.weight"] = torch.ones(32)
+    elif change == "shape":
+        sd["known_head.concept_predictor.weight"] = sd["known_head.concept_predictor.weight"][:37]
+    elif change == "dtype":
+        sd["transformer.ln_f.weight"] = torch.ones(32, dtype=torch.long)
+    else:
+        sd["transformer.lm_head.weight"] = sd["transformer.tok_emb.weight"] + 1
+    with pytest.raises(PenroseShapeError, match=message):
+        Steerling.from_release(sd, fx.model_config, fx.concept_config, fx.vocab_size)
+
+
+def test_tied_lm_head_key_is_accepted():
+    fx = ref.load_fixture(FIXTURES / "release_like")
+    sd = dict(fx.state_dict, **{"transformer.lm_head.weight": fx.state_dict["transformer.tok_emb.weight"]})
+    model = Steerling.from_release(sd, fx.model_config, fx.concept_config, fx.vocab_size)
+    assert model.num_parameters() == fx.meta["param_count"]["parameters"]
+
+
+# ---- checkpoints ----------------------------------------------------------------------------
+
+
+def test_save_load_round_trip_in_release_layout(tmp_path):
+    from safetensors.torch import load_file
+
+    fx, model = _fixture("release_like")
+    model.save(tmp_path / "ckpt")
+    stored = load_file(str(tmp_path / "ckpt" / "model.safetensors"))
+    assert set(stored) == set(fx.state_dict)  # release keys, tied embedding once
+    for k, v in stored.items():
+        assert torch.equal(v, fx.state_dict[k]), k
+    again = Steerling.load(tmp_path / "ckpt", large_concept_threshold=fx.large_concept_threshold)
+    ids = fx.tensors["input.input_ids"]
+    with torch.no_grad():
+        assert torch.equal(again(ids).logits, model(ids).logits)
+    assert again.model_config == model.model_config and again.concept_config == model.concept_config
+    with pytest.raises(PenroseError, match="no model.safetensors"):
+        Steerling.load(tmp_path)
+
+
+# ---- the diagrams ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["dims", "layers", "concepts", "steerling", "steerling_causal"])
+def test_diagrams_have_legends_and_captions(name):
+    text = (STEERLING / f"{name}.pen").read_text()
+    assert text.startswith("# index legend:")
+    if name != "dims":
+        assert "# 1) " in text or "# 6) " in text or "# 9) " in text
+
+
+def test_diagrams_draw_the_release():
+    layers = (STEERLING / "layers.pen").read_text()
+    assert "block_causal(t, s, block=blk)" in layers and "causal(t, s)" in layers
+    assert "clamp(einsum('te,oe->to', x, c_attn), min=-clip, max=clip)" in layers
+    assert "einsum('tgrd,sgd->grts', q, k)" in layers  # GQA: heads as legs
+    concepts = (STEERLING / "concepts.pen").read_text()
+    assert "detach(uf)" in concepts and "min=-15, max=15" in concepts
+    for name in ("steerling", "steerling_causal"):
+        text = (STEERLING / f"{name}.pen").read_text()
+        assert 'include "layers.pen"' in text and 'include "concepts.pen"' in text
+        assert "repeat L as layers" in text and "gather(tok_emb, ids)" in text
+        assert "einsum('te,ve->tv', z, tok_emb)" in text  # tied LM head

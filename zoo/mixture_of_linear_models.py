@@ -1,0 +1,52 @@
+"""Mixture of linear models / concept memory (Debot et al. 2024; De Santis et al. 2026):
+`zoo/mixture_of_linear_models.pen` and its wrapper."""
+
+from __future__ import annotations
+
+import torch
+
+from zoo.concepts import ConceptModel
+from zoo.core import Explanation
+
+
+class MixtureOfLinearModels(ConceptModel):
+    """A concept predictor c = σ(x W_c + b_c); a selector pr = softmax(x W_s + b_s) over m memory
+    slots; in each slot a linear model over the concepts v_m = c E[:, m] + E_b[m];
+    y = Σ_m pr_m v_m.
+
+    Index legend: f input feature, k concept, m memory slot, r task output.
+    Sizes: f = 2000, k = 8, m = 4, r = 2 (defaults).
+    Outputs (y, c after interventions, c_logit, pr[..., m], v[..., m, r]).
+    Training: `fit(train, val, mode='joint' | 'independent' | 'sequential')` on (x, c, y).
+    Explanation: the selected slot (`slot`, `slot_prob`), its weights `slot_weights[..., k, r]`
+    and bias; the parts pr_m c_k E[k, m, r] (parts[..., m, k, r]) plus the bias Σ_m pr_m E_b[m]
+    add up to y.
+
+    >>> moe = MixtureOfLinearModels(f=5, k=3, m=2)
+    >>> e = moe.explain(torch.randn(2, 5))
+    >>> e.slot.shape, e.slot_weights.shape
+    (torch.Size([2]), torch.Size([2, 3, 2]))
+    """
+
+    diagram_file = "mixture_of_linear_models.pen"
+    defaults = {"f": 2000, "k": 8, "m": 4, "r": 2}
+    concept_params = ("W_c", "b_c")
+
+    def explain(self, x, c_true=None, do=None) -> Explanation:
+        """parts[..., m, k, r] = pr_m c_k E[k, m, r]; Σ_mk parts + Σ_m pr_m E_b[m] = y."""
+        out = self(x, c_true, do)
+        E, E_b = self.diagram.E, self.diagram.E_b
+        E_mkr = E.permute(1, 0, 2)  # [m, k, r]
+        parts = out.pr[..., :, None, None] * out.c[..., None, :, None] * E_mkr
+        bias = (out.pr[..., :, None] * E_b).sum(-2)
+        slot_prob, slot = out.pr.max(-1)
+        details = {
+            "concepts": out.c,
+            "slot_probs": out.pr,
+            "slot": slot,
+            "slot_prob": slot_prob,
+            "slot_weights": E_mkr[slot],
+            "slot_bias": E_b[slot],
+            "slot_predictions": out.v,
+        }
+        return Explanation(out.y, parts, bias, ("m", "k"), details, names=self.concept_names)
