@@ -242,6 +242,12 @@ class Checked:
     def blocks_all(self):
         return self.blocks
 
+    def _repr_svg_(self):
+        """The figure, for notebooks."""
+        from penrose.render import repr_svg
+
+        return repr_svg(self)
+
 
 # ---- the checker -----------------------------------------------------------------------------
 

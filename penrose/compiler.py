@@ -12,6 +12,7 @@ in-memory module is that same source, compiled; `penrose compile FILE -o model.p
 
 from __future__ import annotations
 
+import functools
 import linecache
 import math
 import os
@@ -45,12 +46,17 @@ _UNARY_CODE = {
 }
 
 HELPERS = '''
-def _check_inputs(spec, values, unexpected):
+def _check_inputs(spec, values, unexpected, extra=()):
     """Check inputs against (name, legs, sizes, dtype) and return the sizes of free legs."""
     if unexpected:
         names = ", ".join(sorted(unexpected))
         raise ShapeError(f"unexpected input(s): {names}; the diagram takes " + ", ".join(s[0] for s in spec))
+    if extra:
+        raise ShapeError(
+            f"{len(spec) + len(extra)} positional inputs given but the diagram takes {len(spec)}: " + ", ".join(s[0] for s in spec)
+        )
     free = {}
+    batch, batch_of = (), None  # the batch dims seen so far (broadcast together) and who gave them
     for (name, legs, sizes, kind), x in zip(spec, values):
         if x is None:
             raise ShapeError(f"missing input {name!r} with legs [{', '.join(legs)}]")
@@ -67,6 +73,15 @@ def _check_inputs(spec, values, unexpected):
             raise ShapeError(f"input {name!r} must be a bool mask, got {x.dtype}")
         if kind == "float" and not floating:
             raise ShapeError(f"input {name!r} must be a floating-point tensor, got {x.dtype}")
+        lead = tuple(x.shape[: x.dim() - len(legs)])
+        if lead:
+            n = max(len(lead), len(batch))
+            a, b = (1,) * (n - len(lead)) + lead, (1,) * (n - len(batch)) + batch
+            if any(u != v and u != 1 and v != 1 for u, v in zip(a, b)):
+                raise ShapeError(
+                    f"input {name!r} has batch dims {list(lead)} but input {batch_of!r} has {list(batch)}; they must broadcast"
+                )
+            batch, batch_of = tuple(v if u == 1 else u for u, v in zip(a, b)), batch_of or name
         shape = x.shape[x.dim() - len(legs):]
         for leg, want, got in zip(legs, sizes, shape):
             if isinstance(want, str):
@@ -105,41 +120,71 @@ def _rms_norm(x, weight, eps, dim):
 
 def _causal_mask(n_t, n_p, device):
     """True where query t may see key p (p <= t)."""
-    t = torch.arange(n_t, device=device)
-    p = torch.arange(n_p, device=device)
-    return p[None, :] <= t[:, None]
+    key = ("causal", n_t, n_p, device)
+    mask = _CONSTANTS.get(key)
+    if mask is None:
+        t = torch.arange(n_t, device=device)
+        p = torch.arange(n_p, device=device)
+        mask = _remember(key, p[None, :] <= t[:, None])
+    return mask
 
 
 def _block_causal_mask(n_t, n_p, block, device):
     """True where key p's block is not after query t's block (bidirectional inside a block)."""
-    t = torch.arange(n_t, device=device) // block
-    p = torch.arange(n_p, device=device) // block
-    return p[None, :] <= t[:, None]
+    key = ("block_causal", n_t, n_p, block, device)
+    mask = _CONSTANTS.get(key)
+    if mask is None:
+        t = torch.arange(n_t, device=device) // block
+        p = torch.arange(n_p, device=device) // block
+        mask = _remember(key, p[None, :] <= t[:, None])
+    return mask
 
 
 def _rope(x, pos_dim, dim, base):
     """Rotate-half RoPE in float32: entry i pairs with i + n/2; position p turns it by p * base**(-2i/n)."""
     n, length = x.shape[dim], x.shape[pos_dim]
-    inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
-    angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
-    angle = torch.cat([angle, angle], dim=-1)  # (positions, n)
+    transposed = (pos_dim % x.dim()) > (dim % x.dim())
     shape = [1] * x.dim()
     shape[pos_dim], shape[dim] = length, n
-    if (pos_dim % x.dim()) > (dim % x.dim()):
-        angle = angle.T
-    angle = angle.reshape(shape)
+    key = ("rope", length, n, base, transposed, tuple(shape), x.device)
+    tables = _CONSTANTS.get(key)
+    if tables is None:  # cos and sin of every angle, computed once per (length, n, base, layout, device)
+        inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
+        angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        angle = torch.cat([angle, angle], dim=-1)  # (positions, n)
+        angle = (angle.T if transposed else angle).reshape(shape)
+        tables = _remember(key, (angle.cos(), angle.sin()))
+    cos, sin = tables
     xf = x.float()
     first, second = xf.chunk(2, dim=dim)
     rotated = torch.cat([-second, first], dim=dim)
-    return (xf * angle.cos() + rotated * angle.sin()).to(x.dtype)
+    return (xf * cos + rotated * sin).to(x.dtype)
+
+
+_CONSTANTS = {}  # masks and RoPE tables: constants of their sizes, shared by every call
+
+
+def _remember(key, value):
+    if len(_CONSTANTS) >= 64:
+        _CONSTANTS.clear()
+    _CONSTANTS[key] = value
+    return value
 
 
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention."""
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = [1] * max(q.dim(), k.dim(), v.dim())  # broadcast the leading legs (torch.broadcast_shapes is slow)
+    for x in (q, k, v):
+        for i, n in enumerate(x.shape[:-2], len(batch) - x.dim()):
+            batch[i] = n if n != 1 else batch[i]
+    batch = batch[:-2]
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*batch, *k.shape[-2:])
     v = v.expand(*batch, *v.shape[-2:])
+    if len(batch) != 2:  # the fused (flash) kernels take (batch, heads, t, d): fold the rest in
+        q, k, v = (x.reshape(1, -1, *x.shape[-2:]) for x in (q, k, v))
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+        return y.reshape(*batch, *y.shape[-2:])
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
 
 
@@ -570,8 +615,8 @@ class _Emitter:
         head = []
         if self.top:
             sig = ", ".join(f"{n}=None" for n in inputs)
-            head.append(f"    def forward(self, {sig}{', ' if sig else ''}**unexpected):")
-            head.append(f"        _sizes = _check_inputs(self._INPUTS, ({''.join(n + ', ' for n in inputs)}), unexpected)")
+            head.append(f"    def forward(self, {sig}{', ' if sig else ''}*extra, **unexpected):")
+            head.append(f"        _sizes = _check_inputs(self._INPUTS, ({''.join(n + ', ' for n in inputs)}), unexpected, extra)")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
         else:
@@ -718,7 +763,14 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
             module.reset_parameters(g)
     module.penrose_source = source
     module.penrose_checked = checked
+    module._repr_svg_ = functools.partial(_repr_svg, checked)  # the figure, in notebooks
     return module
+
+
+def _repr_svg(checked):
+    from penrose.render import repr_svg
+
+    return repr_svg(checked)
 
 
 def load(path_or_text, **sizes) -> Checked:

@@ -196,6 +196,12 @@ class Diagram:
         stem = os.path.splitext(os.path.basename(self.file))[0]
         return stem if stem and not stem.startswith("<") else "diagram"
 
+    def _repr_svg_(self):
+        """The figure, for notebooks (None when the diagram does not check)."""
+        from penrose.render import repr_svg
+
+        return repr_svg(self)
+
 
 # ---- derived views ---------------------------------------------------------------------------
 

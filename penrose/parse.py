@@ -85,7 +85,10 @@ _FRIENDLY = {
 
 class _Lines:
     def __init__(self, text: str, file: str):
-        self.lines = text.splitlines()
+        # lines as the lexer counts them: only '\n' ends one (splitlines also splits at \x0c, \x85, \u2028 ...)
+        self.lines = [l[:-1] if l.endswith("\r") else l for l in text.split("\n")]
+        if len(self.lines) > 1 and not self.lines[-1]:
+            self.lines.pop()
         self.file = file
 
     def line(self, n: int) -> str:
@@ -397,5 +400,5 @@ def _attach_comments(body, comments, lines: _Lines):
 
 
 def _clean(comment: str) -> str:
-    text = comment[1:]
+    text = comment[1:].rstrip()  # trailing blanks (and the '\r' of a CRLF line) are not part of it
     return text[1:] if text.startswith(" ") else text

@@ -493,16 +493,18 @@ def elementwise_cases(draw, max_statements=3, max_depth=3):
 
 
 @st.composite
-def decorated(draw, text: str):
+def decorated(draw, text: str, comments: bool = True):
     """`text` with comments, captions, notes, blank lines, extra spaces and line breaks in calls."""
     out = []
     step = 0
-    if draw(st.booleans()):
+    if comments and draw(st.booleans()):
         out.append("# index legend: t token, e embedding")
     for line in text.splitlines():
         if draw(st.integers(0, 4)) == 0:
             out.append("")
-        if draw(st.integers(0, 4)) == 0:
+        if not comments:
+            pass
+        elif draw(st.integers(0, 4)) == 0:
             step += 1
             out.append(f"# {step}) Step number {step}. Yields: something.")
         elif draw(st.integers(0, 5)) == 0:
@@ -514,11 +516,11 @@ def decorated(draw, text: str):
         if "(" in line and draw(st.integers(0, 3)) == 0:
             i = line.index("(") + 1
             line = line[:i] + "\n    " + line[i:]  # newlines are free inside brackets
-        if draw(st.integers(0, 3)) == 0:
+        if comments and draw(st.integers(0, 3)) == 0:
             line += draw(st.sampled_from(["  # a note", " #note with 'quotes'", "\t# tab note"]))
         if draw(st.integers(0, 6)) == 0:
             line = "  " + line
         out.append(line)
-    if draw(st.booleans()):
+    if comments and draw(st.booleans()):
         out.append("# trailing comment")
     return "\n".join(out) + draw(st.sampled_from(["\n", "", "\n\n", "\r\n"]))

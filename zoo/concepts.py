@@ -22,6 +22,7 @@ from typing import ClassVar, Sequence
 import torch
 import torch.nn.functional as F
 
+from penrose import PenroseShapeError
 from zoo.core import InterventionError, ZooModel, task_loss
 
 __all__ = ["ConceptModel"]
@@ -57,6 +58,15 @@ class ConceptModel(ZooModel):
             if do is not self._no_do:
                 raise InterventionError("an intervention mask 'do' needs the values 'c_true' to set")
             c_true = self._no_c
+        for name, t in (("c_true", c_true), ("do", do)):
+            if isinstance(t, torch.Tensor) and isinstance(x, torch.Tensor) and t.dim() > 1 and x.dim() > 1:
+                tb, xb = tuple(t.shape[:-1]), tuple(x.shape[:-1])
+                try:
+                    ok = torch.broadcast_shapes(tb, xb) == torch.Size(xb)
+                except RuntimeError:
+                    ok = False
+                if not ok:
+                    raise PenroseShapeError(f"input {name!r} has batch shape {tb} but input 'x' has {xb}")
         return self.diagram(x=x, c_true=c_true, do=do)
 
     def concept_index(self, concept, position: int = 0) -> int:

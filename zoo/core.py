@@ -13,7 +13,7 @@ interventions), validation of user arguments, and `explain`. No layer is written
 
 from __future__ import annotations
 
-import math
+import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -24,6 +24,16 @@ import torch.nn.functional as F
 import penrose
 
 ZOO_DIR = Path(__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=256)
+def _load_cached(path: str, mtime_ns: int, sizes: tuple):
+    return penrose.load(path, **dict(sizes))
+
+
+def load_diagram(path: Path, **sizes):
+    """The checked diagram (cached on the file's path, modification time and sizes)."""
+    return _load_cached(str(path), path.stat().st_mtime_ns, tuple(sorted(sizes.items())))
 
 __all__ = [
     "ZOO_DIR",
@@ -123,7 +133,9 @@ class ZooModel(torch.nn.Module):
         self.task = task or self.default_task
         if self.task not in self.tasks:
             raise ValueError(f"{type(self).__name__}: task must be one of {self.tasks}, got {self.task!r}")
-        self.diagram = penrose.compile(self.diagram_path(), seed=seed, **{**self.defaults, **sizes})
+        from penrose.compiler import build
+
+        self.diagram = build(load_diagram(self.diagram_path(), **{**self.defaults, **sizes}), seed=seed)
         self.sizes = {k: v for k, v in self.diagram.penrose_checked.dim_sizes().items() if v is not None}
         if self.task == "binary" and self.sizes.get("r", 1) != 1:
             raise ValueError(f"{type(self).__name__}: a binary task needs r = 1 output, got r = {self.sizes['r']}")
@@ -135,17 +147,17 @@ class ZooModel(torch.nn.Module):
 
     @classmethod
     def dims(cls) -> tuple[str, ...]:
-        return tuple(penrose.load(cls.diagram_path()).dims)
+        return tuple(load_diagram(cls.diagram_path()).dims)
 
     @classmethod
     def resolved_sizes(cls, **sizes) -> dict:
         """Every dim's size for these overrides (without compiling)."""
-        checked = penrose.load(cls.diagram_path(), **{**cls.defaults, **sizes})
+        checked = load_diagram(cls.diagram_path(), **{**cls.defaults, **sizes})
         return {k: v for k, v in checked.dim_sizes().items() if v is not None}
 
     @classmethod
     def param_count(cls, **sizes) -> int:
-        return penrose.load(cls.diagram_path(), **{**cls.defaults, **sizes}).param_count()
+        return load_diagram(cls.diagram_path(), **{**cls.defaults, **sizes}).param_count()
 
     # -- inputs
     @classmethod

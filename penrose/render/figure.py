@@ -58,7 +58,7 @@ class FEdge:
     tooltip: str = ""
     step: int | None = None
     badge: str = ""
-    lateral: bool = False  # joins two tensors already placed: does not push one after the other
+    lateral: bool = False  # joins two values already placed: does not push one after the other
 
 
 @dataclass
@@ -79,6 +79,7 @@ class Figure:
     edges: list = field(default_factory=list)
     clusters: dict = field(default_factory=dict)  # id -> Cluster, in creation order
     captions: dict = field(default_factory=dict)  # step number -> caption text, in order
+    header: str = "full"  # full (title, legend, captions) | title | none
 
     def node(self, node_id: str) -> FNode:
         return next(n for n in self.nodes if n.id == node_id)
@@ -101,6 +102,7 @@ class _Val:
 
 
 TENSOR_KINDS = frozenset({"input", "param", "buffer", "formal", "copy", "value", "output"})
+LEAF_KINDS = frozenset({"input", "param", "buffer", "formal", "copy"})
 ARITH = {"+": "+", "-": "−", "*": "×", "/": "÷", "//": "÷", "**": "^", "<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "!=": "≠"}
 BOX_NAMES = {
     "sigmoid": "sigmoid",
@@ -138,6 +140,7 @@ class Options:
     show_sizes: bool = False
     show_plan: bool = False
     unfold: bool = False
+    header: bool = True  # the title block: name, leg legend and step captions
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -162,8 +165,9 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
         raise PenroseRenderError(f"direction must be 'LR' or 'TB', got {options.direction!r}", Span(c.diagram.file))
     kind, _, arg = view.partition(":")
     legend = index_legend(c.diagram)
+    header = "full" if options.header else "none"
     if kind == "diagram" and not arg:
-        b = _Builder(c, options, Figure(_title(c), options.direction, legend))
+        b = _Builder(c, options, Figure(_title(c), options.direction, legend, header=header))
         b.draw_body(c, {}, prefix="", top=True)
         return b.fig
     if kind == "statement":
@@ -178,7 +182,7 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
                 Span(c.diagram.file),
             )
         s = stmts[n - 1]
-        fig = Figure(_stmt_title(s, n), options.direction, legend)
+        fig = Figure(_stmt_title(s, n), options.direction, legend, header="title" if options.header else "none")
         b = _Builder(c, options, fig)
         b.draw_statement(c, s)
         return fig
@@ -187,7 +191,7 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
             names = ", ".join(sorted(c.blocks)) or "none"
             raise PenroseRenderError(f"view {view!r}: no block {arg!r} (blocks: {names})", Span(c.diagram.file))
         blk = c.blocks[arg]
-        fig = Figure(f"block {arg}", options.direction, legend)
+        fig = Figure(f"block {arg}", options.direction, legend, header=header)
         b = _Builder(c, options, fig)
         b.draw_body(blk, {}, prefix="", top=True)
         return fig
@@ -407,8 +411,12 @@ class _Builder:
         val = scope.lookup(self, name, v)
         key = val.key
         n_einsum = scope.uses.get(key, (0, 0))[0] if key else 0
-        if einsum_use and n_einsum >= 2 and val.anchor is not None:
-            # a tensor several contractions read: one copy per contraction, branching off it
+        earlier = scope.seen.get(key, 0)
+        scope.seen[key] = earlier + 1
+        # a tensor several contractions read, or a declared tensor read again by a contraction
+        # (tied weights): one copy per contraction, branching off it
+        reused = n_einsum >= 2 or (earlier > 0 and val.kind in LEAF_KINDS)
+        if einsum_use and reused and val.anchor is not None:
             base = val.anchor
             kind = val.kind if val.kind in ("input", "param", "buffer", "formal") else "copy"
             cid = self.add_node(f"{name}_copy", kind, name, _name_html(name), tooltip=f"copy of {name}")
@@ -460,7 +468,10 @@ class _Builder:
                 continue
             if len(places) == 2 and not in_out and not (not out and letter == contracted[0]):
                 e = self.wire(places[0][0], places[1][0], label_leg, cl)
-                e.lateral = all(p[0] in before and kinds.get(p[0]) in TENSOR_KINDS for p in places)
+                # a wire between two tensors already drawn: between two leaves (W_q —e— W_k) it
+                # still orders them (measured: fewest crossings); between values it must not
+                e.lateral = all(p[0] in before and kinds.get(p[0]) in TENSOR_KINDS for p in places) and not all(
+                    kinds.get(p[0]) in LEAF_KINDS for p in places)
                 edges_made.append(e)
                 if extra:
                     e.label += "\n" + extra
@@ -637,6 +648,7 @@ class _Scope:
         self.prefix = prefix
         self.leaves = leaves
         self.version: dict[str, int] = {}
+        self.seen: dict = {}  # key -> how many times it has been read so far
         self.current_target = None
         self.last_assign: dict[str, int] = {}
         n = 0
@@ -835,7 +847,7 @@ def _name_html(name: str) -> str:
     head, _, rest = name.partition("_")
     if not head or not rest:
         return html.escape(name)
-    return f"{html.escape(head)}<SUB>{html.escape(rest.replace('_', ','))}</SUB>"
+    return f"{html.escape(head)}<SUB>{html.escape(rest)}</SUB>"
 
 
 def _html_text(text: str) -> str:
@@ -900,10 +912,10 @@ def _q(text: str) -> str:
 def to_dot(fig: Figure) -> str:
     """Graphviz DOT text for a figure (deterministic: statement order, sequential ids)."""
     lines = [f"digraph {_q(fig.title[:60])} {{"]
-    title_html = _title_html(fig)
+    label = f" labelloc=t labeljust=l label=<{_title_html(fig)}>" if fig.header != "none" else ""
     lines.append(
         f'  graph [rankdir={fig.direction} fontname="{FONT}" fontsize=12 nodesep=0.22 ranksep=0.32 '
-        f'pad=0.25 newrank=true outputorder=edgesfirst labelloc=t labeljust=l label=<{title_html}>]'
+        f"pad=0.25 newrank=true outputorder=edgesfirst{label}]"
     )
     lines.append(f'  node [fontname="{FONT}" color="{INK}" penwidth=1.2]')
     lines.append(f'  edge [dir=none fontname="{LEG_FONT}" fontsize=11 fontcolor="{LEG_INK}" arrowhead=none]')
@@ -928,12 +940,8 @@ def to_dot(fig: Figure) -> str:
             lines.append(f"{indent}}}")
 
     emit_nodes(None, "  ")
-    for group in _same_rank_groups(fig):
-        lines.append("  {rank=same; " + " ".join(_q(n) for n in group) + "}")
     for kind, tail, head, label, tooltip, n, mark, lateral in bundles(fig):
         attrs = [EDGE_STYLE[kind]]
-        if lateral:
-            attrs.append("constraint=false")
         if n > 1:  # several legs between the same two nodes: parallel lines, one label
             ink = RESIDUAL if kind == "residual" else INK
             attrs.append(f'color="{":transparent:".join([ink] * n)}"')
@@ -947,30 +955,6 @@ def to_dot(fig: Figure) -> str:
         lines.append(f"  {_q(tail)} -> {_q(head)} [{' '.join(attrs)}]")
     lines.append("}")
     return "\n".join(lines) + "\n"
-
-
-def _same_rank_groups(fig: Figure) -> list:
-    """Tensors joined by a lateral wire (W_q —e— W_k) stand side by side in one rank."""
-    parent: dict = {}
-
-    def find(x):
-        while parent.setdefault(x, x) != x:
-            x = parent[x]
-        return x
-
-    order = []
-    for e in fig.edges:
-        if e.lateral and e.tail != e.head:
-            for n in (e.tail, e.head):
-                if n not in order:
-                    order.append(n)
-            parent[find(e.head)] = find(e.tail)
-    groups: dict = {}
-    clusters = {n.id: n.cluster for n in fig.nodes}
-    for n in order:
-        groups.setdefault(find(n), []).append(n)
-    # rank=same cannot span clusters: keep only groups within one cluster
-    return [g for g in groups.values() if len(g) > 1 and len({clusters.get(n) for n in g}) == 1]
 
 
 def bundles(fig: Figure):
@@ -998,7 +982,10 @@ def _has_nodes(cid, by_cluster, children) -> bool:
 
 
 def _node_dot(n: FNode) -> str:
-    attrs = [NODE_STYLE[n.kind], f"class={_q('pen-' + n.kind)}"]
+    style = NODE_STYLE[n.kind]
+    if n.kind in TENSOR_KINDS and len(n.text) > 3:  # a long name: an oval, not a huge circle
+        style = style.replace("shape=doublecircle", "shape=ellipse peripheries=2").replace("shape=circle", "shape=ellipse")
+    attrs = [style, f"class={_q('pen-' + n.kind)}"]
     mark = f'<FONT COLOR="{BADGE}"><B>{n.badge}</B></FONT> ' if n.badge else ""
     if n.html or mark:
         attrs.append(f"label=<{mark}{n.html or html.escape(n.text)}>")
@@ -1015,6 +1002,8 @@ def _node_dot(n: FNode) -> str:
 
 def _title_html(fig: Figure) -> str:
     parts = [f'<B>{html.escape(fig.title if len(fig.title) < 140 else fig.title[:137] + "...")}</B>']
+    if fig.header == "title":
+        return parts[0] + '<BR ALIGN="LEFT"/>'
     if fig.legend:
         legend = " · ".join(f"{k} {v}" for k, v in fig.legend.items())
         for line in _wrap("legs: " + legend, 110):

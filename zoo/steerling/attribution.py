@@ -3,21 +3,22 @@
 Index legend: b batch, t position, v vocabulary, e embedding, n known concept, m unknown
 concept, j target token slot, k active-concept slot, s interpolation step.
 
-The protocol (what zoo.steerling's Steerling wrapper implements; tests use a tiny stand-in)
+The protocol (what an adapter around zoo.steerling.Steerling implements; tests use a stand-in)
 --------------------------------------------------------------------------------------------
 ConceptLM, a torch.nn.Module with:
 
   embed(input_ids: int64 (b, t)) -> (b, t, e)
       token embeddings, the backbone's input. The IG baseline is embed of `mask_token_id`.
-  forward_from_embeddings(x: (b, t, e), *,
-                          intervene_known_ids=None, intervene_known_vals=None,
-                          intervene_unknown_ids=None, intervene_unknown_vals=None,
-                          known_gt_features=None) -> output
+  forward_from_embeddings(x: (b, t, e), *, intervene_known=None, intervene_unknown=None,
+                          positions=None, known_gt_features=None) -> output
       differentiable in x. Keyword arguments are passed only when not None, so a model may
-      omit the ones it does not support. Interventions as in the release: ids int64 (b, t, j)
-      with −1 for an unused slot, vals float (b, t, j); the post-top-k weight of each named
-      concept is replaced by the value at that position. Whenever intervene_known_ids is given
-      (even all −1) ε is switched off (epsilon None) and the LM head reads k̂ + û.
+      omit the ones it does not support. Interventions in the form of Steerling.forward:
+      intervene_known / intervene_unknown {concept id: value} replace that concept's
+      post-top-k weight at `positions` ((b, t) bool, default every position). A value is a
+      float, or a (b, t) tensor of per-position values (zoo.steerling.steer needs this form
+      only for scale factors and for switching ε off around an unknown-only edit). Whenever
+      intervene_known is non-empty, ε is switched off (epsilon None) and the LM head reads
+      k̂ + û, as in the release.
       known_gt_features (b, t, e): teacher-forced k̂_gt (zoo.steerling.losses), optional.
   concept_embeddings(kind: 'known' | 'unknown', ids: int64 (...) | None = None) -> (..., e)
       rows of the concept embedding table (K: n × e, U: m × e); ids None gives the whole
@@ -33,10 +34,11 @@ output: an object (or mapping) with the fields
   unknown_features  (b, t, e)   û = Σ_j u_j U_j         (the release's `unk_hat` is accepted)
   epsilon           (b, t, e) or None                    ε = h − (û + k̂) when switched on
   known_logits      (b, t, n)   pre-sigmoid, pre-top-k (clamped) known-head logits
-  known_topk_indices, known_topk_weights   (b, t, k)    the concepts k̂ is built from, or
-  known_weights     (b, t, n)   dense post-top-k weights (used when top-k fields are None);
-                                `*_topk_logits` is accepted instead of `*_topk_weights` (σ applied)
-  unknown_topk_indices, unknown_topk_weights / unknown_weights     likewise for û
+  known_weights     (b, t, n)   dense post-top-k weights, interventions applied (preferred);
+  known_topk_indices, known_topk_weights   (b, t, k)    used when known_weights is None: the
+                                concepts k̂ is built from (`*_topk_logits` is accepted instead
+                                of `*_topk_weights`, σ applied)
+  unknown_weights / unknown_topk_indices, unknown_topk_weights     likewise for û
 and the invariant  logits = (k̂ + û + ε) · lm_head_weight()ᵀ  (ε omitted when None).
 
 Concept attribution (`concept_attribution`)
@@ -51,7 +53,9 @@ Integrated Gradients (`integrated_gradients`)
     forward/backward of chunk_size · b sequences, whatever P is. Each result carries the
     completeness error |Σ_t C(x_t) − (f(x) − f(x'))|. Targets: `LogitTarget` (token → logit) and
     `ConceptTarget` (token → known-concept activation σ(known_logits), taken before the top-k
-    cut: the cut is piecewise constant and would break completeness).
+    cut: the cut is piecewise constant and would break completeness). With ε on (no known
+    intervention) the logits are h·Wᵀ and smooth in x; with ε off they pass through the top-k
+    cut, which can jump along the path, and the completeness error then says by how much.
     Written here rather than with captum: the batched-step loop is a few lines, the model
     returns a structured output rather than a tensor, and it keeps captum out of the runtime
     dependencies; the tests check it against captum's IntegratedGradients (riemann_right) when
@@ -103,21 +107,25 @@ def forward_ids(model: ConceptLM, input_ids: Tensor, **kwargs):
 
 
 def active_concepts(out, kind: str) -> tuple[Tensor, Tensor]:
-    """(ids (b, t, k), weights (b, t, k)) of the concepts the `kind` features are built from:
-    the top-k fields when present, else the dense weights with ids 0..n−1."""
+    """(ids (b, t, k), weights (b, t, k)) of the concepts the `kind` features are built from.
+
+    From the dense weights when present (they include interventions): the k = most nonzero
+    weights at any position, so zeros are not carried; else from the top-k fields.
+    """
     if kind not in ("known", "unknown"):
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
-    idx = get_field(out, f"{kind}_topk_indices", required=False)
-    if idx is not None:
-        w = get_field(out, f"{kind}_topk_weights", required=False)
-        if w is None:
-            w = torch.sigmoid(get_field(out, f"{kind}_topk_logits"))
-        return idx, w
     dense = get_field(out, f"{kind}_weights", required=False)
-    if dense is None:
-        raise AttributeError(f"model output has neither {kind}_topk_indices nor {kind}_weights")
-    ids = torch.arange(dense.shape[-1], device=dense.device).expand_as(dense)
-    return ids, dense
+    if dense is not None:
+        k = max(int((dense != 0).sum(-1).max()), 1) if dense.numel() else 1
+        ids = dense.abs().topk(k, dim=-1).indices
+        return ids, dense.gather(-1, ids)
+    idx = get_field(out, f"{kind}_topk_indices", required=False)
+    if idx is None:
+        raise AttributeError(f"model output has neither {kind}_weights nor {kind}_topk_indices")
+    w = get_field(out, f"{kind}_topk_weights", required=False)
+    if w is None:
+        w = torch.sigmoid(get_field(out, f"{kind}_topk_logits"))
+    return idx, w
 
 
 @dataclass(frozen=True)
@@ -176,7 +184,7 @@ def concept_attribution(model: ConceptLM, out, targets: Tensor | None = None) ->
                 else torch.zeros(targets.shape, dtype=W_y.dtype, device=W_y.device))
     logit = logits.gather(-1, targets)
     total = parts["known"][1].sum(-1) + parts["unknown"][1].sum(-1) + eps_part
-    error = float((total - logit).abs().max()) if logit.numel() else 0.0
+    error = float((total - logit).detach().abs().max()) if logit.numel() else 0.0
     return ConceptAttribution(targets, parts["known"][0], parts["known"][1], parts["unknown"][0],
                               parts["unknown"][1], eps_part, logit, error)
 
@@ -248,15 +256,16 @@ def integrated_gradients(
     *,
     steps: int = 32,
     chunk_size: int = 8,
-    positions: Tensor | None = None,
+    token_mask: Tensor | None = None,
     baseline_id: int | None = None,
     **forward_kwargs,
 ) -> IGResult:
     """IG of target(out, b) -> (B,) with respect to the token embeddings of input_ids (b, t).
 
-    positions (b, t) bool: which tokens move from the [MASK] baseline (default all); the others
+    token_mask (b, t) bool: which tokens move from the [MASK] baseline (default all); the others
     keep their embedding at every step. baseline_id defaults to model.mask_token_id.
-    forward_kwargs go to forward_from_embeddings (e.g. interventions, tiled over the steps).
+    forward_kwargs go to forward_from_embeddings (e.g. intervene_known=..., positions=...),
+    tiled over the steps.
     """
     if steps < 1 or chunk_size < 1:
         raise ValueError(f"steps and chunk_size must be ≥ 1, got {steps}, {chunk_size}")
@@ -265,14 +274,20 @@ def integrated_gradients(
         x = model.embed(input_ids)  # (b, t, e)
         base_id = model.mask_token_id if baseline_id is None else baseline_id
         x0 = model.embed(torch.full_like(input_ids, base_id))
-        if positions is not None:
-            x0 = torch.where(positions.unsqueeze(-1), x0, x)
+        if token_mask is not None:
+            x0 = torch.where(token_mask.unsqueeze(-1), x0, x)
     x, x0 = x.detach(), x0.detach()
     diff = x - x0
 
+    def tile(v, n: int):
+        if isinstance(v, Tensor) and v.ndim >= 1 and v.shape[0] == b:
+            return v.repeat(n, *([1] * (v.ndim - 1)))
+        if isinstance(v, dict):  # intervention dicts may hold per-position (b, t) values
+            return {k: tile(u, n) for k, u in v.items()}
+        return v
+
     def tiled(n: int) -> dict:
-        return {k: (v.repeat(n, *([1] * (v.ndim - 1))) if isinstance(v, Tensor) else v)
-                for k, v in forward_kwargs.items() if v is not None}
+        return {k: tile(v, n) for k, v in forward_kwargs.items() if v is not None}
 
     grad_sum = torch.zeros_like(x)
     alphas = torch.arange(1, steps + 1, dtype=x.dtype, device=x.device) / steps

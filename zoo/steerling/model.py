@@ -21,6 +21,7 @@ Parameter names: the diagram's names map to the release's state_dict keys by `re
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import math
 import os
@@ -90,57 +91,57 @@ def full_configs(model_config: dict, concept_config: dict) -> tuple[dict, dict]:
     return {**MODEL_DEFAULTS, **model_config}, {**CONCEPT_DEFAULTS, **concept_config}
 
 
-def _unsupported(field: str, value, why: str) -> PenroseCompileError:
-    return PenroseCompileError(f"config field {field!r} = {value!r} is not supported: {why}")
-
-
-def _whole(field: str, value, what: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) or value <= 0:
-        raise _unsupported(field, value, f"the diagrams take {what} as a dim, a positive whole number")
-    return int(value)
+def _whole(value) -> bool:
+    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == int(value) and value > 0
 
 
 def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> dict[str, int]:
-    """The dims of dims.pen for a release config (defaults filled in); raises for what the
-    diagrams do not draw, naming the config field."""
+    """The dims of dims.pen for a release config (defaults filled in). Raises PenroseCompileError
+    for anything the diagrams do not draw, naming every such config field."""
     m, c = full_configs(model_config, concept_config)
+    bad: list[tuple[str, object, str]] = []
     for field, (want, why) in _REQUIRED.items():
         have = m[field] if field in m else c[field]
         if have != want:
-            raise _unsupported(field, have, why)
+            bad.append((field, have, why))
     if m["norm_eps"] != NORM_EPS:
-        raise _unsupported("norm_eps", m["norm_eps"], f"the diagrams' RMSNorms use eps={NORM_EPS}")
-    if m["clip_qkv"] is None:
-        raise _unsupported("clip_qkv", None, "the diagrams clip q/k/v")
-    clip = _whole("clip_qkv", m["clip_qkv"], "the q/k/v clip")
-    theta = _whole("rope_base", m["rope_base"], "the RoPE base")
+        bad.append(("norm_eps", m["norm_eps"], f"the diagrams' RMSNorms use eps={NORM_EPS}"))
+    if not _whole(m["clip_qkv"]):
+        bad.append(("clip_qkv", m["clip_qkv"], "the diagrams clip q/k/v at ±clip, a dim (a positive whole number)"))
+    if not _whole(m["rope_base"]):
+        bad.append(("rope_base", m["rope_base"], "the diagrams take the RoPE base as a dim (a positive whole number)"))
+    if not _whole(m["diff_block_size"]):
+        bad.append(("diff_block_size", m["diff_block_size"], "the diffusion block is a dim (a positive whole number)"))
     E, H = m["n_embd"], m["n_head"]
     G = H if m["n_kv_heads"] is None else m["n_kv_heads"]
-    if E % H or H % G:
-        raise _unsupported("n_kv_heads" if E % H == 0 else "n_head", G if E % H == 0 else H,
-                           "n_embd must split into n_head heads and n_head into n_kv_heads groups")
-    if (E // H) % 2:
-        raise _unsupported("n_head", H, "RoPE needs an even head dim")
+    if not (_whole(E) and _whole(H) and _whole(G)) or E % H or H % G:
+        bad.append(("n_kv_heads", m["n_kv_heads"], f"n_embd ({E}) must split into n_head ({H}) heads of n_kv_heads groups"))
+    elif (E // H) % 2:
+        bad.append(("n_head", H, "RoPE needs an even head dim"))
     if c["concept_dim"] != E:
-        raise _unsupported("concept_dim", c["concept_dim"], f"concept features are added to the hidden state, so concept_dim = n_embd ({E})")
-    F = m["intermediate_size"] if m["intermediate_size"] is not None else m["mlp_ratio"] * E
-    tk, tkf = c["topk_known"], c["topk_known_features"]
+        bad.append(("concept_dim", c["concept_dim"], f"concept features are added to the hidden state, so concept_dim = n_embd ({E})"))
+    tk, tkf, tu = c["topk_known"], c["topk_known_features"], c["unknown_topk"]
     if tk is None:
-        raise _unsupported("topk_known", None, "the diagrams keep the top-k known concepts")
-    if tkf is not None and tkf != tk:
-        raise _unsupported("topk_known_features", tkf, f"the diagrams build features from the same top-k as the weights (topk_known = {tk})")
-    if c["unknown_topk"] is None:
-        raise _unsupported("unknown_topk", None, "the diagrams keep the top-k unknown concepts")
+        bad.append(("topk_known", None, "the diagrams keep the top-k known concepts"))
+    elif tkf is not None and tkf != tk:
+        bad.append(("topk_known_features", tkf, f"the diagrams build features from the same top-k as the weights (topk_known = {tk})"))
+    if tu is None:
+        bad.append(("unknown_topk", None, "the diagrams keep the top-k unknown concepts"))
+    if c["n_unknown_concepts"] is None and c["use_unknown"]:
+        bad.append(("n_unknown_concepts", None, "the unknown head needs a size"))
+    if bad:
+        raise PenroseCompileError("config not supported by the steerling diagrams: " + "; ".join(
+            f"field {f!r} = {v!r}: {why}" for f, v, why in bad))
+    F = m["intermediate_size"] if m["intermediate_size"] is not None else m["mlp_ratio"] * E
     n, mu = c["n_concepts"], c["n_unknown_concepts"]
     sizes = {
-        "e": E, "v": int(vocab_size), "g": G, "r": H // G, "d": E // H, "f": F, "L": m["n_layers"],
-        "blk": _whole("diff_block_size", m["diff_block_size"], "the diffusion block"),
-        "clip": clip, "theta": theta, "pm": c["pad_multiple"],
-        "c": n, "kc": min(tk, n), "u": mu, "j": c["factorize_rank"], "ku": min(c["unknown_topk"], mu),
+        "e": E, "v": vocab_size, "g": G, "r": H // G, "d": E // H, "f": F, "L": m["n_layers"],
+        "blk": int(m["diff_block_size"]), "clip": int(m["clip_qkv"]), "theta": int(m["rope_base"]),
+        "pm": c["pad_multiple"], "c": n, "kc": min(tk, n), "u": mu, "j": c["factorize_rank"], "ku": min(tu, mu),
     }
     for name, value in sizes.items():
-        if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
-            raise PenroseCompileError(f"size {name}={value!r} derived from the configs must be a positive whole number")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise PenroseCompileError(f"size {name}={value!r} derived from the configs (and vocab_size) must be a positive whole number")
     return sizes
 
 
@@ -203,9 +204,11 @@ class SteerlingOutput:
     """Everything one forward pass yields. Shapes: (b, t, ·) for batched ids, (t, ·) otherwise.
 
     known_* / unknown_*: clamped logits (·, n) and weights (·, n) after top-k and interventions,
-    features k̂, û (·, e), and the top-k ids, logits and weights (·, k) (ids in descending order
-    of rank, before interventions). epsilon is None when ε is off (config, or a known-concept
-    intervention); composed is what the LM head reads.
+    features k̂, û (·, e). epsilon is None when ε is off (config, or a known-concept
+    intervention); composed is what the LM head reads. The top-k ids, logits and weights
+    (·, k) — known_topk_indices, ..., unknown_topk_weights — are read off the logits on first
+    access, ranked as the diagram ranks them (known by sigmoid, unknown by logit), in
+    descending order, before interventions.
     """
 
     logits: Tensor
@@ -213,21 +216,41 @@ class SteerlingOutput:
     known_logits: Tensor
     known_weights: Tensor
     known_features: Tensor
-    known_topk_indices: Tensor
-    known_topk_logits: Tensor
-    known_topk_weights: Tensor
     unknown_logits: Tensor
     unknown_weights: Tensor
     unknown_features: Tensor
-    unknown_topk_indices: Tensor
-    unknown_topk_logits: Tensor
-    unknown_topk_weights: Tensor
     epsilon: Tensor | None
     composed: Tensor
+    topk_known: int = 1
+    topk_unknown: int = 1
     known_intervened: bool = False
     unknown_intervened: bool = False
     known_large: bool = False
     unknown_large: bool = True
+
+    @functools.cached_property
+    def known_topk_indices(self) -> Tensor:
+        return torch.sigmoid(self.known_logits).topk(self.topk_known, dim=-1).indices
+
+    @functools.cached_property
+    def known_topk_logits(self) -> Tensor:
+        return self.known_logits.gather(-1, self.known_topk_indices)
+
+    @functools.cached_property
+    def known_topk_weights(self) -> Tensor:
+        return torch.sigmoid(self.known_topk_logits)
+
+    @functools.cached_property
+    def unknown_topk_indices(self) -> Tensor:
+        return self.unknown_logits.topk(self.topk_unknown, dim=-1).indices
+
+    @functools.cached_property
+    def unknown_topk_logits(self) -> Tensor:
+        return self.unknown_logits.gather(-1, self.unknown_topk_indices)
+
+    @functools.cached_property
+    def unknown_topk_weights(self) -> Tensor:
+        return torch.sigmoid(self.unknown_topk_logits)
 
     def as_release(self) -> dict[str, Tensor | None]:
         """The release's `InterpretableOutput` fields (None where the release gives None)."""
@@ -297,6 +320,7 @@ class Steerling(torch.nn.Module):
         else:
             self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
         self._names = release_names(self.sizes["L"])
+        self._none: dict = {}  # the inputs meaning "no intervention", per device
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -408,10 +432,13 @@ class Steerling(torch.nn.Module):
         return self.sizes["u"] > self.large_concept_threshold
 
     def _selection(self, spec, n: int, what: str, device) -> tuple[Tensor, Tensor]:
+        if not spec:  # no intervention: constant inputs, made once per device
+            key = (what, n, device)
+            if key not in self._none:
+                self._none[key] = (torch.zeros(n, dtype=torch.bool, device=device), torch.zeros(n, device=device))
+            return self._none[key]
         sel = torch.zeros(n, dtype=torch.bool, device=device)
         val = torch.zeros(n, dtype=torch.float32, device=device)
-        if not spec:
-            return sel, val
         if not isinstance(spec, dict):
             raise PenroseShapeError(f"intervene_{what} must be a dict {{concept id: weight}}, got {type(spec).__name__}")
         ids, vals = [], []
@@ -444,7 +471,7 @@ class Steerling(torch.nn.Module):
         if T > self.model_config["block_size"]:
             raise PenroseShapeError(f"input_ids has {T} tokens, longer than the context (block_size = {self.model_config['block_size']})")
         if not input_ids.is_meta and input_ids.numel():
-            lo, hi = int(input_ids.min()), int(input_ids.max())
+            lo, hi = (int(x) for x in torch.aminmax(input_ids))
             if lo < 0 or hi >= self.vocab_size:
                 bad = lo if lo < 0 else hi
                 raise PenroseShapeError(f"input_ids: token id {bad} is out of range for vocab_size {self.vocab_size} (0..{self.vocab_size - 1})")
@@ -462,26 +489,27 @@ class Steerling(torch.nn.Module):
         ksel, kval = self._selection(intervene_known, self.sizes["c"], "known", device)
         usel, uval = self._selection(intervene_unknown, self.sizes["u"], "unknown", device)
         if positions is None:
-            pos = torch.ones(input_ids.shape, dtype=torch.bool, device=device)
+            key = ("everywhere", tuple(input_ids.shape), device)
+            if key not in self._none:
+                self._none[key] = torch.ones(input_ids.shape, dtype=torch.bool, device=device)
+            pos = self._none[key]
         else:
             if not isinstance(positions, Tensor) or positions.dtype != torch.bool or positions.shape != input_ids.shape:
                 raise PenroseShapeError(f"positions must be a bool tensor shaped like input_ids {tuple(input_ids.shape)}")
             pos = positions.to(device)
-        use_eps = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
+        key = ("use_eps", device)
+        if key not in self._none:
+            self._none[key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
+        use_eps = self._none[key]
         o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
         known_on = bool(intervene_known)
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
-        # top-k ids: the same ranking as the diagram's top-k (sigmoid for known, logits for unknown)
-        k_idx = torch.sigmoid(o.kl).topk(self.sizes["kc"], dim=-1).indices
-        u_idx = o.ul.topk(self.sizes["ku"], dim=-1).indices
-        k_log, u_log = o.kl.gather(-1, k_idx), o.ul.gather(-1, u_idx)
         return SteerlingOutput(
             logits=o.logits, hidden=o.h,
             known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
-            known_topk_indices=k_idx, known_topk_logits=k_log, known_topk_weights=torch.sigmoid(k_log),
             unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf,
-            unknown_topk_indices=u_idx, unknown_topk_logits=u_log, unknown_topk_weights=torch.sigmoid(u_log),
             epsilon=o.eps if eps_on else None, composed=o.z,
+            topk_known=self.sizes["kc"], topk_unknown=self.sizes["ku"],
             known_intervened=known_on, unknown_intervened=bool(intervene_unknown),
             known_large=self.known_large, unknown_large=self.unknown_large,
         )
@@ -491,4 +519,5 @@ class Steerling(torch.nn.Module):
         return sum(p.numel() for p in self.net.parameters())
 
 
-OUTPUT_FIELDS = tuple(f.name for f in fields(SteerlingOutput))
+OUTPUT_FIELDS = tuple(f.name for f in fields(SteerlingOutput)) + tuple(
+    f"{head}_topk_{what}" for head in ("known", "unknown") for what in ("indices", "logits", "weights"))

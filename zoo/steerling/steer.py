@@ -1,33 +1,34 @@
 """Concept steering: clamp, rescale or set concept weights at chosen positions, and measure it.
 
-Index legend: b batch, t position, v vocabulary, e embedding, j intervention slot.
+Index legend: b batch, t position, v vocabulary, e embedding.
 
 Model protocol: `ConceptLM` in zoo.steerling.attribution. This module uses embed,
-forward_from_embeddings with the intervene_* keywords, concept_embeddings and lm_head_weight;
-the output fields logits and the known/unknown top-k (or dense) weights.
+forward_from_embeddings with intervene_known / intervene_unknown / positions (the form of
+Steerling.forward), concept_embeddings and lm_head_weight; output fields logits and the
+known/unknown weights.
 
 Interventions (`Intervention`)
     A spec: for known and for unknown concepts, `set` {concept id: value} (0.0 clamps the
     concept off) and `scale` {concept id: factor} on the post-top-k weight, at `positions`
-    ((b, t) bool; None = every position). The model consumes the release's form: ids (b, t, j)
-    with −1 in unused slots and values (b, t, j) that replace the post-top-k weights.
-    `intervention_kwargs` turns a spec into those tensors; a scale needs the current weights,
-    so it is resolved against an unsteered forward pass (factor × current weight; a concept
-    outside the top-k has weight 0 and stays 0 — use `set` to switch one on).
-    As in the release, passing intervene_known_ids switches ε off, so the LM head then reads
-    k̂ + û; `steering_effect` therefore compares against a null intervention (no slots, ε off)
-    as well as the unsteered model, so the concept's own effect is not mixed with ε's.
-    In the release an unknown-only intervention leaves ε on, and ε = h − (û + k̂) is computed
+    ((b, t) bool; None = every position). `intervention_kwargs` turns a spec into the model's
+    keywords: {concept id: value} dicts and positions. A pure `set` spec gives float values,
+    exactly what Steerling.forward takes. A scale is resolved against an unsteered forward pass
+    into per-position values, factor × current weight, as a (b, t) tensor (a concept outside the
+    top-k has weight 0 and stays 0; use `set` to switch one on).
+
+    ε: as in the release, a non-empty intervene_known switches ε off, so the LM head reads
+    k̂ + û. An unknown-only edit leaves ε on in the release, and ε = h − (û + k̂) is computed
     from the edited û, so the edit cancels out of the logits. A spec that edits only unknown
-    concepts therefore also passes a known intervention with no slots (ε off), unless
-    `keep_epsilon=True`.
+    concepts therefore also passes a no-op known edit (known concept 0 set to its current
+    weight), which switches ε off, unless `keep_epsilon=True`.
 
 Effect size (`steering_effect`)
     A concept's top tokens are the `top_tokens` largest entries of v_cᵀ Wᵀ (what it pushes up
     through the LM head). On prompts, at the chosen positions, the probability mass
-    softmax(logits) puts on those tokens is averaged for: unsteered, null, suppressed (set 0)
-    and boosted (set `boost_value`, or scale by `boost_scale`). Suppression should lower the
-    mass, boosting raise it.
+    softmax(logits) puts on those tokens is averaged for: unsteered, null (no-op known edit, ε
+    off), suppressed (set 0) and boosted (set `boost_value`, or scale by `boost_scale`).
+    Effects are measured against null, so ε's removal is not counted as the concept's effect.
+    Suppression should lower the mass, boosting raise it.
 
     >>> spec = Intervention(known_set={3: 0.0})           # clamp known concept 3 off
     >>> spec = Intervention(known_scale={3: 2.0}, positions=None)   # double it everywhere
@@ -50,6 +51,7 @@ __all__ = [
     "boost",
     "current_weights",
     "intervention_kwargs",
+    "null_intervention_kwargs",
     "steer",
     "concept_top_tokens",
     "SteeringEffect",
@@ -80,7 +82,9 @@ class Intervention:
 
     @property
     def needs_current_weights(self) -> bool:
-        return bool(self.known_scale or self.unknown_scale)
+        """Whether intervention_kwargs needs the unsteered output."""
+        unknown_only = self.touches("unknown") and not self.touches("known") and not self.keep_epsilon
+        return bool(self.known_scale or self.unknown_scale or unknown_only)
 
 
 def suppress(concept: int, positions: Tensor | None = None, kind: str = "known") -> Intervention:
@@ -100,65 +104,61 @@ def boost(concept: int, value: float | None = None, scale: float | None = None,
 
 def current_weights(out, kind: str, concepts: list[int]) -> Tensor:
     """(b, t, j) post-top-k weight of each concept in `concepts` (0 where it is not active)."""
+    dense = get_field(out, f"{kind}_weights", required=False)
+    if dense is not None:
+        return dense[..., list(concepts)]
     ids, w = active_concepts(out, kind)  # (b, t, k)
     want = torch.as_tensor(concepts, device=ids.device)
     hit = ids.unsqueeze(-1) == want  # (b, t, k, j)
     return (w.unsqueeze(-1) * hit.to(w.dtype)).sum(-2)
 
 
-def intervention_kwargs(spec: Intervention, shape: tuple[int, int], out=None, device=None) -> dict:
-    """forward_from_embeddings keywords (intervene_{known,unknown}_{ids,vals}) for a spec on
-    sequences of `shape` (b, t). `out` (the unsteered output) is needed when the spec scales."""
+def intervention_kwargs(spec: Intervention, shape: tuple[int, int], out=None) -> dict:
+    """forward_from_embeddings keywords (intervene_known, intervene_unknown, positions) for a spec
+    on sequences of `shape` (b, t). `out` (the unsteered output) is needed when
+    spec.needs_current_weights."""
     b, T = shape
-    pos = spec.positions
-    if pos is None:
-        pos = torch.ones(b, T, dtype=torch.bool, device=device)
-    pos = pos.to(device) if device is not None else pos
-    if pos.shape != (b, T):
-        raise ValueError(f"positions has shape {tuple(pos.shape)}, expected {(b, T)}")
+    if spec.positions is not None and tuple(spec.positions.shape) != (b, T):
+        raise ValueError(f"positions has shape {tuple(spec.positions.shape)}, expected {(b, T)}")
     if spec.needs_current_weights and out is None:
-        raise ValueError("scaling needs the unsteered output `out` to read the current weights")
+        raise ValueError("this spec (a scale, or an unknown-only edit that switches ε off) needs "
+                         "the unsteered output `out` to read the current weights")
     kw: dict = {}
     for kind in ("known", "unknown"):
         sets, scales = getattr(spec, f"{kind}_set"), getattr(spec, f"{kind}_scale")
         if not sets and not scales:
             continue
-        concepts = [int(c) for c in sets] + [int(c) for c in scales]
-        vals = torch.zeros(b, T, len(concepts), device=pos.device)
-        vals[..., : len(sets)] = torch.tensor([float(v) for v in sets.values()], device=pos.device)
+        values: dict = {int(c): float(v) for c, v in sets.items()}
         if scales:
-            cur = current_weights(out, kind, [int(c) for c in scales]).to(pos.device)
-            factor = torch.tensor([float(v) for v in scales.values()], device=pos.device)
-            vals[..., len(sets):] = cur.float() * factor
-        ids = torch.tensor(concepts, dtype=torch.long, device=pos.device).expand(b, T, -1).clone()
-        ids[~pos] = -1
-        vals[~pos] = 0.0
-        kw[f"intervene_{kind}_ids"] = ids
-        kw[f"intervene_{kind}_vals"] = vals
-    if kw and "intervene_known_ids" not in kw and not spec.keep_epsilon:
-        kw.update(_null_kwargs((b, T), pos.device))
+            cur = current_weights(out, kind, [int(c) for c in scales])  # (b, t, j)
+            for j, (c, f) in enumerate(scales.items()):
+                values[int(c)] = cur[..., j].detach().float() * float(f)
+        kw[f"intervene_{kind}"] = values
+    if "intervene_unknown" in kw and "intervene_known" not in kw and not spec.keep_epsilon:
+        kw["intervene_known"] = {0: current_weights(out, "known", [0])[..., 0].detach().float()}
+    if kw and spec.positions is not None:
+        kw["positions"] = spec.positions
     return kw
 
 
-def _null_kwargs(shape, device) -> dict:
-    """A known intervention with no slot: weights untouched, ε off (as any known intervention)."""
-    b, T = shape
-    return {"intervene_known_ids": torch.full((b, T, 1), -1, dtype=torch.long, device=device),
-            "intervene_known_vals": torch.zeros(b, T, 1, device=device)}
+def null_intervention_kwargs(out) -> dict:
+    """A no-op known edit (concept 0 set to its current weight): weights unchanged, ε off."""
+    return {"intervene_known": {0: current_weights(out, "known", [0])[..., 0].detach().float()}}
 
 
 @torch.no_grad()
 def steer(model: ConceptLM, input_ids: Tensor, spec: Intervention):
     """The model's output on input_ids under the intervention `spec`."""
     out = forward_ids(model, input_ids) if spec.needs_current_weights else None
-    return forward_ids(model, input_ids, **intervention_kwargs(spec, tuple(input_ids.shape), out, input_ids.device))
+    return forward_ids(model, input_ids, **intervention_kwargs(spec, tuple(input_ids.shape), out))
 
 
 @torch.no_grad()
 def concept_top_tokens(model: ConceptLM, concept: int, k: int = 10, kind: str = "known") -> Tensor:
     """Ids of the k tokens with the largest v_cᵀ W_y (the concept's direct logit effect)."""
-    v = model.concept_embeddings(kind, torch.tensor([concept], device=model.lm_head_weight().device))[0]
-    return (model.lm_head_weight() @ v).topk(k).indices
+    W = model.lm_head_weight()
+    v = model.concept_embeddings(kind, torch.tensor([concept], device=W.device))[0]
+    return (W @ v.to(W.dtype)).topk(k).indices
 
 
 @dataclass(frozen=True)
@@ -198,8 +198,7 @@ def steering_effect(
     """Suppress / boost `concept` at `positions` (default all) of held-out prompts input_ids
     (b, t) and measure the mass on its top tokens at those positions (see the module doc)."""
     b, T = input_ids.shape
-    dev = input_ids.device
-    pos = torch.ones(b, T, dtype=torch.bool, device=dev) if positions is None else positions.to(dev)
+    pos = torch.ones(b, T, dtype=torch.bool, device=input_ids.device) if positions is None else positions
     top = concept_top_tokens(model, concept, top_tokens, kind)
 
     def mass(out) -> float:
@@ -207,11 +206,11 @@ def steering_effect(
         return float(p[pos].mean())
 
     clean = forward_ids(model, input_ids)
-    null = forward_ids(model, input_ids, **_null_kwargs((b, T), dev))
-    sup = forward_ids(model, input_ids, **intervention_kwargs(suppress(concept, pos, kind), (b, T), clean, dev))
+    null = forward_ids(model, input_ids, **null_intervention_kwargs(clean))
+    sup = forward_ids(model, input_ids, **intervention_kwargs(suppress(concept, positions, kind), (b, T), clean))
     if boost_scale is not None:
-        spec = boost(concept, scale=boost_scale, positions=pos, kind=kind)
+        spec = boost(concept, scale=boost_scale, positions=positions, kind=kind)
     else:
-        spec = boost(concept, value=boost_value, positions=pos, kind=kind)
-    bst = forward_ids(model, input_ids, **intervention_kwargs(spec, (b, T), clean, dev))
+        spec = boost(concept, value=boost_value, positions=positions, kind=kind)
+    bst = forward_ids(model, input_ids, **intervention_kwargs(spec, (b, T), clean))
     return SteeringEffect(concept, top, mass(clean), mass(null), mass(sup), mass(bst))

@@ -1,0 +1,555 @@
+"""The gallery: a static site of every diagram, with the paper's "Rosetta stone" for each.
+
+    penrose gallery -o gallery/        # every .pen under zoo/
+    penrose gallery zoo/paper -o out/  # some folders or files
+
+Layout of the output folder (all links relative, no scripts, no network):
+
+    index.html                 every diagram: thumbnail, parameter count, one-line description
+    <slug>.html                one page per diagram: the figure, then for each statement its
+                               diagram, PyTorch line, equation and reading side by side, then
+                               blocks, the generated module's source and the contraction plan
+    style.css
+    figures/<slug>.svg         the whole figure (also the thumbnail)
+    figures/<slug>/…           statement, block and plan figures
+    equations/<hash>.svg       equations, named by a hash of their LaTeX (shared across pages)
+
+The output is byte-deterministic: no dates, no absolute paths, ids derived from content. A
+rebuild removes files it no longer produces (only in figures/, equations/ and the pages it
+wrote before), so the committed gallery is exactly what the command makes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from penrose import ir
+from penrose.errors import PenroseError, PenroseRenderError, Span
+
+GENERATOR = '<meta name="generator" content="penrose gallery">'
+
+
+@dataclass
+class Entry:
+    """One diagram of the gallery."""
+
+    path: Path
+    display: str  # the path shown on pages (relative to the zoo's parent)
+    slug: str
+    group: str
+    checked: object = None
+    description: str = ""
+    error: str = ""
+    files: dict = field(default_factory=dict)  # relative path -> bytes
+
+
+# ---- finding diagrams --------------------------------------------------------------------------
+
+
+def zoo_root() -> Path:
+    """The zoo folder: the repository's zoo/ next to the penrose package, else the installed one."""
+    here = Path(__file__).resolve().parents[2] / "zoo"
+    if here.is_dir():
+        return here
+    import importlib.util
+
+    spec = importlib.util.find_spec("zoo")
+    if spec is not None and spec.submodule_search_locations:
+        return Path(list(spec.submodule_search_locations)[0])
+    raise PenroseRenderError("cannot find the zoo/ folder; pass the diagrams to draw", Span())
+
+
+def find_diagrams(paths=None) -> list[tuple[Path, str]]:
+    """(path, display path) for every .pen file under `paths` (default: the zoo), sorted."""
+    if not paths:
+        root = zoo_root()
+        base = root.parent
+        files = sorted(root.rglob("*.pen"))
+        files = [(f, base) for f in files]
+    else:
+        files = []
+        for p in paths:
+            p = Path(p)
+            if p.is_dir():  # shown as folder/sub/file.pen
+                files.extend((f, p.resolve().parent) for f in sorted(p.rglob("*.pen")))
+            elif p.is_file():
+                files.append((p, None))
+            else:
+                raise PenroseRenderError(f"no such diagram or folder: {p}", Span(str(p)))
+    out = []
+    seen = set()
+    for f, base in files:
+        rf = f.resolve()
+        if rf in seen:
+            continue
+        seen.add(rf)
+        try:
+            display = rf.relative_to(base.resolve() if base is not None else Path.cwd().resolve()).as_posix()
+        except ValueError:
+            display = f.name
+        out.append((f, display))
+    return sorted(out, key=lambda x: x[1])
+
+
+def describe(source: str) -> str:
+    """A diagram's one-line description: a '# description:' comment, else its first comment line
+    that is neither the index legend (nor its continuation) nor a numbered step caption.
+
+    >>> describe("# index legend: t token\\n#   e embedding\\n# Self-attention, one head.\\ndim t = 2\\n")
+    'Self-attention, one head.'
+    """
+    lines = source.splitlines()
+    for line in lines:
+        m = re.match(r"\s*#\s*description:\s*(.*)", line, re.IGNORECASE)
+        if m:
+            return m.group(1).strip()
+    in_legend = False
+    para: list[str] = []
+    for line in lines:
+        s = line.strip()
+        if not s.startswith("#"):
+            if s or para:
+                break  # only the leading comment block describes the diagram
+            continue
+        body = s[1:]
+        text = body.strip()
+        if text.lower().startswith("index legend:"):
+            in_legend = True
+            continue
+        if in_legend and body.startswith("  "):
+            continue
+        in_legend = False
+        if re.match(r"\d+\)", text):
+            break
+        if not text:
+            if para:
+                break
+            continue
+        para.append(text)
+        if re.search(r"[.!?]$", text):
+            break
+    return _first_sentence(" ".join(para))
+
+
+def _first_sentence(text: str) -> str:
+    m = re.match(r"(.+?(?<!e\.g)(?<!i\.e)(?<!\bcf)[.!?])(\s+(?=[A-Z(])|$)", text)
+    return (m.group(1) if m else text).strip()
+
+
+def _slug(display: str) -> str:
+    """'zoo/paper/mlp.pen' -> 'paper-mlp' (the top folder dropped)."""
+    stem = display[:-4] if display.endswith(".pen") else display
+    stem = stem.split("/", 1)[1] if "/" in stem else stem
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", stem.replace("/", "-")).strip("-") or "diagram"
+
+
+# ---- building ----------------------------------------------------------------------------------
+
+
+def build_gallery(paths=None, out_dir="gallery") -> str:
+    """Write the gallery of `paths` (default: every .pen under zoo/) to `out_dir`; returns out_dir.
+
+    >>> build_gallery(["zoo/paper/linear_model.pen"], "/tmp/penrose-gallery")  # doctest: +SKIP
+    '/tmp/penrose-gallery'
+    """
+    from penrose.render.equations import latex_to_svg
+
+    files = build_files(paths, equation_svg=latex_to_svg)
+    write_tree(files, out_dir)
+    return str(out_dir)
+
+
+def build_files(paths=None, equation_svg=None) -> dict:
+    """Every file of the gallery: relative path -> bytes. `equation_svg(latex)` draws equations."""
+    if equation_svg is None:
+        from penrose.render.equations import latex_to_svg as equation_svg
+    entries = []
+    slugs: dict = {}
+    for path, display in find_diagrams(paths):
+        slug = _slug(display)
+        if slug in slugs:
+            slug = f"{slug}-{len(slugs)}"
+        slugs[slug] = display
+        group = display.split("/")[-2] if "/" in display else "diagrams"
+        entries.append(Entry(path, display, slug, group))
+    out: dict = {"style.css": STYLE.encode("utf-8")}
+    equations: dict = {}
+    for e in entries:
+        _load(e)
+        if e.checked is None:  # a file of blocks for others to include: no figure of its own
+            continue
+        page = _page(e, equations)
+        out.update(e.files)
+        out[f"{e.slug}.html"] = page.encode("utf-8")
+    for latex, name in equations.items():
+        try:
+            svg = equation_svg(latex)
+        except ValueError:
+            continue
+        out[f"equations/{name}"] = svg.encode("utf-8") if isinstance(svg, str) else svg
+    out["index.html"] = _index(entries).encode("utf-8")
+    return out
+
+
+def stale_files(folder, paths=None, redraw: int = 3) -> list:
+    """What differs between `folder` and a fresh build of `paths`: [] when the gallery is current.
+
+    Pages, figures and the stylesheet are rebuilt and compared byte for byte. Equations are named
+    by a hash of their LaTeX, so their files are compared by name, and `redraw` of them are drawn
+    again with mathtext and compared byte for byte (drawing every equation takes half a minute).
+    """
+    import html as _html
+
+    from penrose.render.equations import latex_to_svg
+
+    folder = Path(folder)
+    if not (folder / "index.html").is_file():
+        return [f"{folder}/index.html is missing"]
+    drawn: list = []
+    fresh = build_files(paths, equation_svg=lambda latex: drawn.append(latex) or b"")
+    have = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
+    problems = [f"missing {k}" for k in sorted(set(fresh) - set(have))]
+    problems += [f"extra {k}" for k in sorted(set(have) - set(fresh)) if not k.startswith(".")]
+    for k in sorted(set(fresh) & set(have)):
+        if not k.startswith("equations/") and have[k].read_bytes() != fresh[k]:
+            problems.append(f"changed {k}")
+    for latex in sorted(set(drawn))[:: max(1, len(set(drawn)) // max(1, redraw))][:redraw]:
+        name = f"equations/{equation_file(latex)}"
+        if name in have and have[name].read_text(encoding="utf-8") != latex_to_svg(latex):
+            problems.append(f"changed {name} ({_html.escape(latex)})")
+    return problems
+
+
+def equation_file(latex: str) -> str:
+    return "eq-" + hashlib.sha1(latex.encode("utf-8")).hexdigest()[:16] + ".svg"
+
+
+def write_tree(files: dict, out_dir) -> None:
+    """Write `files` under out_dir (atomically, skipping unchanged files) and remove stale ones."""
+    from penrose.io import atomic_write_bytes
+
+    root = Path(out_dir)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise PenroseRenderError(f"cannot create {root}: {e.strerror or e}", Span(str(root))) from None
+    for rel, data in sorted(files.items()):
+        target = root / rel
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        try:
+            atomic_write_bytes(target, data)
+        except PenroseError as e:
+            raise PenroseRenderError(e.message, e.span) from None
+    wanted = {(root / rel).resolve() for rel in files}
+    for sub in ("figures", "equations"):
+        folder = root / sub
+        if folder.is_dir():
+            for f in sorted(folder.rglob("*"), reverse=True):
+                if f.is_file() and f.resolve() not in wanted:
+                    f.unlink()
+                elif f.is_dir() and not any(f.iterdir()):
+                    f.rmdir()
+    for f in sorted(root.glob("*.html")):
+        if f.resolve() not in wanted and GENERATOR in f.read_text(encoding="utf-8", errors="replace")[:2000]:
+            f.unlink()
+
+
+def _load(e: Entry):
+    from penrose.check import check
+    from penrose.parse import parse
+
+    try:
+        source = e.path.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PenroseRenderError(f"cannot read {e.path}: {err.strerror or err}", Span(str(e.path))) from None
+    e.description = describe(source)
+    diagram = parse(source, file=str(e.path))  # includes resolve next to the file
+    if not any(isinstance(st, ir.Output) for st in diagram.body):
+        return  # only blocks and dims: a library that other diagrams include
+    e.checked = check(diagram)
+    # pages and reports show the display path, never an absolute one
+    e.checked.diagram = ir.Diagram(e.checked.diagram.body, file=e.display, source=source)
+
+
+# ---- pages -------------------------------------------------------------------------------------
+
+
+def _svg(checked, **kw) -> bytes:
+    from penrose.render import render
+
+    return render(checked, "svg", **kw).encode("utf-8")
+
+
+def _page(e: Entry, equations: dict) -> str:
+    from penrose.compiler import generate_source
+    from penrose.fmt import format_stmt
+    from penrose.render.explain import statement_latex, statement_readings
+    from penrose.render.figure import index_legend, statements
+    from penrose.report import plan_report
+
+    c = e.checked
+    slug = e.slug
+    e.files[f"figures/{slug}.svg"] = _svg(c)
+    e.files[f"figures/{slug}/thumb.svg"] = _thumb(c)
+    e.files[f"figures/{slug}/plan.svg"] = _svg(c, show_plan=True, show_sizes=True)
+    try:
+        source = generate_source(c)
+    except PenroseError as err:
+        source = f"# cannot compile for the default sizes: {err.message}\n"
+    torch_lines = _torch_lines(source, c)
+    plan = plan_report(c).splitlines()
+    plan[0] = plan[0].replace(c.diagram.file, e.display)
+    legend = index_legend(c.diagram)
+
+    parts = [_head(c.name, depth=0)]
+    parts.append('<p class="crumbs"><a href="index.html">← all diagrams</a></p>')
+    parts.append(f"<h1>{html.escape(c.name)}</h1>")
+    if e.description:
+        parts.append(f'<p class="lead">{html.escape(e.description)}</p>')
+    parts.append(
+        f'<p class="meta"><code>{html.escape(e.display)}</code> · {c.param_count():,} parameters · '
+        f"{len(c.inputs)} input(s) · outputs {html.escape(', '.join(n + '[' + ', '.join(t.legs) + ']' for n, t in c.outputs))}</p>"
+    )
+    parts.append(f'<figure class="full"><img src="figures/{slug}.svg" alt="Penrose diagram of {html.escape(c.name)}"></figure>')
+    if legend:
+        rows = "".join(f"<tr><td><i>{html.escape(k)}</i></td><td>{html.escape(v)}</td><td>{_size(c, k)}</td></tr>" for k, v in legend.items())
+        parts.append(f'<h2>Legs</h2><table class="legend"><tr><th>leg</th><th>meaning</th><th>size</th></tr>{rows}</table>')
+
+    parts.append("<h2>Rosetta stone</h2>")
+    parts.append('<p class="note">For every statement: its diagram, its line of PyTorch, its equation and its geometric reading.</p>')
+    parts.append(_rosetta(e, c, c, statements(c), torch_lines.get(None, {}), equations, f"figures/{slug}/s", "statement", format_stmt,
+                          statement_latex, statement_readings))
+    for name, blk in c.blocks.items():
+        bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
+        e.files[f"figures/{slug}/block-{bslug}.svg"] = _svg(c, view=f"block:{name}")
+        parts.append(f'<h2 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h2>')
+        parts.append(f'<figure class="full"><img src="figures/{slug}/block-{bslug}.svg" alt="block {html.escape(name)}"></figure>')
+        stmts = [s for s in statements(blk) if not _plain_return(s)]
+        parts.append(_rosetta(e, c, blk, stmts, torch_lines.get(name, {}), equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
+                              format_stmt, statement_latex, statement_readings))
+    parts.append("<h2>Generated PyTorch module</h2>")
+    parts.append(f'<pre class="source">{html.escape(source)}</pre>')
+    parts.append("<h2>Contraction plan</h2>")
+    parts.append('<p class="note">Each wire carries its size; each contraction its number and FLOPs (one batch element).</p>')
+    parts.append(f'<figure class="full"><img src="figures/{slug}/plan.svg" alt="contraction plan of {html.escape(c.name)}"></figure>')
+    parts.append(f'<pre class="plan">{html.escape(chr(10).join(plan))}</pre>')
+    parts.append(_foot())
+    return "\n".join(parts)
+
+
+def _thumb(c) -> bytes:
+    from penrose.render.figure import Options, build_figure, to_dot
+    from penrose.render.graphviz import run_dot
+
+    return run_dot(to_dot(build_figure(c, "diagram", Options(header=False))))
+
+
+def _size(c, leg) -> str:
+    cls = c.dims.get(leg)
+    n = c.size(cls) if cls is not None else None
+    return "" if n is None else str(n)
+
+
+def _plain_return(s) -> bool:
+    return isinstance(s.stmt, ir.Return) and all(v.op == "ref" for v in s.value.args)
+
+
+def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
+    from penrose.render import render
+    from penrose.render.figure import Options, build_figure, to_dot
+    from penrose.render.graphviz import run_dot
+
+    all_stmts = _all_statements(body)
+    rows = []
+    step = None
+    for s in stmts:
+        n = all_stmts.index(s) + 1
+        if s.step is not None and s.step != step and s.step in body.captions:
+            step = s.step
+            rows.append(f'<tr class="step"><td colspan="5">{html.escape(body.captions[step])}</td></tr>')
+        fig = f"{fig_prefix}{n:02d}.svg"
+        if body is c:
+            svg = run_dot(to_dot(build_figure(c, f"statement:{n}", Options(header=False)))).decode("utf-8")
+        else:
+            svg = run_dot(to_dot(_block_statement_figure(c, body, s, n))).decode("utf-8")
+        e.files[fig] = svg.encode("utf-8")
+        try:
+            latex = statement_latex(c, s)
+        except Exception:  # an equation the printer cannot write: show the code only
+            latex = ""
+        eq_html = ""
+        if latex:
+            name = equation_file(latex)
+            equations[latex] = name
+            eq_html = f'<img class="eq" src="equations/{name}" alt="{html.escape(latex)}" title="{html.escape(latex)}">'
+        readings = statement_readings(c, s, body)
+        rtext = "".join(f"<p><b>{html.escape(r.title)}.</b> {html.escape(r.text)}</p>" for r in readings)
+        code = format_stmt(s.stmt)
+        torch = torch_lines.get(n, "")
+        rows.append(
+            f'<tr id="{html.escape(view_kind.replace(":", "-"))}-{n}"><td class="n">{n}</td>'
+            f'<td class="fig"><img src="{fig}" alt="diagram of statement {n}"></td>'
+            f'<td class="code"><pre class="pen">{html.escape(code)}</pre><pre class="torch">{html.escape(torch)}</pre></td>'
+            f'<td class="eq">{eq_html}</td><td class="reading">{rtext}</td></tr>'
+        )
+    head = "<tr><th>#</th><th>diagram</th><th>.pen / PyTorch</th><th>equation</th><th>reading</th></tr>"
+    return f'<table class="rosetta">{head}{"".join(rows)}</table>'
+
+
+def _all_statements(body):
+    from penrose.render.figure import statements
+
+    return statements(body)
+
+
+def _block_statement_figure(c, body, s, n):
+    from penrose.render.figure import Figure, Options, _Builder, _stmt_title, index_legend
+
+    fig = Figure(_stmt_title(s, n), "LR", index_legend(c.diagram), header="none")
+    b = _Builder(c, Options(), fig)
+    b.draw_statement(body, s)
+    return fig
+
+
+def _torch_lines(source: str, c) -> dict:
+    """{None or block name: {statement number: its line(s) of the generated forward()}}.
+
+    The generated source writes each statement as a comment above its code; a statement the
+    compiler fuses into a later one (attention) is marked '(fused below)'. Without those
+    comments, statements are matched to assignments in order."""
+    import dataclasses
+
+    from penrose.compiler import _camel
+    from penrose.fmt import format_stmt
+    from penrose.render.figure import statements
+
+    classes: dict = {}
+    current = None
+    for line in source.splitlines():
+        m = re.match(r"class (\w+)\(torch\.nn\.Module\):", line)
+        if m:
+            current = m.group(1)
+            classes[current] = []
+            continue
+        if current is not None:
+            classes[current].append(line)
+    top_class = list(classes)[-1] if classes else None  # the diagram's class comes last
+    bodies = [(None, c, top_class)] + [(name, blk, _camel(name) + "Block") for name, blk in c.blocks.items()]
+    out = {}
+    for key, body, cls in bodies:
+        lines = classes.get(cls, [])
+        start = next((i for i, l in enumerate(lines) if l.strip().startswith("def forward(")), None)
+        if start is None:
+            out[key] = {}
+            continue
+        fwd = [l.strip() for l in lines[start + 1 :]]
+        found = {}
+        pos = 0
+        for n, s in enumerate(statements(body), 1):
+            st = dataclasses.replace(s.stmt, note="") if hasattr(s.stmt, "note") else s.stmt
+            text = " ".join(format_stmt(st).split())
+            hit = next((i for i in range(pos, len(fwd)) if fwd[i].startswith("#") and " ".join(fwd[i][1:].split()).startswith(text)), None)
+            if hit is not None:
+                rest = " ".join(fwd[hit][1:].split())[len(text):].strip()
+                code = []
+                for l in fwd[hit + 1 : hit + 2]:  # a statement is one line of code
+                    if l and not l.startswith("#") and not l.startswith("def "):
+                        code.append(l)
+                found[n] = "\n".join(code) or rest
+                if rest.startswith("(fused"):
+                    found[n] = f"# {rest[1:-1] if rest.endswith(')') else rest}"
+                pos = hit + 1
+                continue
+            prefix = (", ".join(s.stmt.targets) + " = ") if isinstance(s.stmt, ir.Assign) else "return "
+            hit = next((i for i in range(pos, len(fwd)) if fwd[i].startswith(prefix)), None)
+            if hit is not None:
+                found[n] = fwd[hit]
+                pos = hit + 1
+        out[key] = found
+    return out
+
+
+def _index(entries) -> str:
+    parts = [_head("Penrose diagram gallery", depth=0)]
+    parts.append("<h1>Penrose diagram gallery</h1>")
+    parts.append(
+        '<p class="lead">Every diagram of the zoo, drawn from its <code>.pen</code> file: the paper’s '
+        "transcriptions and the zoo’s models. Each page shows the figure, then each statement as diagram, "
+        "PyTorch, equation and geometric reading, then the generated module and its contraction plan.</p>"
+    )
+    groups: dict = {}
+    for e in entries:
+        groups.setdefault(e.group, []).append(e)
+    titles = {"paper": "Paper transcriptions", "zoo": "Zoo models", "steerling": "Steerling-8B"}
+    order = {"paper": 0, "zoo": 1}
+    for group in sorted(groups, key=lambda g: (order.get(g, 2), g)):
+        parts.append(f"<h2>{html.escape(titles.get(group, group))}</h2>")
+        parts.append('<div class="cards">')
+        for e in groups[group]:
+            if e.checked is None:
+                continue
+            c = e.checked
+            parts.append(
+                f'<a class="card" href="{e.slug}.html"><img src="figures/{e.slug}/thumb.svg" alt="{html.escape(c.name)}">'
+                f'<span class="name">{html.escape(c.name)}</span>'
+                f'<span class="params">{c.param_count():,} parameters</span>'
+                f'<span class="desc">{html.escape(e.description)}</span></a>'
+            )
+        parts.append("</div>")
+    parts.append(_foot())
+    return "\n".join(parts)
+
+
+def _head(title: str, depth: int) -> str:
+    up = "../" * depth
+    return (
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        f"{GENERATOR}\n<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
+        f"<title>{html.escape(title)}</title>\n<link rel=\"stylesheet\" href=\"{up}style.css\">\n</head>\n<body>"
+    )
+
+
+def _foot() -> str:
+    return '<footer>Generated by <code>penrose gallery</code> from the diagrams’ <code>.pen</code> files.</footer>\n</body>\n</html>\n'
+
+
+STYLE = """\
+body { font-family: -apple-system, "Segoe UI", Helvetica, Arial, sans-serif; margin: 0 auto; max-width: 1280px;
+       padding: 1.5rem 2rem 3rem; color: #222; background: #fff; line-height: 1.45; }
+h1 { margin: .2rem 0 .4rem; font-size: 1.8rem; }
+h2 { margin-top: 2.2rem; border-bottom: 1px solid #ddd; padding-bottom: .2rem; font-size: 1.3rem; }
+a { color: #1d4e89; }
+code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .85rem; }
+.lead { font-size: 1.05rem; color: #333; max-width: 60rem; }
+.meta, .note, .crumbs { color: #555; font-size: .9rem; }
+figure.full { margin: 1rem 0; overflow-x: auto; border: 1px solid #eee; padding: .5rem; }
+figure.full img { max-width: none; height: auto; }
+table { border-collapse: collapse; }
+table.legend td, table.legend th { padding: .15rem .8rem .15rem 0; text-align: left; font-size: .9rem; }
+table.rosetta { width: 100%; margin-top: .5rem; }
+table.rosetta th { text-align: left; font-size: .85rem; color: #555; border-bottom: 2px solid #ccc; padding: .3rem; }
+table.rosetta td { vertical-align: top; border-bottom: 1px solid #eee; padding: .5rem .4rem; }
+table.rosetta tr.step td { background: #fbf3ea; color: #8a3b12; font-weight: 600; font-size: .9rem; }
+td.n { color: #888; width: 1.5rem; }
+td.fig img { max-width: 340px; height: auto; }
+td.code pre { margin: 0 0 .3rem; white-space: pre-wrap; word-break: break-word; }
+pre.pen { color: #222; } pre.torch { color: #1d4e89; }
+td.eq img { max-width: 300px; height: auto; }
+td.reading { font-size: .88rem; max-width: 22rem; } td.reading p { margin: 0 0 .35rem; }
+pre.source, pre.plan { background: #f7f7f7; border: 1px solid #e4e4e4; padding: .8rem; overflow-x: auto; }
+.cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(260px, 1fr)); gap: 1rem; }
+.card { display: flex; flex-direction: column; border: 1px solid #ddd; border-radius: 6px; padding: .6rem;
+        text-decoration: none; color: inherit; background: #fff; }
+.card:hover { border-color: #1d4e89; box-shadow: 0 1px 6px rgba(0,0,0,.08); }
+.card img { width: 100%; height: 150px; object-fit: contain; background: #fff; }
+.card .name { font-weight: 600; margin-top: .4rem; }
+.card .params { color: #666; font-size: .85rem; }
+.card .desc { font-size: .88rem; color: #333; margin-top: .2rem; }
+footer { margin-top: 3rem; color: #888; font-size: .8rem; }
+"""

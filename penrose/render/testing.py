@@ -1,0 +1,200 @@
+"""Reading a rendered figure back: its tensors, boxes and wires, parsed from the SVG.
+
+Golden tests compare this structure, not pixels:
+
+    >>> from penrose.render import render
+    >>> s = figure_structure(render("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y"))
+    >>> s.kinds()
+    {'x': 'input', 'W': 'param', 'y': 'output'}
+    >>> s.wires()
+    [('W', 'y', ('j',)), ('x', 'W', ('i',))]
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass, field
+
+SVG = "{http://www.w3.org/2000/svg}"
+
+
+@dataclass
+class Node:
+    id: str  # the DOT node name (the SVG <title>)
+    kind: str  # input param buffer formal value output copy junction sum op arith block mask note
+    text: str  # every text of the node, joined by spaces (labels and xlabels)
+    box: tuple  # (x0, y0, x1, y1) of its shape
+
+
+@dataclass
+class Wire:
+    tail: str
+    head: str
+    legs: tuple  # the label, split at ', ' (one entry per leg of a bundle)
+    label: str
+    style: str  # wire | residual | branch | scalar | note
+    boxes: list = field(default_factory=list)  # bounding boxes of its label texts
+    badge: str = ""  # a step's number on its first wire: '3)'
+    curve: list = field(default_factory=list)  # the drawn spline, sampled as (x, y) points
+
+
+@dataclass
+class Structure:
+    title: str
+    header: list  # the texts of the title block (title, legend, captions)
+    nodes: dict  # id -> Node
+    edges: list  # Wire
+
+    def kinds(self) -> dict:
+        """{node id: kind} for the tensors (inputs, params, buffers, values, outputs, copies)."""
+        tensor = {"input", "param", "buffer", "formal", "value", "output", "copy"}
+        return {n.id: n.kind for n in self.nodes.values() if n.kind in tensor}
+
+    def wires(self) -> list:
+        """(tail, head, legs) of every visible wire, sorted."""
+        return sorted((w.tail, w.head, w.legs) for w in self.edges if w.style != "invisible")
+
+    def of_kind(self, kind: str) -> list:
+        return [n for n in self.nodes.values() if n.kind == kind]
+
+    def texts(self) -> list:
+        return [n.text for n in self.nodes.values()]
+
+
+def _texts(g) -> list:
+    return [("".join(t.itertext())).strip() for t in g.iter(f"{SVG}text")]
+
+
+def _num(s: str) -> float:
+    return float(s)
+
+
+def _text_box(t) -> tuple:
+    """An estimate of a text's box: anchor, size and length (graphviz writes no widths)."""
+    x, y = _num(t.get("x")), _num(t.get("y"))
+    size = _num(t.get("font-size", "10"))
+    width = 0.55 * size * len("".join(t.itertext()))
+    anchor = t.get("text-anchor", "start")
+    x0 = x - width / 2 if anchor == "middle" else x - width if anchor == "end" else x
+    return (x0, y - 0.8 * size, x0 + width, y + 0.2 * size)
+
+
+def _shape_box(g) -> tuple:
+    xs, ys = [], []
+    for e in g.iter(f"{SVG}ellipse"):
+        cx, cy, rx, ry = (_num(e.get(k)) for k in ("cx", "cy", "rx", "ry"))
+        xs += [cx - rx, cx + rx]
+        ys += [cy - ry, cy + ry]
+    for tag in ("polygon", "path"):
+        for e in g.iter(f"{SVG}{tag}"):
+            pts = e.get("points") or e.get("d") or ""
+            nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?", pts)]
+            xs += nums[0::2]
+            ys += nums[1::2]
+    if not xs:
+        return (0.0, 0.0, 0.0, 0.0)
+    return (min(xs), min(ys), max(xs), max(ys))
+
+
+def _style(g) -> str:
+    paths = list(g.iter(f"{SVG}path"))
+    if not paths:
+        return "invisible"
+    stroke = paths[0].get("stroke", "")
+    dash = paths[0].get("stroke-dasharray")
+    if stroke.lower() == "#2166ac":
+        return "residual"
+    if dash and stroke.lower() == "#8a3b12":
+        return "note"
+    if dash:
+        return "scalar"
+    if stroke.lower() == "#555555":
+        return "branch"
+    return "wire"
+
+
+def figure_structure(svg: str) -> Structure:
+    """Parse a figure rendered by `penrose.render` into its nodes and wires."""
+    root = ET.fromstring(svg.encode("utf-8") if isinstance(svg, str) else svg)
+    graph = root.find(f"{SVG}g")
+    title = (graph.findtext(f"{SVG}title") or "").strip()
+    header = [("".join(t.itertext())).strip() for t in graph.findall(f"{SVG}text")]
+    nodes, wires = {}, []
+    for g in graph.iter(f"{SVG}g"):
+        cls = (g.get("class") or "").split()
+        if "node" in cls:
+            name = html.unescape(g.findtext(f"{SVG}title") or "")
+            kind = next((c[4:] for c in cls if c.startswith("pen-")), "")
+            nodes[name] = Node(name, kind, " ".join(t for t in _texts(g) if t), _shape_box(g))
+        elif "edge" in cls:
+            tail, _, head = html.unescape(g.findtext(f"{SVG}title") or "").partition("->")
+            texts = [t for t in g.iter(f"{SVG}text")]
+            label = " ".join(("".join(t.itertext())).strip() for t in texts).strip()
+            m = re.search(r"\s*(\d+\))$", label)
+            badge = m.group(1) if m else ""
+            if m:
+                label = label[: m.start()]
+            legs = tuple(l.strip() for l in label.split(",") if l.strip()) if label else ()
+            paths = list(g.iter(f"{SVG}path"))
+            curve = _sample(paths[0].get("d", "")) if paths else []
+            wires.append(Wire(tail, head, legs, label, _style(g), [_text_box(t) for t in texts], badge, curve))
+    return Structure(title, header, nodes, wires)
+
+
+def overlaps(structure: Structure) -> list:
+    """Pairs of labels (wire labels and node boxes) whose boxes overlap: a figure should have none."""
+    items = []
+    for n in structure.nodes.values():
+        if n.kind not in ("junction",):
+            items.append((f"node {n.id}", n.box))
+    for w in structure.edges:
+        for b in w.boxes:
+            items.append((f"label {w.label!r} of {w.tail}->{w.head}", b))
+    found = []
+    for i, (a, ba) in enumerate(items):
+        for b, bb in items[i + 1 :]:
+            if a == b:  # the texts of one label
+                continue
+            if ba[0] < bb[2] - 1 and bb[0] < ba[2] - 1 and ba[1] < bb[3] - 1 and bb[1] < ba[3] - 1:
+                found.append((a, b))
+    return found
+
+
+def _sample(d: str, steps: int = 12) -> list:
+    """Points along an SVG path of the form graphviz writes: 'M x,y C x,y x,y x,y ...'."""
+    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", d)]
+    pts = list(zip(nums[0::2], nums[1::2]))
+    if len(pts) < 4:
+        return pts
+    out = [pts[0]]
+    for i in range(1, len(pts) - 2, 3):
+        p0, p1, p2, p3 = pts[i - 1], pts[i], pts[i + 1], pts[i + 2]
+        for k in range(1, steps + 1):
+            t = k / steps
+            a, b, c, e = (1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t ** 3
+            out.append((a * p0[0] + b * p1[0] + c * p2[0] + e * p3[0], a * p0[1] + b * p1[1] + c * p2[1] + e * p3[1]))
+    return out
+
+
+def _cross(p, q, r, s) -> bool:
+    def orient(a, b, c):
+        v = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
+        return (v > 1e-9) - (v < -1e-9)
+
+    return orient(p, q, r) * orient(p, q, s) < 0 and orient(r, s, p) * orient(r, s, q) < 0
+
+
+def crossings(structure: Structure) -> list:
+    """Pairs of wires whose drawn curves cross (wires that share a node are not compared)."""
+    visible = [w for w in structure.edges if w.style != "invisible" and len(w.curve) > 1]
+    found = []
+    for i, a in enumerate(visible):
+        for b in visible[i + 1 :]:
+            if {a.tail, a.head} & {b.tail, b.head}:
+                continue
+            if any(_cross(a.curve[j], a.curve[j + 1], b.curve[k], b.curve[k + 1])
+                   for j in range(len(a.curve) - 1) for k in range(len(b.curve) - 1)):
+                found.append((f"{a.tail}->{a.head}", f"{b.tail}->{b.head}"))
+    return found

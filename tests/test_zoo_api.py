@@ -1,0 +1,86 @@
+"""The zoo's import API and `penrose zoo list`."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+
+import penrose
+import zoo
+from penrose.cli import main
+
+ZOO = Path(zoo.__file__).resolve().parent
+
+
+def test_every_model_in_two_lines():
+    for name, entry in zoo.MODELS.items():
+        model = entry.build()
+        out = model(**entry.example_inputs(batch=2))
+        y = out if isinstance(out, torch.Tensor) else out[0]
+        assert y.shape[0] == 2, name
+        assert torch.isfinite(y).all(), name
+
+
+def test_entries_cover_the_issue():
+    assert set(zoo.MODELS) == {
+        "linear", "mlp", "self_attention", "causal_self_attention", "sparse_autoencoder",
+        "topk_sparse_autoencoder", "concept_bottleneck", "concept_embedding", "prototype_concepts",
+        "neural_additive", "mixture_of_linear_models",
+    }
+
+
+def test_params_registered_under_diagram_names():
+    model = zoo.MODELS["concept_bottleneck"].build(f=4, k=2)
+    assert sorted(n for n, _ in model.named_parameters()) == [
+        "diagram.W_c", "diagram.W_y", "diagram.b_c", "diagram.b_y"]
+    checked = penrose.load(ZOO / "concept_bottleneck_model.pen", f=4, k=2)
+    assert sum(p.numel() for p in model.parameters()) == checked.param_count()
+
+
+def test_build_is_deterministic_under_seed():
+    a = zoo.MODELS["neural_additive"].build(seed=3)
+    b = zoo.MODELS["neural_additive"].build(seed=3)
+    c = zoo.MODELS["neural_additive"].build(seed=4)
+    for (n, p), (_, q), (_, r) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters()):
+        assert torch.equal(p, q), n
+    assert any(not torch.equal(p, r) for p, r in zip(a.parameters(), c.parameters()))
+
+
+def test_every_diagram_has_an_index_legend_and_wrapper_docstring():
+    for entry in zoo.MODELS.values():
+        text = (ZOO / entry.cls.diagram_file).read_text()
+        assert text.startswith("# index legend:"), entry.name
+        assert "Index legend" in (entry.cls.__doc__ or "") or "legend" in (entry.cls.__doc__ or "").lower(), entry.name
+
+
+def test_no_layers_in_wrappers():
+    """Wrappers hold the compiled diagram only: no nn.Linear / nn.Parameter of their own."""
+    for entry in zoo.MODELS.values():
+        model = entry.build()
+        own = [n for n, _ in model.named_parameters() if not n.startswith("diagram.")]
+        assert not own, (entry.name, own)
+        assert not any(isinstance(m, torch.nn.Linear) for m in model.modules()), entry.name
+
+
+def test_list_lines_and_cli(capsys):
+    lines = zoo.list_lines()
+    assert lines[0].split()[:2] == ["model", "params"]
+    assert [l.split()[0] for l in lines[1:]] == list(zoo.MODELS)
+    counts = {l.split()[0]: int(l.split()[1].replace(",", "")) for l in lines[1:] if "M" not in l.split()[1]}
+    for name, n in counts.items():
+        assert n == sum(p.numel() for p in zoo.MODELS[name].build().parameters()), name
+    assert main(["zoo", "list"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out == lines
+
+
+def test_state_dict_roundtrip():
+    a = zoo.MODELS["prototype_concepts"].build(f=6, seed=1)
+    b = zoo.MODELS["prototype_concepts"].build(f=6, seed=2)
+    b.load_state_dict(a.state_dict())
+    inputs = a.example_inputs(3)
+    torch.testing.assert_close(a(**inputs).y, b(**inputs).y)
+    assert "diagram.pi" in a.state_dict()  # prototype labels travel with the model
