@@ -23,8 +23,9 @@ import torch
 import torch.nn.functional as F
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+sys.path.insert(0, str(ROOT))  # before bench/ (which holds a zoo.py)
+if str(ROOT / "bench") not in sys.path:
+    sys.path.append(str(ROOT / "bench"))
 from common import paired_ratio, reduced, threads_note  # noqa: E402
 
 from zoo.steerling import Steerling  # noqa: E402

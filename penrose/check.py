@@ -78,6 +78,8 @@ INITS = {
     "eye": set(),
 }
 DTYPES = ("float", "int", "bool")
+FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)
+INT64_MAX = 2**63 - 1
 
 
 # ---- sizes -----------------------------------------------------------------------------------
@@ -368,7 +370,7 @@ class _Checker:
             raise PenroseCheckError(f"dim {d.name!r} is declared twice", d.span, notes=(("first declared here", prev),))
         if d.name in self.overrides:
             value = self.overrides[d.name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
                 raise PenroseCheckError(f"size for dim {d.name!r} must be a non-negative integer, got {value!r}", d.span)
             origin = (f"dim {d.name!r} (given as {d.name}={value})", d.span)
         elif d.size is not None:
@@ -385,6 +387,7 @@ class _Checker:
                 raise PenroseCheckError(f"dim {d.name!r} needs a whole-number size, got {e.value}", e.span)
             if e.value < 0:
                 raise PenroseCheckError(f"dim {d.name!r} would have a negative size ({e.value})", e.span)
+            self._literal_ok(e)
             return e.value
         if isinstance(e, ir.Name):
             if e.id not in self.dims:
@@ -400,6 +403,8 @@ class _Checker:
             v = {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0}[e.op]
             if v < 0:
                 raise PenroseCheckError(f"dim {d.name!r} would have a negative size ({v})", e.span)
+            if v > INT64_MAX:
+                raise PenroseCheckError(f"dim {d.name!r} would have a size beyond 64 bits ({v:.4g})", e.span)
             return v
         if isinstance(e, ir.BinOp) and e.op == "/":
             a, b = self._dim_expr(e.left, d), self._dim_expr(e.right, d)
@@ -586,6 +591,7 @@ class _Checker:
                 raise PenroseCheckError(f"{init.name}() takes {allowed}, not {k!r}", v.span)
             if not isinstance(v, ir.Number):
                 raise PenroseCheckError(f"init argument {k!r} must be a number", v.span)
+            self._literal_ok(v, finite=True)
         if init.name == "eye" and len(t.legs) != 2:
             raise PenroseCheckError("eye initialises a tensor with two legs", init.span)
 
@@ -652,6 +658,7 @@ class _Checker:
     # -- expressions
     def _expr(self, sc: _Scope, e) -> V:
         if isinstance(e, ir.Number):
+            self._literal_ok(e)
             return V("num", attrs={"value": e.value}, span=e.span)
         if isinstance(e, ir.Name):
             if e.id == "inf":
@@ -684,6 +691,16 @@ class _Checker:
         if isinstance(e, ir.Call):
             return self._call(sc, e)
         raise PenroseCheckError(f"unsupported expression {type(e).__name__}", getattr(e, "span", Span(self.file)))
+
+    def _literal_ok(self, e: ir.Number, finite: bool = False):
+        """A number torch accepts as a scalar: an int64, a float within float32's range, or inf."""
+        v = e.value
+        if isinstance(v, int) and abs(v) > INT64_MAX:
+            raise PenroseCheckError(f"the integer {v} does not fit in 64 bits; write it as a float ({v:.4g})", e.span)
+        if isinstance(v, float) and math.isfinite(v) and abs(v) > FLOAT32_MAX:
+            raise PenroseCheckError(f"the number {v:g} is beyond float32's range ({FLOAT32_MAX:.4g}); write inf for infinity", e.span)
+        if finite and not math.isfinite(v):
+            raise PenroseCheckError(f"the number {v} must be finite here", e.span)
 
     def _numeric(self, v: V, span: Span, what: str):
         if v.type.dtype in ("int", "bool"):
@@ -800,6 +817,9 @@ class _Checker:
         v = e.kwarg(key)
         if v is None:
             return default
+        bound = key in ("min", "max")  # only clamp's bounds may be infinite
+        if not bound and any(isinstance(n, ir.Name) and n.id == "inf" for n in (v, getattr(v, "operand", None))):
+            raise PenroseCheckError(f"{e.func}: {key} must be finite", v.span)
         if isinstance(v, ir.Neg) and isinstance(v.operand, ir.Name) and v.operand.id == "inf":
             return -math.inf
         if isinstance(v, ir.Name) and v.id == "inf":
@@ -813,6 +833,7 @@ class _Checker:
         if not isinstance(v, ir.Number) or (integer and not isinstance(v.value, int)):
             kind = "a whole number" if integer else "a number"
             raise PenroseCheckError(f"{e.func}: {key} must be {kind}{' or a dim' if allow_dim else ''}", v.span)
+        self._literal_ok(v, finite=not bound)
         return v.value
 
     # einsum ------------------------------------------------------------------------------------
@@ -960,6 +981,7 @@ class _Checker:
             for a in pos:
                 if not isinstance(a, ir.Number):
                     raise PenroseCheckError("clamp bounds are numbers", a.span)
+                self._literal_ok(a)
             lo = pos[0].value
             hi = pos[1].value if len(pos) > 1 else None
         lo = self._number_kw(e, "min", lo, allow_dim=True)

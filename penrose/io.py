@@ -22,6 +22,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+        os.chmod(tmp, _mode_for(path))  # mkstemp makes the file private (0600); keep the usual mode
         os.replace(tmp, path)
     except OSError as e:
         try:
@@ -29,6 +30,16 @@ def atomic_write_bytes(path, data: bytes) -> None:
         except OSError:
             pass
         raise PenroseError(f"cannot write {path}: {e.strerror or e}", Span(str(path))) from None
+
+
+def _mode_for(path: Path) -> int:
+    """The mode a rewritten file keeps, or that a new file gets under the process umask."""
+    try:
+        return path.stat().st_mode & 0o7777
+    except OSError:
+        umask = os.umask(0o022)
+        os.umask(umask)
+        return 0o666 & ~umask
 
 
 def atomic_write_text(path, text: str) -> None:

@@ -295,7 +295,8 @@ def _flatten(items):
 def _syntax_error(e: UnexpectedInput, lines: _Lines) -> PenroseSyntaxError:
     line = getattr(e, "line", 0) or 0
     col = getattr(e, "column", 0) or 0
-    if isinstance(e, UnexpectedEOF) or line <= 0:
+    at_end = isinstance(e, UnexpectedToken) and e.token.type == "$END"  # lark places $END on the last token
+    if isinstance(e, UnexpectedEOF) or line <= 0 or at_end:
         line = max(1, len(lines.lines))
         col = len(lines.line(line)) + 1
         return PenroseSyntaxError("unexpected end of file", Span(lines.file, line, col, line, col + 1, lines.line(line)))

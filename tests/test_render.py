@@ -433,3 +433,77 @@ def test_steerling_listing_is_residual_at_a_glance():
     # into and out of its + or − node
     assert len([w for w in residual if s.nodes[w.head].kind == "arith"]) == 4
     assert crossings(s) == [] and overlaps(s) == []
+
+
+# every operation the language has, in blocks and out: every view draws, every equation parses
+EVERYTHING = """\
+# index legend: t token, e embedding, f hidden, f2 double hidden, c class
+dim t = 4, e = 6, f = 3, f2 = 6, c = 2
+input x[t, e]
+input m[t] : bool
+input ids[t] : int
+input s[]
+param E[c, e]
+param g[e] ~ ones
+block two(a[t, e]) {
+  param W[e, f2]
+  u, v = split(einsum('t e, e f2 -> t f2', a, W), f2, [f, f])
+  return u, v
+}
+block nest(a[t, e]) {
+  p, q = two(a)
+  return concat([p, q], f, f2)
+}
+h = rmsnorm(x, e, weight=g)
+u, v = two(h)
+w = concat([u, v], f, f2)
+r = sum(w, f2) + mean(x, e) - max(x, e)
+z = clamp(-r * s, min=-1, max=1)
+k = where(m, z, 0.5)
+emb = gather(E, ids)
+n = nest(emb) as nn
+y = einsum('t f2, t f2 -> t', n, w) + k
+tr = einsum('tt->', einsum('te,pe->tp', x, x))
+output y, tr
+"""
+
+
+def test_every_view_of_every_operation_draws():
+    from matplotlib.mathtext import MathTextParser
+
+    from penrose.render.equations import to_mathtext
+    from penrose.render.graphviz import run_dot_many
+
+    c = penrose.check(penrose.parse(EVERYTHING))
+    views = ["diagram"] + [f"statement:{n}" for n in range(1, len(statements(c)) + 1)] + [f"block:{b}" for b in c.blocks]
+    dots = [dot_source(c, view=v) for v in views] + [dot_source(c, unfold=True), dot_source(c, show_plan=True, show_sizes=True)]
+    svgs = run_dot_many(dots)
+    assert len(svgs) == len(dots) and all(s.startswith(b"<?xml") for s in svgs)
+    full = figure_structure(svgs[0].decode())
+    assert {"RMS norm over e", "concat → f2", "gather rows of E", "clamp [−1, 1]", "where 0.5", "−"} <= set(full.texts())
+    assert {b.text for b in full.of_kind("block")} == {"two", "nn: nest"}
+    parser = MathTextParser("path")
+    for body in [c, *c.blocks.values()]:
+        for s in statements(body):
+            latex = statement_latex(c, s)
+            parser.parse(f"${to_mathtext(latex)}$")
+            statement_readings(c, s, body)
+    assert statement_latex(c, statements(c)[2]) == r"w_{t,f_{2}} = \mathrm{concat}\left(u_{tf}, v_{tf}\right)"
+
+
+ZOO = sorted(p for p in (ROOT / "zoo").rglob("*.pen") if re.search(r"^output ", p.read_text(), re.M))
+# the paper's own figures have no crossing wires; these transcriptions keep it that way
+NO_CROSSINGS = {"linear_model", "mlp", "sparse_encoder", "concept_bottleneck", "concept_embedding_bottleneck",
+                "mixture_of_linear_models", "neural_additive_model", "self_attention", "steerling_listing"}
+
+
+@pytest.mark.skipif(not ZOO, reason="no zoo diagrams yet")
+def test_zoo_figures_have_no_overlapping_labels_and_the_papers_no_crossings():
+    from penrose.render.graphviz import run_dot_many
+
+    svgs = run_dot_many([dot_source(p) for p in ZOO])
+    for path, svg in zip(ZOO, svgs):
+        s = figure_structure(svg.decode())
+        assert overlaps(s) == [], path
+        if path.parent.name == "paper" and path.stem in NO_CROSSINGS:
+            assert crossings(s) == [], path

@@ -351,3 +351,27 @@ def test_diagrams_draw_the_release():
         assert 'include "layers.pen"' in text and 'include "concepts.pen"' in text
         assert "repeat L as layers" in text and "gather(tok_emb, ids)" in text
         assert "einsum('te,ve->tv', z, tok_emb)" in text  # tied LM head
+
+
+# ---- the blocked top-k path -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("known,unknown", [({}, {}), ({3: 1.0, 20: 0.0, 36: 0.5}, {}), ({}, {0: 1.0, 52: 0.25}),
+                                           ({7: 0.9}, {5: 0.0, 17: 1.0})])
+def test_blocked_concept_module_equals_the_diagram(known, unknown):
+    from zoo.steerling.blocked import concept_module_blocked
+
+    fx, model = _fixture("release_like")
+    ids, pos = fx.tensors["input.input_ids"], fx.tensors["input.positions"]
+    with torch.no_grad():
+        out = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos)
+    ksel, kval = model._selection(known, model.sizes["c"], "known", ids.device)
+    usel, uval = model._selection(unknown, model.sizes["u"], "unknown", ids.device)
+    b = concept_module_blocked(model.net, out.hidden, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
+                               use_eps=True, sizes=model.sizes, block=8)  # 5 and 7 blocks of concepts
+    for key, want in (("z", out.composed), ("kf", out.known_features), ("uf", out.unknown_features),
+                      ("known_topk_logits", out.known_topk_logits), ("unknown_topk_logits", out.unknown_topk_logits)):
+        assert float((b[key] - want).abs().max()) <= 1e-6, key
+    assert torch.equal(b["known_topk_indices"], out.known_topk_indices)
+    assert torch.equal(b["unknown_topk_indices"], out.unknown_topk_indices)
+    assert (b["eps"] is None) == (out.epsilon is None)

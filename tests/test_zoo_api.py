@@ -84,3 +84,27 @@ def test_state_dict_roundtrip():
     inputs = a.example_inputs(3)
     torch.testing.assert_close(a(**inputs).y, b(**inputs).y)
     assert "diagram.pi" in a.state_dict()  # prototype labels travel with the model
+
+
+def test_docs_zoo_python_examples_run():
+    import re as _re
+
+    text = (ZOO.parent / "docs" / "zoo.md").read_text()
+    blocks = _re.findall(r"```python\n(.*?)```", text, _re.S)
+    assert len(blocks) >= 2
+    for body in blocks:
+        exec(compile(body, "docs/zoo.md", "exec"), {})
+
+
+@pytest.mark.parametrize("module", [
+    "zoo.core", "zoo.linear", "zoo.mlp", "zoo.self_attention", "zoo.sparse_autoencoder",
+    "zoo.concept_bottleneck_model", "zoo.concept_embedding_model", "zoo.prototype_concept_model",
+    "zoo.neural_additive_model", "zoo.mixture_of_linear_models", "zoo", "zoo.plots",
+])
+def test_docstring_examples(module):
+    import doctest
+    import importlib
+
+    mod = importlib.import_module(module)
+    result = doctest.testmod(mod, extraglobs={"torch": torch}, optionflags=doctest.ELLIPSIS)
+    assert result.failed == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import torch  # noqa: F401  (the docstring example uses it)
+
 from zoo.concepts import ConceptModel
 from zoo.core import Explanation
 

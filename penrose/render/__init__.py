@@ -91,7 +91,19 @@ def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False
         raise
     except PenroseError as e:
         raise PenroseRenderError(e.message, e.span) from None
+    readable(out_path)
     return out_path
+
+
+def readable(path) -> None:
+    """Give a written file the usual permissions (the temporary file behind an atomic write is
+    private to its owner)."""
+    mask = os.umask(0)
+    os.umask(mask)
+    try:
+        os.chmod(path, 0o666 & ~mask)
+    except OSError:
+        pass
 
 
 def build_gallery(paths=None, out_dir="gallery"):

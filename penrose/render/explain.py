@@ -148,10 +148,15 @@ def _entry(v: V, names: tuple) -> sympy.Expr:
         idx = _entry(ids, names[:n_ids])
         rest = [eq.leg_symbol(n) for n in names[n_ids:]]
         return sympy.IndexedBase(table.attrs["name"] if table.op == "ref" else "E")[(idx, *rest)]
-    if op == "split":
-        return _call(r"\mathrm{split}", _entry(v.args[0], names))
-    if op == "concat":
-        return _call(r"\mathrm{concat}", *[_entry(x, names) for x in v.args])
+    if op in ("split", "concat"):  # the parts keep their own leg along the axis
+        axis = v.attrs["axis"]
+
+        def at(x):
+            own = list(names)
+            own[axis] = _fresh(x.type.legs[axis], set(names) - {names[axis]})
+            return _entry(x, tuple(own))
+
+        return _call(rf"\mathrm{{{op}}}", *[at(x) for x in v.args])
     if op == "block":
         name = v.attrs["block"]
         latex = eq._roman(name) + (rf"^{{\times {v.attrs['repeat']}}}" if v.attrs["repeat"] else "")

@@ -58,7 +58,6 @@ class FEdge:
     tooltip: str = ""
     step: int | None = None
     badge: str = ""
-    lateral: bool = False  # joins two values already placed: does not push one after the other
 
 
 @dataclass
@@ -157,9 +156,9 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
 
     >>> from penrose.check import check
     >>> from penrose.parse import parse
-    >>> f = build_figure(check(parse("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y")))
-    >>> sorted((e.tail, e.head, e.label) for e in f.edges)
-    [('W', 'y', 'j'), ('x', 'W', 'i')]
+    >>> f = build_figure(check(parse("dim e = 2, f = 3\\ninput x[e]\\nparam W[e, f]\\ny = einsum('e,ef->f', x, W)\\noutput y")))
+    >>> sorted((e.tail, e.head, e.label) for e in f.edges if e.kind == "wire")
+    [('W', 'y', 'f'), ('x', 'W', 'e')]
     """
     if options.direction not in ("LR", "TB"):
         raise PenroseRenderError(f"direction must be 'LR' or 'TB', got {options.direction!r}", Span(c.diagram.file))
@@ -254,7 +253,6 @@ class _Builder:
         self.top = top
         self.opt = options
         self.fig = fig
-        self.count = 0
         self.cluster: str | None = None
         self.step: int | None = None
         self.n_contraction = 0
@@ -338,14 +336,10 @@ class _Builder:
         st = s.stmt
         v = s.value
         scope.n_assign += 1
-        scope.current_target = st.targets[0] if len(st.targets) == 1 else None
-        try:
-            if v.outs:  # several results (split, a block with several returns)
-                vals = self.expr(scope, v, einsum_use=False, multi=True)
-            else:
-                vals = [self.expr(scope, v, einsum_use=False)]
-        finally:
-            scope.current_target = None
+        if v.outs:  # several results (split, a block with several returns)
+            vals = self.expr(scope, v, einsum_use=False, multi=True)
+        else:
+            vals = [self.expr(scope, v, einsum_use=False)]
         for target, val in zip(st.targets, vals):
             key = scope.bump(target)
             val.key = key
@@ -415,7 +409,7 @@ class _Builder:
         scope.seen[key] = earlier + 1
         # a tensor several contractions read, or a declared tensor read again by a contraction
         # (tied weights): one copy per contraction, branching off it
-        reused = n_einsum >= 2 or (earlier > 0 and val.kind in LEAF_KINDS)
+        reused = n_einsum >= 2 or (earlier > 0 and (val.kind in LEAF_KINDS or scope.leaves))
         if einsum_use and reused and val.anchor is not None:
             base = val.anchor
             kind = val.kind if val.kind in ("input", "param", "buffer", "formal") else "copy"
@@ -424,14 +418,9 @@ class _Builder:
             return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name)
         return val
 
-    def operand_vals(self, scope, v: V, einsum_use=False):
-        return [self.expr(scope, a, einsum_use=einsum_use) for a in v.args]
-
     def einsum(self, scope, v: V) -> _Val:
         terms, out = v.attrs["terms"], v.attrs["out"]
-        before = {n.id for n in self.fig.nodes}
         vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
-        kinds = {n.id: n.kind for n in self.fig.nodes}
         self.n_contraction += 1
         number = self.n_contraction
         plan_labels = self.plan_labels(v, number) if self.opt.show_plan else {}
@@ -445,12 +434,8 @@ class _Builder:
                 occ.setdefault(letter, []).append((port, leg, cl))
         out_ports, out_cls = [], []
         anchor = None
-        letter_cls = {}
-        for letter, places in occ.items():
-            letter_cls[letter] = places[0][2]
         contracted = [l for l in occ if l not in out]
         edges_made = []
-        first_wire = None
         for letter, places in occ.items():
             names = {p[1] for p in places}
             label_leg = places[0][1] if len(names) == 1 else letter
@@ -467,15 +452,12 @@ class _Builder:
                     e.label += "\n" + extra
                 continue
             if len(places) == 2 and not in_out and not (not out and letter == contracted[0]):
+                # even between two tensors already drawn (W_q —e— W_k) the wire orders them:
+                # measured over the zoo, that gives the fewest crossings
                 e = self.wire(places[0][0], places[1][0], label_leg, cl)
-                # a wire between two tensors already drawn: between two leaves (W_q —e— W_k) it
-                # still orders them (measured: fewest crossings); between values it must not
-                e.lateral = all(p[0] in before and kinds.get(p[0]) in TENSOR_KINDS for p in places) and not all(
-                    kinds.get(p[0]) in LEAF_KINDS for p in places)
                 edges_made.append(e)
                 if extra:
                     e.label += "\n" + extra
-                first_wire = first_wire or e
                 continue
             # a leg three or more tensors share (or a closed contraction's result): a junction
             j = self.add_node("junction", "junction", "", tooltip=f"leg {label_leg} shared")
@@ -485,7 +467,6 @@ class _Builder:
             if extra and edges_made:
                 edges_made[-1].label += "\n" + extra
             if in_out:
-                letter_cls[letter] = cl
                 occ[letter] = [(j, label_leg, cl)]
             else:
                 anchor = j
@@ -558,16 +539,15 @@ class _Builder:
             node = self.add_node("scale", "op", text, _html_text(text), tooltip=_op_tooltip(v))
             self.inputs_to(node, tensor)
             return self.box_result(node, v, [tensor])
-        residual = self.is_residual(scope, v, va, vb)
+        residual = self.is_residual(v, va, vb)
         node = self.add_node("arith", "arith", sym, tooltip=_op_tooltip(v), group="spine" if residual else "")
-        for val, align in ((va, v.attrs["align"][0]), (vb, v.attrs["align"][1])):
-            spine = residual and val is va
-            self.inputs_to(node, val, kind="residual" if spine else "wire")
+        self.inputs_to(node, va, kind="residual" if residual else "wire")
+        self.inputs_to(node, vb)
         out = self.box_result(node, v, [va, vb])
         out.spine = residual
         return out
 
-    def is_residual(self, scope, v: V, va: _Val, vb: _Val) -> bool:
+    def is_residual(self, v: V, va: _Val, vb: _Val) -> bool:
         """`Z = Z ± h`, or `x + f(x)`: the left operand is the stream, the right reads it."""
         if v.attrs["op"] not in ("+", "-") or not va.legs or va.legs != tuple(v.type.legs):
             return False
@@ -649,7 +629,6 @@ class _Scope:
         self.leaves = leaves
         self.version: dict[str, int] = {}
         self.seen: dict = {}  # key -> how many times it has been read so far
-        self.current_target = None
         self.last_assign: dict[str, int] = {}
         n = 0
         for s in body.stmts:
@@ -680,9 +659,8 @@ class _Scope:
         nid = b.add_node(self.prefix + name, kind, name, _name_html(name), cluster=cluster,
                          tooltip=f"{kind} {name}[{', '.join(legs)}]" + (f": {label}" if label else ""),
                          xlabel=label if label and label != name else "")
-        val = _Val([nid] * len(legs), legs, tuple(v.type.cls), nid, (name, 0) if not self.leaves else None, frozenset(), kind, name)
-        if not self.leaves:
-            self.env[name] = val
+        val = _Val([nid] * len(legs), legs, tuple(v.type.cls), nid, (name, 0), frozenset(), kind, name)
+        self.env[name] = val
         return val
 
 
@@ -940,7 +918,7 @@ def to_dot(fig: Figure) -> str:
             lines.append(f"{indent}}}")
 
     emit_nodes(None, "  ")
-    for kind, tail, head, label, tooltip, n, mark, lateral in bundles(fig):
+    for kind, tail, head, label, tooltip, n, mark in bundles(fig):
         attrs = [EDGE_STYLE[kind]]
         if n > 1:  # several legs between the same two nodes: parallel lines, one label
             ink = RESIDUAL if kind == "residual" else INK
@@ -960,10 +938,10 @@ def to_dot(fig: Figure) -> str:
 def bundles(fig: Figure):
     """Edges grouped into bundles: the legs that run between the same two nodes become one
     drawn wire of parallel lines, labelled with all their legs. Yields
-    (kind, tail, head, label, tooltip, number of legs, step badge, lateral), in first-edge order."""
+    (kind, tail, head, label, tooltip, number of legs, step badge), in first-edge order."""
     order, groups = [], {}
     for e in fig.edges:
-        key = (e.kind, e.tail, e.head, e.lateral) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
+        key = (e.kind, e.tail, e.head) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -974,7 +952,7 @@ def bundles(fig: Figure):
         tooltip = "; ".join(e.tooltip for e in es if e.tooltip)
         mark = next((e.badge for e in es if e.badge), "")
         n = len(es) if es[0].kind in ("wire", "residual") else 1
-        yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark, es[0].lateral
+        yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark
 
 
 def _has_nodes(cid, by_cluster, children) -> bool:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ class Entry:
     checked: object = None
     description: str = ""
     error: str = ""
-    files: dict = field(default_factory=dict)  # relative path -> bytes
+    dots: dict = field(default_factory=dict)  # relative path -> DOT text of a figure
 
 
 # ---- finding diagrams --------------------------------------------------------------------------
@@ -178,21 +179,50 @@ def build_files(paths=None, equation_svg=None) -> dict:
         entries.append(Entry(path, display, slug, group))
     out: dict = {"style.css": STYLE.encode("utf-8")}
     equations: dict = {}
+    dots: dict = {}
     for e in entries:
         _load(e)
         if e.checked is None:  # a file of blocks for others to include: no figure of its own
             continue
         page = _page(e, equations)
-        out.update(e.files)
+        dots.update(e.dots)
         out[f"{e.slug}.html"] = page.encode("utf-8")
-    for latex, name in equations.items():
-        try:
-            svg = equation_svg(latex)
-        except ValueError:
-            continue
-        out[f"equations/{name}"] = svg.encode("utf-8") if isinstance(svg, str) else svg
+    from penrose.render.graphviz import run_dot_many
+
+    names = sorted(dots)
+    out.update(zip(names, run_dot_many([dots[n] for n in names])))
+    for latex, svg in zip(equations, _draw_all(list(equations), equation_svg)):
+        if svg is not None:
+            out[f"equations/{equations[latex]}"] = svg.encode("utf-8") if isinstance(svg, str) else svg
     out["index.html"] = _index(entries).encode("utf-8")
     return out
+
+
+def _draw_one(args):
+    draw, latex = args
+    try:
+        return draw(latex)
+    except ValueError:  # mathtext cannot draw it: the page shows the LaTeX as the image's text
+        return None
+
+
+def _draw_all(latex: list, draw) -> list:
+    """Draw equations, on every core when there are many (mathtext parsing is slow)."""
+    import multiprocessing
+    import pickle
+
+    workers = min(os.cpu_count() or 1, 8)
+    try:
+        pickle.dumps(draw)
+        parallel = workers > 1 and len(latex) > 16 and "fork" in multiprocessing.get_all_start_methods()
+    except Exception:  # a lambda (tests): draw here
+        parallel = False
+    if not parallel:
+        return [_draw_one((draw, x)) for x in latex]
+    from concurrent.futures import ProcessPoolExecutor
+
+    with ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(_draw_one, [(draw, x) for x in latex], chunksize=8))
 
 
 def stale_files(folder, paths=None, redraw: int = 3) -> list:
@@ -231,6 +261,7 @@ def equation_file(latex: str) -> str:
 def write_tree(files: dict, out_dir) -> None:
     """Write `files` under out_dir (atomically, skipping unchanged files) and remove stale ones."""
     from penrose.io import atomic_write_bytes
+    from penrose.render import readable
 
     root = Path(out_dir)
     try:
@@ -246,6 +277,7 @@ def write_tree(files: dict, out_dir) -> None:
             atomic_write_bytes(target, data)
         except PenroseError as e:
             raise PenroseRenderError(e.message, e.span) from None
+        readable(target)
     wanted = {(root / rel).resolve() for rel in files}
     for sub in ("figures", "equations"):
         folder = root / sub
@@ -280,10 +312,11 @@ def _load(e: Entry):
 # ---- pages -------------------------------------------------------------------------------------
 
 
-def _svg(checked, **kw) -> bytes:
-    from penrose.render import render
+def _dot(checked, view="diagram", **kw) -> str:
+    """The DOT text of a figure; the gallery lays them all out at the end, in batches."""
+    from penrose.render.figure import Options, build_figure, to_dot
 
-    return render(checked, "svg", **kw).encode("utf-8")
+    return to_dot(build_figure(checked, view, Options(**kw)))
 
 
 def _page(e: Entry, equations: dict) -> str:
@@ -295,9 +328,9 @@ def _page(e: Entry, equations: dict) -> str:
 
     c = e.checked
     slug = e.slug
-    e.files[f"figures/{slug}.svg"] = _svg(c)
-    e.files[f"figures/{slug}/thumb.svg"] = _thumb(c)
-    e.files[f"figures/{slug}/plan.svg"] = _svg(c, show_plan=True, show_sizes=True)
+    e.dots[f"figures/{slug}.svg"] = _dot(c)
+    e.dots[f"figures/{slug}/thumb.svg"] = _dot(c, header=False)
+    e.dots[f"figures/{slug}/plan.svg"] = _dot(c, show_plan=True, show_sizes=True)
     try:
         source = generate_source(c)
     except PenroseError as err:
@@ -327,7 +360,7 @@ def _page(e: Entry, equations: dict) -> str:
                           statement_latex, statement_readings))
     for name, blk in c.blocks.items():
         bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
-        e.files[f"figures/{slug}/block-{bslug}.svg"] = _svg(c, view=f"block:{name}")
+        e.dots[f"figures/{slug}/block-{bslug}.svg"] = _dot(c, view=f"block:{name}")
         parts.append(f'<h2 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h2>')
         parts.append(f'<figure class="full"><img src="figures/{slug}/block-{bslug}.svg" alt="block {html.escape(name)}"></figure>')
         stmts = [s for s in statements(blk) if not _plain_return(s)]
@@ -343,13 +376,6 @@ def _page(e: Entry, equations: dict) -> str:
     return "\n".join(parts)
 
 
-def _thumb(c) -> bytes:
-    from penrose.render.figure import Options, build_figure, to_dot
-    from penrose.render.graphviz import run_dot
-
-    return run_dot(to_dot(build_figure(c, "diagram", Options(header=False))))
-
-
 def _size(c, leg) -> str:
     cls = c.dims.get(leg)
     n = c.size(cls) if cls is not None else None
@@ -361,9 +387,7 @@ def _plain_return(s) -> bool:
 
 
 def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
-    from penrose.render import render
-    from penrose.render.figure import Options, build_figure, to_dot
-    from penrose.render.graphviz import run_dot
+    from penrose.render.figure import to_dot
 
     all_stmts = _all_statements(body)
     rows = []
@@ -375,10 +399,9 @@ def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, f
             rows.append(f'<tr class="step"><td colspan="5">{html.escape(body.captions[step])}</td></tr>')
         fig = f"{fig_prefix}{n:02d}.svg"
         if body is c:
-            svg = run_dot(to_dot(build_figure(c, f"statement:{n}", Options(header=False)))).decode("utf-8")
+            e.dots[fig] = _dot(c, f"statement:{n}", header=False)
         else:
-            svg = run_dot(to_dot(_block_statement_figure(c, body, s, n))).decode("utf-8")
-        e.files[fig] = svg.encode("utf-8")
+            e.dots[fig] = to_dot(_block_statement_figure(c, body, s, n))
         try:
             latex = statement_latex(c, s)
         except Exception:  # an equation the printer cannot write: show the code only

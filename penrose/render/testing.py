@@ -3,11 +3,11 @@
 Golden tests compare this structure, not pixels:
 
     >>> from penrose.render import render
-    >>> s = figure_structure(render("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y"))
+    >>> s = figure_structure(render("dim e = 2, f = 3\\ninput x[e]\\nparam W[e, f]\\ny = einsum('e,ef->f', x, W)\\noutput y"))
     >>> s.kinds()
     {'x': 'input', 'W': 'param', 'y': 'output'}
     >>> s.wires()
-    [('W', 'y', ('j',)), ('x', 'W', ('i',))]
+    [('W', 'y', ('f',)), ('x', 'W', ('e',))]
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ class Node:
     kind: str  # input param buffer formal value output copy junction sum op arith block mask note
     text: str  # every text of the node, joined by spaces (labels and xlabels)
     box: tuple  # (x0, y0, x1, y1) of its shape
+    text_boxes: list = field(default_factory=list)  # its texts (an xlabel may sit outside the shape)
 
 
 @dataclass
@@ -127,7 +128,8 @@ def figure_structure(svg: str) -> Structure:
         if "node" in cls:
             name = html.unescape(g.findtext(f"{SVG}title") or "")
             kind = next((c[4:] for c in cls if c.startswith("pen-")), "")
-            nodes[name] = Node(name, kind, " ".join(t for t in _texts(g) if t), _shape_box(g))
+            boxes = [_text_box(t) for t in g.iter(f"{SVG}text")]
+            nodes[name] = Node(name, kind, " ".join(t for t in _texts(g) if t), _shape_box(g), boxes)
         elif "edge" in cls:
             tail, _, head = html.unescape(g.findtext(f"{SVG}title") or "").partition("->")
             texts = [t for t in g.iter(f"{SVG}text")]
@@ -149,6 +151,7 @@ def overlaps(structure: Structure) -> list:
     for n in structure.nodes.values():
         if n.kind not in ("junction",):
             items.append((f"node {n.id}", n.box))
+        items.extend((f"node {n.id}", b) for b in n.text_boxes)
     for w in structure.edges:
         for b in w.boxes:
             items.append((f"label {w.label!r} of {w.tail}->{w.head}", b))

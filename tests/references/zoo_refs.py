@@ -97,6 +97,19 @@ def concept_embedding(P, x, c_true, do):
     return {"y": y, "p": torch.stack(p_all, -1), "p_logit": torch.stack(p_logits, -1), "c_emb": c_emb}
 
 
+def concept_embedding_batched(P, x, c_true, do):
+    """The same equations with the concept axis vectorised (for bench/zoo.py): all φ⁺_i, φ⁻_i at
+    once as one matrix product each, the scoring layer as matrix–vector products."""
+    f, k, e = P["W_pos"].shape
+    c_pos = F.leaky_relu((x @ P["W_pos"].reshape(f, k * e)).unflatten(-1, (k, e)) + P["b_pos"], 0.01)
+    c_neg = F.leaky_relu((x @ P["W_neg"].reshape(f, k * e)).unflatten(-1, (k, e)) + P["b_neg"], 0.01)
+    logit = c_pos @ P["S_pos"] + c_neg @ P["S_neg"] + P["b_s"]
+    p = torch.where(do, c_true, torch.sigmoid(logit))
+    c_emb = p[..., None] * c_pos + (1 - p[..., None]) * c_neg
+    y = c_emb.flatten(-2) @ P["W_y"].reshape(k * e, -1) + P["b_y"]
+    return {"y": y, "p": p, "p_logit": logit, "c_emb": c_emb}
+
+
 def prototype_concepts(P, x, c_true, do):
     """Prototype concept map (Chen et al. 2019; Colamonaco et al. 2026): cosine similarity of x to
     every prototype, softmax over each concept's prototypes, c_k = Σ_p probs π; then linear."""
@@ -104,7 +117,7 @@ def prototype_concepts(P, x, c_true, do):
     xn = x / torch.sqrt((x * x).sum(-1, keepdim=True) + EPS)
     protos = P["P"].permute(2, 1, 0)  # [k, p, f]
     pn = protos / torch.sqrt((protos * protos).sum(-1, keepdim=True) + EPS)
-    cos = torch.matmul(pn, xn.unsqueeze(-1).unsqueeze(-3)).squeeze(-1)  # [..., k, p]
+    cos = (xn @ pn.reshape(k * n_proto, f).T).unflatten(-1, (k, n_proto))  # [..., k, p]
     probs = torch.softmax(cos * P["scale"], dim=-1)
     c_pred = (probs * P["pi"].T).sum(-1)
     c = torch.where(do, c_true, c_pred)

@@ -11,7 +11,8 @@ are filled left to right; a block starts fully masked (the prompt's own last blo
 prompt tokens), and each of `steps_per_block` steps runs the model on everything up to the end of
 the block (block-causal attention makes later blocks irrelevant), samples a token for every still
 masked position (temperature, top-p) and unmasks the most confident ones — the positions whose
-sampled token has the highest probability — so that the block is complete after the last step.
+distribution has the largest maximum probability, as the release does — so that the block is
+complete after the last step.
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ class ByteTokenizer:
 
 def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
                   generator: torch.Generator | None = None, banned: list[int] | None = None) -> tuple[Tensor, Tensor]:
-    """Sample one token per row of `logits` (n, v). Returns (tokens, their probabilities) under
-    the tempered, top-p-truncated distribution; temperature 0 is greedy."""
+    """Sample one token per row of `logits` (n, v). Returns (tokens, confidence): the confidence
+    of a row is the largest probability of its tempered, top-p-truncated distribution (the
+    release's unmasking score, "softmax maximum"); temperature 0 is greedy."""
     logits = logits.float().clone()
     if banned:
         logits[:, banned] = -math.inf
@@ -59,7 +61,7 @@ def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
         probs = probs / probs.sum(dim=-1, keepdim=True)
     tok = torch.multinomial(probs, 1, generator=generator).squeeze(-1)
-    return tok, probs.gather(-1, tok[:, None]).squeeze(-1)
+    return tok, probs.max(dim=-1).values
 
 
 def _check(model, prompt: list[int] | Tensor, max_new_tokens: int) -> Tensor:
