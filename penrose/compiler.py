@@ -530,17 +530,24 @@ class _Emitter:
                 L.append(f"        self.{inst.name} = torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])")
             else:
                 L.append(f"        self.{inst.name} = {cls_name}()")
-        L.append("        self.reset_parameters()")
+        L.append("        self.reset_parameters(recurse=False)  # the blocks initialised themselves")
         L.append("")
         # reset_parameters
-        L.append("    def reset_parameters(self, generator=None):")
+        L.append("    def reset_parameters(self, generator=None, recurse=True):")
         L.append('        """Initialise every parameter and buffer as the diagram says (deterministic under a generator)."""')
         body = []
-        for d in c.params + c.buffers:
-            body.append(self.init_line(d))
-        body.append("        for module in self.children():")
-        body.append("            for sub in (module if isinstance(module, torch.nn.ModuleList) else [module]):")
-        body.append("                sub.reset_parameters(generator)")
+        own = c.params + c.buffers
+        if own:
+            body.append("        if not any(t.is_meta for t in self.parameters(recurse=False)) and not any(t.is_meta for t in self.buffers(recurse=False)):")
+            for d in own:
+                body.append("    " + self.init_line(d))
+        if c.instances:
+            body.append("        if recurse:")
+            body.append("            for module in self.children():")
+            body.append("                for sub in (module if isinstance(module, torch.nn.ModuleList) else [module]):")
+            body.append("                    sub.reset_parameters(generator)")
+        if not body:
+            body.append("        pass")
         L.extend(body)
         L.append("")
         L.append("    def extra_repr(self):")

@@ -25,6 +25,17 @@ import penrose
 
 ZOO_DIR = Path(__file__).resolve().parent
 
+__all__ = [
+    "ZOO_DIR",
+    "Explanation",
+    "InterventionError",
+    "ModelEntry",
+    "ZooModel",
+    "list_lines",
+    "load_diagram",
+    "task_loss",
+]
+
 
 @functools.lru_cache(maxsize=256)
 def _load_cached(path: str, mtime_ns: int, sizes: tuple):
@@ -35,14 +46,7 @@ def load_diagram(path: Path, **sizes):
     """The checked diagram (cached on the file's path, modification time and sizes)."""
     return _load_cached(str(path), path.stat().st_mtime_ns, tuple(sorted(sizes.items())))
 
-__all__ = [
-    "ZOO_DIR",
-    "Explanation",
-    "InterventionError",
-    "ModelEntry",
-    "ZooModel",
-    "task_loss",
-]
+
 
 
 class InterventionError(IndexError):
@@ -167,10 +171,12 @@ class ZooModel(torch.nn.Module):
 
     @classmethod
     def example_inputs_for(cls, batch: int = 4, seed: int = 0, **sizes) -> dict:
-        g = torch.Generator().manual_seed(seed)
-        resolved = {**cls.example_sizes, **cls.resolved_sizes(**{k: v for k, v in sizes.items() if k not in cls.example_sizes}),
-                    **{k: v for k, v in sizes.items() if k in cls.example_sizes}}
-        return cls.make_inputs(resolved, batch, g)
+        """Random inputs for `cls(**sizes)`; sizes of legs only inputs carry (attention's t) may
+        be given too."""
+        runtime = {k: v for k, v in sizes.items() if k in cls.example_sizes}
+        compiled = {k: v for k, v in sizes.items() if k not in cls.example_sizes}
+        resolved = {**cls.example_sizes, **cls.resolved_sizes(**compiled), **runtime}
+        return cls.make_inputs(resolved, batch, torch.Generator().manual_seed(seed))
 
     def example_inputs(self, batch: int = 4, seed: int = 0) -> dict:
         """Random inputs matching this model's sizes, as keyword arguments of forward."""
@@ -206,7 +212,8 @@ class ZooModel(torch.nn.Module):
 class ModelEntry:
     """One model of the zoo: `build(**sizes)` a model, `example_inputs(batch)` to call it with.
 
-    >>> entry = ModelEntry("linear", __import__("zoo").LinearModel, "logistic/linear regression")
+    >>> import zoo
+    >>> entry = ModelEntry("linear", zoo.LinearModel, "logistic / linear regression")
     >>> model = entry.build(f=3)
     >>> model(**entry.example_inputs(batch=2, f=3)).shape
     torch.Size([2, 1])

@@ -36,6 +36,11 @@ from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
 
 HERE = Path(__file__).resolve().parent
 DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_causal.pen"}
+# The same networks from the token embeddings on (per-position intervention values, teacher
+# forcing): `Steerling.forward_from_embeddings`. Parameters are shared with `self.net`.
+EMBEDDING_DIAGRAMS = {"block_causal": HERE / "steerling_embeddings.pen",
+                      "causal": HERE / "steerling_causal_embeddings.pen"}
+BYTE_MASK_ID = 259  # the byte tokenizer's [MASK] (zoo.steerling.tokenizer / generate)
 
 # Field names as in steerling.configs; values are the released Steerling-8B.
 MODEL_DEFAULTS: dict = {
@@ -321,6 +326,7 @@ class Steerling(torch.nn.Module):
             self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
         self._names = release_names(self.sizes["L"])
         self._none: dict = {}  # the inputs meaning "no intervention", per device
+        self.mask_token_id: int | None = BYTE_MASK_ID if self.vocab_size > BYTE_MASK_ID else None
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -388,8 +394,11 @@ class Steerling(torch.nn.Module):
     def config_dict(self) -> dict:
         changed_m = {k: v for k, v in self.model_config.items() if MODEL_DEFAULTS[k] != v}
         changed_c = {k: v for k, v in self.concept_config.items() if CONCEPT_DEFAULTS[k] != v}
-        return {"model_config": changed_m, "concept_config": changed_c, "vocab_size": self.vocab_size,
-                "variant": self.variant, "large_concept_threshold": self.large_concept_threshold}
+        out = {"model_config": changed_m, "concept_config": changed_c, "vocab_size": self.vocab_size,
+               "variant": self.variant, "large_concept_threshold": self.large_concept_threshold}
+        if self.mask_token_id is not None:
+            out["mask_token_id"] = int(self.mask_token_id)
+        return out
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write `path/model.safetensors` (release keys, tied embedding once) and
@@ -419,8 +428,11 @@ class Steerling(torch.nn.Module):
         cfg = json.loads((path / "config.json").read_text())
         opts = {"causal": cfg.get("variant") == "causal",
                 "large_concept_threshold": cfg.get("large_concept_threshold", LARGE_CONCEPT_THRESHOLD), **kw}
-        return cls.from_release(load_file(str(path / "model.safetensors")), cfg.get("model_config", {}),
-                                cfg.get("concept_config", {}), cfg.get("vocab_size", RELEASE_VOCAB_SIZE), **opts)
+        model = cls.from_release(load_file(str(path / "model.safetensors")), cfg.get("model_config", {}),
+                                 cfg.get("concept_config", {}), cfg.get("vocab_size", RELEASE_VOCAB_SIZE), **opts)
+        if "mask_token_id" in cfg:
+            model.mask_token_id = int(cfg["mask_token_id"])
+        return model
 
     # -- forward -------------------------------------------------------------------------------
     @property
@@ -502,6 +514,121 @@ class Steerling(torch.nn.Module):
             self._none[key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
         use_eps = self._none[key]
         o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
+        known_on = bool(intervene_known)
+        eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
+        return SteerlingOutput(
+            logits=o.logits, hidden=o.h,
+            known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
+            unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf,
+            epsilon=o.eps if eps_on else None, composed=o.z,
+            topk_known=self.sizes["kc"], topk_unknown=self.sizes["ku"],
+            known_intervened=known_on, unknown_intervened=bool(intervene_unknown),
+            known_large=self.known_large, unknown_large=self.unknown_large,
+        )
+
+    # -- the ConceptLM protocol (zoo.steerling.attribution) -----------------------------------
+    def embed(self, input_ids: Tensor) -> Tensor:
+        """Token embeddings (rows of the tied table), the backbone's input: (..., t) -> (..., t, e)."""
+        self.check_input_ids(input_ids)
+        return self.net.tok_emb[input_ids]
+
+    def lm_head_weight(self) -> Tensor:
+        """The LM head (v, e): the token embedding table (tied); logits = composed · Wᵀ."""
+        return self.net.tok_emb
+
+    def concept_embeddings(self, kind: str, ids: Tensor | None = None) -> Tensor:
+        """Rows of the concept tables: known K (n, e); unknown U = coef · basisᵀ (m, e), built only
+        for `ids` (any shape) when given."""
+        if kind == "known":
+            K = self.net.known_head.concept_embedding[: self.sizes["c"]]
+            return K if ids is None else K[ids]
+        if kind == "unknown":
+            uh = self.net.unknown_head
+            C = uh.embedding_coef[: self.sizes["u"]]
+            return (C if ids is None else C[ids]) @ uh.embedding_basis.T
+        raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
+
+    def _embedding_net(self):
+        """The compiled embeddings diagram, its parameters tied to self.net's (re-tied on every
+        call, so load_state_dict(assign=True) and .to() are followed)."""
+        net = self.__dict__.get("_emb_net")
+        if net is None:
+            with torch.device("meta"), _skip_init():
+                net = penrose.compile(EMBEDDING_DIAGRAMS[self.variant], **self.sizes)
+            self.__dict__["_emb_net"] = net  # not a submodule: no second copy in state_dict
+        for name, p in self.net.named_parameters():
+            owner, _, leaf = name.rpartition(".")
+            mod = net.get_submodule(owner) if owner else net
+            if mod._parameters.get(leaf) is not p:
+                mod._parameters[leaf] = p
+        net.train(self.training)
+        return net
+
+    def _positional(self, spec, n: int, what: str, shape, device) -> tuple[Tensor, Tensor]:
+        """(chosen (n,) bool, values (*shape, n)) from {id: float | (*shape) tensor}."""
+        sel = torch.zeros(n, dtype=torch.bool, device=device)
+        val = torch.zeros(*shape, n, dtype=torch.float32, device=device)
+        if not spec:
+            return sel, val
+        if not isinstance(spec, dict):
+            raise PenroseShapeError(f"intervene_{what} must be a dict {{concept id: weight}}, got {type(spec).__name__}")
+        for cid, value in spec.items():
+            if isinstance(cid, bool) or not isinstance(cid, int) and not (isinstance(cid, Tensor) and cid.numel() == 1):
+                raise PenroseShapeError(f"intervene_{what}: concept id {cid!r} is not an integer")
+            cid = int(cid)
+            if not 0 <= cid < n:
+                raise PenroseShapeError(f"intervene_{what}: concept id {cid} is out of range; the {what} head has {n} concepts (0..{n - 1})")
+            if isinstance(value, Tensor) and value.numel() != 1:
+                if tuple(value.shape) != tuple(shape):
+                    raise PenroseShapeError(f"intervene_{what}: values for concept {cid} have shape {tuple(value.shape)}, expected {tuple(shape)} (the tokens)")
+                v = value.detach().to(device=device, dtype=torch.float32)
+                if not torch.isfinite(v).all():
+                    raise PenroseShapeError(f"intervene_{what}: the weights for concept {cid} are not all finite")
+                val[..., cid] = v
+            else:
+                v = float(value)
+                if not math.isfinite(v):
+                    raise PenroseShapeError(f"intervene_{what}: the weight for concept {cid} is {v}, not a finite number")
+                val[..., cid] = v
+            sel[cid] = True
+        return sel, val
+
+    def forward_from_embeddings(self, x: Tensor, intervene_known: dict | None = None,
+                                intervene_unknown: dict | None = None, positions: Tensor | None = None,
+                                known_gt_features: Tensor | None = None,
+                                teacher_forcing: float = 1.0) -> SteerlingOutput:
+        """The forward pass from token embeddings x (b, t, e) or (t, e), differentiable in x
+        (the diagram steerling[_causal]_embeddings.pen). Interventions as in `forward`, but a
+        value may also be a per-position tensor shaped like the tokens. known_gt_features
+        (b, t, e): the LM head reads teacher_forcing · k̂_gt + (1 − teacher_forcing) · k̂ (this
+        matters only with ε off: with ε on the head reads h whatever k̂ is)."""
+        if not isinstance(x, Tensor) or not x.is_floating_point() or x.dim() not in (2, 3) or x.shape[-1] != self.sizes["e"]:
+            raise PenroseShapeError(f"x must be float embeddings (t, {self.sizes['e']}) or (b, t, {self.sizes['e']}), got "
+                                    f"{tuple(x.shape) if isinstance(x, Tensor) else type(x).__name__}")
+        shape, device = tuple(x.shape[:-1]), x.device
+        if shape[-1] > self.model_config["block_size"]:
+            raise PenroseShapeError(f"x has {shape[-1]} tokens, longer than the context (block_size = {self.model_config['block_size']})")
+        if intervene_known and self.known_large:
+            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {self.sizes['c']} > large_concept_threshold = {self.large_concept_threshold}) follow the release's sparse rule, which the diagram does not draw")
+        if intervene_unknown and not self.unknown_large:
+            raise PenroseCompileError(f"unknown-concept interventions on a small unknown head (n_unknown_concepts = {self.sizes['u']} <= large_concept_threshold = {self.large_concept_threshold}) follow the release's dense rule, which the diagram does not draw")
+        ksel, kval = self._positional(intervene_known, self.sizes["c"], "known", shape, device)
+        usel, uval = self._positional(intervene_unknown, self.sizes["u"], "unknown", shape, device)
+        if positions is None:
+            pos = torch.ones(shape, dtype=torch.bool, device=device)
+        else:
+            if not isinstance(positions, Tensor) or positions.dtype != torch.bool or tuple(positions.shape) != shape:
+                raise PenroseShapeError(f"positions must be a bool tensor shaped like the tokens {shape}")
+            pos = positions.to(device)
+        if known_gt_features is None:
+            kgt, tf = torch.zeros(*shape, self.sizes["e"], device=device, dtype=x.dtype), 0.0
+        else:
+            if tuple(known_gt_features.shape) != tuple(x.shape):
+                raise PenroseShapeError(f"known_gt_features has shape {tuple(known_gt_features.shape)}, expected {tuple(x.shape)}")
+            kgt, tf = known_gt_features.to(device=device, dtype=x.dtype), float(teacher_forcing)
+        use_eps = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
+        o = self._embedding_net()(x=x, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
+                                  use_eps=use_eps, kgt=kgt, tf=torch.tensor(tf, device=device, dtype=x.dtype))
         known_on = bool(intervene_known)
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
