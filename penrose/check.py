@@ -62,6 +62,7 @@ UNARY = {
     "sqrt": "torch.sqrt",
     "abs": "torch.abs",
     "softplus": "torch.nn.functional.softplus",
+    "leaky_relu": "torch.nn.functional.leaky_relu",
 }
 OTHER_FUNCS = frozenset(
     """einsum softmax log_softmax layernorm rmsnorm topk dropout detach clamp where causal
@@ -785,14 +786,17 @@ class _Checker:
             raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
         handler = getattr(self, f"_fn_{f}", None)
         if f in UNARY:
-            self._arity(e, 1, 1, ())
+            self._arity(e, 1, 1, ("slope",) if f == "leaky_relu" else ())
             a = self._expr(sc, e.args[0])
             if a.type.dtype == "scalar":
                 if f in ("sqrt", "exp", "log", "abs"):
                     return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
                 raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
             self._numeric(a, e.args[0].span, f"apply {f} to")
-            return V("unary", (a,), {"name": f}, a.type, span=e.span)
+            attrs = {"name": f}
+            if f == "leaky_relu":
+                attrs["slope"] = float(self._number_kw(e, "slope", 0.01))
+            return V("unary", (a,), attrs, a.type, span=e.span)
         return handler(sc, e)
 
     def _arity(self, e: ir.Call, lo, hi, kws):

@@ -43,6 +43,7 @@ _UNARY_CODE = {
     "sqrt": "torch.sqrt",
     "abs": "torch.abs",
     "softplus": "torch.nn.functional.softplus",
+    "leaky_relu": "torch.nn.functional.leaky_relu",
 }
 
 HELPERS = '''
@@ -291,6 +292,8 @@ class _Emitter:
             return self.binop_code(v.attrs["op"], v.args[0], v.args[1], v)
         if op == "unary":
             a, _ = self.expr(v.args[0])
+            if v.attrs["name"] == "leaky_relu":
+                return f"{_UNARY_CODE['leaky_relu']}({a}, {v.attrs['slope']!r})", _PREC_ATOM
             return f"{_UNARY_CODE[v.attrs['name']]}({a})", _PREC_ATOM
         if op == "einsum":
             return self.einsum_code(v)
@@ -470,6 +473,9 @@ class _Emitter:
             mm = _matmul_form(terms, out, batched, exprs)
             if mm is not None:
                 return mm, _PREC_MUL
+            ps = _product_sum_form(terms, out, exprs)
+            if ps is not None:
+                return ps, _PREC_ATOM
         if len(ops) <= 2:
             spec = ",".join(("..." if bt else "") + "".join(m[l] for l in t) for t, bt in zip(terms, batched))
             spec += "->" + ("..." if v.type.batched else "") + "".join(m[l] for l in out)
@@ -697,6 +703,25 @@ def _matmul_form(terms, out, batched, exprs):
             continue
         return f"{x_code} @ {y_code}"
     return None
+
+
+def _product_sum_form(terms, out, exprs):
+    """`(a * b).sum(dims)` when both operands carry the same legs in the same order and the
+    output keeps some of them in that order (einsum('fpk,fpk->pk', A, B)): torch.einsum would
+    route this through a batched matmul with copies."""
+    (ta, tb) = terms
+    if ta != tb or len(set(ta)) != len(ta) or not ta:
+        return None
+    kept = [l for l in ta if l in out]
+    if tuple(kept) != tuple(out):
+        return None
+    (ca, pa), (cb, pb) = exprs
+    prod = f"{_wrap(ca, pa, _PREC_MUL)} * {_wrap(cb, pb, _PREC_MUL + 1)}"
+    summed = tuple(i - len(ta) for i, l in enumerate(ta) if l not in out)
+    if not summed:
+        return f"({prod})"
+    dims = summed[0] if len(summed) == 1 else summed
+    return f"({prod}).sum({dims})"
 
 
 def _wrap(code: str, prec: int, need: int) -> str:

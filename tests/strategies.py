@@ -87,16 +87,30 @@ def einsum_cases(draw, max_operands=4):
     dims = draw(dim_lists(LONG_NAMES if spaced else SHORT_NAMES, min_size=2, max_size=5))
     size = dict(dims)
     labels = [n for n, _ in dims]
-    n_ops = draw(st.integers(1, max_operands))
-    terms = [draw(st.lists(st.sampled_from(labels), min_size=0, max_size=3)) for _ in range(n_ops)]
-    if spaced and max(len(t) for t in terms) < 2:
-        terms[0] = terms[0] + draw(st.lists(st.sampled_from(labels), min_size=2 - len(terms[0]), max_size=2 - len(terms[0])))
-    used = [l for t in terms for l in t]
-    explicit = draw(st.booleans())
-    if explicit:
-        out = draw(st.permutations(sorted(set(used))).flatmap(lambda p: st.integers(0, len(p)).map(lambda k: list(p[:k]))))
+    if len(labels) >= 3 and draw(st.integers(0, 2)) == 0:
+        # a plain matrix product ('ij,jk->ik', 'j,kj->k', 'aij,jk->aik' ...): the compiler lowers these to '@'
+        n_ops, explicit = 2, True
+        c, rest = labels[0], labels[1:]
+        x_free = rest[: draw(st.integers(0, min(2, len(rest) - 1)))]
+        y_free = rest[len(x_free) : len(x_free) + draw(st.integers(0, 1))]
+        tx = x_free + [c] if draw(st.integers(0, 3)) or len(x_free) != 1 else [c] + x_free
+        ty = [c] + y_free if draw(st.booleans()) else y_free + [c]
+        terms, out = [tx, ty], x_free + y_free
+        if draw(st.booleans()):
+            terms, out = [ty, tx], (out if draw(st.booleans()) else y_free + x_free)
+        if spaced and max(len(t) for t in terms) < 2:
+            terms[0] = terms[0] + [c]
+            out = [l for l in out]
     else:
+        n_ops = draw(st.sampled_from([1, 2, 2, 3, 4][: max_operands + 1]))
+        terms = [draw(st.lists(st.sampled_from(labels), min_size=0, max_size=3)) for _ in range(n_ops)]
+        if spaced and max(len(t) for t in terms) < 2:
+            terms[0] = terms[0] + draw(st.lists(st.sampled_from(labels), min_size=2 - len(terms[0]), max_size=2 - len(terms[0])))
+        explicit = draw(st.booleans())
         out = None
+    used = [l for t in terms for l in t]
+    if explicit and out is None:
+        out = draw(st.permutations(sorted(set(used))).flatmap(lambda p: st.integers(0, len(p)).map(lambda k: list(p[:k]))))
 
     # operands: inputs (batched at run time) or params; each declared leg is the label's dim or
     # another dim of the same size (einsum letters are local to the call)
@@ -354,7 +368,7 @@ class _Pool:
 
     def scalar(self) -> Scalar:
         draw = self.draw
-        kind = draw(st.sampled_from(["num", "num", "num", "sqrt", "dim", "dim2", "shape"]))
+        kind = draw(st.sampled_from(["num", "num", "sqrt", "dim", "dim2", "shape", "shape"]))
         if kind == "num":
             text, value = draw(st.sampled_from([("2", 2), ("3", 3), ("0.5", 0.5), ("1.5", 1.5), (".25", 0.25), ("1e-1", 0.1), ("2.", 2.0)]))
             return Scalar(text, value)
@@ -386,7 +400,7 @@ def _expr(draw, pool: _Pool, legs: frozenset, depth: int):
     if kind == "bin":
         op = draw(st.sampled_from(["+", "-", "*", "/"]))
         big = _expr(draw, pool, legs, depth - 1)
-        sub = frozenset(draw(st.sets(st.sampled_from(sorted(legs)))) if legs else ())
+        sub = frozenset(draw(st.sets(st.sampled_from(sorted(legs)))) if legs and draw(st.integers(0, 2)) else ())
         small = _expr(draw, pool, sub, depth - 1)
         if op == "/":
             left, right = (big, _positive(draw, small)) if draw(st.booleans()) else (small, _positive(draw, big))
@@ -457,9 +471,8 @@ def elementwise_cases(draw, max_statements=3, max_depth=3):
         if not node.legs:  # a scalar-only value: make it a tensor
             leaf = pool.leaf(legs)
             node = Bin("*", leaf, node, leaf.legs)
-        reuse = [t for t in pool.locals if frozenset(pool.locals[t]) == frozenset(node.legs)]
-        if reuse and draw(st.booleans()):
-            target = draw(st.sampled_from(reuse))  # reassignment: SSA in the IR
+        if pool.locals and draw(st.booleans()):
+            target = draw(st.sampled_from(sorted(pool.locals)))  # reassignment (SSA in the IR), legs may change
         else:
             target = f"h{i}"
         stmts.append((target, node))

@@ -87,10 +87,8 @@ def test_state_dict_roundtrip():
 
 
 def test_docs_zoo_python_examples_run():
-    import re as _re
-
     text = (ZOO.parent / "docs" / "zoo.md").read_text()
-    blocks = _re.findall(r"```python\n(.*?)```", text, _re.S)
+    blocks = re.findall(r"```python\n(.*?)```", text, re.S)
     assert len(blocks) >= 2
     for body in blocks:
         exec(compile(body, "docs/zoo.md", "exec"), {})

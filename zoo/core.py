@@ -48,7 +48,6 @@ def load_diagram(path: Path, **sizes):
 
 
 
-
 class InterventionError(IndexError):
     """An intervention names a concept that does not exist or gives an unusable value."""
 

@@ -25,7 +25,6 @@ import torch
 import zoo
 from zoo.data import fortunes_concepts, load_tabular
 from zoo.metrics import accuracy, roc_auc
-from zoo.train import fit
 
 __all__ = ["Result", "RECIPES", "run"]
 
@@ -54,10 +53,6 @@ def _subset(tensors, n, seed=0):
     """A random subset of n rows (the data come ordered by category)."""
     idx = torch.randperm(tensors[0].shape[0], generator=torch.Generator().manual_seed(seed))[:n]
     return tuple(t[idx] for t in tensors)
-
-
-def _eval(model):
-    return model.eval()
 
 
 # ---- tabular -----------------------------------------------------------------------------------

@@ -3,6 +3,10 @@
     penrose steerling init --out ckpt --tiny --seed 0          a tiny random checkpoint
     penrose steerling generate --checkpoint ckpt --prompt "Hello" --max-new-tokens 32
     penrose steerling info --checkpoint ckpt                   sizes and parameter count
+    penrose steerling train --preset tiny --data fortunes --steps 200 --out run
+    penrose steerling explain --checkpoint run --text "Some text" [--json] [--heatmap out.png]
+    penrose steerling steer --checkpoint run --concept computers --scale 4 --prompt "The"
+    penrose steerling evaluate --checkpoint run [--json]
 
 A checkpoint is a folder with model.safetensors (the release's keys, tied embedding once) and
 config.json (model_config / concept_config as differences from the release defaults,
@@ -47,6 +51,55 @@ def _parser() -> argparse.ArgumentParser:
 
     n = sub.add_parser("info", help="print a checkpoint's sizes and parameter count")
     n.add_argument("--checkpoint", required=True)
+
+    t = sub.add_parser("train", help="train on a labelled corpus (fortunes or a folder of category files)")
+    t.add_argument("--preset", default="tiny", help="tiny | small")
+    t.add_argument("--data", default="fortunes", help="'fortunes' or a directory of category files")
+    t.add_argument("--categories", default=None, help="comma-separated category files to read (default all)")
+    t.add_argument("--max-chunks", type=int, default=0, help="use a fixed sample of this many training chunks")
+    t.add_argument("--steps", type=int, default=100)
+    t.add_argument("--out", required=True, help="checkpoint folder (resumed if it holds one)")
+    t.add_argument("--variant", default="causal", choices=["causal", "block_causal"],
+                   help="causal: next-token loss; block_causal: masked diffusion loss")
+    t.add_argument("--epsilon", action="store_true", help="keep the residual ε (default: pure bottleneck)")
+    t.add_argument("--lambda-concept", type=float, default=0.1)
+    t.add_argument("--lambda-indep", type=float, default=1.0)
+    t.add_argument("--lambda-rec", type=float, default=0.1)
+    t.add_argument("--negative-weight", type=float, default=1.0, help="weight of unannotated concepts as negatives")
+    t.add_argument("--teacher-forcing-steps", type=int, default=0, help="anneal teacher forcing 1 → 0 over N steps")
+    t.add_argument("--tokenizer", default="byte", choices=["byte", "bpe"])
+    t.add_argument("--bpe-vocab", type=int, default=1024)
+    t.add_argument("--seq-len", type=int, default=None)
+    t.add_argument("--batch-size", type=int, default=None)
+    t.add_argument("--lr", type=float, default=None)
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--val-every", type=int, default=50)
+    t.add_argument("--save-every", type=int, default=100)
+    t.add_argument("--stop-after", type=int, default=None, help="stop after N steps of this call (resumable)")
+    t.add_argument("--no-progress", action="store_true")
+    t.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+
+    x = sub.add_parser("explain", help="concepts per token, IG input attribution, heatmap")
+    x.add_argument("--checkpoint", required=True)
+    x.add_argument("--text", required=True)
+    x.add_argument("--json", action="store_true")
+    x.add_argument("--heatmap", default=None, help="PNG path (default: CHECKPOINT/explain.png)")
+    x.add_argument("--top", type=int, default=3, help="concepts shown per token")
+    x.add_argument("--ig-steps", type=int, default=32)
+
+    s = sub.add_parser("steer", help="generate with a known concept rescaled (or set)")
+    s.add_argument("--checkpoint", required=True)
+    s.add_argument("--concept", required=True, help="known concept name (or id)")
+    s.add_argument("--scale", type=float, default=None, help="multiply the concept's weight by S")
+    s.add_argument("--value", type=float, default=None, help="set the concept's weight to V instead")
+    s.add_argument("--prompt", required=True)
+    s.add_argument("--max-new-tokens", type=int, default=40)
+    s.add_argument("--json", action="store_true")
+
+    v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
+    v.add_argument("--checkpoint", required=True)
+    v.add_argument("--json", action="store_true")
+    v.add_argument("--max-batches", type=int, default=16)
     return p
 
 
@@ -59,9 +112,17 @@ def main(argv=None) -> int:
         p.print_help()
         return 2
     try:
-        return {"generate": _generate, "init": _init, "info": _info}[args.command](args)
+        return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
+                "steer": _steer, "evaluate": _evaluate}[args.command](args)
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
+        return 1
+    except ValueError as e:  # zoo.data.DataError (corpus problems) is a ValueError
+        from zoo.data import DataError
+
+        if not isinstance(e, DataError):
+            raise
+        print(f"error: {e}", file=sys.stderr)
         return 1
 
 
@@ -126,6 +187,186 @@ def _info(args) -> int:
     model = Steerling.load(args.checkpoint)
     print(json.dumps({"variant": model.variant, "parameters": model.num_parameters(), "sizes": model.sizes,
                       **model.config_dict()}, indent=2))
+    return 0
+
+
+def _train(args) -> int:
+    import torch
+
+    from zoo.steerling.train import TrainConfig, train
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cats = [c for c in args.categories.split(",") if c] if args.categories else None
+    cfg = TrainConfig(preset=args.preset, data=args.data, categories=cats, max_chunks=args.max_chunks,
+                      variant=args.variant, epsilon=args.epsilon, lambda_concept=args.lambda_concept,
+                      lambda_indep=args.lambda_indep, lambda_rec=args.lambda_rec,
+                      negative_weight=args.negative_weight, teacher_forcing_steps=args.teacher_forcing_steps,
+                      tokenizer=args.tokenizer, bpe_vocab=args.bpe_vocab, steps=args.steps, seed=args.seed,
+                      seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr)
+    state = train(cfg, args.out, val_every=args.val_every, save_every=args.save_every, stop_after=args.stop_after,
+                  progress=not args.no_progress)
+    last = state["history"]["val"][-1] if state["history"]["val"] else {}
+    print(json.dumps({"out": args.out, "step": state["step"], "val": last}))
+    return 0
+
+
+def _prompt_ids(tok, text: str, model):
+    import torch
+
+    ids = [tok.bos_id] + tok.encode(text)
+    if len(ids) > model.model_config["block_size"]:
+        from penrose.errors import PenroseError
+
+        raise PenroseError(f"the text is {len(ids)} tokens; the context is {model.model_config['block_size']}")
+    return torch.tensor([ids])
+
+
+def _explain(args) -> int:
+    from pathlib import Path
+
+    import torch
+
+    from zoo.steerling.attribution import LogitTarget, concept_attribution, forward_ids, integrated_gradients
+    from zoo.steerling.train import load_checkpoint
+
+    model, tok, names, _ = load_checkpoint(args.checkpoint)
+    model.eval()
+    ids = _prompt_ids(tok, args.text, model)
+    if model.variant == "block_causal":  # the next token is predicted at an appended [MASK]
+        ids = torch.cat([ids, torch.tensor([[tok.mask_id]])], 1)
+    T = ids.shape[1]
+    with torch.no_grad():
+        out = forward_ids(model, ids)
+    probs = torch.sigmoid(out.known_logits[0])  # (t, n), before the top-k cut
+    w = out.known_weights[0]
+    pieces = [tok.decode([i]) for i in ids[0].tolist()]
+    tokens = []
+    for t in range(T):
+        top = w[t].topk(min(args.top, w.shape[-1]))
+        tokens.append({"token": pieces[t], "concepts": [{"name": names[int(i)], "weight": round(float(v), 4)}
+                                                        for v, i in zip(top.values, top.indices) if v > 0]})
+    pred = int(out.logits[0, -1].argmax())
+    attr = concept_attribution(model, out, torch.full((1, T), pred))
+    kid, kval = attr.top_known(args.top)
+    ig = integrated_gradients(model, ids, LogitTarget(T - 1, pred), steps=args.ig_steps, chunk_size=8)
+    heat = Path(args.heatmap) if args.heatmap else Path(args.checkpoint) / "explain.png"
+    shown = probs.max(0).values.topk(min(12, probs.shape[1])).indices
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(max(4, 0.35 * T + 2), 0.35 * len(shown) + 1.5))
+    ax.imshow(probs[:, shown].T.numpy(), aspect="auto", cmap="viridis", vmin=0, vmax=1)
+    ax.set_yticks(range(len(shown)), [names[int(i)] for i in shown], fontsize=7)
+    ax.set_xticks(range(T), [repr(p)[1:-1] for p in pieces], fontsize=6, rotation=90)
+    ax.set_title("σ(known concept logit) per token")
+    fig.tight_layout()
+    heat.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(heat, dpi=120)
+    plt.close(fig)
+    result = {
+        "tokens": tokens,
+        "prediction": {"token": tok.decode([pred]), "logit": float(attr.logit[0, -1, 0]),
+                       "known": [{"name": names[int(i)], "contribution": round(float(v), 5)}
+                                 for i, v in zip(kid[0, -1, 0], kval[0, -1, 0])],
+                       "known_total": float(attr.known_total[0, -1, 0]),
+                       "unknown_total": float(attr.unknown_total[0, -1, 0]),
+                       "epsilon": float(attr.epsilon[0, -1, 0]), "attribution_error": attr.error},
+        "integrated_gradients": {"target": f"logit of {tok.decode([pred])!r} at the last position",
+                                 "per_token": [{"token": p, "attribution": round(float(a), 5)}
+                                               for p, a in zip(pieces, ig.attributions[0])],
+                                 "completeness_error": ig.max_completeness_error,
+                                 "f_input": float(ig.f_input[0]), "f_baseline": float(ig.f_baseline[0]),
+                                 "steps": ig.steps},
+        "heatmap": str(heat),
+    }
+    if args.json:
+        print(json.dumps(result, indent=1, ensure_ascii=False))
+        return 0
+    for t in tokens:
+        print(f"{t['token']!r:>10}  " + ", ".join(f"{c['name']} {c['weight']:.2f}" for c in t["concepts"]))
+    p = result["prediction"]
+    print(f"next token {p['token']!r} (logit {p['logit']:.3f} = known {p['known_total']:.3f} + unknown "
+          f"{p['unknown_total']:.3f} + ε {p['epsilon']:.3f}; error {p['attribution_error']:.1e})")
+    print("  top known contributions: " + ", ".join(f"{c['name']} {c['contribution']:+.3f}" for c in p["known"]))
+    g = result["integrated_gradients"]
+    print(f"integrated gradients ({g['steps']} steps, completeness error {g['completeness_error']:.2e}):")
+    print("  " + " ".join(f"{a['token']!r}:{a['attribution']:+.3f}" for a in g["per_token"]))
+    print(f"heatmap: {heat}")
+    return 0
+
+
+def _steer(args) -> int:
+    import torch
+
+    from penrose.errors import PenroseError
+    from zoo.steerling.attribution import forward_ids
+    from zoo.steerling.steer import Intervention, concept_top_tokens, intervention_kwargs
+    from zoo.steerling.train import concept_id, load_checkpoint
+
+    if (args.scale is None) == (args.value is None):
+        raise PenroseError("give exactly one of --scale S or --value V")
+    model, tok, names, _ = load_checkpoint(args.checkpoint)
+    model.eval()
+    cid = concept_id(names, args.concept)
+    spec = (Intervention(known_scale={cid: args.scale}) if args.scale is not None
+            else Intervention(known_set={cid: args.value}))
+    banned = torch.tensor([tok.pad_id, tok.bos_id, tok.mask_id])
+    top = concept_top_tokens(model, cid, 10)
+
+    def run(steered: bool):
+        ids = _prompt_ids(tok, args.prompt, model)
+        mass = []
+        with torch.no_grad():
+            for _ in range(args.max_new_tokens):
+                if ids.shape[1] + 1 > model.model_config["block_size"]:
+                    break
+                x = torch.cat([ids, torch.tensor([[tok.mask_id]])], 1) if model.variant == "block_causal" else ids
+                kw = {}
+                if steered:
+                    kw = intervention_kwargs(spec, tuple(x.shape), forward_ids(model, x) if spec.needs_current_weights else None)
+                logits = forward_ids(model, x, **kw).logits[0, -1].clone()
+                mass.append(float(torch.softmax(logits, -1)[top].sum()))
+                logits[banned] = -float("inf")
+                nxt = int(logits.argmax())
+                ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
+                if nxt == tok.eoc_id:
+                    break
+        n0 = len(tok.encode(args.prompt)) + 1
+        return tok.decode(ids[0, n0:].tolist()), sum(mass) / max(len(mass), 1)
+
+    base, m0 = run(False)
+    steered, m1 = run(True)
+    res = {"concept": names[cid], "id": cid, "scale": args.scale, "value": args.value,
+           "top_tokens": [tok.decode([int(i)]) for i in top], "unsteered": base, "steered": steered,
+           "top_token_mass_unsteered": m0, "top_token_mass_steered": m1}
+    if args.json:
+        print(json.dumps(res, indent=1, ensure_ascii=False))
+    else:
+        print(f"concept {names[cid]!r} (id {cid}); its top tokens: {res['top_tokens']}")
+        print(f"unsteered: {args.prompt}{base!s}")
+        print(f"steered:   {args.prompt}{steered!s}")
+        print(f"mass on the concept's top tokens (greedy path mean): {m0:.4f} -> {m1:.4f}")
+    return 0
+
+
+def _evaluate(args) -> int:
+    from zoo.steerling.train import evaluate_checkpoint
+
+    r = evaluate_checkpoint(args.checkpoint, max_batches=args.max_batches)
+    if args.json:
+        print(json.dumps(r, indent=1))
+        return 0
+    for k, v in r.items():
+        if k in ("concept_auc_per_concept", "steering", "val_parts"):
+            continue
+        print(f"{k:>22}: {v:.4f}" if isinstance(v, float) else f"{k:>22}: {v}")
+    per = {k: v for k, v in r["concept_auc_per_concept"].items() if v is not None}
+    print("  detection AUC per concept: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items())))
+    print("  steering (suppress / boost vs null): " + ", ".join(
+        f"{k} {v['suppress']:+.4f}/{v['boost']:+.4f}" for k, v in r["steering"].items()))
     return 0
 
 
