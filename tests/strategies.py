@@ -304,6 +304,8 @@ def evaluate(e, env: dict, sizes: dict, nb: int):
         return -evaluate(e.operand, env, sizes, nb)
     if isinstance(e, Func):
         x = evaluate(e.arg, env, sizes, nb)
+        if not isinstance(x, torch.Tensor):
+            return {"abs": abs, "exp": math.exp, "log": math.log, "sqrt": math.sqrt}[e.name](x)
         fn = {
             "sigmoid": torch.sigmoid,
             "sigma": torch.sigmoid,
@@ -358,11 +360,13 @@ class _Pool:
     def leaf(self, legs: frozenset) -> Leaf:
         draw = self.draw
         same = [(n, l) for n, l in list(self.inputs.items()) + list(self.locals.items()) if frozenset(l) == legs]
-        if same and draw(st.integers(0, 2)) == 0:
+        if same and draw(st.integers(0, 3)) == 0:
             name, l = draw(st.sampled_from(same))
             return Leaf(name, l)
         name = f"x{len(self.inputs)}"
         order = tuple(draw(st.permutations(sorted(legs))))
+        if draw(st.booleans()):  # early examples draw the identity permutation often
+            order = order[::-1]
         self.inputs[name] = order
         return Leaf(name, order)
 
@@ -387,11 +391,13 @@ class _Pool:
         return Scalar(f"{name}.shape[{i}]", 0, legs[i], "shape")
 
 
-def _expr(draw, pool: _Pool, legs: frozenset, depth: int):
+def _expr(draw, pool: _Pool, legs: frozenset, depth: int, top: bool = False):
     """An expression whose result has exactly the leg set `legs` (a scalar when empty)."""
     if not legs and draw(st.integers(0, 3)) > 0:
         return pool.scalar()
     choices = ["leaf"] if depth <= 0 else ["leaf", "bin", "bin", "bin", "pow", "neg", "func", "over", "reduce", "paren"]
+    if top:  # a statement is rarely a bare name: start from an operation
+        choices = ["bin", "bin", "bin", "bin", "func", "over", "reduce"]
     kind = draw(st.sampled_from(choices))
     if kind == "leaf" or (not legs and kind in ("over", "func", "pow", "neg")):
         return pool.leaf(legs)
@@ -400,7 +406,7 @@ def _expr(draw, pool: _Pool, legs: frozenset, depth: int):
     if kind == "bin":
         op = draw(st.sampled_from(["+", "-", "*", "/"]))
         big = _expr(draw, pool, legs, depth - 1)
-        sub = frozenset(draw(st.sets(st.sampled_from(sorted(legs)))) if legs and draw(st.integers(0, 2)) else ())
+        sub = frozenset(draw(st.permutations(sorted(legs)))[: draw(st.integers(0, len(legs)))] if legs and draw(st.integers(0, 2)) else ())
         small = _expr(draw, pool, sub, depth - 1)
         if op == "/":
             left, right = (big, _positive(draw, small)) if draw(st.booleans()) else (small, _positive(draw, big))
@@ -448,6 +454,8 @@ def _positive(draw, e):
     """An expression made strictly positive (and away from zero), for denominators, log and sqrt."""
     if isinstance(e, Scalar):
         return e if e.kind != "num" or e.value > 0 else Scalar("2", 2)
+    if not e.legs:  # a number-valued expression: only sqrt, exp, log and abs apply to numbers
+        return Paren(Bin("+", Func("abs", e, ()), Scalar("1", 1), ()))
     how = draw(st.sampled_from(["sq", "exp", "softplus"]))
     if how == "sq":
         return Paren(Bin("+", Pow(e, 2, e.legs), Scalar("1", 1), e.legs))
@@ -459,15 +467,16 @@ def _positive(draw, e):
 @st.composite
 def elementwise_cases(draw, max_statements=3, max_depth=3):
     """1-3 element-wise statements over drawn dims, the last (and maybe another) output."""
-    dims = draw(dim_lists(SHORT_NAMES[:8] + LONG_NAMES[:4], min_size=1, max_size=4))
+    dims = draw(dim_lists(SHORT_NAMES[:8] + LONG_NAMES[:4], min_size=2, max_size=4))
     size = dict(dims)
     pool = _Pool(draw, size)
     names = sorted(size)
     stmts = []  # (target, node)
     n = draw(st.integers(1, max_statements))
     for i in range(n):
-        legs = frozenset(draw(st.sets(st.sampled_from(names), min_size=1)))
-        node = _expr(draw, pool, legs, draw(st.integers(1, max_depth)))
+        k = draw(st.integers(1, len(names)))
+        legs = frozenset(draw(st.permutations(names))[:k])
+        node = _expr(draw, pool, legs, draw(st.integers(1, max_depth)), top=True)
         if not node.legs:  # a scalar-only value: make it a tensor
             leaf = pool.leaf(legs)
             node = Bin("*", leaf, node, leaf.legs)

@@ -132,6 +132,11 @@ def test_comments_are_part_of_the_ir():
         "dim e = 3\ninput x[e]\ny = einsum(\"e->\", x)\noutput y\n",
         "dim e = 3\ninput x[e]\ny = x\noutput y\r\n",
         "\n\n#\n#\n\ndim e = 3\n\n\ninput x[e]\noutput x",
+        # regressions: a CRLF comment kept its '\r' and trailing blanks, which fmt dropped
+        "dim e = 3  # size\r\n# caption \r\ninput x[e]\r\noutput x\r\n",
+        "# trailing blanks   \ndim e = 3\t# note\t\ninput x[e]\noutput x\n",
+        # ... and \x0c or U+2028 in a comment made the parser's line table disagree with the lexer's
+        "dim e = 3  # a\x0cb\n# c\u2028d\ninput x[e]  # note\x85\noutput x\n",
     ],
 )
 def test_fmt_round_trip_cases(text):

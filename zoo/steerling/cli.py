@@ -247,8 +247,9 @@ def _explain(args) -> int:
         tokens.append({"token": pieces[t], "concepts": [{"name": names[int(i)], "weight": round(float(v), 4)}
                                                         for v, i in zip(top.values, top.indices) if v > 0]})
     pred = int(out.logits[0, -1].argmax())
-    attr = concept_attribution(model, out, torch.full((1, T), pred))
-    kid, kval = attr.top_known(args.top)
+    with torch.no_grad():
+        attr = concept_attribution(model, out, torch.full((1, T), pred))
+        kid, kval = attr.top_known(args.top)
     ig = integrated_gradients(model, ids, LogitTarget(T - 1, pred), steps=args.ig_steps, chunk_size=8)
     heat = Path(args.heatmap) if args.heatmap else Path(args.checkpoint) / "explain.png"
     shown = probs.max(0).values.topk(min(12, probs.shape[1])).indices

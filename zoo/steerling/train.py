@@ -56,10 +56,10 @@ PRESETS: dict[str, dict] = {
         concepts=dict(n_unknown_concepts=64, factorize_rank=8, topk_known=4, unknown_topk=4),
         seq_len=64, batch_size=8, lr=3e-3, warmup=10),
     "small": dict(
-        model=dict(n_layers=4, n_head=4, n_kv_heads=2, n_embd=128, block_size=128, diff_block_size=16,
-                   intermediate_size=384),
-        concepts=dict(n_unknown_concepts=256, factorize_rank=32, topk_known=4, unknown_topk=16),
-        seq_len=128, batch_size=16, lr=2e-3, warmup=50),
+        model=dict(n_layers=2, n_head=4, n_kv_heads=2, n_embd=64, block_size=64, diff_block_size=16,
+                   intermediate_size=192),
+        concepts=dict(n_unknown_concepts=128, factorize_rank=16, topk_known=4, unknown_topk=8),
+        seq_len=64, batch_size=16, lr=3e-3, warmup=50),
 }
 
 
