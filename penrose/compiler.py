@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from penrose import ir
-from penrose.check import Checked, V, check
+from penrose.check import UNARY, Checked, V, check
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
@@ -31,20 +31,7 @@ from penrose.plan import letters_for, plan_einsum
 
 _PREC_ATOM, _PREC_POW, _PREC_UNARY, _PREC_MUL, _PREC_ADD, _PREC_CMP = 100, 90, 80, 70, 60, 50
 _BINPREC = {"**": _PREC_POW, "*": _PREC_MUL, "/": _PREC_MUL, "//": _PREC_MUL, "+": _PREC_ADD, "-": _PREC_ADD}
-_UNARY_CODE = {
-    "sigmoid": "torch.sigmoid",
-    "sigma": "torch.sigmoid",
-    "relu": "torch.relu",
-    "gelu": "torch.nn.functional.gelu",
-    "silu": "torch.nn.functional.silu",
-    "tanh": "torch.tanh",
-    "exp": "torch.exp",
-    "log": "torch.log",
-    "sqrt": "torch.sqrt",
-    "abs": "torch.abs",
-    "softplus": "torch.nn.functional.softplus",
-    "leaky_relu": "torch.nn.functional.leaky_relu",
-}
+_UNARY_CODE = UNARY  # the checker's table of element-wise functions names their torch calls
 
 HELPERS = '''
 def _check_inputs(spec, values, unexpected, extra=()):
