@@ -99,10 +99,9 @@ def einsum_cases(draw, max_operands=4):
         if draw(st.booleans()):
             terms, out = [ty, tx], (out if draw(st.booleans()) else y_free + x_free)
         if spaced and max(len(t) for t in terms) < 2:
-            terms[0] = terms[0] + [c]
-            out = [l for l in out]
+            terms[0] = terms[0] + [c]  # the spaced form needs a term of two words (a trace, then)
     else:
-        n_ops = draw(st.sampled_from([1, 2, 2, 3, 4][: max_operands + 1]))
+        n_ops = draw(st.sampled_from([n for n in (1, 2, 2, 3, 4) if n <= max_operands]))
         terms = [draw(st.lists(st.sampled_from(labels), min_size=0, max_size=3)) for _ in range(n_ops)]
         if spaced and max(len(t) for t in terms) < 2:
             terms[0] = terms[0] + draw(st.lists(st.sampled_from(labels), min_size=2 - len(terms[0]), max_size=2 - len(terms[0])))

@@ -505,8 +505,7 @@ def test_dtype_conversions_run():
 
 def test_device_follows_the_inputs():
     # masks are built on the inputs' device: on 'meta' nothing is computed, only shapes
-    text = "dim t = 4, p = 4, e = 3\ninput s[t, p]\nparam W[p, e]\na = where(causal(t, p), s, -inf)\ny = einsum('tp,pe->te', a, W)\noutput y\n"
-    m = compile_quiet(text, seed=0).to("meta")
+    m = compile_quiet(MASKED, seed=0).to("meta")
     y = m(torch.empty(2, 4, 4, device="meta"))
     assert y.device.type == "meta" and y.shape == (2, 4, 3)
 
@@ -522,8 +521,19 @@ def test_cuda_matches_cpu():
 # ---- standalone source, torch.compile, torch.export ------------------------------------------
 
 
+MASKED = """\
+dim t = 4, p = 4, e = 3
+input s[t, p]
+param W[p, e]
+a = where(block_causal(t, p, block=2), s, -inf)
+b = where(causal(t, p), exp(a), 0.0)
+y = einsum('tp,pe->te', b, W)
+output y
+"""
+
 COMPILE_CASES = {  # name -> (text, input name, input shape)
-    "attention": (ATTENTION, "Z", (2, 5, 8)),
+    "attention": (ATTENTION, "Z", (2, 5, 8)),  # fused into scaled_dot_product_attention
+    "masked": (MASKED, "s", (2, 4, 4)),  # masks built in forward
     "mlp": (MLP, "x", (2, 4, 6)),
     "multi": (MULTI, "x", (2, 3, 4)),
 }

@@ -1,6 +1,6 @@
 """The base-vs-concept-module experiment of docs/experiments.md, in one command:
 
-    python -m zoo.steerling.experiment [--steps 300] [--out runs/experiment] [--figures docs/figures/experiments]
+    python -m zoo.steerling.experiment [--steps 1500] [--out build/experiment] [--figures docs/figures/experiments]
 
 Two models with the same backbone (preset `small`), data (fortunes), seed and steps:
   base     ε on and every concept loss at λ = 0: the LM head reads h, so this is a plain LM
@@ -35,12 +35,12 @@ def main(argv=None) -> int:
     from zoo.steerling.train import TrainConfig, evaluate_checkpoint, train
 
     p = argparse.ArgumentParser(prog="python -m zoo.steerling.experiment")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--preset", default="small")
     p.add_argument("--max-chunks", type=int, default=0)
-    p.add_argument("--out", default="runs/experiment")
+    p.add_argument("--out", default="build/experiment")
     p.add_argument("--figures", default="docs/figures/experiments")
-    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
