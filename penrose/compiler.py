@@ -153,6 +153,9 @@ _CONSTANTS = {}  # masks and RoPE tables: constants of their sizes, shared by ev
 
 
 def _remember(key, value):
+    # traced values (export's fake tensors) must not outlive the trace, nor inference tensors reach autograd
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+        return value
     if len(_CONSTANTS) >= 64:
         _CONSTANTS.clear()
     _CONSTANTS[key] = value
@@ -449,6 +452,40 @@ class _Emitter:
             code = f"{code}.movedim({src}, {dst})"
         return code
 
+    def grouped_matmul_form(self, terms, out, ops, exprs):
+        """A product over several legs at once: X[..., a, b, c, d] Y[c, d, e, f] -> [..., a, b, e, f]
+        becomes one matrix product of X with its contracted legs flattened and Y flattened to a
+        matrix, the result unflattened. Y must be unbatched and both leg groups contiguous."""
+        for (xi, yi) in ((0, 1), (1, 0)):
+            xt, yt = terms[xi], terms[yi]
+            if ops[yi].type.batched or len(set(xt)) != len(xt) or len(set(yt)) != len(yt):
+                continue
+            shared = [l for l in yt if l in xt]
+            if any(l in out for l in shared) or not shared:
+                continue
+            n = len(shared)
+            if tuple(yt[:n]) != tuple(shared) or tuple(xt[-n:]) != tuple(shared):
+                continue
+            x_free, y_free = tuple(xt[:-n]), tuple(yt[n:])
+            if x_free + y_free != tuple(out):
+                continue
+            (xc, xp), (yc, yp) = exprs[xi], exprs[yi]
+            x_code = _wrap(xc, xp, _PREC_ATOM) + (f".flatten({-n})" if n > 1 else "")
+            y_code = _wrap(yc, yp, _PREC_ATOM)
+            if n > 1:
+                y_code += f".flatten(0, {n - 1})"
+            if len(y_free) > 1:
+                y_code += ".flatten(1)"
+            if len(y_free) == 0 and n > 1:
+                y_code = _wrap(yc, yp, _PREC_ATOM) + ".flatten()"
+            code = f"{_wrap(x_code, _PREC_ATOM, _PREC_MUL)} @ {_wrap(y_code, _PREC_ATOM, _PREC_MUL + 1)}"
+            if len(y_free) > 1:
+                cls = ops[yi].type.cls[n:]
+                sizes = ", ".join(self.size_code(c, ops[yi].span) for c in cls)
+                return f"({code}).unflatten(-1, ({sizes}))", _PREC_ATOM
+            return code, _PREC_MUL
+        return None
+
     def einsum_code(self, v: V):
         terms, out = v.attrs["terms"], v.attrs["out"]
         ops = list(v.args)
@@ -463,6 +500,9 @@ class _Emitter:
             ps = _product_sum_form(terms, out, exprs)
             if ps is not None:
                 return ps, _PREC_ATOM
+            gm = self.grouped_matmul_form(terms, out, ops, exprs)
+            if gm is not None:
+                return gm
         if len(ops) <= 2:
             spec = ",".join(("..." if bt else "") + "".join(m[l] for l in t) for t, bt in zip(terms, batched))
             spec += "->" + ("..." if v.type.batched else "") + "".join(m[l] for l in out)

@@ -585,3 +585,25 @@ def test_torch_export(name):
             torch.testing.assert_close(u, v)
     else:
         torch.testing.assert_close(a, b)
+
+
+def test_export_leaves_the_module_eager():
+    # regression: masks cached during export's trace were fake tensors, returned by later eager calls
+    m = compile_quiet(MASKED, seed=0).eval()
+    x = torch.randn(2, 4, 4)
+    want = m(x)
+    torch.export.export(m, (x,))
+    got = m(x)
+    assert type(got) is torch.Tensor
+    torch.testing.assert_close(got, want)
+
+
+def test_inference_mode_then_training():
+    # regression: a mask or RoPE table cached under inference_mode could not be saved for backward
+    text = "dim t = 4, p = 4\ninput s[t, p]\ny = rope(where(causal(t, p), s, 0.0), t, p)\noutput y\n"
+    m = compile_quiet(text)
+    x = torch.randn(2, 4, 4, requires_grad=True)
+    with torch.inference_mode():
+        m(x.detach())
+    m(x).sum().backward()
+    assert x.grad is not None and x.grad.shape == x.shape
