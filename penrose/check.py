@@ -556,7 +556,8 @@ class _Checker:
         if t.name in FUNCTIONS or t.name in self.block_defs:
             raise PenroseCheckError(f"tensor name {t.name!r} is already a {'function' if t.name in FUNCTIONS else 'block'}", t.span)
         if t.dtype not in DTYPES:
-            raise PenroseCheckError(f"unknown dtype {t.dtype!r}{suggest(t.dtype, DTYPES)}; use float, int or bool", t.span)
+            hint = suggest(t.dtype, DTYPES)
+            raise PenroseCheckError(f"unknown dtype {t.dtype!r}" + (hint if hint else "; use float, int or bool"), t.span)
         if t.kind in ("param", "buffer") and t.dtype != "float":
             raise PenroseCheckError(f"{t.kind}s are float tensors", t.span)
         if t.kind in ("param", "buffer") and t.batched:
@@ -705,7 +706,7 @@ class _Checker:
 
     def _numeric(self, v: V, span: Span, what: str):
         if v.type.dtype in ("int", "bool"):
-            raise PenroseCheckError(f"cannot {what} a {v.type.dtype} tensor", span)
+            raise PenroseCheckError(f"cannot {what} {_a(v.type.dtype)} tensor", span)
 
     def _binop(self, sc, e: ir.BinOp) -> V:
         a, b = self._expr(sc, e.left), self._expr(sc, e.right)
@@ -814,7 +815,7 @@ class _Checker:
         if v.type.dtype == "scalar":
             raise PenroseCheckError(f"{e.func}: argument {i + 1} must be a tensor", e.args[i].span)
         if v.type.dtype not in allow:
-            raise PenroseCheckError(f"{e.func}: argument {i + 1} is a {v.type.dtype} tensor; expected {' or '.join(allow)}", e.args[i].span)
+            raise PenroseCheckError(f"{e.func}: argument {i + 1} is {_a(v.type.dtype)} tensor; expected {' or '.join(allow)}", e.args[i].span)
         return v
 
     def _number_kw(self, e: ir.Call, key, default=None, integer=False, allow_dim=False):
@@ -852,7 +853,7 @@ class _Checker:
                 raise PenroseCheckError(f"einsum operand {i + 1} is a plain number; einsum contracts tensors", a.span)
             if v.type.dtype != "float":
                 raise PenroseCheckError(
-                    f"einsum operand {i + 1} {_describe(a)} is a {v.type.dtype} tensor; use gather(E, ids) for ids", a.span
+                    f"einsum operand {i + 1} {_describe(a)} is {_a(v.type.dtype)} tensor; use gather(E, ids) for ids", a.span
                 )
         terms, out, explicit_ellipsis = parse_spec(spec_node.value, spec_node.span, len(ops))
         letter_cls: dict[str, int] = {}
@@ -1168,7 +1169,7 @@ class _Checker:
             if v.type.dtype == "scalar":
                 raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} must be a tensor", a.span)
             if v.type.dtype != f.dtype:
-                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} is {f.dtype}, got a {v.type.dtype} tensor", a.span)
+                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} is {f.dtype}, got {_a(v.type.dtype)} tensor", a.span)
             if len(v.legs) != len(f.legs):
                 raise PenroseCheckError(
                     f"block {e.func!r}: argument {f.name!r} has legs [{', '.join(f.legs)}] but {_describe(a)} has [{', '.join(v.legs)}]",
@@ -1228,6 +1229,11 @@ class _Checker:
                 raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1", node.span)
             return n
         raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)
+
+
+def _a(word: str) -> str:
+    """'an int', 'a float'."""
+    return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
 def _describe(expr) -> str:

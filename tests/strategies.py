@@ -88,18 +88,20 @@ def einsum_cases(draw, max_operands=4):
     size = dict(dims)
     labels = [n for n, _ in dims]
     if len(labels) >= 3 and draw(st.integers(0, 2)) == 0:
-        # a plain matrix product ('ij,jk->ik', 'j,kj->k', 'aij,jk->aik' ...): the compiler lowers these to '@'
+        # a matrix product over one or two legs ('ij,jk->ik', 'j,kj->k', 'aij,jk->aik', 'abc,bcd->ad' ...):
+        # the compiler lowers these to '@', flattening grouped legs
         n_ops, explicit = 2, True
-        c, rest = labels[0], labels[1:]
+        n_c = draw(st.integers(1, 2)) if len(labels) >= 4 else 1
+        c, rest = labels[:n_c], labels[n_c:]
         x_free = rest[: draw(st.integers(0, min(2, len(rest) - 1)))]
-        y_free = rest[len(x_free) : len(x_free) + draw(st.integers(0, 1))]
-        tx = x_free + [c] if draw(st.integers(0, 3)) or len(x_free) != 1 else [c] + x_free
-        ty = [c] + y_free if draw(st.booleans()) else y_free + [c]
+        y_free = rest[len(x_free) : len(x_free) + draw(st.integers(0, 2))]
+        tx = x_free + c if draw(st.integers(0, 3)) or len(x_free) != 1 else c + x_free
+        ty = c + y_free if draw(st.integers(0, 2)) else y_free + c
         terms, out = [tx, ty], x_free + y_free
         if draw(st.booleans()):
             terms, out = [ty, tx], (out if draw(st.booleans()) else y_free + x_free)
         if spaced and max(len(t) for t in terms) < 2:
-            terms[0] = terms[0] + [c]  # the spaced form needs a term of two words (a trace, then)
+            terms[0] = terms[0] + c  # the spaced form needs a term of two words (a trace, then)
     else:
         n_ops = draw(st.sampled_from([n for n in (1, 2, 2, 3, 4) if n <= max_operands]))
         terms = [draw(st.lists(st.sampled_from(labels), min_size=0, max_size=3)) for _ in range(n_ops)]

@@ -144,7 +144,7 @@ CASES = [
      r"unknown dim 'e2' in the size of 'd'; did you mean 'e'\?", 1, 16),
     # -- dtypes
     ("ids in an einsum", B + "input ids[t] : int\ny = einsum('t,te->e', ids, x)\noutput y", PenroseCheckError,
-     r"einsum operand 1 'ids' is a int tensor; use gather\(E, ids\)", 4, 23),
+     r"einsum operand 1 'ids' is an int tensor; use gather\(E, ids\)", 4, 23),
     ("gather needs int ids", "dim t = 2, v = 3, e = 2\ninput ids[t]\nparam E[v, e]\ny = gather(E, ids)\noutput y", PenroseCheckError,
      r"gather: argument 2 is a float tensor; expected int", 4, 15),
     ("arithmetic on a mask", "dim t = 2\ninput m[t] : bool\ny = m * 2\noutput y", PenroseCheckError,

@@ -1,102 +1,111 @@
-"""Blocked top-k contraction: the concept module without a dense (tokens × concepts) matrix.
+"""Blocked top-k: a large concept head without a dense (tokens × concepts) matrix.
 
-The diagrams draw each concept head densely — logits l[t, c] = clamp(h·Pᵀ), weights
-w = topk(σ(l)), features w·K — which at the release's sizes and T = 4096 holds several
-(4096 × 101196) float32 matrices (1.6 GB each). `blocked_topk_contract` computes the same
-features and top-k in blocks of concepts: a first pass keeps a running top-k per token, a second
-pass multiplies the surviving weights block by block into the table. Peak extra memory is
-O(t · block + t · k) instead of O(t · n). It is general: any "contract, clamp, rank, keep k,
-weight, contract again" along one large leg.
+The diagrams draw each concept head densely — logits l[t, c] = clamp(x·Pᵀ), weights
+w = topk(σ(l)), features w·T — which at the release's sizes and T = 4096 holds several
+(4096 × 101196) float32 matrices (1.6 GB each). The release itself streams its *large* heads
+(more concepts than `large_concept_threshold`, 50,000) in blocks of `ConceptConfig.block_size`
+concepts, and so does `Steerling.forward` through this module:
 
-`concept_module_blocked` runs the diagram's concept module (concept_module.pen) this way, with
-the same parameters (the compiled module's `known_head` / `unknown_head`), the same
-interventions and the same ε composition; it returns no dense logits or weights.
-bench/steerling_memory.py compares the peak memory of the two.
+  1. `select_topk` (no gradient): a running top-k per token over blocks of concepts;
+  2. `weighted_sum` (differentiable): block by block, the logits again, σ at the kept entries
+     (plus the release's large-head intervention rule), times that block of the table.
+
+Peak extra memory is O(t · block + t · k) instead of O(t · n); under autograd each block is
+checkpointed, so backward recomputes one block at a time as well. `large_head` is one head as the
+release computes a large one; `Steerling.forward` uses it for every large head (model.py,
+`Steerling._concepts`), and the compiled diagrams for everything else.
+
+Large-head rules (docs/steerling-release.md §5.4, §6): the k_features best concepts by rank
+(σ(logit) for dense heads, the logit for factorised ones) build the features; the reported list is
+re-ranked by logit and cut to k_report when k_features > k_report; an intervention (value v on
+concept c at a position) adds (v − σ(l_c))·T_c there — an override for a selected concept, an
+addition for an unselected one — and the reported lists stay the pre-intervention ones.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 from torch import Tensor
+from torch.utils.checkpoint import checkpoint
+
+CLAMP = 15.0
 
 
-def blocked_topk_contract(x: Tensor, predictor: Tensor, table: Tensor, k: int, *, block: int = 4096,
-                          clamp: float | None = 15.0, rank: Callable[[Tensor], Tensor] | None = None,
-                          weight: Callable[[Tensor], Tensor] = torch.sigmoid,
-                          override: tuple[Tensor, Tensor, Tensor] | None = None,
-                          shift: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """Σ_{c in top-k} weight(l_c) · table_c with l = clamp(x · predictorᵀ), never holding l densely.
-
-    x (..., t, a); predictor (n, a); table (n, b). `rank` orders the logits (default: the logits
-    themselves; torch.sigmoid ranks as the release's dense heads do). Returns
-    (out (..., t, b), top-k logits (..., t, k), top-k ids (..., t, k), ids in descending rank).
-
-    Interventions, as (positions (..., t) bool, chosen (n,) bool, values (n,)):
-      override — chosen concepts at chosen positions take weight `value` (dense-head rule);
-      shift    — chosen entries get value − weight(l) added (the release's large-head rule).
-    """
-    n = predictor.shape[0]
-    lead = x.shape[:-1]
-    best_v = best_r = best_i = None
-    for start in range(0, n, block):  # pass 1: a running top-k per token
-        end = min(start + block, n)
-        l = x @ predictor[start:end].T
-        if clamp is not None:
-            l = l.clamp(-clamp, clamp)
-        r = rank(l) if rank is not None else l
-        idx = torch.arange(start, end, device=x.device).expand(*lead, end - start)
-        if best_v is not None:
-            l, r, idx = torch.cat([best_v, l], -1), torch.cat([best_r, r], -1), torch.cat([best_i, idx], -1)
-        keep = r.topk(min(k, r.shape[-1]), dim=-1).indices
-        best_v, best_r, best_i = l.gather(-1, keep), r.gather(-1, keep), idx.gather(-1, keep)
-    order = best_r.argsort(dim=-1, descending=True, stable=True)
-    best_v, best_i = best_v.gather(-1, order), best_i.gather(-1, order)
-    top_w = weight(best_v)
-    out = x.new_zeros(*lead, table.shape[-1])
-    for start in range(0, n, block):  # pass 2: the kept weights, block by block, into the table
-        end = min(start + block, n)
-        inside = (best_i >= start) & (best_i < end)
-        w = x.new_zeros(*lead, end - start)
-        w.scatter_add_(-1, (best_i - start).clamp(0, end - start - 1), torch.where(inside, top_w, 0.0))
-        if override is not None or shift is not None:
-            pos, chosen, values = override if override is not None else shift
-            sel = chosen[start:end]
-            if bool(sel.any()):
-                hit = pos[..., None] & sel
-                if override is not None:
-                    w = torch.where(hit, values[start:end], w)
-                else:
-                    l = x @ predictor[start:end].T
-                    if clamp is not None:
-                        l = l.clamp(-clamp, clamp)
-                    w = w + torch.where(hit, values[start:end] - weight(l), 0.0)
-        out = out + w @ table[start:end]
-    return out, best_v, best_i
+def _logits(x: Tensor, predictor: Tensor) -> Tensor:
+    return (x @ predictor.mT).clamp(-CLAMP, CLAMP)
 
 
 @torch.no_grad()
-def concept_module_blocked(net, h: Tensor, *, kpos: Tensor, ksel: Tensor, kval: Tensor, upos: Tensor,
-                           usel: Tensor, uval: Tensor, use_eps: bool, sizes: dict, block: int = 4096) -> dict:
-    """The concept module of `net` (a compiled steerling.pen / concept_module.pen) in blocks.
+def select_topk(x: Tensor, predictor: Tensor, k: int, *, block: int = 4096,
+                by_sigmoid: bool = False) -> tuple[Tensor, Tensor]:
+    """The k best concepts per token of l = clamp(x·predictorᵀ), ranked by l (or σ(l)), in
+    blocks of `block` concepts. x (..., t, a); predictor (n, a). Returns (logits, ids), both
+    (..., t, k), in descending rank."""
+    n = predictor.shape[0]
+    k = min(k, n)
+    lead = x.shape[:-1]
+    best_l = best_r = best_i = None
+    for start in range(0, n, block):
+        end = min(start + block, n)
+        l = _logits(x, predictor[start:end])
+        r = torch.sigmoid(l) if by_sigmoid else l
+        idx = torch.arange(start, end, device=x.device).expand(*lead, end - start)
+        if best_l is not None:
+            l, r, idx = torch.cat([best_l, l], -1), torch.cat([best_r, r], -1), torch.cat([best_i, idx], -1)
+        keep = r.topk(min(k, r.shape[-1]), dim=-1).indices
+        best_l, best_r, best_i = l.gather(-1, keep), r.gather(-1, keep), idx.gather(-1, keep)
+    order = best_r.argsort(dim=-1, descending=True, stable=True)
+    return best_l.gather(-1, order), best_i.gather(-1, order)
 
-    Returns z (what the LM head reads), kf, uf, eps (None when off) and the top-k logits/ids of
-    both heads; inference only."""
-    c, u = sizes["c"], sizes["u"]
-    kh, uh = net.known_head, net.unknown_head
-    known_any = bool(ksel.any())
-    kf, k_log, k_idx = blocked_topk_contract(
-        h, kh.concept_predictor[:c], kh.concept_embedding[:c], sizes["kc"], block=block, rank=torch.sigmoid,
-        override=(kpos, ksel, kval) if known_any else None)
-    hr = h @ uh.predictor_down.T
-    ur, u_log, u_idx = blocked_topk_contract(
-        hr, uh.predictor_up[:u], uh.embedding_coef[:u], sizes["ku"], block=block,
-        shift=(upos, usel, uval) if bool(usel.any()) else None)
-    uf = ur @ uh.embedding_basis.T
-    eps = h - (uf + kf)
-    on = use_eps and not known_any
-    z = (uf + eps if on else uf) + kf
-    return {"z": z, "kf": kf, "uf": uf, "eps": eps if on else None,
-            "known_topk_logits": k_log, "known_topk_indices": k_idx,
-            "unknown_topk_logits": u_log, "unknown_topk_indices": u_idx}
+
+def _block_sum(x: Tensor, predictor: Tensor, table: Tensor, kept: Tensor, hit: Tensor | None,
+               values: Tensor | None) -> Tensor:
+    """One block: Σ_c w_c · table_c with w = σ(l) at the kept entries (+ v − σ(l) where hit)."""
+    p = torch.sigmoid(_logits(x, predictor))
+    w = torch.where(kept, p, 0.0)
+    if hit is not None:
+        w = w + torch.where(hit, values - p, 0.0)
+    return w @ table
+
+
+def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, block: int = 4096,
+                 shift: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+    """Σ_{c in ids} σ(l_c) · table_c per token, l = clamp(x·predictorᵀ), in blocks of concepts;
+    differentiable in x, predictor and table (each block checkpointed under autograd).
+
+    ids (..., t, k) the kept concepts; shift = (positions (..., t) bool, chosen (n,) bool,
+    values (n,)): the large-head intervention rule, (value − σ(l)) added at chosen concepts and
+    positions."""
+    n = predictor.shape[0]
+    lead = ids.shape[:-1]
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, predictor, table))
+    out = None
+    for start in range(0, n, block):
+        end = min(start + block, n)
+        size = end - start
+        inside = (ids >= start) & (ids < end)
+        slot = torch.where(inside, ids - start, size)  # a spare column takes the others
+        kept = torch.zeros(*lead, size + 1, dtype=torch.bool, device=ids.device).scatter_(-1, slot, True)[..., :size]
+        hit = values = None
+        if shift is not None:
+            pos, chosen, vals = shift
+            hit = pos[..., None] & chosen[start:end]
+            values = vals[start:end]
+        args = (x, predictor[start:end], table[start:end], kept, hit, values)
+        part = checkpoint(_block_sum, *args, use_reentrant=False) if grad else _block_sum(*args)
+        out = part if out is None else out + part
+    return out
+
+
+def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_report: int, *,
+               block: int = 4096, by_sigmoid: bool = False,
+               shift: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """One large concept head as the release computes it: (features (..., t, b), reported top-k
+    logits (..., t, k), ids (..., t, k)) with k = min(k_report, k_features, n); the reported
+    lists are pre-intervention and carry no gradient."""
+    top_l, top_i = select_topk(x, predictor, k_features, block=block, by_sigmoid=by_sigmoid)
+    features = weighted_sum(x, predictor, table, top_i, block=block, shift=shift)
+    if k_report < top_l.shape[-1]:  # re-ranked by logit, cut to k_report
+        order = top_l.argsort(dim=-1, descending=True, stable=True)[..., :k_report]
+        top_l, top_i = top_l.gather(-1, order), top_i.gather(-1, order)
+    return features, top_l, top_i

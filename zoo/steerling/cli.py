@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 TINY_MODEL = dict(n_layers=2, n_head=4, n_kv_heads=2, n_embd=64, block_size=256, diff_block_size=8,
@@ -78,6 +79,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--stop-after", type=int, default=None, help="stop after N steps of this call (resumable)")
     t.add_argument("--no-progress", action="store_true")
     t.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    t.add_argument("--fsdp", action="store_true",
+                   help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
 
     x = sub.add_parser("explain", help="concepts per token, IG input attribution, heatmap")
     x.add_argument("--checkpoint", required=True)
@@ -205,9 +208,10 @@ def _train(args) -> int:
                       tokenizer=args.tokenizer, bpe_vocab=args.bpe_vocab, steps=args.steps, seed=args.seed,
                       seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr)
     state = train(cfg, args.out, val_every=args.val_every, save_every=args.save_every, stop_after=args.stop_after,
-                  progress=not args.no_progress)
+                  progress=not args.no_progress, fsdp=args.fsdp)
     last = state["history"]["val"][-1] if state["history"]["val"] else {}
-    print(json.dumps({"out": args.out, "step": state["step"], "val": last}))
+    if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 reports
+        print(json.dumps({"out": args.out, "step": state["step"], "val": last}))
     return 0
 
 

@@ -9,9 +9,17 @@
 
 The forward pass is the compiled diagram `steerling.pen` (block-causal) or `steerling_causal.pen`
 (causal); its sizes come from the configs through `penrose.compile(..., **sizes)`. This wrapper
-only (1) checks configs, weights and inputs, (2) turns intervention dicts into the diagram's mask
-inputs and (3) reads the top-k ids off the diagram's outputs. Interventions themselves, and the
-rule that switches ε off while known concepts are intervened on, are in the diagram.
+only (1) checks configs, weights and inputs, (2) picks the concept-head diagrams the config
+needs (`concept_parts`: concepts_known[_wide].pen, concepts_unknown[_dense].pen), (3) turns
+intervention dicts into the diagram's mask inputs and (4) reads the top-k ids off the diagram's
+outputs. Interventions themselves, and the rule that switches ε off while known concepts are
+intervened on, are in the diagram.
+
+A head with more concepts than `large_concept_threshold` (the release's 50,000: the 8B unknown
+head) is run as the release runs it, blocked (blocked.py: a running top-k over blocks of
+concepts, never a tokens × concepts matrix, with the release's large-head intervention rule);
+the rest of the model then runs as the stage diagrams steerling[_causal]_hidden.pen (ids → h), the
+small head's block of the compiled diagram, and steerling_readout.pen (ε and the LM head).
 
 Parameter names: the diagram's names map to the release's state_dict keys by `release_key`
 (one table, `RELEASE_NAMES`); the tied embedding / LM head is stored once, as
@@ -40,6 +48,11 @@ DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_
 # forcing): `Steerling.forward_from_embeddings`. Parameters are shared with `self.net`.
 EMBEDDING_DIAGRAMS = {"block_causal": HERE / "steerling_embeddings.pen",
                       "causal": HERE / "steerling_causal_embeddings.pen"}
+# The stages around a blocked (large) concept head: ids → h, and (h, k̂, û) → ε, LM head.
+HIDDEN_DIAGRAMS = {"block_causal": HERE / "steerling_hidden.pen", "causal": HERE / "steerling_causal_hidden.pen"}
+READOUT_DIAGRAM = HERE / "steerling_readout.pen"
+# The concept heads of concepts.pen (the released 8B); other configs swap in another file per head.
+DEFAULT_HEADS = ("concepts_known.pen", "concepts_unknown.pen")
 BYTE_MASK_ID = 259  # the byte tokenizer's [MASK] (zoo.steerling.tokenizer / generate)
 
 # Field names as in steerling.configs; values are the released Steerling-8B.
@@ -76,7 +89,6 @@ _REQUIRED = {
     "use_attention_known": (False, "the diagrams draw a linear known head, not an attention head"),
     "use_attention_unknown": (False, "the diagrams draw a linear unknown head, not an attention head"),
     "use_unknown": (True, "the diagrams draw an unknown head"),
-    "factorize_unknown": (True, "the diagrams draw a factorised (rank-r) unknown head"),
     "topk_on_logits": (False, "the diagrams apply top-k to the sigmoid weights"),
     "apply_topk_to_unknown": (True, "the diagrams apply top-k to the unknown head"),
 }
@@ -128,8 +140,8 @@ def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> 
     tk, tkf, tu = c["topk_known"], c["topk_known_features"], c["unknown_topk"]
     if tk is None:
         bad.append(("topk_known", None, "the diagrams keep the top-k known concepts"))
-    elif tkf is not None and tkf != tk:
-        bad.append(("topk_known_features", tkf, f"the diagrams build features from the same top-k as the weights (topk_known = {tk})"))
+    elif tkf is not None and tkf < tk:
+        bad.append(("topk_known_features", tkf, f"the diagrams build features from at least topk_known ({tk}) concepts"))
     if tu is None:
         bad.append(("unknown_topk", None, "the diagrams keep the top-k unknown concepts"))
     if c["n_unknown_concepts"] is None and c["use_unknown"]:
@@ -142,12 +154,39 @@ def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> 
     sizes = {
         "e": E, "v": vocab_size, "g": G, "r": H // G, "d": E // H, "f": F, "L": m["n_layers"],
         "blk": int(m["diff_block_size"]), "clip": int(m["clip_qkv"]), "theta": int(m["rope_base"]),
-        "pm": c["pad_multiple"], "c": n, "kc": min(tk, n), "u": mu, "j": c["factorize_rank"], "ku": min(tu, mu),
+        "pm": c["pad_multiple"], "c": n, "kc": min(tk, n), "kcf": min(tk if tkf is None else tkf, n),
+        "u": mu, "j": c["factorize_rank"], "ku": min(tu, mu),
     }
     for name, value in sizes.items():
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
             raise PenroseCompileError(f"size {name}={value!r} derived from the configs (and vocab_size) must be a positive whole number")
     return sizes
+
+
+def concept_parts(model_config: dict, concept_config: dict, vocab_size: int) -> tuple[str, str]:
+    """The files that draw the (known, unknown) heads for a config: concepts_known.pen, or
+    concepts_known_wide.pen when topk_known_features > topk_known; concepts_unknown.pen
+    (factorised), or concepts_unknown_dense.pen when factorize_unknown is off."""
+    sizes = diagram_sizes(model_config, concept_config, vocab_size)
+    _, c = full_configs(model_config, concept_config)
+    known = "concepts_known_wide.pen" if sizes["kcf"] > sizes["kc"] else "concepts_known.pen"
+    unknown = "concepts_unknown.pen" if c["factorize_unknown"] else "concepts_unknown_dense.pen"
+    return known, unknown
+
+
+def with_heads(path: Path, parts: tuple[str, str]):
+    """The diagram at `path` with its concept heads drawn by `parts` (file names, see
+    `concept_parts`): the same diagram, its `include "concepts.pen"` (= concepts_known.pen,
+    concepts_unknown.pen, concepts_compose.pen) replaced by those files. Returns `path` itself
+    for the release's own heads, else the parsed diagram (errors still name `path`)."""
+    if tuple(parts) == DEFAULT_HEADS:
+        return path
+    text = Path(path).read_text(encoding="utf-8")
+    include = 'include "concepts.pen"'
+    if text.count(include) != 1:
+        raise PenroseCompileError(f"{path}: expected one line {include} to swap concept heads into")
+    swapped = "\n".join(f'include "{name}"' for name in (*parts, "concepts_compose.pen"))
+    return penrose.parse(text.replace(include, swapped), file=str(path))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -172,6 +211,9 @@ RELEASE_NAMES: tuple[tuple[str, str], ...] = (
     ("unknown_head.predictor_up", "unknown_head.predictor_up.weight"),
     ("unknown_head.embedding_coef", "unknown_head.embedding_coef.weight"),
     ("unknown_head.embedding_basis", "unknown_head.embedding_basis.weight"),
+    # the dense (not factorised) unknown head, concepts_unknown_dense.pen
+    ("unknown_head.concept_predictor", "unknown_head.concept_predictor.weight"),
+    ("unknown_head.concept_embedding", "unknown_head.concept_embedding.weight"),
 )
 TIED_KEY = "transformer.lm_head.weight"
 
@@ -209,20 +251,21 @@ class SteerlingOutput:
     """Everything one forward pass yields. Shapes: (b, t, ·) for batched ids, (t, ·) otherwise.
 
     known_* / unknown_*: clamped logits (·, n) and weights (·, n) after top-k and interventions,
-    features k̂, û (·, e). epsilon is None when ε is off (config, or a known-concept
-    intervention); composed is what the LM head reads. The top-k ids, logits and weights
-    (·, k) — known_topk_indices, ..., unknown_topk_weights — are read off the logits on first
-    access, ranked as the diagram ranks them (known by sigmoid, unknown by logit), in
-    descending order, before interventions.
+    features k̂, û (·, e). A large head (blocked) has no dense logits or weights (None).
+    epsilon is None when ε is off (config, or a known-concept intervention); composed is what the
+    LM head reads. The top-k ids, logits and weights (·, k) — known_topk_indices, ...,
+    unknown_topk_weights — come from the blocked head, or are read off the logits on first
+    access, ranked as the release ranks them (σ(logit) for dense heads, the logit for the
+    factorised unknown head), in descending order, before interventions.
     """
 
     logits: Tensor
     hidden: Tensor
-    known_logits: Tensor
-    known_weights: Tensor
+    known_logits: Tensor | None
+    known_weights: Tensor | None
     known_features: Tensor
-    unknown_logits: Tensor
-    unknown_weights: Tensor
+    unknown_logits: Tensor | None
+    unknown_weights: Tensor | None
     unknown_features: Tensor
     epsilon: Tensor | None
     composed: Tensor
@@ -232,34 +275,55 @@ class SteerlingOutput:
     unknown_intervened: bool = False
     known_large: bool = False
     unknown_large: bool = True
+    unknown_by_sigmoid: bool = False  # a dense (not factorised) unknown head ranks by σ(logit)
+    known_top: tuple[Tensor, Tensor] | None = None  # (logits, ids) from a blocked head
+    unknown_top: tuple[Tensor, Tensor] | None = None
 
     @functools.cached_property
     def known_topk_indices(self) -> Tensor:
+        if self.known_top is not None:
+            return self.known_top[1]
         return torch.sigmoid(self.known_logits).topk(self.topk_known, dim=-1).indices
 
     @functools.cached_property
     def known_topk_logits(self) -> Tensor:
+        if self.known_top is not None:
+            return self.known_top[0]
         return self.known_logits.gather(-1, self.known_topk_indices)
 
     @functools.cached_property
     def known_topk_weights(self) -> Tensor:
         return torch.sigmoid(self.known_topk_logits)
 
+    def _unknown_ranked(self, k: int) -> Tensor:
+        rank = torch.sigmoid(self.unknown_logits) if self.unknown_by_sigmoid else self.unknown_logits
+        return rank.topk(min(k, rank.shape[-1]), dim=-1).indices
+
     @functools.cached_property
     def unknown_topk_indices(self) -> Tensor:
-        return self.unknown_logits.topk(self.topk_unknown, dim=-1).indices
+        if self.unknown_top is not None:
+            return self.unknown_top[1]
+        return self._unknown_ranked(self.topk_unknown)
 
     @functools.cached_property
     def unknown_topk_logits(self) -> Tensor:
+        if self.unknown_top is not None:
+            return self.unknown_top[0]
         return self.unknown_logits.gather(-1, self.unknown_topk_indices)
 
     @functools.cached_property
     def unknown_topk_weights(self) -> Tensor:
         return torch.sigmoid(self.unknown_topk_logits)
 
-    def as_release(self) -> dict[str, Tensor | None]:
-        """The release's `InterpretableOutput` fields (None where the release gives None)."""
+    def as_release(self, unknown_topk: int = 64) -> dict[str, Tensor | None]:
+        """The release's `InterpretableOutput` fields (None where the release gives None).
+        `unknown_topk`: the release's forward argument, the size of the attribution list it
+        reports when a small unknown head was intervened on (its dense path gives no top-k)."""
         kf, uf, h = self.known_features, self.unknown_features, self.hidden
+        u_idx, u_log = self.unknown_topk_indices, self.unknown_topk_logits
+        if self.unknown_intervened and not self.unknown_large:  # the release's attribution top-k
+            u_idx = self._unknown_ranked(unknown_topk)
+            u_log = self.unknown_logits.gather(-1, u_idx)
         return {
             "hidden": h,
             "known_features": kf,
@@ -274,8 +338,8 @@ class SteerlingOutput:
             "unk_for_lm": uf if self.epsilon is None else uf + self.epsilon,
             "unknown_logits": None if self.unknown_large else self.unknown_logits,
             "unknown_weights": None if self.unknown_large else self.unknown_weights,
-            "unknown_topk_indices": self.unknown_topk_indices,
-            "unknown_topk_logits": self.unknown_topk_logits,
+            "unknown_topk_indices": u_idx,
+            "unknown_topk_logits": u_log,
             "composed": self.composed,
             "epsilon": self.epsilon,
             "epsilon_true": h - (kf + uf),
@@ -319,11 +383,14 @@ class Steerling(torch.nn.Module):
         self.vocab_size = int(vocab_size)
         self.variant = "causal" if causal else "block_causal"
         self.large_concept_threshold = int(large_concept_threshold)
+        self.concept_parts = concept_parts(model_config, concept_config, vocab_size)
+        self.concept_block = int(self.concept_config["block_size"])  # concepts per block of a blocked head
+        diagram = with_heads(DIAGRAMS[self.variant], self.concept_parts)
         if _default_device().type == "meta":
             with _skip_init():  # initialising meta tensors means nothing (and imports torch._dynamo)
-                self.net = penrose.compile(DIAGRAMS[self.variant], **self.sizes)
+                self.net = penrose.compile(diagram, **self.sizes)
         else:
-            self.net = penrose.compile(DIAGRAMS[self.variant], seed=seed, **self.sizes)
+            self.net = penrose.compile(diagram, seed=seed, **self.sizes)
         self._names = release_names(self.sizes["L"])
         self._none: dict = {}  # the inputs meaning "no intervention", per device
         self.mask_token_id: int | None = BYTE_MASK_ID if self.vocab_size > BYTE_MASK_ID else None
@@ -488,16 +555,41 @@ class Steerling(torch.nn.Module):
                 bad = lo if lo < 0 else hi
                 raise PenroseShapeError(f"input_ids: token id {bad} is out of range for vocab_size {self.vocab_size} (0..{self.vocab_size - 1})")
 
+    @property
+    def unknown_factorised(self) -> bool:
+        return bool(self.concept_config["factorize_unknown"])
+
+    def _rule_check(self, known: bool, unknown: bool, blocked: bool) -> None:
+        """Interventions follow the release's rule for the head's size class: small heads the dense
+        rule (override), large heads the sparse one (add value − σ(logit)). A blocked large head
+        applies the sparse rule; a head computed by its diagram applies the rule the diagram draws
+        (known head: dense; factorised unknown head: sparse; dense unknown head: dense)."""
+        n, m, lim = self.sizes["c"], self.sizes["u"], self.large_concept_threshold
+        if known and self.known_large and not blocked:
+            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {n} > large_concept_threshold = {lim}) follow the release's sparse rule, which the known head's diagram does not draw; run it blocked (dense_heads=False)")
+        if unknown and not (self.unknown_large and blocked):
+            drawn_sparse = self.unknown_factorised
+            if drawn_sparse != self.unknown_large:
+                size = f"{m} > large_concept_threshold = {lim}" if self.unknown_large else f"{m} <= large_concept_threshold = {lim}"
+                raise PenroseCompileError(
+                    f"unknown-concept interventions on a {'large' if self.unknown_large else 'small'} unknown head (n_unknown_concepts = {size}) follow "
+                    f"the release's {'sparse' if self.unknown_large else 'dense'} rule, which {'concepts_unknown.pen' if drawn_sparse else 'concepts_unknown_dense.pen'} does not draw"
+                    + ("; run it blocked (dense_heads=False)" if self.unknown_large else ""))
+
     def forward(self, input_ids: Tensor, intervene_known: dict | None = None,
-                intervene_unknown: dict | None = None, positions: Tensor | None = None) -> SteerlingOutput:
+                intervene_unknown: dict | None = None, positions: Tensor | None = None, *,
+                dense_heads: bool = False) -> SteerlingOutput:
         """One forward pass. `intervene_known` / `intervene_unknown`: {concept id: weight},
-        applied at `positions` (bool, shaped like input_ids; default: every position)."""
+        applied at `positions` (bool, shaped like input_ids; default: every position).
+
+        Large heads (more concepts than large_concept_threshold) run blocked (blocked.py) as the
+        release runs them, unless `dense_heads`: then the whole compiled diagram runs, every head
+        dense (a tokens × concepts matrix per head)."""
         self.check_input_ids(input_ids)
         device = input_ids.device
-        if intervene_known and self.known_large:
-            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {self.sizes['c']} > large_concept_threshold = {self.large_concept_threshold}) follow the release's sparse rule, which the diagram does not draw")
-        if intervene_unknown and not self.unknown_large:
-            raise PenroseCompileError(f"unknown-concept interventions on a small unknown head (n_unknown_concepts = {self.sizes['u']} <= large_concept_threshold = {self.large_concept_threshold}) follow the release's dense rule, which the diagram does not draw")
+        blocked = not dense_heads and (self.known_large or self.unknown_large)
+        known_on, unknown_on = bool(intervene_known), bool(intervene_unknown)
+        self._rule_check(known_on, unknown_on, blocked)
         ksel, kval = self._selection(intervene_known, self.sizes["c"], "known", device)
         usel, uval = self._selection(intervene_unknown, self.sizes["u"], "unknown", device)
         if positions is None:
@@ -513,18 +605,82 @@ class Steerling(torch.nn.Module):
         if key not in self._none:
             self._none[key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
         use_eps = self._none[key]
-        o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
-        known_on = bool(intervene_known)
+        known_top = unknown_top = None
+        if blocked:
+            h = self._stage("hidden")(ids=input_ids)
+            kl, kw, kf, known_top, ul, uw, uf, unknown_top = self._concepts(
+                h, pos, ksel, kval, usel, uval, known_on, unknown_on)
+            logits, z, eps = self._stage("readout")(h=h, kf=kf, uf=uf, ksel=ksel, use_eps=use_eps)
+        else:
+            o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
+            logits, h, kl, kw, kf, ul, uw, uf, eps, z = o.logits, o.h, o.kl, o.kw, o.kf, o.ul, o.uw, o.uf, o.eps, o.z
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
-            logits=o.logits, hidden=o.h,
-            known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
-            unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf,
-            epsilon=o.eps if eps_on else None, composed=o.z,
+            logits=logits, hidden=h,
+            known_logits=kl, known_weights=kw, known_features=kf,
+            unknown_logits=ul, unknown_weights=uw, unknown_features=uf,
+            epsilon=eps if eps_on else None, composed=z,
             topk_known=self.sizes["kc"], topk_unknown=self.sizes["ku"],
-            known_intervened=known_on, unknown_intervened=bool(intervene_unknown),
+            known_intervened=known_on, unknown_intervened=unknown_on,
             known_large=self.known_large, unknown_large=self.unknown_large,
+            unknown_by_sigmoid=not self.unknown_factorised, known_top=known_top, unknown_top=unknown_top,
         )
+
+    def _concepts(self, h: Tensor, pos: Tensor, ksel: Tensor, kval: Tensor, usel: Tensor, uval: Tensor,
+                  known_on: bool, unknown_on: bool):
+        """Both concept heads on the hidden state h: a large head blocked (blocked.large_head, the
+        release's large-head rules), a small one by its block of the compiled diagram
+        (self.net.known_head / unknown_head). Returns, per head, (dense logits, dense weights,
+        features, reported top-k (logits, ids)), with None for what the head does not give."""
+        from zoo.steerling.blocked import large_head
+
+        sz, blk = self.sizes, self.concept_block
+        kh, uh = self.net.known_head, self.net.unknown_head
+        if self.known_large:  # ranked by σ(logit): a dense head
+            kf, k_log, k_idx = large_head(h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"],
+                                          block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None)
+            known = (None, None, kf, (k_log, k_idx))
+        else:
+            known = (*self.net.known_head(h, pos, ksel, kval), None)
+        hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
+        if self.unknown_large:
+            shift = (pos, usel, uval) if unknown_on else None
+            if self.unknown_factorised:  # through the rank space, ranked by logit (concepts_unknown.pen)
+                r, u_log, u_idx = large_head(hd @ uh.predictor_down.mT, uh.predictor_up[:sz["u"]], uh.embedding_coef[:sz["u"]],
+                                             sz["ku"], sz["ku"], block=blk, shift=shift)
+                uf = r @ uh.embedding_basis.mT
+            else:  # dense, ranked by σ(logit) (concepts_unknown_dense.pen)
+                uf, u_log, u_idx = large_head(hd, uh.concept_predictor[:sz["u"]], uh.concept_embedding[:sz["u"]],
+                                              sz["ku"], sz["ku"], block=blk, by_sigmoid=True, shift=shift)
+            unknown = (None, None, uf, (u_log, u_idx))
+        else:
+            unknown = (*self.net.unknown_head(hd, pos, usel, uval), None)
+        return (*known, *unknown)
+
+    def _stage(self, kind: str):
+        """The compiled stage diagram `kind` ('hidden': steerling[_causal]_hidden.pen, 'readout':
+        steerling_readout.pen), its parameters tied to self.net's."""
+        path = HIDDEN_DIAGRAMS[self.variant] if kind == "hidden" else READOUT_DIAGRAM
+        return self._tied(f"_{kind}_net", path)
+
+    def _tied(self, attr: str, diagram):
+        """A compiled diagram whose parameters are self.net's, by name (re-tied on every call, so
+        load_state_dict(assign=True) and .to() are followed); not a submodule (no second copy in
+        state_dict)."""
+        entry = self.__dict__.get(attr)
+        if entry is None:
+            with torch.device("meta"), _skip_init():
+                net = penrose.compile(diagram, **self.sizes)
+            entry = self.__dict__[attr] = (net, [name for name, _ in net.named_parameters()])
+        net, names = entry
+        for name in names:
+            owner, _, leaf = name.rpartition(".")
+            mod = net.get_submodule(owner) if owner else net
+            p = self.net.get_parameter(name)
+            if mod._parameters.get(leaf) is not p:
+                mod._parameters[leaf] = p
+        net.train(self.training)
+        return net
 
     # -- the ConceptLM protocol (zoo.steerling.attribution) -----------------------------------
     def embed(self, input_ids: Tensor) -> Tensor:
@@ -549,20 +705,13 @@ class Steerling(torch.nn.Module):
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
 
     def _embedding_net(self):
-        """The compiled embeddings diagram, its parameters tied to self.net's (re-tied on every
-        call, so load_state_dict(assign=True) and .to() are followed)."""
-        net = self.__dict__.get("_emb_net")
-        if net is None:
-            with torch.device("meta"), _skip_init():
-                net = penrose.compile(EMBEDDING_DIAGRAMS[self.variant], **self.sizes)
-            self.__dict__["_emb_net"] = net  # not a submodule: no second copy in state_dict
-        for name, p in self.net.named_parameters():
-            owner, _, leaf = name.rpartition(".")
-            mod = net.get_submodule(owner) if owner else net
-            if mod._parameters.get(leaf) is not p:
-                mod._parameters[leaf] = p
-        net.train(self.training)
-        return net
+        """The compiled embeddings diagram, its parameters tied to self.net's."""
+        if self.concept_parts != DEFAULT_HEADS:
+            raise PenroseCompileError(
+                "forward_from_embeddings draws the release's own concept heads (concepts_positional.pen); "
+                f"this config needs {', '.join(self.concept_parts)} (fields 'topk_known_features', 'factorize_unknown'), "
+                "which have no per-position variant yet")
+        return self._tied("_emb_net", EMBEDDING_DIAGRAMS[self.variant])
 
     def _positional(self, spec, n: int, what: str, shape, device) -> tuple[Tensor, Tensor]:
         """(chosen (n,) bool, values (*shape, n)) from {id: float | (*shape) tensor}."""
@@ -608,10 +757,7 @@ class Steerling(torch.nn.Module):
         shape, device = tuple(x.shape[:-1]), x.device
         if shape[-1] > self.model_config["block_size"]:
             raise PenroseShapeError(f"x has {shape[-1]} tokens, longer than the context (block_size = {self.model_config['block_size']})")
-        if intervene_known and self.known_large:
-            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {self.sizes['c']} > large_concept_threshold = {self.large_concept_threshold}) follow the release's sparse rule, which the diagram does not draw")
-        if intervene_unknown and not self.unknown_large:
-            raise PenroseCompileError(f"unknown-concept interventions on a small unknown head (n_unknown_concepts = {self.sizes['u']} <= large_concept_threshold = {self.large_concept_threshold}) follow the release's dense rule, which the diagram does not draw")
+        self._rule_check(bool(intervene_known), bool(intervene_unknown), blocked=False)  # every head dense here
         ksel, kval = self._positional(intervene_known, self.sizes["c"], "known", shape, device)
         usel, uval = self._positional(intervene_unknown, self.sizes["u"], "unknown", shape, device)
         if positions is None:

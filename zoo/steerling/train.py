@@ -256,7 +256,10 @@ def _load_optimizer(opt, params, tensors: dict[str, torch.Tensor]) -> None:
         opt.state[params[int(i)]][k] = v.clone()
 
 
-def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg: TrainConfig, step: int, history: dict) -> None:
+def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg: TrainConfig, step: int, history: dict, *,
+                    optimizer_tensors: dict[str, torch.Tensor] | None = None) -> None:
+    """optimizer_tensors: the entries of optimizer.safetensors when already gathered (FSDP);
+    default: read from opt, indexed by model.parameters()."""
     from safetensors.torch import save_file
 
     from penrose.io import atomic_write_text
@@ -266,7 +269,9 @@ def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg: TrainConfig,
     tok.save(out / "tokenizer.json")
     atomic_write_text(out / "concepts.json", json.dumps({"known": list(concept_names)}, indent=1) + "\n")
     tmp = out / "optimizer.safetensors.tmp"
-    save_file(_optimizer_tensors(opt, list(model.parameters())), str(tmp))
+    if optimizer_tensors is None:
+        optimizer_tensors = _optimizer_tensors(opt, list(model.parameters()))
+    save_file(optimizer_tensors, str(tmp))
     os.replace(tmp, out / "optimizer.safetensors")
     state = {"format": FORMAT, "version": 1, "config": dataclasses.asdict(cfg), "step": step, "history": history}
     atomic_write_text(out / "train.json", json.dumps(state, indent=1) + "\n")
@@ -322,15 +327,35 @@ def concept_id(names, name: str) -> int:
 
 
 def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save_every: int = 100,
-          stop_after: int | None = None, progress: bool = True, log=None) -> dict:
+          stop_after: int | None = None, progress: bool = True, log=None, fsdp: bool = False) -> dict:
     """Train (or resume) into the folder `out`; returns the train state (config, step, history).
-    stop_after: stop (with a checkpoint) after this many steps of this call, as an interruption."""
+    stop_after: stop (with a checkpoint) after this many steps of this call, as an interruption.
+
+    Under torchrun (or in a process group the caller initialised) every process is one rank of a
+    data-parallel run (zoo.steerling.distributed): DDP, or FSDP2 with fsdp=True; each global
+    batch is split over the ranks, and the weights equal the single-process run's up to float32
+    reduction order. Only rank 0 writes the checkpoint, the log and the progress bar."""
+    from zoo.steerling import distributed
+
+    ddp = distributed.setup(fsdp=fsdp)  # None: one process (the loop below, unchanged)
+    try:
+        return _train(cfg, out, val_every=val_every, save_every=save_every, stop_after=stop_after,
+                      progress=progress, log=log, ddp=ddp)
+    finally:
+        if ddp is not None:
+            ddp.close()
+
+
+def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress, log, ddp) -> dict:
     from tqdm import tqdm
 
     from zoo.steerling.model import Steerling
     from zoo.steerling.tokenizer import load_tokenizer
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
+    main = ddp is None or ddp.is_main
+    if not main:
+        log, progress = (lambda msg: None), False
     cfg = cfg.resolved()
     out = Path(out)
     corpus = load_corpus(cfg)
@@ -351,21 +376,29 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
         if out.exists() and any(out.iterdir()):
             raise PenroseError(f"--out {out} exists and is not empty (and holds no training state to resume)")
         step, history = 0, {"train": [], "val": []}
-        tok = make_tokenizer(cfg, corpus)
+        tok = make_tokenizer(cfg, corpus) if ddp is None else ddp.tokenizer(lambda: make_tokenizer(cfg, corpus))
         model = make_model(cfg, corpus.n_concepts, tok.vocab_size, tok.mask_id)
+    if ddp is not None:
+        ddp.barrier()  # every rank has read --out before rank 0 writes to it
     train_data, val_data = packed(cfg, corpus, tok)
     vb = val_batches(val_data, cfg, cfg.val_batches)
-    params = list(model.parameters())
+    n_params = model.num_parameters()
+    fwd = None if ddp is None else ddp.wrap(model)  # DDP / FSDP around the training forward pass
+    params = list(model.parameters())  # (after wrap: FSDP's sharded parameters)
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if resume:
         from safetensors.torch import load_file
 
-        _load_optimizer(opt, params, load_file(str(out / "optimizer.safetensors")))
+        (_load_optimizer if ddp is None else ddp.load_optimizer)(opt, params, load_file(str(out / "optimizer.safetensors")))
         log(f"resuming {out} at step {step}/{cfg.steps}")
     else:
-        log(f"training {model.num_parameters():,} parameters ({cfg.preset}, {cfg.variant}, "
+        log(f"training {n_params:,} parameters ({cfg.preset}, {cfg.variant}, "
             f"{'ε on' if cfg.epsilon else 'pure bottleneck'}); {corpus.n_concepts} concepts, "
             f"{len(corpus.train)} train / {len(corpus.val)} val chunks, {train_data.n_rows} rows of {cfg.seq_len}")
+    if ddp is not None:
+        log(f"{'FSDP2' if ddp.fsdp else 'DDP'}: {ddp.world} processes ({ddp.device.type}), "
+            f"{cfg.batch_size} rows per step split over them")
+    save = save_checkpoint if ddp is None else ddp.save_checkpoint
     model.train()
     end = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="train", dynamic_ncols=True, file=sys.stderr)
@@ -374,7 +407,10 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
         batch = batch_of(train_data, train_rows(train_data.n_rows, cfg.batch_size, cfg.seed, step))
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        loss, parts = batch_loss(model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step)
+        if ddp is None:
+            loss, parts = batch_loss(model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step)
+        else:  # this rank's rows of the global batch; parts are the global batch's
+            loss, parts = ddp.batch_loss(fwd, model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step)
         if not math.isfinite(parts["total"]):
             raise PenroseError(f"step {step}: the loss is {parts['total']} ({parts}); lower --lr")
         opt.zero_grad(set_to_none=True)
@@ -385,18 +421,21 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
         history["train"].append({"step": step, **{k: round(v, 6) for k, v in parts.items()}})
         post = {"loss": f"{parts['total']:.3f}", "tok": f"{parts['token']:.3f}"}
         if step % val_every == 0 or step == cfg.steps:
-            v = validate(model, vb, cfg)
+            v = validate(model, vb, cfg) if ddp is None else ddp.validate(fwd, model, vb, cfg)
             history["val"].append({"step": step, **{k: round(x, 6) for k, x in v.items()}})
             post["val"] = f"{v['token']:.3f}"
-            bar.write(f"step {step}: train {parts['token']:.4f}  val token {v['token']:.4f}  "
+            if main:
+                bar.write(f"step {step}: train {parts['token']:.4f}  val token {v['token']:.4f}  "
                       + "  ".join(f"{k} {x:.4f}" for k, x in v.items() if k not in ("token", "total")))
         bar.set_postfix(post)
         bar.update(1)
         if step % save_every == 0 and step < end:
-            save_checkpoint(out, model, tok, corpus.concept_names, opt, cfg, step, history)
+            save(out, model, tok, corpus.concept_names, opt, cfg, step, history)
     bar.close()
-    save_checkpoint(out, model, tok, corpus.concept_names, opt, cfg, step, history)
+    save(out, model, tok, corpus.concept_names, opt, cfg, step, history)
     log(f"{'stopped' if step < cfg.steps else 'done'} at step {step}/{cfg.steps} in {time.time() - t0:.1f}s; checkpoint {out}")
+    if ddp is not None:
+        ddp.barrier()  # rank 0 has written the checkpoint
     return read_train_state(out)
 
 
