@@ -855,7 +855,7 @@ class _Checker:
                 raise PenroseCheckError(
                     f"einsum operand {i + 1} {_describe(a)} is {_a(v.type.dtype)} tensor; use gather(E, ids) for ids", a.span
                 )
-        terms, out, explicit_ellipsis = parse_spec(spec_node.value, spec_node.span, len(ops))
+        terms, out, explicit_ellipsis = parse_spec(spec_node.value, spec_node.span, len(ops), [len(v.legs) for v in ops])
         letter_cls: dict[str, int] = {}
         letter_origin: dict[str, str] = {}
         for i, (term, v, a) in enumerate(zip(terms, ops, e.args[1:])):
@@ -1249,11 +1249,13 @@ def _describe(expr) -> str:
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 
-def parse_spec(spec: str, span: Span, n_operands: int):
+def parse_spec(spec: str, span: Span, n_operands: int, leg_counts=None):
     """Split an einsum spec into per-operand leg tuples and the output legs.
 
     Compact form: one letter per leg ('te,ed->td'); spaced form: words ('tok emb, emb hd -> tok hd').
     '...' (batch legs) may lead any term. Without '->' the output is every leg used once, sorted.
+    A spec of one-word terms ('tok, tok -> tok') is read as words when every operand has one leg
+    and the letters would not fit (`leg_counts`: the operands' leg counts).
     """
     if spec.count("->") > 1:
         raise PenroseCheckError("an einsum spec has at most one '->'", span)
@@ -1261,6 +1263,11 @@ def parse_spec(spec: str, span: Span, n_operands: int):
     terms_txt = lhs.split(",")
     # spaced form: some term holds several words ('tok emb, emb hd -> tok hd')
     spaced = any(len(part.replace("...", " ").split()) > 1 for part in terms_txt + [rhs])
+    if not spaced and leg_counts is not None and len(leg_counts) == len(terms_txt):
+        words = [t.replace("...", "").strip() for t in terms_txt]
+        letters_fit = all(len(w.replace(" ", "")) == n for w, n in zip(words, leg_counts))
+        if not letters_fit and all(n == 1 for n in leg_counts) and all(_WORD.match(w) for w in words if w):
+            spaced = True
     explicit = "..." in spec
 
     def legs_of(part: str, where: str):

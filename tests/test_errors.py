@@ -394,3 +394,11 @@ def test_error_without_position_renders_plainly():
     placed = e.with_span(Span("m.pen", 2, 3, 2, 5, "abcdef"))
     assert placed.render() == "m.pen:2:3: error: something is off\n    abcdef\n      ^~"
     assert placed.with_span(Span("other.pen", 9, 9)) is placed  # keeps its first position
+
+
+def test_one_word_spaced_spec_is_read_as_words():
+    # regression: 'tok, tok -> tok' used to be read as the letters t, o, k and fail on leg counts
+    import torch
+
+    m = penrose.compile("dim tok = 4\ninput a[tok]\ninput b[tok]\ny = einsum('tok, tok -> tok', a, b)\noutput y")
+    assert torch.equal(m(torch.ones(4), torch.full((4,), 2.0)), torch.full((4,), 2.0))

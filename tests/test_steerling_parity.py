@@ -43,7 +43,6 @@ UNSUPPORTED = {
     "attention_heads_no_eps": "use_attention_known",
     "causal_prenorm_layernorm": "use_rms_norm",
     "known_only_saturated": "norm_order",
-    "mha_dense_unknown": "factorize_unknown",
 }
 SUPPORTED = [n for n in NAMES if n not in UNSUPPORTED]
 # Runs whose arguments the wrapper does not take (residual-stream injection).
@@ -87,7 +86,17 @@ def _replay(fx, model, run):
 
 
 def test_some_fixture_is_supported():
-    assert "release_like" in SUPPORTED and len(RUNS) >= 5
+    assert {"release_like", "mha_dense_unknown"} <= set(SUPPORTED) and len(RUNS) >= 9
+
+
+def test_config_picks_the_concept_head_diagrams():
+    _, like = _fixture("release_like")
+    assert like.concept_parts == ("concepts_known.pen", "concepts_unknown.pen")  # = concepts.pen
+    assert like.unknown_large and not like.known_large  # threshold 40 < 53: blocked
+    _, mha = _fixture("mha_dense_unknown")
+    assert mha.concept_parts == ("concepts_known_wide.pen", "concepts_unknown_dense.pen")
+    assert mha.sizes["kc"] == 4 and mha.sizes["kcf"] == 6 and mha.sizes["g"] == 2 and mha.sizes["r"] == 1
+    assert sorted(n for n, _ in mha.net.unknown_head.named_parameters()) == ["concept_embedding", "concept_predictor"]
 
 
 @pytest.mark.parametrize("name,run_name", RUNS, ids=[f"{n}-{r}" for n, r in RUNS])
@@ -125,7 +134,9 @@ def test_topk_weights_are_sigmoid_of_topk_logits():
     kept = out.known_weights.gather(-1, out.known_topk_indices)
     assert torch.equal(kept, out.known_topk_weights)
     assert int((out.known_weights != 0).sum(-1).max()) == fx.concept_config["topk_known"]
-    assert int((out.unknown_weights != 0).sum(-1).max()) == fx.concept_config["unknown_topk"]
+    assert out.unknown_weights is None  # the unknown head is large (blocked): no dense weights
+    dense = model(fx.tensors["input.input_ids"], dense_heads=True)
+    assert int((dense.unknown_weights != 0).sum(-1).max()) == fx.concept_config["unknown_topk"]
 
 
 def test_causal_variant_matches_reference():
@@ -187,7 +198,7 @@ def test_unsupported_model_config_names_the_field(field, value):
 
 @pytest.mark.parametrize("field,value", [
     ("use_attention_unknown", True), ("topk_on_logits", True), ("topk_known_features", 8),
-    ("concept_dim", 128), ("use_unknown", False),
+    ("concept_dim", 128), ("use_unknown", False), ("apply_topk_to_unknown", False),
 ])
 def test_unsupported_concept_config_names_the_field(field, value):
     with torch.device("meta"), pytest.raises(PenroseCompileError, match=field):
@@ -223,17 +234,21 @@ def test_meta_forward_shapes():
         out = big(torch.zeros(1, 64, dtype=torch.long))
     assert out.logits.shape == (1, 64, 100281)
     assert out.known_logits.shape == (1, 64, 33732)  # padding rows never read
-    assert out.unknown_weights.shape == (1, 64, 101196)
+    assert out.unknown_weights is None and out.unknown_logits is None  # 101196 > 50000: blocked
     assert out.known_topk_indices.shape == (1, 64, 32) and out.unknown_topk_indices.shape == (1, 64, 128)
+    assert out.unknown_features.shape == (1, 64, 4096)
+    with torch.device("meta"):
+        dense = big(torch.zeros(1, 64, dtype=torch.long), dense_heads=True)
+    assert dense.unknown_weights.shape == (1, 64, 101196)
 
 
 def test_name_table_round_trips():
     names = release_names(3)
-    assert len(set(names.values())) == len(names) == 3 * 8 + 8
+    assert len(set(names.values())) == len(names) == 3 * 8 + 10
     for name, key in names.items():
         assert release_key(name) == key
     assert release_key("layers.2.attn.c_attn") == "transformer.blocks.2.attn.c_attn.weight"
-    assert len(RELEASE_NAMES) == 16
+    assert len(RELEASE_NAMES) == 18
 
 
 # ---- bad input ------------------------------------------------------------------------------
@@ -331,12 +346,14 @@ def test_save_load_round_trip_in_release_layout(tmp_path):
 # ---- the diagrams ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["dims", "layers", "concepts", "steerling", "steerling_causal"])
+@pytest.mark.parametrize("name", ["dims", "layers", "concepts", "concepts_known", "concepts_known_wide", "concepts_unknown",
+                                  "concepts_unknown_dense", "concepts_compose", "steerling", "steerling_causal",
+                                  "steerling_hidden", "steerling_causal_hidden", "steerling_readout"])
 def test_diagrams_have_legends_and_captions(name):
     text = (STEERLING / f"{name}.pen").read_text()
     assert text.startswith("# index legend:")
-    if name != "dims":
-        assert "# 1) " in text or "# 6) " in text or "# 9) " in text
+    if name not in ("dims", "concepts"):
+        assert any(f"# {i}) " in text for i in (1, 6, 9, 11)), name
 
 
 def test_diagrams_draw_the_release():
@@ -345,7 +362,14 @@ def test_diagrams_draw_the_release():
     assert "clamp(einsum('te,oe->to', x, c_attn), min=-clip, max=clip)" in layers
     assert "einsum('tgrd,sgd->grts', q, k)" in layers  # GQA: heads as legs
     concepts = (STEERLING / "concepts.pen").read_text()
-    assert "detach(uf)" in concepts and "min=-15, max=15" in concepts
+    for part in ("concepts_known.pen", "concepts_unknown.pen", "concepts_compose.pen"):
+        assert f'include "{part}"' in concepts
+    assert "detach(uf)" in (STEERLING / "concepts_compose.pen").read_text()
+    for part in ("known", "known_wide", "unknown", "unknown_dense"):
+        text = (STEERLING / f"concepts_{part}.pen").read_text()
+        assert "min=-15, max=15" in text
+        assert ("block known_head(h[t, e], kpos[t] : bool, ksel[c] : bool, kval[c])" in text if "unknown" not in part
+                else "block unknown_head(h[t, e], upos[t] : bool, usel[u] : bool, uval[u])" in text)
     for name in ("steerling", "steerling_causal"):
         text = (STEERLING / f"{name}.pen").read_text()
         assert 'include "layers.pen"' in text and 'include "concepts.pen"' in text
@@ -353,25 +377,96 @@ def test_diagrams_draw_the_release():
         assert "einsum('te,ve->tv', z, tok_emb)" in text  # tied LM head
 
 
-# ---- the blocked top-k path -----------------------------------------------------------------
+# ---- large heads: the blocked top-k path ---------------------------------------------------
+
+TINY_MODEL = dict(n_layers=1, n_head=2, n_kv_heads=1, n_embd=16, block_size=16, diff_block_size=4, intermediate_size=24,
+                  clip_qkv=10.0)
 
 
-@pytest.mark.parametrize("known,unknown", [({}, {}), ({3: 1.0, 20: 0.0, 36: 0.5}, {}), ({}, {0: 1.0, 52: 0.25}),
-                                           ({7: 0.9}, {5: 0.0, 17: 1.0})])
-def test_blocked_concept_module_equals_the_diagram(known, unknown):
-    from zoo.steerling.blocked import concept_module_blocked
+def _tiny_large(factorize: bool, wide: bool, threshold: int = 10):
+    """Both heads 'large' (37, 53 concepts > threshold), streamed in blocks of 8 concepts."""
+    c = dict(n_concepts=37, n_unknown_concepts=53, concept_dim=16, topk_known=4, topk_known_features=6 if wide else 4,
+             factorize_unknown=factorize, factorize_rank=16, unknown_topk=5, block_size=8, pad_multiple=8)
+    model = Steerling.from_release_config(TINY_MODEL, c, 29, seed=3, large_concept_threshold=threshold)
+    with torch.no_grad():  # weights large enough for moderate logits (no clamp ties)
+        for name, p in model.net.named_parameters():
+            if p.dim() > 1:
+                p.normal_(0.0, (0.6 if "head" in name else 1.0) / p.shape[-1] ** 0.5)
+    return model, c
 
-    fx, model = _fixture("release_like")
-    ids, pos = fx.tensors["input.input_ids"], fx.tensors["input.positions"]
+
+def _same_topk(a_idx, a_log, b_idx, b_log):
+    a_idx, a_log = _canonical_topk(a_idx, a_log)
+    b_idx, b_log = _canonical_topk(b_idx, b_log)
+    assert torch.equal(a_idx, b_idx)
+    assert float((a_log - b_log).abs().max()) <= 1e-6
+
+
+INTERVENTIONS = [({}, {}), ({3: 1.0, 20: 0.0, 36: 0.5}, {}), ({}, {0: 1.0, 52: 0.25}), ({7: 0.9}, {5: 0.0, 17: 1.0})]
+
+
+@pytest.mark.parametrize("factorize,wide", [(True, False), (False, True)])
+@pytest.mark.parametrize("known,unknown", INTERVENTIONS)
+def test_blocked_forward_equals_dense_forward_and_the_release(factorize, wide, known, unknown):
+    """With the threshold lowered, both heads run blocked (blocked.py, 5 and 7 blocks of 8
+    concepts): the same values and top-k as the dense diagram where the diagram draws the
+    large-head rule, and the release's outputs (the reference) everywhere."""
+    model, c = _tiny_large(factorize, wide)
+    assert model.known_large and model.unknown_large
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 29, (2, 9), generator=g)
+    pos = torch.rand(2, 9, generator=g) > 0.4
     with torch.no_grad():
         out = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos)
-    ksel, kval = model._selection(known, model.sizes["c"], "known", ids.device)
-    usel, uval = model._selection(unknown, model.sizes["u"], "unknown", ids.device)
-    b = concept_module_blocked(model.net, out.hidden, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
-                               use_eps=True, sizes=model.sizes, block=8)  # 5 and 7 blocks of concepts
-    for key, want in (("z", out.composed), ("kf", out.known_features), ("uf", out.unknown_features),
-                      ("known_topk_logits", out.known_topk_logits), ("unknown_topk_logits", out.unknown_topk_logits)):
-        assert float((b[key] - want).abs().max()) <= 1e-6, key
-    assert torch.equal(b["known_topk_indices"], out.known_topk_indices)
-    assert torch.equal(b["unknown_topk_indices"], out.unknown_topk_indices)
-    assert (b["eps"] is None) == (out.epsilon is None)
+    assert out.known_logits is None and out.unknown_weights is None  # never a tokens × concepts matrix
+    # the release (reference): large heads, sparse rule for both
+    _, want = ref.release_intervene(model.release_state_dict(), TINY_MODEL, c, 29, ids, known=known, unknown=unknown,
+                                    positions=pos, large_concept_threshold=model.large_concept_threshold)
+    got = out.as_release()
+    for key in ("hidden", "known_features", "unk", "unk_hat", "unk_for_lm", "composed", "epsilon", "epsilon_true"):
+        if want[key] is None:
+            assert got[key] is None, key
+        else:
+            assert float((got[key] - want[key]).abs().max()) <= TOL, key
+    for head in ("known", "unknown"):
+        _same_topk(got[f"{head}_topk_indices"], got[f"{head}_topk_logits"], want[f"{head}_topk_indices"], want[f"{head}_topk_logits"])
+    # the dense diagram, where it draws the same rule (no known interventions: the known head's
+    # diagram draws the small-head rule; the dense unknown head's likewise)
+    if known or (unknown and not factorize):
+        with pytest.raises(PenroseCompileError, match="sparse rule"):
+            model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos, dense_heads=True)
+        return
+    with torch.no_grad():
+        dense = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos, dense_heads=True)
+    assert dense.unknown_weights is not None
+    for key in ("logits", "hidden", "known_features", "unknown_features", "composed", "epsilon"):
+        assert float((getattr(out, key) - getattr(dense, key)).abs().max()) <= 1e-6, key
+    for head in ("known", "unknown"):
+        _same_topk(getattr(out, f"{head}_topk_indices"), getattr(out, f"{head}_topk_logits"),
+                   getattr(dense, f"{head}_topk_indices"), getattr(dense, f"{head}_topk_logits"))
+
+
+def test_blocked_forward_has_the_dense_gradients():
+    model, _ = _tiny_large(True, False)
+    ids = torch.randint(0, 29, (2, 9), generator=torch.Generator().manual_seed(1))
+    grads = []
+    for dense in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, dense_heads=dense)
+        (out.logits.logsumexp(-1).mean() + out.known_features.pow(2).mean() + out.unknown_features.pow(2).mean()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.net.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and "unknown_head.predictor_up" in grads[0]
+    for name in grads[0]:
+        assert float((grads[0][name] - grads[1][name]).abs().max()) <= 1e-6, name
+
+
+def test_small_heads_run_the_compiled_diagram_only():
+    fx, model = _fixture("mha_dense_unknown")
+    calls = []
+    handle = model.net.register_forward_pre_hook(lambda m, a, kw: calls.append(1), with_kwargs=True)
+    try:
+        with torch.no_grad():
+            out = model(fx.tensors["input.input_ids"])
+    finally:
+        handle.remove()
+    assert calls == [1] and out.unknown_weights is not None and out.known_weights is not None
