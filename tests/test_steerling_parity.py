@@ -97,6 +97,35 @@ def test_config_picks_the_concept_head_diagrams():
     assert mha.concept_parts == ("concepts_known_wide.pen", "concepts_unknown_dense.pen")
     assert mha.sizes["kc"] == 4 and mha.sizes["kcf"] == 6 and mha.sizes["g"] == 2 and mha.sizes["r"] == 1
     assert sorted(n for n, _ in mha.net.unknown_head.named_parameters()) == ["concept_embedding", "concept_predictor"]
+    fx, _ = _fixture("mha_dense_unknown")
+    assert mha.num_parameters() == fx.meta["param_count"]["parameters"]
+
+
+def test_dense_unknown_variant_round_trips_a_checkpoint(tmp_path):
+    fx, model = _fixture("mha_dense_unknown")
+    model.save(tmp_path / "ckpt")
+    again = Steerling.load(tmp_path / "ckpt")
+    assert again.concept_parts == model.concept_parts
+    ids = fx.tensors["input.input_ids"]
+    with torch.no_grad():
+        assert torch.equal(again(ids, intervene_unknown={2: 1.0}).logits, model(ids, intervene_unknown={2: 1.0}).logits)
+    with pytest.raises(PenroseCompileError, match="topk_known_features"):  # no per-position variant yet
+        again.forward_from_embeddings(again.embed(ids))
+
+
+def test_concepts_from_hidden_is_forward_after_the_hidden_state():
+    fx, model = _fixture("release_like")
+    ids, pos = fx.tensors["input.input_ids"], fx.tensors["input.positions"]
+    with torch.no_grad():
+        out = model(ids, intervene_known={3: 1.0}, intervene_unknown={0: 0.5}, positions=pos)
+        again = model.concepts_from_hidden(out.hidden, intervene_known={3: 1.0}, intervene_unknown={0: 0.5}, positions=pos)
+        dense = model.concepts_from_hidden(out.hidden, dense_heads=True)
+        full = model(ids, dense_heads=True)
+    for key in ("logits", "known_features", "unknown_features", "composed"):
+        assert torch.equal(getattr(out, key), getattr(again, key)), key
+        assert float((getattr(dense, key) - getattr(full, key)).abs().max()) <= 1e-6, key
+    assert torch.equal(out.unknown_topk_indices, again.unknown_topk_indices) and again.unknown_weights is None
+    assert dense.unknown_weights is not None
 
 
 @pytest.mark.parametrize("name,run_name", RUNS, ids=[f"{n}-{r}" for n, r in RUNS])

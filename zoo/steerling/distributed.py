@@ -50,7 +50,6 @@ collectives stay in step) and the sums all-reduced.
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path

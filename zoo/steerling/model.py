@@ -17,9 +17,11 @@ intervened on, are in the diagram.
 
 A head with more concepts than `large_concept_threshold` (the release's 50,000: the 8B unknown
 head) is run as the release runs it, blocked (blocked.py: a running top-k over blocks of
-concepts, never a tokens × concepts matrix, with the release's large-head intervention rule);
-the rest of the model then runs as the stage diagrams steerling[_causal]_hidden.pen (ids → h), the
-small head's block of the compiled diagram, and steerling_readout.pen (ε and the LM head).
+`concept_config["block_size"]` concepts, never a tokens × concepts matrix, with the release's
+large-head intervention rule) — unless it fits one block and its diagram draws the rule it needs,
+when the diagram computes the same thing. With a blocked head the model runs as the stage
+diagrams steerling[_causal]_hidden.pen (ids → h), the other head's block of the compiled diagram,
+and steerling_readout.pen (ε and the LM head), all sharing `self.net`'s parameters.
 
 Parameter names: the diagram's names map to the release's state_dict keys by `release_key`
 (one table, `RELEASE_NAMES`); the tied embedding / LM head is stored once, as
@@ -559,15 +561,31 @@ class Steerling(torch.nn.Module):
     def unknown_factorised(self) -> bool:
         return bool(self.concept_config["factorize_unknown"])
 
-    def _rule_check(self, known: bool, unknown: bool, blocked: bool) -> None:
+    def _draws_large_rule(self, head: str) -> bool:
+        """Whether the head's diagram draws the release's large-head (sparse) intervention rule:
+        only the factorised unknown head (concepts_unknown.pen) does."""
+        return head == "unknown" and self.unknown_factorised
+
+    def _blocked(self, head: str, intervened: bool, dense_heads: bool) -> bool:
+        """Whether `forward` runs this head blocked: a large head (more concepts than
+        large_concept_threshold, as the release decides) with more concepts than one block
+        (concept_block, the release's block_size), or one that is intervened on while its diagram
+        draws the small-head rule. A large head that fits one block otherwise runs through the
+        diagram: a single block holds the same (tokens × concepts) matrix."""
+        large, n = (self.known_large, self.sizes["c"]) if head == "known" else (self.unknown_large, self.sizes["u"])
+        if dense_heads or not large:
+            return False
+        return n > self.concept_block or (intervened and not self._draws_large_rule(head))
+
+    def _rule_check(self, known: bool, unknown: bool, known_blocked: bool, unknown_blocked: bool) -> None:
         """Interventions follow the release's rule for the head's size class: small heads the dense
         rule (override), large heads the sparse one (add value − σ(logit)). A blocked large head
         applies the sparse rule; a head computed by its diagram applies the rule the diagram draws
         (known head: dense; factorised unknown head: sparse; dense unknown head: dense)."""
         n, m, lim = self.sizes["c"], self.sizes["u"], self.large_concept_threshold
-        if known and self.known_large and not blocked:
+        if known and self.known_large and not known_blocked:
             raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {n} > large_concept_threshold = {lim}) follow the release's sparse rule, which the known head's diagram does not draw; run it blocked (dense_heads=False)")
-        if unknown and not (self.unknown_large and blocked):
+        if unknown and not (self.unknown_large and unknown_blocked):
             drawn_sparse = self.unknown_factorised
             if drawn_sparse != self.unknown_large:
                 size = f"{m} > large_concept_threshold = {lim}" if self.unknown_large else f"{m} <= large_concept_threshold = {lim}"
@@ -586,34 +604,57 @@ class Steerling(torch.nn.Module):
         release runs them, unless `dense_heads`: then the whole compiled diagram runs, every head
         dense (a tokens × concepts matrix per head)."""
         self.check_input_ids(input_ids)
-        device = input_ids.device
-        blocked = not dense_heads and (self.known_large or self.unknown_large)
+        args = self._concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
+        if args["known_blocked"] or args["unknown_blocked"]:
+            return self._from_hidden(self._stage("hidden")(ids=input_ids), **args)
+        pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
+        o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=args["use_eps"])
+        return self._output(o.logits, o.h, o.kl, o.kw, o.kf, None, o.ul, o.uw, o.uf, None, o.eps, o.z,
+                            args["known_on"], args["unknown_on"])
+
+    def concepts_from_hidden(self, h: Tensor, intervene_known: dict | None = None,
+                             intervene_unknown: dict | None = None, positions: Tensor | None = None, *,
+                             dense_heads: bool = False) -> SteerlingOutput:
+        """Everything `forward` computes after the hidden state h (b, t, e) or (t, e): the two
+        concept heads (a large one blocked, as in forward), ε and the LM head. With
+        `dense_heads`, both heads run their diagrams (what the compiled steerling.pen does)."""
+        if not isinstance(h, Tensor) or not h.is_floating_point() or h.dim() not in (2, 3) or h.shape[-1] != self.sizes["e"]:
+            raise PenroseShapeError(f"h must be float (t, {self.sizes['e']}) or (b, t, {self.sizes['e']}), got "
+                                    f"{tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__}")
+        args = self._concept_inputs(h.shape[:-1], h.device, intervene_known, intervene_unknown, positions, dense_heads)
+        return self._from_hidden(h, **args)
+
+    def _concept_inputs(self, shape, device, intervene_known, intervene_unknown, positions, dense_heads) -> dict:
+        """The diagram's intervention inputs, ε switch and which heads run blocked."""
+        shape = tuple(shape)
         known_on, unknown_on = bool(intervene_known), bool(intervene_unknown)
-        self._rule_check(known_on, unknown_on, blocked)
+        kb, ub = self._blocked("known", known_on, dense_heads), self._blocked("unknown", unknown_on, dense_heads)
+        self._rule_check(known_on, unknown_on, kb, ub)
         ksel, kval = self._selection(intervene_known, self.sizes["c"], "known", device)
         usel, uval = self._selection(intervene_unknown, self.sizes["u"], "unknown", device)
         if positions is None:
-            key = ("everywhere", tuple(input_ids.shape), device)
+            key = ("everywhere", shape, device)
             if key not in self._none:
-                self._none[key] = torch.ones(input_ids.shape, dtype=torch.bool, device=device)
+                self._none[key] = torch.ones(shape, dtype=torch.bool, device=device)
             pos = self._none[key]
         else:
-            if not isinstance(positions, Tensor) or positions.dtype != torch.bool or positions.shape != input_ids.shape:
-                raise PenroseShapeError(f"positions must be a bool tensor shaped like input_ids {tuple(input_ids.shape)}")
+            if not isinstance(positions, Tensor) or positions.dtype != torch.bool or tuple(positions.shape) != shape:
+                raise PenroseShapeError(f"positions must be a bool tensor shaped like input_ids {shape}")
             pos = positions.to(device)
         key = ("use_eps", device)
         if key not in self._none:
             self._none[key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
-        use_eps = self._none[key]
-        known_top = unknown_top = None
-        if blocked:
-            h = self._stage("hidden")(ids=input_ids)
-            kl, kw, kf, known_top, ul, uw, uf, unknown_top = self._concepts(
-                h, pos, ksel, kval, usel, uval, known_on, unknown_on)
-            logits, z, eps = self._stage("readout")(h=h, kf=kf, uf=uf, ksel=ksel, use_eps=use_eps)
-        else:
-            o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=use_eps)
-            logits, h, kl, kw, kf, ul, uw, uf, eps, z = o.logits, o.h, o.kl, o.kw, o.kf, o.ul, o.uw, o.uf, o.eps, o.z
+        return {"pos": pos, "ksel": ksel, "kval": kval, "usel": usel, "uval": uval, "use_eps": self._none[key],
+                "known_on": known_on, "unknown_on": unknown_on, "known_blocked": kb, "unknown_blocked": ub}
+
+    def _from_hidden(self, h, *, pos, ksel, kval, usel, uval, use_eps, known_on, unknown_on, known_blocked,
+                     unknown_blocked) -> SteerlingOutput:
+        kl, kw, kf, known_top, ul, uw, uf, unknown_top = self._concepts(
+            h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
+        logits, z, eps = self._stage("readout")(h=h, kf=kf, uf=uf, ksel=ksel, use_eps=use_eps)
+        return self._output(logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on)
+
+    def _output(self, logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on):
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
             logits=logits, hidden=h,
@@ -627,23 +668,23 @@ class Steerling(torch.nn.Module):
         )
 
     def _concepts(self, h: Tensor, pos: Tensor, ksel: Tensor, kval: Tensor, usel: Tensor, uval: Tensor,
-                  known_on: bool, unknown_on: bool):
-        """Both concept heads on the hidden state h: a large head blocked (blocked.large_head, the
-        release's large-head rules), a small one by its block of the compiled diagram
+                  known_on: bool, unknown_on: bool, known_blocked: bool, unknown_blocked: bool):
+        """Both concept heads on the hidden state h: a blocked head by blocked.large_head (the
+        release's large-head rules), the other by its block of the compiled diagram
         (self.net.known_head / unknown_head). Returns, per head, (dense logits, dense weights,
         features, reported top-k (logits, ids)), with None for what the head does not give."""
         from zoo.steerling.blocked import large_head
 
         sz, blk = self.sizes, self.concept_block
         kh, uh = self.net.known_head, self.net.unknown_head
-        if self.known_large:  # ranked by σ(logit): a dense head
+        if known_blocked:  # ranked by σ(logit): a dense head
             kf, k_log, k_idx = large_head(h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"],
                                           block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None)
             known = (None, None, kf, (k_log, k_idx))
         else:
             known = (*self.net.known_head(h, pos, ksel, kval), None)
         hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
-        if self.unknown_large:
+        if unknown_blocked:
             shift = (pos, usel, uval) if unknown_on else None
             if self.unknown_factorised:  # through the rank space, ranked by logit (concepts_unknown.pen)
                 r, u_log, u_idx = large_head(hd @ uh.predictor_down.mT, uh.predictor_up[:sz["u"]], uh.embedding_coef[:sz["u"]],
@@ -757,7 +798,7 @@ class Steerling(torch.nn.Module):
         shape, device = tuple(x.shape[:-1]), x.device
         if shape[-1] > self.model_config["block_size"]:
             raise PenroseShapeError(f"x has {shape[-1]} tokens, longer than the context (block_size = {self.model_config['block_size']})")
-        self._rule_check(bool(intervene_known), bool(intervene_unknown), blocked=False)  # every head dense here
+        self._rule_check(bool(intervene_known), bool(intervene_unknown), False, False)  # every head dense here
         ksel, kval = self._positional(intervene_known, self.sizes["c"], "known", shape, device)
         usel, uval = self._positional(intervene_unknown, self.sizes["u"], "unknown", shape, device)
         if positions is None:

@@ -389,7 +389,8 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
     if resume:
         from safetensors.torch import load_file
 
-        (_load_optimizer if ddp is None else ddp.load_optimizer)(opt, params, load_file(str(out / "optimizer.safetensors")))
+        load = _load_optimizer if ddp is None else ddp.load_optimizer
+        load(opt, params, load_file(str(out / "optimizer.safetensors")))
         log(f"resuming {out} at step {step}/{cfg.steps}")
     else:
         log(f"training {n_params:,} parameters ({cfg.preset}, {cfg.variant}, "
