@@ -8,7 +8,9 @@
         big = Steerling.from_release_config({}, {}, 100281)   # {} = release defaults
 
 The forward pass is the compiled diagram `steerling.pen` (block-causal) or `steerling_causal.pen`
-(causal); its sizes come from the configs through `penrose.compile(..., **sizes)`. This wrapper
+(causal) — or, when nothing is intervened on, `steerling[_causal]_plain.pen`, the same model
+without intervention inputs (`self.net`, which holds the parameters); its sizes come from the
+configs through `penrose.compile(..., **sizes)`. This wrapper
 only (1) checks configs, weights and inputs, (2) picks the concept-head diagrams the config
 needs (`concept_parts`: concepts_known[_wide].pen, concepts_unknown[_dense].pen), (3) turns
 intervention dicts into the diagram's mask inputs and (4) reads the top-k ids off the diagram's
@@ -46,6 +48,9 @@ from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
 
 HERE = Path(__file__).resolve().parent
 DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_causal.pen"}
+# The same models without intervention inputs (no `where`s that would change nothing): `self.net`,
+# run when a forward pass has no intervention; DIAGRAMS run, tied to it, when one has.
+PLAIN_DIAGRAMS = {"block_causal": HERE / "steerling_plain.pen", "causal": HERE / "steerling_causal_plain.pen"}
 # The same networks from the token embeddings on (per-position intervention values, teacher
 # forcing): `Steerling.forward_from_embeddings`. Parameters are shared with `self.net`.
 EMBEDDING_DIAGRAMS = {"block_causal": HERE / "steerling_embeddings.pen",
@@ -372,8 +377,10 @@ def _skip_init():
 
 
 class Steerling(torch.nn.Module):
-    """Steerling-8B from its diagrams. `self.net` is the compiled diagram (parameters under their
-    diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor, ...)."""
+    """Steerling-8B from its diagrams. `self.net` is the compiled diagram steerling[_causal]_plain.pen
+    (parameters under their diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor,
+    ...), run when nothing is intervened on; `intervention_net()` is steerling[_causal].pen with the
+    same parameters, run when something is."""
 
     def __init__(self, model_config: dict | None = None, concept_config: dict | None = None,
                  vocab_size: int = RELEASE_VOCAB_SIZE, *, causal: bool = False,
@@ -387,7 +394,7 @@ class Steerling(torch.nn.Module):
         self.large_concept_threshold = int(large_concept_threshold)
         self.concept_parts = concept_parts(model_config, concept_config, vocab_size)
         self.concept_block = int(self.concept_config["block_size"])  # concepts per block of a blocked head
-        diagram = with_heads(DIAGRAMS[self.variant], self.concept_parts)
+        diagram = with_heads(PLAIN_DIAGRAMS[self.variant], self.concept_parts)
         if _default_device().type == "meta":
             with _skip_init():  # initialising meta tensors means nothing (and imports torch._dynamo)
                 self.net = penrose.compile(diagram, **self.sizes)
@@ -607,8 +614,12 @@ class Steerling(torch.nn.Module):
         args = self._concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
         if args["known_blocked"] or args["unknown_blocked"]:
             return self._from_hidden(self._stage("hidden")(ids=input_ids), **args)
-        pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
-        o = self.net(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval, use_eps=args["use_eps"])
+        if not (args["known_on"] or args["unknown_on"]):
+            o = self.net(ids=input_ids, use_eps=args["use_eps"])
+        else:
+            pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
+            o = self.intervention_net()(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
+                                        use_eps=args["use_eps"])
         return self._output(o.logits, o.h, o.kl, o.kw, o.kf, None, o.ul, o.uw, o.uf, None, o.eps, o.z,
                             args["known_on"], args["unknown_on"])
 
@@ -671,18 +682,19 @@ class Steerling(torch.nn.Module):
                   known_on: bool, unknown_on: bool, known_blocked: bool, unknown_blocked: bool):
         """Both concept heads on the hidden state h: a blocked head by blocked.large_head (the
         release's large-head rules), the other by its block of the compiled diagram
-        (self.net.known_head / unknown_head). Returns, per head, (dense logits, dense weights,
+        (intervention_net().known_head / unknown_head). Returns, per head, (dense logits, dense weights,
         features, reported top-k (logits, ids)), with None for what the head does not give."""
         from zoo.steerling.blocked import large_head
 
         sz, blk = self.sizes, self.concept_block
-        kh, uh = self.net.known_head, self.net.unknown_head
+        net = self.intervention_net()
+        kh, uh = net.known_head, net.unknown_head
         if known_blocked:  # ranked by σ(logit): a dense head
             kf, k_log, k_idx = large_head(h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"],
                                           block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None)
             known = (None, None, kf, (k_log, k_idx))
         else:
-            known = (*self.net.known_head(h, pos, ksel, kval), None)
+            known = (*kh(h, pos, ksel, kval), None)
         hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
         if unknown_blocked:
             shift = (pos, usel, uval) if unknown_on else None
@@ -695,8 +707,13 @@ class Steerling(torch.nn.Module):
                                               sz["ku"], sz["ku"], block=blk, by_sigmoid=True, shift=shift)
             unknown = (None, None, uf, (u_log, u_idx))
         else:
-            unknown = (*self.net.unknown_head(hd, pos, usel, uval), None)
+            unknown = (*uh(hd, pos, usel, uval), None)
         return (*known, *unknown)
+
+    def intervention_net(self):
+        """The compiled steerling[_causal].pen (with this config's head files), its parameters
+        self.net's: the model with intervention inputs."""
+        return self._tied("_full_net", with_heads(DIAGRAMS[self.variant], self.concept_parts))
 
     def _stage(self, kind: str):
         """The compiled stage diagram `kind` ('hidden': steerling[_causal]_hidden.pen, 'readout':
