@@ -238,12 +238,9 @@ class Checked:
         """Learnable parameters, blocks and repeats included."""
         total = sum(math.prod(self.size(c) or 0 for c in d.type.cls) for d in self.params)
         for inst in self.instances.values():
-            total += self.blocks_all[inst.block].param_count() * (inst.repeat or 1)
+            total += self.blocks[inst.block].param_count() * (inst.repeat or 1)
         return total
 
-    @property
-    def blocks_all(self):
-        return self.blocks
 
     def _repr_svg_(self):
         """The figure, for notebooks."""
@@ -562,7 +559,6 @@ class _Checker:
             raise PenroseCheckError(f"{t.kind}s are float tensors", t.span)
         if t.kind in ("param", "buffer") and t.batched:
             raise PenroseCheckError(f"a {t.kind} has no batch legs ('...')", t.span)
-        seen = {}
         cls = []
         for leg in t.legs:
             if leg not in self.dims:
@@ -571,9 +567,6 @@ class _Checker:
                     t.span,
                 )
             c = self.dims[leg]
-            if leg in seen and t.kind == "input":
-                pass
-            seen[leg] = True
             self.S.mark(c, fixed=t.kind in ("param", "buffer"), fed=t.kind == "input")
             cls.append(c)
         if t.init is not None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import functools
 import linecache
+from dataclasses import replace
 import math
 import os
 import re
@@ -186,7 +187,6 @@ def _chain(blocks, x):
     return x
 '''
 
-_HELPER_NAMES = ("_check_inputs", "_topk_filter", "_topk_mask", "_rms_norm", "_causal_mask", "_block_causal_mask", "_rope", "_attention", "_chain")
 
 _STANDALONE_ERROR = '''
 class ShapeError(ValueError):
@@ -200,6 +200,11 @@ def _camel(name: str) -> str:
     if not text or not text[0].isalpha():
         text = "Diagram" + text
     return text
+
+
+def _statement_comment(st: ir.Assign) -> str:
+    """An assignment as the diagram writes it, without its note, for a comment line."""
+    return _comment(format_stmt(replace(st, note="")))
 
 
 def _comment(text: str) -> str:
@@ -219,7 +224,6 @@ class _Emitter:
         self.top = top
         self.used_free: dict[int, str] = {}
         self.uses_device = False
-        self.device_src = None
         self.fused = find_attention(c) if fuse_attention else {}
         self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
 
@@ -538,11 +542,11 @@ class _Emitter:
         if self.top:
             spec = []
             for d in c.inputs:
+                # a free leg is named (read from the inputs at run time); a fixed one is its size
                 sizes = tuple(
-                    ("" if False else None) if False else (self.S.label[self.S.find(cl)] if self.S.is_free(cl) else self.size_code(cl, d.tensor.span))
+                    self.S.label[self.S.find(cl)] if self.S.is_free(cl) else int(self.size_code(cl, d.tensor.span))
                     for cl in d.type.cls
                 )
-                sizes = tuple(s if not s.isdigit() else int(s) for s in sizes)
                 spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
             L.append(f"    _INPUTS = {tuple(spec)!r}")
         L.append("")
@@ -620,7 +624,6 @@ class _Emitter:
         c = self.c
         inputs = [d.tensor.name for d in c.inputs]
         body: list[str] = []
-        step_seen = None
         for s in c.stmts:
             st = s.stmt
             if isinstance(st, ir.Comment):
@@ -629,7 +632,7 @@ class _Emitter:
                     body.append(f"        # {text}")
                 continue
             if isinstance(st, ir.Assign) and id(s) in self.absorbed:
-                body.append(f"        # {_comment(format_stmt(ir.Assign(st.targets, st.value, st.instance, st.repeat)))}  (fused below)")
+                body.append(f"        # {_statement_comment(st)}  (fused below)")
                 continue
             if isinstance(st, ir.Assign):
                 code = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(s.value)[0]
@@ -638,8 +641,7 @@ class _Emitter:
                 else:
                     comment = ", ".join(self.shape_comment(t) for t in s.types)
                 note = f"  {_comment(st.note)}" if st.note else ""
-                if True:  # the diagram's own statement, above the code it became
-                    body.append(f"        # {_comment(format_stmt(ir.Assign(st.targets, st.value, st.instance, st.repeat)))}")
+                body.append(f"        # {_statement_comment(st)}")  # the diagram's statement, above its code
                 body.append(f"        {', '.join(st.targets)} = {code}  # {comment}{note}")
             elif isinstance(st, ir.Return):
                 codes = [self.expr(v)[0] for v in s.value.args]

@@ -34,7 +34,6 @@ class Attention:
     d: str
     e: str
     out: tuple  # output legs of the final einsum
-    scale: float | None  # None: 1/sqrt(d) is not implied, use `scale_value`
     scale_value: object  # a V scalar (divide by it) or a float multiplier
     scale_op: str  # '/' | '*' | ''
     mask: V | None
@@ -183,5 +182,5 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
         q=x.args[0], k=x.args[1], v=final.args[1], q_legs=q_legs, k_legs=k_legs,
         v_legs=tuple(ren.get(l, l) if l in p_legs else l for l in v_legs),
         heads=heads, t=t, s=s, d=d, e=e, out=tuple(ren.get(l, l) for l in out),
-        scale=None, scale_value=scale_value, scale_op=scale_op, mask=mask, mask_kind=kind, absorbed=[],
+        scale_value=scale_value, scale_op=scale_op, mask=mask, mask_kind=kind, absorbed=[],
     )

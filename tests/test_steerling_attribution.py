@@ -147,13 +147,7 @@ class TinyConceptLM(nn.Module):
         return Out(logits, h, k_hat, u_hat, eps, zk, dense_k, kidx, kw, uidx, ul, dense_u)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: a second intra-op thread only adds contention (80× slower on a busy box)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture

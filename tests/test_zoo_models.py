@@ -37,13 +37,7 @@ def _load_reference():
 refs = _load_reference()
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny tensors: one intra-op thread is faster, and far faster on a loaded machine."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 settings.register_profile("zoo", deadline=None, derandomize=True, max_examples=6,
                           suppress_health_check=[HealthCheck.too_slow])
