@@ -9,7 +9,7 @@ and the same token batch; the loss is the LM log-partition plus the squared conc
 penrose / hand-written (target <= 1.10 on CPU), both medians, and the largest output difference.
 
 The hand-written side (`hand_forward`) is written directly from the release's math with
-torch.nn.functional (fused SDPA attention, F.linear, topk), independent of the diagrams.
+torch.nn.functional (fused SDPA attention with enable_gqa, as the release calls it; F.linear, topk), independent of the diagrams.
 """
 
 from __future__ import annotations
@@ -89,8 +89,7 @@ def hand_forward(sd: dict, m: dict, c: dict, ids: torch.Tensor) -> dict:
         k = _rms(k.view(B, T, G, D), sd[p + "attn.k_norm.weight"], eps).transpose(1, 2)
         v = v.view(B, T, G, D).transpose(1, 2)
         q, k = _rope(q, cos, sin), _rope(k, cos, sin)
-        k, v = k.repeat_interleave(H // G, 1), v.repeat_interleave(H // G, 1)
-        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).transpose(1, 2).reshape(B, T, E)
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True).transpose(1, 2).reshape(B, T, E)
         x = x + _rms(F.linear(y, sd[p + "attn.c_proj.weight"]), sd[p + "ln_1.weight"], eps)
         up, gate = F.linear(x, sd[p + "mlp.c_fc.weight"]).chunk(2, -1)
         x = x + _rms(F.linear(F.silu(gate) * up, sd[p + "mlp.c_proj.weight"]), sd[p + "ln_2.weight"], eps)

@@ -560,11 +560,11 @@ class _Checker:
         if t.kind in ("param", "buffer") and t.batched:
             raise PenroseCheckError(f"a {t.kind} has no batch legs ('...')", t.span)
         cls = []
-        for leg in t.legs:
+        for i, leg in enumerate(t.legs):
             if leg not in self.dims:
                 raise PenroseCheckError(
                     f"undeclared dim {leg!r} in {t.kind if t.kind != 'formal' else 'argument'} {t.name!r}{suggest(leg, self.dims)}; declare it with 'dim {leg} = SIZE'",
-                    t.span,
+                    t.leg_span(i),
                 )
             c = self.dims[leg]
             self.S.mark(c, fixed=t.kind in ("param", "buffer"), fed=t.kind == "input")

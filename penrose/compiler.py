@@ -26,7 +26,7 @@ from penrose import ir
 from penrose.check import UNARY, Checked, V, check
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
-from penrose.fuse import find_attention
+from penrose.fuse import find_attention, read_counts
 from penrose.parse import parse, parse_file
 from penrose.plan import letters_for, plan_einsum
 
@@ -91,6 +91,12 @@ def _topk_filter(x, k, dim):
     return torch.zeros_like(x).scatter(dim, indices, values)
 
 
+def _topk_keep(x, k, dim, fn):
+    """fn of the k largest entries of x along dim, zero elsewhere (fn element-wise)."""
+    values, indices = x.topk(k, dim=dim)
+    return torch.zeros_like(x).scatter(dim, indices, fn(values))
+
+
 def _topk_mask(x, k, dim):
     """True at the k largest entries along dim."""
     indices = x.topk(k, dim=dim).indices
@@ -99,12 +105,12 @@ def _topk_mask(x, k, dim):
 
 def _rms_norm(x, weight, eps, dim):
     """RMSNorm over one leg, computed in float32 and cast back."""
-    xf = x.float()
+    xf = x if x.dtype == torch.float32 else x.float()
     y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + eps)
     if weight is not None:
-        shape = [1] * (x.dim() + dim) + [-1] + [1] * (-dim - 1)
-        y = y * weight.float().reshape(shape)
-    return y.to(x.dtype)
+        w = weight if weight.dtype == torch.float32 else weight.float()
+        y = y * (w if dim == -1 else w.reshape([1] * (x.dim() + dim) + [-1] + [1] * (-dim - 1)))
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 def _causal_mask(n_t, n_p, device):
@@ -144,10 +150,10 @@ def _rope(x, pos_dim, dim, base):
         angle = (angle.T if transposed else angle).reshape(shape)
         tables = _remember(key, (angle.cos(), angle.sin()))
     cos, sin = tables
-    xf = x.float()
+    xf = x if x.dtype == torch.float32 else x.float()
     first, second = xf.chunk(2, dim=dim)
-    rotated = torch.cat([-second, first], dim=dim)
-    return (xf * cos + rotated * sin).to(x.dtype)
+    y = xf * cos + torch.cat([-second, first], dim=dim) * sin
+    return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
 _CONSTANTS = {}  # masks and RoPE tables: constants of their sizes, shared by every call
@@ -164,9 +170,11 @@ def _remember(key, value):
 
 
 def _attention(q, k, v, mask, scale, causal):
-    """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention."""
-    batch = [1] * max(q.dim(), k.dim(), v.dim())  # broadcast the leading legs (torch.broadcast_shapes is slow)
-    for x in (q, k, v):
+    """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
+    q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
+    parts = (q, k, v) if mask is None else (q, k, v, mask)
+    batch = [1] * max(x.dim() for x in parts)  # broadcast the leading legs (torch.broadcast_shapes is slow)
+    for x in parts:
         for i, n in enumerate(x.shape[:-2], len(batch) - x.dim()):
             batch[i] = n if n != 1 else batch[i]
     batch = batch[:-2]
@@ -175,9 +183,30 @@ def _attention(q, k, v, mask, scale, causal):
     v = v.expand(*batch, *v.shape[-2:])
     if len(batch) != 2:  # the fused (flash) kernels take (batch, heads, t, d): fold the rest in
         q, k, v = (x.reshape(1, -1, *x.shape[-2:]) for x in (q, k, v))
+        if mask is not None and mask.dim() > 2:
+            mask = mask.expand(*batch, *mask.shape[-2:]).reshape(1, -1, *mask.shape[-2:])
         y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
         return y.reshape(*batch, *y.shape[-2:])
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+def _gqa_attention(q, k, v, mask, scale, causal):
+    """Grouped-query attention: q (..., g·r, t, d), k (..., g, s, d), v (..., g, s, e); query
+    head g·r + i reads key/value head g (scaled_dot_product_attention's enable_gqa: no copies of
+    k and v). A mask is (t, s) or (..., 1, t, s)."""
+    if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                                enable_gqa=True)
+    lead = [1] * (max(q.dim(), k.dim(), v.dim(), 0 if mask is None else mask.dim()) - 3)
+    for x in (q, k, v) if mask is None else (q, k, v, mask):
+        for i, n in enumerate(x.shape[:-3], len(lead) + 3 - x.dim()):
+            lead[i] = n if n != 1 else lead[i]
+    q, k, v = (x.expand(*lead, *x.shape[-3:]).reshape(-1, *x.shape[-3:]) for x in (q, k, v))
+    if mask is not None and mask.dim() > 3:
+        mask = mask.expand(*lead, *mask.shape[-3:]).reshape(-1, *mask.shape[-3:])
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                         enable_gqa=True)
+    return y.reshape(*lead, *y.shape[-3:])
 
 
 def _chain(blocks, x):
@@ -226,6 +255,7 @@ class _Emitter:
         self.uses_device = False
         self.fused = find_attention(c) if fuse_attention else {}
         self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
+        self.read = read_counts(c)  # (name, SSA version) -> how often statements and outputs read it
 
     # -- sizes
     def size_code(self, cls: int, span: Span) -> str:
@@ -334,6 +364,9 @@ class _Emitter:
                 args.append(f"max={self.num(v.attrs['max'])}")
             return f"{self.wrap(a, p, _PREC_ATOM)}.clamp({', '.join(args)})", _PREC_ATOM
         if op == "where":
+            kept = self.topk_keep_code(v)
+            if kept is not None:
+                return kept, _PREC_ATOM
             parts = [self.aligned(x, al, v) for x, al in zip(v.args, v.attrs["align"])]
             return f"torch.where({', '.join(parts)})", _PREC_ATOM
         if op == "mask":
@@ -345,6 +378,8 @@ class _Emitter:
         if op == "gather":
             table, p = self.expr(v.args[0])
             ids, _ = self.expr(v.args[1])
+            if len(v.args[0].legs) == 2 and not v.args[0].type.batched:  # rows of a matrix: an embedding
+                return f"torch.nn.functional.embedding({ids}, {table})", _PREC_ATOM
             return f"{self.wrap(table, p, _PREC_ATOM)}[{ids}]", _PREC_ATOM
         if op == "split":
             a, _ = self.expr(v.args[0])
@@ -414,14 +449,19 @@ class _Emitter:
         n = len(x.legs)
         present = [i for i in align if i is not None]
         if present != list(range(n)):
-            src = tuple(i - n for i in present)
-            dst = tuple(j - n for j in range(n))
-            code = f"{self.wrap(code, prec, _PREC_ATOM)}.movedim({src}, {dst})"
-            prec = _PREC_ATOM
+            code, prec = self.wrap(code, prec, _PREC_ATOM) + _reorder(present), _PREC_ATOM
         if None in align:
-            # trailing ':' must stay: after '...', x[..., None] would put the new axis last
             idx = ["None" if i is None else ":" for i in align]
-            code = f"{self.wrap(code, prec, _PREC_ATOM)}[..., {', '.join(idx)}]"
+            if node is not None and not x.type.batched:  # broadcasting supplies leading axes
+                while idx and idx[0] == "None":
+                    idx.pop(0)
+            if idx.count("None") == 1:  # one new axis: unsqueeze, counted from the end
+                code = f"{self.wrap(code, prec, _PREC_ATOM)}.unsqueeze({idx.index('None') - len(idx)})"
+            elif "None" in idx:
+                # trailing ':' must stay: after '...', x[..., None] would put the new axis last
+                code = f"{self.wrap(code, prec, _PREC_ATOM)}[..., {', '.join(idx)}]"
+            else:
+                code = self.wrap(code, prec, _PREC_ATOM)
         return code
 
     def arranged(self, x: V, legs: tuple, target: tuple) -> str:
@@ -430,11 +470,20 @@ class _Emitter:
         return self.aligned(x, align, None)
 
     def attention_code(self, att) -> str:
-        """One scaled_dot_product_attention call for a recognised attention pattern."""
+        """One scaled_dot_product_attention call for a recognised attention pattern; grouped-query
+        attention (query head legs g, r; keys and values with g only) through _gqa_attention."""
         heads = att.heads
-        q = self.arranged(att.q, att.q_legs, heads + (att.t, att.d))
-        k = self.arranged(att.k, att.k_legs, heads + (att.s, att.d))
-        v = self.arranged(att.v, att.v_legs, heads + (att.s, att.e))
+        grouped = (len(heads) == 2 and heads[1] not in att.k_legs + att.v_legs
+                   and heads[0] in att.k_legs and heads[0] in att.v_legs)
+        if grouped:
+            g, r = heads
+            q = self.arranged(att.q, att.q_legs, heads + (att.t, att.d)) + ".flatten(-4, -3)"
+            k = self.arranged(att.k, att.k_legs, (g, att.s, att.d))
+            v = self.arranged(att.v, att.v_legs, (g, att.s, att.e))
+        else:
+            q = self.arranged(att.q, att.q_legs, heads + (att.t, att.d))
+            k = self.arranged(att.k, att.k_legs, heads + (att.s, att.d))
+            v = self.arranged(att.v, att.v_legs, heads + (att.s, att.e))
         if att.scale_op == "/":
             sc, p = self.expr(att.scale_value)
             scale = f"1.0 / {self.wrap(sc, p, _PREC_MUL + 1)}"
@@ -446,14 +495,19 @@ class _Emitter:
         mask = "None"
         if att.mask_kind == "causal":
             causal = "True"
-        elif att.mask is not None:
-            mask = self.expr(att.mask)[0]
-        code = f"_attention({q}, {k}, {v}, {mask}, {scale}, {causal})"
+        elif att.mask is not None:  # legs (t, s); batch legs go in front of the head legs
+            mask_heads = heads[:1] if grouped else heads  # one (merged) head axis for the grouped call
+            mask = (self.arranged(att.mask, (att.t, att.s), mask_heads + (att.t, att.s)) if att.mask.type.batched
+                    else self.expr(att.mask)[0])
+        if grouped:
+            qv = att.q
+            sizes = ", ".join(self.size_code(qv.type.cls[att.q_legs.index(l)], qv.span) for l in heads)
+            code = f"_gqa_attention({q}, {k}, {v}, {mask}, {scale}, {causal}).unflatten(-3, ({sizes}))"
+        else:
+            code = f"_attention({q}, {k}, {v}, {mask}, {scale}, {causal})"
         current = heads + (att.t, att.e)
         if tuple(att.out) != current:
-            src = tuple(current.index(l) - len(current) for l in att.out)
-            dst = tuple(j - len(current) for j in range(len(current)))
-            code = f"{code}.movedim({src}, {dst})"
+            code += _reorder([current.index(l) for l in att.out])
         return code
 
     def grouped_matmul_form(self, terms, out, ops, exprs):
@@ -500,7 +554,7 @@ class _Emitter:
         if len(ops) == 2:
             mm = _matmul_form(terms, out, batched, exprs)
             if mm is not None:
-                return mm, _PREC_MUL
+                return mm, (_PREC_ATOM if mm.startswith("torch.") else _PREC_MUL)
             ps = _product_sum_form(terms, out, exprs)
             if ps is not None:
                 return ps, _PREC_ATOM
@@ -634,6 +688,12 @@ class _Emitter:
             if isinstance(st, ir.Assign) and id(s) in self.absorbed:
                 body.append(f"        # {_statement_comment(st)}  (fused below)")
                 continue
+            if isinstance(st, ir.Assign) and s.value.op == "split" and id(s) not in self.fused:
+                kept = [i for i, (t, ver) in enumerate(zip(st.targets, s.versions)) if (t, ver) in self.read]
+                if len(kept) < len(st.targets):  # pieces nobody reads are not made: narrow the others
+                    body.append(f"        # {_statement_comment(st)}")
+                    body.extend(self.narrow_lines(s, kept))
+                    continue
             if isinstance(st, ir.Assign):
                 code = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(s.value)[0]
                 if len(s.types) == 1:
@@ -676,6 +736,53 @@ class _Emitter:
                 head.append(f"        _device = self.{first[0].tensor.name}.device")
         return head + body
 
+    def topk_keep_code(self, v: V) -> str | None:
+        """where(topk_mask(x, l, k=K), f(x), 0), f element-wise (or x itself): only the K kept
+        entries are mapped and scattered into zeros; the same values and gradients as the where."""
+        cond, a, b = v.args
+        if cond.op != "topk_mask" or b.op != "num" or b.attrs["value"] != 0:
+            return None
+        x = cond.args[0]
+        if x.op != "ref" or x.type.dtype == "bool" or cond.legs != v.legs or a.legs != v.legs:
+            return None
+        if any(al is not None and list(al) != list(range(len(v.legs))) for al in v.attrs["align"][:2]):
+            return None
+
+        def same(y):
+            return y.op == "ref" and all(y.attrs.get(k) == x.attrs.get(k) for k in ("name", "kind", "version"))
+
+        if same(a):
+            fn = None
+        elif a.op == "unary" and same(a.args[0]) and a.attrs["name"] != "leaky_relu":
+            fn = _UNARY_CODE[a.attrs["name"]]
+        else:
+            return None
+        code, _ = self.expr(x)
+        dim = self.dim_of(x, cond.attrs["axis"])
+        if fn is None:
+            return f"_topk_filter({code}, {cond.attrs['k']}, {dim})"
+        return f"_topk_keep({code}, {cond.attrs['k']}, {dim}, {fn})"
+
+    def narrow_lines(self, s, kept: list[int]) -> list[str]:
+        """The read pieces of a split, each as a narrow (a view) of the split tensor."""
+        v = s.value
+        a, p = self.expr(v.args[0])
+        dim = self.dim_of(v.args[0], v.attrs["axis"])
+        starts = [sum(v.attrs["sizes"][:i]) for i in range(len(v.attrs["sizes"]))]
+        x = v.args[0]
+        lines = []
+        if len(kept) > 1 and x.op != "ref":  # computed once, however many pieces are read
+            lines.append(f"        _split = {a}")
+            a, p = "_split", _PREC_ATOM
+        for i in kept:
+            start, size = starts[i], v.attrs["sizes"][i]
+            if not x.type.batched and dim == -len(x.legs):  # the first axis: a plain slice
+                piece = f"{self.wrap(a, p, _PREC_ATOM)}[{start or ''}:{start + size}]"
+            else:
+                piece = f"{self.wrap(a, p, _PREC_ATOM)}.narrow({dim}, {start}, {size})"
+            lines.append(f"        {s.stmt.targets[i]} = {piece}  # {self.shape_comment(s.types[i])}")
+        return lines
+
     def find_binder(self, root: int) -> str:
         for d in self.c.inputs:
             for j, cl in enumerate(d.type.cls):
@@ -688,8 +795,24 @@ class _Emitter:
         )
 
 
+def _reorder(order: list[int]) -> str:
+    """The method call that puts axis order[j] of the last len(order) axes at position j: one
+    transpose for a swap, a one-axis movedim for a single move, else a movedim of all of them."""
+    n = len(order)
+    moved = [j for j in range(n) if order[j] != j]
+    if len(moved) == 2 and order[moved[0]] == moved[1]:
+        return f".transpose({moved[0] - n}, {moved[1] - n})"
+    for i in range(n):  # axis i moved to position j, the others keeping their order
+        rest = [a for a in range(n) if a != i]
+        for j in range(n):
+            if rest[:j] + [i] + rest[j:] == order:
+                return f".movedim({i - n}, {j - n})"
+    return f".movedim({tuple(i - n for i in order)}, {tuple(j - n for j in range(n))})"
+
+
 def _matmul_form(terms, out, batched, exprs):
-    """`X @ Y` (with .mT where needed) when a two-operand einsum is exactly a matrix product.
+    """`X @ Y` (with .mT where needed) when a two-operand einsum is exactly a matrix product;
+    `linear(X, W)` when Y is a weight matrix W (n, c) contracted on its last leg.
 
     torch.matmul skips einsum's bookkeeping, which is measurable on CPU; anything that is not a
     plain product over one leg (traces, explicit batch legs, reordered outputs) stays an einsum.
@@ -730,6 +853,8 @@ def _matmul_form(terms, out, batched, exprs):
             continue
         if tuple(x_free) + tuple(y_free) != tuple(out):
             continue
+        if len(yt) == 2 and not yb and yt[1] == c and xt[-1] == c:  # X Wᵀ with a weight matrix W (n, c)
+            return f"torch.nn.functional.linear({xc}, {yc})"
         return f"{x_code} @ {y_code}"
     return None
 

@@ -41,7 +41,8 @@ class Attention:
     absorbed: list  # CStmt objects folded into the call
 
 
-def _uses(c: Checked) -> dict:
+def read_counts(c: Checked) -> dict:
+    """{(name, SSA version): how many reads} over c's statements and outputs."""
     counts: dict = {}
 
     def visit(v):
@@ -69,7 +70,7 @@ def _uses(c: Checked) -> dict:
 
 def find_attention(c: Checked) -> dict:
     """Map id(CStmt) of each fusable final statement to its Attention description."""
-    uses = _uses(c)
+    uses = read_counts(c)
     defs = {}
     for s in c.stmts:
         if isinstance(s.stmt, ir.Assign) and len(s.targets) == 1 and s.value is not None and s.value.op != "block":

@@ -15,8 +15,10 @@ The term syntax (docs/language.md has the full language):
                 | Shape(tensor, index)                  W.shape[1]
 
 Every record carries its source `span`, excluded from equality, so the same diagram written
-with different spacing compares equal. Derived views (bonds, free legs, graphs) are functions
-elsewhere, never stored state. Rewrites use `dataclasses.replace`.
+with different spacing compares equal; a Tensor also keeps one span per leg (`leg_spans`,
+parallel to `legs`, also excluded), so errors about a leg point at the leg itself. Derived
+views (bonds, free legs, graphs) are functions elsewhere, never stored state. Rewrites use
+`dataclasses.replace`.
 """
 
 from __future__ import annotations
@@ -123,6 +125,13 @@ class Tensor:
     batched: bool = False  # written with a leading '...'
     note: str = ""
     span: Span = _span()
+    # where each leg is written, parallel to `legs` (a leading '...' has none); like `span`, not
+    # part of equality. Empty for a Tensor built by hand: `leg_span` then falls back to `span`.
+    leg_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+
+    def leg_span(self, i: int) -> Span:
+        """Where leg `i` is written, or the whole declaration when that is not known."""
+        return self.leg_spans[i] if i < len(self.leg_spans) else self.span
 
 
 @dataclass(frozen=True)

@@ -201,14 +201,16 @@ class _ToIR(Transformer):
         return list(ch)
 
     def legs(self, meta, ch):
-        legs = [str(c) for c in ch if c is not None]
+        toks = [c for c in ch if c is not None]
+        legs = [str(c) for c in toks]
+        spans = [self.L.tok(c) for c in toks]
         batched = False
         if "..." in legs:
             if legs.index("...") != 0 or legs.count("...") > 1:
                 raise PenroseSyntaxError("'...' may only stand first among the legs", self.L.span(meta))
             batched = True
-            legs = legs[1:]
-        return (tuple(legs), batched)
+            legs, spans = legs[1:], spans[1:]
+        return (tuple(legs), batched, tuple(spans))
 
     def init(self, meta, ch):
         args = ch[1] or []
@@ -220,8 +222,8 @@ class _ToIR(Transformer):
         return ir.Init(str(ch[0]), tuple(kws), span=self.L.span(meta))
 
     def _tensor(self, kind, meta, ch, dtype=None, init=None):
-        legs, batched = ch[1]
-        return ir.Tensor(kind, str(ch[0]), legs, dtype or "float", init, batched, span=self.L.span(meta))
+        legs, batched, leg_spans = ch[1]
+        return ir.Tensor(kind, str(ch[0]), legs, dtype or "float", init, batched, span=self.L.span(meta), leg_spans=leg_spans)
 
     def input_decl(self, meta, ch):
         return self._tensor("input", meta, ch, dtype=str(ch[2]) if ch[2] is not None else None)
@@ -324,7 +326,7 @@ def parse(text: str, file: str = "<string>") -> ir.Diagram:
     """Parse `.pen` text into a Diagram (syntax only; `penrose.check` checks the rest).
 
     >>> parse("dim t = 3").body[0]
-    Dim(name='t', size=Number(value=3))
+    Dim(name='t', size=Number(value=3), note='')
     """
     lines = _Lines(text, file)
     _COMMENTS.clear()

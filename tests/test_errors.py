@@ -97,10 +97,52 @@ CASES = [
     ("init value", B + "param W[e] ~ normal(std=x)\noutput x", PenroseCheckError, r"init argument 'std' must be a number", 3, 25),
     ("eye needs two legs", B + "param W[e, e, e] ~ eye\noutput x", PenroseCheckError, r"eye initialises a tensor with two legs", 3, 20),
     # -- legs
+    # an undeclared dim points at the leg itself, wherever a leg name is written
     ("undeclared dim", "dim t = 2\ninput Z[t, emb]\noutput Z", PenroseCheckError,
-     r"undeclared dim 'emb' in input 'Z'; declare it with 'dim emb = SIZE'", 2, 1),
+     r"undeclared dim 'emb' in input 'Z'; declare it with 'dim emb = SIZE'", 2, 12),
     ("undeclared dim, near miss", "dim t = 2, emb = 3\ninput Z[t, emd]\noutput Z", PenroseCheckError,
-     r"undeclared dim 'emd' in input 'Z'; did you mean 'emb'\?", 2, 1),
+     r"undeclared dim 'emd' in input 'Z'; did you mean 'emb'\?", 2, 12),
+    ("undeclared dim, first leg", "dim t = 2\ninput x[zz, t]\noutput x", PenroseCheckError,
+     r"undeclared dim 'zz' in input 'x'", 2, 9),
+    ("undeclared dim after '...'", "dim t = 2\ninput x[..., t, zz]\noutput x", PenroseCheckError,
+     r"undeclared dim 'zz' in input 'x'", 2, 17),
+    ("undeclared dim of an int input", "dim t = 2\ninput ids[t, zz] : int\noutput ids", PenroseCheckError,
+     r"undeclared dim 'zz' in input 'ids'", 2, 14),
+    ("undeclared dim in a param", B + "param W[e, qq]\noutput x", PenroseCheckError,
+     r"undeclared dim 'qq' in param 'W'; declare it with 'dim qq = SIZE'", 3, 12),
+    ("undeclared dim in a param, near miss", B + "param W[e, ff]\noutput x", PenroseCheckError,
+     r"undeclared dim 'ff' in param 'W'; did you mean 'f'\?", 3, 12),
+    ("undeclared dim in a buffer", B + "buffer P[t, qq] ~ zeros\noutput x", PenroseCheckError,
+     r"undeclared dim 'qq' in buffer 'P'", 3, 13),
+    ("undeclared dim on a continued line", B + "param W[e,\n        qq]\noutput x", PenroseCheckError,
+     r"undeclared dim 'qq' in param 'W'", 4, 9),
+    ("undeclared dim in split", B + "a, b = split(x, e, [f, qq])\noutput a", PenroseCheckError,
+     r"split: undeclared dim 'qq'", 3, 24),
+    ("undeclared dim in split, near miss", B + "a, b = split(x, e, [ff, f])\noutput a", PenroseCheckError,
+     r"split: undeclared dim 'ff'; did you mean 'f'\?", 3, 21),
+    ("undeclared dim in unflatten", "dim t = 2, e = 4, g = 2, r = 2\ninput q[t, e]\ny = unflatten(q, e, [g, r, qq])\noutput y",
+     PenroseCheckError, r"unflatten: undeclared dim 'qq'", 3, 28),
+    ("undeclared dim in a block argument", "dim t = 2, e = 3\nblock f(h[t, qq]) {\n  return h\n}\ninput x[t, e]\ny = f(x)\noutput y",
+     PenroseCheckError, r"undeclared dim 'qq' in argument 'h'; declare it with 'dim qq = SIZE'", 2, 14),
+    ("undeclared dim in a second block argument", "dim t = 2, e = 3\nblock f(a[t], h[t, ee]) {\n  return h\n}\ninput x[t, e]\n"
+     "y = f(x, x)\noutput y", PenroseCheckError, r"undeclared dim 'ee' in argument 'h'; did you mean 'e'\?", 2, 20),
+    ("undeclared dim in a block param", "dim t = 2, e = 3\nblock f(h[t, e]) {\n  param W[e, qq]\n  return h\n}\ninput x[t, e]\n"
+     "y = f(x)\noutput y", PenroseCheckError, r"undeclared dim 'qq' in param 'W'", 3, 14),
+    # a wrong leg name in a leg argument points at that name too
+    ("wrong leg in softmax", B + "y = softmax(x, ee)\noutput y", PenroseCheckError,
+     r"softmax: the tensor has no leg 'ee'; did you mean 'e'\?; its legs are \[t, e\]", 3, 16),
+    ("wrong leg in split", B + "a, b = split(x, qq, [f, f])\noutput a", PenroseCheckError, r"split: the tensor has no leg 'qq'", 3, 17),
+    ("wrong leg in unflatten", B + "y = unflatten(x, qq, [e, t])\noutput y", PenroseCheckError,
+     r"unflatten: the tensor has no leg 'qq'", 3, 18),
+    ("wrong leg in flatten", B + "y = flatten(x, [t, qq], f2)\noutput y", PenroseCheckError, r"flatten: the tensor has no leg 'qq'", 3, 20),
+    ("wrong leg in concat", B + "y = concat([x, x], qq, f)\noutput y", PenroseCheckError, r"concat: the tensor has no leg 'qq'", 3, 20),
+    ("undeclared joined leg in concat", B + "y = concat([x, x], e, qq)\noutput y", PenroseCheckError,
+     r"concat: the third argument is the dim of the joined leg", 3, 23),
+    ("undeclared joined leg in flatten", B + "y = flatten(x, [t, e], qq)\noutput y", PenroseCheckError,
+     r"flatten: the third argument is the dim of the joined leg", 3, 24),
+    ("wrong leg in rope", B + "y = rope(x, t, qq)\noutput y", PenroseCheckError, r"rope: the tensor has no leg 'qq'", 3, 16),
+    ("undeclared dim in causal", B + "m = causal(t, qq)\ny = where(m, x, 0)\noutput y", PenroseCheckError,
+     r"causal takes two dims", 3, 15),
     ("einsum term leg count", B + "y = einsum('tef->t', x)\noutput y", PenroseCheckError,
      r"einsum term 1 'tef' has 3 leg\(s\) but operand 1 'x' has 2: \[t, e\]", 3, 12),
     ("einsum spaced term leg count", B + "y = einsum('tok emb hid -> tok', x)\noutput y", PenroseCheckError,
@@ -223,6 +265,45 @@ def test_error_in_a_file_names_the_file(tmp_path):
         penrose.compile(f)
     assert info.value.file == str(f)
     assert info.value.render().startswith(f"{f}:3:5: error: unknown function 'sigmod'; did you mean 'sigmoid'?")
+
+
+def test_undeclared_leg_in_a_file_points_at_the_leg(tmp_path):
+    f = tmp_path / "model.pen"
+    f.write_text("dim t = 2, e = 3\ninput x[t, e]\nparam W[e, qq]\ny = einsum('te,eq->tq', x, W)\noutput y\n", encoding="utf-8")
+    with pytest.raises(PenroseCheckError) as info:
+        penrose.load(f)
+    assert info.value.render().split("\n") == [
+        f"{f}:3:12: error: undeclared dim 'qq' in param 'W'; declare it with 'dim qq = SIZE'",
+        "    param W[e, qq]",
+        "               ^~",
+    ]
+
+
+def test_undeclared_leg_in_an_included_block_names_that_file(tmp_path):
+    (tmp_path / "lib.pen").write_text("dim t = 2\nblock f(h[t,\n          zz]) {\n  return h\n}\n", encoding="utf-8")
+    main = tmp_path / "main.pen"
+    main.write_text('dim e = 3\ninclude "lib.pen"\ninput x[t, e]\ny = f(x)\noutput y\n', encoding="utf-8")
+    with pytest.raises(PenroseCheckError, match="undeclared dim 'zz' in argument 'h'") as info:
+        penrose.load(main)
+    e = info.value
+    assert (e.file, e.line, e.col) == (str(tmp_path / "lib.pen"), 3, 11)
+    assert e.render().split("\n")[1:] == ["              zz]) {", "              ^~"]
+
+
+def test_leg_spans_are_not_part_of_equality():
+    a = penrose.parse("dim t = 2, e = 3\ninput x[t, e]\nparam W[e, t]\noutput x")
+    b = penrose.parse("dim t = 2, e = 3\ninput x[ t,e ]\nparam   W[e,\n  t]\noutput x")
+    assert a == b and hash(a.body[2]) == hash(b.body[2])
+    x, w = b.body[2], b.body[3]
+    assert x.legs == ("t", "e") and [(s.line, s.col, s.end_col) for s in x.leg_spans] == [(2, 10, 11), (2, 12, 13)]
+    assert w.legs == ("e", "t") and [(s.line, s.col) for s in w.leg_spans] == [(3, 11), (4, 3)]
+    batched = penrose.parse("dim t = 2\ninput x[..., t]\noutput x").body[1]
+    assert batched.batched and [(s.line, s.col) for s in batched.leg_spans] == [(2, 14)]
+    # a Tensor built by hand has no leg spans; errors then fall back to the declaration
+    from penrose import ir
+
+    t = ir.Tensor("input", "x", ("t",), span=Span("m.pen", 1, 1))
+    assert t.leg_spans == () and t.leg_span(0) == t.span
 
 
 def test_notes_point_at_both_places():

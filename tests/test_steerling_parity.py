@@ -26,6 +26,7 @@ HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling"
 STEERLING = HERE.parent / "zoo" / "steerling"
 TOL = 1e-5
+LARGE_THRESHOLD = 50000  # the release's cut between small and large concept heads
 
 
 def _load_reference():
@@ -74,9 +75,9 @@ def _canonical_topk(idx, logits):
     return idx.gather(-1, by_logit), logits.gather(-1, by_logit)
 
 
-def _replay(fx, model, run):
+def _replay(fx, model, run, dense_heads: bool = False):
     args = run["args"]
-    kw = {}
+    kw = {"dense_heads": dense_heads}
     if run["call"] == "intervene":
         kw["intervene_known"] = {int(k): v for k, v in args["known"].items()}
         kw["intervene_unknown"] = {int(k): v for k, v in args["unknown"].items()}
@@ -135,7 +136,13 @@ def test_matches_release(name, run_name):
     out = _replay(fx, model, run)
     got = {"logits": out.logits, **out.as_release()}
     want = {k: fx.tensors[f"{run_name}.{k}"] for k in run["outputs"]}
-    assert {k for k, v in got.items() if v is not None} >= set(run["outputs"]) - {"known_logits", "known_weights"}
+    # heads wider than one block run blocked and make no tokens × concepts diagnostics; the same
+    # model with dense heads (the diagrams) gives them
+    missing = {k for k in want if got.get(k) is None}
+    assert missing <= {"known_logits", "known_weights", "unknown_logits", "unknown_weights"}, missing
+    if missing:
+        dense = _replay(fx, model, run, dense_heads=True).as_release()
+        got.update({k: dense[k] for k in missing})
     for head in ("known", "unknown"):
         i_key, l_key = f"{head}_topk_indices", f"{head}_topk_logits"
         if i_key in want:
@@ -159,12 +166,14 @@ def test_topk_weights_are_sigmoid_of_topk_logits():
     fx, model = _fixture("release_like")
     out = _replay(fx, model, fx.meta["runs"]["base"])
     assert torch.equal(out.known_topk_weights, torch.sigmoid(out.known_topk_logits))
-    # the dense weights hold exactly the top-k entries
-    kept = out.known_weights.gather(-1, out.known_topk_indices)
-    assert torch.equal(kept, out.known_topk_weights)
-    assert int((out.known_weights != 0).sum(-1).max()) == fx.concept_config["topk_known"]
-    assert out.unknown_weights is None  # the unknown head is large (blocked): no dense weights
-    dense = model(fx.tensors["input.input_ids"], dense_heads=True)
+    # both heads are wider than one block (blocked): no dense weights
+    assert out.known_weights is None and out.unknown_weights is None
+    dense = _replay(fx, model, fx.meta["runs"]["base"], dense_heads=True)
+    # the dense weights hold exactly the top-k entries, those the blocked head reports
+    _same_topk(out.known_topk_indices, out.known_topk_logits, dense.known_topk_indices, dense.known_topk_logits)
+    kept = dense.known_weights.gather(-1, dense.known_topk_indices)
+    assert torch.equal(kept, dense.known_topk_weights)
+    assert int((dense.known_weights != 0).sum(-1).max()) == fx.concept_config["topk_known"]
     assert int((dense.unknown_weights != 0).sum(-1).max()) == fx.concept_config["unknown_topk"]
 
 
@@ -275,12 +284,15 @@ def test_meta_forward_shapes():
         big = Steerling.from_release_config({"n_layers": 2}, {}, 100281)
         out = big(torch.zeros(1, 64, dtype=torch.long))
     assert out.logits.shape == (1, 64, 100281)
-    assert out.known_logits.shape == (1, 64, 33732)  # padding rows never read
-    assert out.unknown_weights is None and out.unknown_logits is None  # 101196 > 50000: blocked
+    # both heads (33,732 and 101,196 concepts) are wider than one block (4,096): blocked, no
+    # tokens × concepts matrix
+    assert out.known_logits is None and out.known_weights is None
+    assert out.unknown_weights is None and out.unknown_logits is None
     assert out.known_topk_indices.shape == (1, 64, 32) and out.unknown_topk_indices.shape == (1, 64, 128)
-    assert out.unknown_features.shape == (1, 64, 4096)
+    assert out.known_features.shape == out.unknown_features.shape == (1, 64, 4096)
     with torch.device("meta"):
         dense = big(torch.zeros(1, 64, dtype=torch.long), dense_heads=True)
+    assert dense.known_logits.shape == (1, 64, 33732)  # padding rows never read
     assert dense.unknown_weights.shape == (1, 64, 101196)
 
 
@@ -448,6 +460,15 @@ def _same_topk(a_idx, a_log, b_idx, b_log):
     assert float((a_log.gather(-1, a_order) - b_log.gather(-1, b_order)).abs().max()) <= TOL
 
 
+def _assert_same_release_fields(got: dict, want: dict) -> None:
+    """The release's feature-level outputs: equal within TOL, None exactly where the release's are."""
+    for key in ("hidden", "known_features", "unk", "unk_hat", "unk_for_lm", "composed", "epsilon", "epsilon_true"):
+        if want[key] is None:
+            assert got[key] is None, key
+        else:
+            assert float((got[key] - want[key]).abs().max()) <= TOL, key
+
+
 INTERVENTIONS = [({}, {}), ({3: 1.0, 20: 0.0, 36: 0.5}, {}), ({}, {0: 1.0, 52: 0.25}), ({7: 0.9}, {5: 0.0, 17: 1.0})]
 
 
@@ -469,11 +490,7 @@ def test_blocked_forward_equals_dense_forward_and_the_release(factorize, wide, k
     _, want = ref.release_intervene(model.release_state_dict(), TINY_MODEL, c, 29, ids, known=known, unknown=unknown,
                                     positions=pos, large_concept_threshold=model.large_concept_threshold)
     got = out.as_release()
-    for key in ("hidden", "known_features", "unk", "unk_hat", "unk_for_lm", "composed", "epsilon", "epsilon_true"):
-        if want[key] is None:
-            assert got[key] is None, key
-        else:
-            assert float((got[key] - want[key]).abs().max()) <= TOL, key
+    _assert_same_release_fields(got, want)
     for head in ("known", "unknown"):
         _same_topk(got[f"{head}_topk_indices"], got[f"{head}_topk_logits"], want[f"{head}_topk_indices"], want[f"{head}_topk_logits"])
     # the dense diagram, where it draws the same rule (no known interventions: the known head's
@@ -492,6 +509,56 @@ def test_blocked_forward_equals_dense_forward_and_the_release(factorize, wide, k
                    getattr(dense, f"{head}_topk_indices"), getattr(dense, f"{head}_topk_logits"))
 
 
+@pytest.mark.parametrize("factorize,wide", [(True, False), (False, True)])
+@pytest.mark.parametrize("known,unknown", INTERVENTIONS)
+def test_wide_small_heads_run_blocked_with_the_small_head_rules(factorize, wide, known, unknown):
+    """Heads at or below the threshold (the release computes them densely, like the 8B known head)
+    but wider than one block (37 and 53 concepts, blocks of 8) run blocked too, with the release's
+    small-head rules: no tokens × concepts matrix, and the release's outputs (the reference)."""
+    model, c = _tiny_large(factorize, wide, threshold=LARGE_THRESHOLD)
+    assert not (model.known_large or model.unknown_large)
+    g = torch.Generator().manual_seed(1)
+    ids = torch.randint(0, 29, (2, 9), generator=g)
+    pos = torch.rand(2, 9, generator=g) > 0.4
+    with torch.no_grad():
+        out = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos)
+    assert out.known_logits is None and out.known_weights is None and out.unknown_logits is None
+    _, want = ref.release_intervene(model.release_state_dict(), TINY_MODEL, c, 29, ids, known=known, unknown=unknown,
+                                    positions=pos)
+    got = out.as_release()
+    _assert_same_release_fields(got, want)
+    for head in ("known", "unknown"):
+        if want[f"{head}_topk_indices"] is None:  # the release's dense intervention path reports none
+            assert got[f"{head}_topk_indices"] is None, head
+        else:
+            _same_topk(got[f"{head}_topk_indices"], got[f"{head}_topk_logits"], want[f"{head}_topk_indices"],
+                       want[f"{head}_topk_logits"])
+    # the same model with its heads dense (the diagrams), where the diagrams draw the small-head rule
+    if unknown and factorize:
+        with pytest.raises(PenroseCompileError, match="dense rule"):
+            model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos, dense_heads=True)
+        return
+    with torch.no_grad():
+        dense = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos, dense_heads=True)
+    for key in ("logits", "hidden", "known_features", "unknown_features", "composed"):
+        assert float((getattr(out, key) - getattr(dense, key)).abs().max()) <= 1e-6, key
+
+
+def test_wide_small_heads_train_like_dense_ones():
+    """Blocked small-rule heads give the dense diagrams' gradients (checkpointed blocks)."""
+    model, _ = _tiny_large(True, True, threshold=LARGE_THRESHOLD)
+    ids = torch.randint(0, 29, (2, 9), generator=torch.Generator().manual_seed(2))
+    grads = []
+    for dense in (False, True):
+        model.zero_grad(set_to_none=True)
+        out = model(ids, dense_heads=dense)
+        (out.logits.logsumexp(-1).mean() + out.known_features.pow(2).mean() + out.unknown_features.pow(2).mean()).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys()
+    for n in grads[0]:
+        assert torch.allclose(grads[0][n], grads[1][n], rtol=1e-5, atol=1e-6), n
+
+
 @pytest.mark.parametrize("name", ["release_like", "mha_dense_unknown"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_plain_diagram_is_the_model_without_interventions(name, causal):
@@ -503,21 +570,22 @@ def test_plain_diagram_is_the_model_without_interventions(name, causal):
     c, u = model.sizes["c"], model.sizes["u"]
     nothing = dict(kpos=torch.ones(ids.shape, dtype=torch.bool), ksel=torch.zeros(c, dtype=torch.bool), kval=torch.zeros(c),
                    upos=torch.ones(ids.shape, dtype=torch.bool), usel=torch.zeros(u, dtype=torch.bool), uval=torch.zeros(u))
-    for eps in (True, False):
-        use_eps = torch.tensor(eps)
-        plain = model.net(ids=ids, use_eps=use_eps)
-        full = model.intervention_net()(ids=ids, use_eps=use_eps, **nothing)
-        for key in plain._fields:
-            assert torch.equal(getattr(plain, key), getattr(full, key)), key
-        plain.logits.logsumexp(-1).sum().backward()
-        g_plain = {n: p.grad.clone() for n, p in model.net.named_parameters() if p.grad is not None}
-        model.zero_grad(set_to_none=True)
-        full.logits.logsumexp(-1).sum().backward()
-        g_full = {n: p.grad for n, p in model.net.named_parameters() if p.grad is not None}
-        model.zero_grad(set_to_none=True)
-        assert g_plain.keys() == g_full.keys()
-        for n in g_plain:
-            assert torch.allclose(g_plain[n], g_full[n], rtol=0, atol=1e-6), n
+    plain = model.net(ids=ids)  # ε on: the release's default
+    full = model.intervention_net()(ids=ids, use_eps=torch.tensor(True), **nothing)
+    for key in plain._fields:  # the plain unknown head takes σ of the kept logits only: ≤ 1 ulp apart
+        assert torch.allclose(getattr(plain, key), getattr(full, key), rtol=0, atol=1e-6), key
+    plain.logits.logsumexp(-1).sum().backward()
+    g_plain = {n: p.grad.clone() for n, p in model.net.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    full.logits.logsumexp(-1).sum().backward()
+    g_full = {n: p.grad for n, p in model.net.named_parameters() if p.grad is not None}
+    model.zero_grad(set_to_none=True)
+    # with ε on the LM head reads û only detached: the unknown head gets no gradient (the full
+    # diagram's where() hands it zeros)
+    assert g_plain.keys() <= g_full.keys() and all(n.startswith("unknown_head.") for n in g_full.keys() - g_plain.keys())
+    assert all(not g_full[n].any() for n in g_full.keys() - g_plain.keys())
+    for n in g_plain:
+        assert torch.allclose(g_plain[n], g_full[n], rtol=1e-5, atol=1e-6), n
 
 
 def test_blocked_forward_has_the_dense_gradients():
@@ -535,7 +603,10 @@ def test_blocked_forward_has_the_dense_gradients():
 
 
 def test_small_heads_run_the_compiled_diagram_only():
-    fx, model = _fixture("mha_dense_unknown")
+    """Heads that fit one block (here blocks of 64 concepts) run as the compiled diagram alone."""
+    fx = ref.load_fixture(FIXTURES / "mha_dense_unknown")
+    model = Steerling.from_release(fx.state_dict, fx.model_config, {**fx.concept_config, "block_size": 64}, fx.vocab_size,
+                                   large_concept_threshold=fx.large_concept_threshold)
     calls = []
     handle = model.net.register_forward_pre_hook(lambda m, a, kw: calls.append(1), with_kwargs=True)
     try:

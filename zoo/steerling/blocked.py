@@ -4,7 +4,8 @@ The diagrams draw each concept head densely — logits l[t, c] = clamp(x·Pᵀ),
 w = topk(σ(l)), features w·T — which at the release's sizes and T = 4096 holds several
 (4096 × 101196) float32 matrices (1.6 GB each). The release itself streams its *large* heads
 (more concepts than `large_concept_threshold`, 50,000) in blocks of `ConceptConfig.block_size`
-concepts, and so does `Steerling.forward` through this module:
+concepts; `Steerling.forward` streams every head wider than one block (both 8B heads: 33,732
+known, 101,196 unknown concepts) through this module, each with its release's rules:
 
   1. `select_topk` (no gradient): a running top-k per token over blocks of concepts;
   2. `weighted_sum` (differentiable): block by block, the logits again, σ at the kept entries
@@ -20,6 +21,13 @@ Large-head rules (docs/steerling-release.md §5.4, §6): the k_features best con
 re-ranked by logit and cut to k_report when k_features > k_report; an intervention (value v on
 concept c at a position) adds (v − σ(l_c))·T_c there — an override for a selected concept, an
 addition for an unselected one — and the reported lists stay the pre-intervention ones.
+
+Small-head rules (`small_rule=True`, a head at or below the threshold, computed in blocks only
+because it is wider than one block): the same without intervention; while intervened on, the
+k_report best concepts are kept (the release's dense path cuts its weights to `topk`) and an
+intervened weight is overwritten with its value at the chosen positions, selected or not. The
+release reports no top-k lists then (SteerlingOutput.as_release gives None); the dense
+diagnostics (tokens × concepts logits and weights) are not made — `dense_heads=True` makes them.
 """
 
 from __future__ import annotations
@@ -59,23 +67,25 @@ def select_topk(x: Tensor, predictor: Tensor, k: int, *, block: int = 4096,
 
 
 def _block_sum(x: Tensor, predictor: Tensor, table: Tensor, kept: Tensor, hit: Tensor | None,
-               values: Tensor | None) -> Tensor:
-    """One block: Σ_c w_c · table_c with w = σ(l) at the kept entries (+ v − σ(l) where hit)."""
+               values: Tensor | None, override: bool = False) -> Tensor:
+    """One block: Σ_c w_c · table_c with w = σ(l) at the kept entries, and where hit either
+    + v − σ(l) (the large-head rule) or w = v (override: the small-head rule)."""
     p = torch.sigmoid(_logits(x, predictor))
     w = torch.where(kept, p, 0.0)
     if hit is not None:
-        w = w + torch.where(hit, values - p, 0.0)
+        w = torch.where(hit, values, w) if override else w + torch.where(hit, values - p, 0.0)
     return w @ table
 
 
 def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, block: int = 4096,
-                 shift: tuple[Tensor, Tensor, Tensor] | None = None) -> Tensor:
+                 shift: tuple[Tensor, Tensor, Tensor] | None = None, override: bool = False) -> Tensor:
     """Σ_{c in ids} σ(l_c) · table_c per token, l = clamp(x·predictorᵀ), in blocks of concepts;
     differentiable in x, predictor and table (each block checkpointed under autograd).
 
     ids (..., t, k) the kept concepts; shift = (positions (..., t) bool, chosen (n,) bool,
-    values (n,)): the large-head intervention rule, (value − σ(l)) added at chosen concepts and
-    positions."""
+    values (n,)): an intervention at chosen concepts and positions, by the large-head rule
+    ((value − σ(l)) added) or, with `override`, the small-head rule (the weight becomes value,
+    selected or not)."""
     n = predictor.shape[0]
     lead = ids.shape[:-1]
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, predictor, table))
@@ -91,7 +101,7 @@ def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, bl
             pos, chosen, vals = shift
             hit = pos[..., None] & chosen[start:end]
             values = vals[start:end]
-        args = (x, predictor[start:end], table[start:end], kept, hit, values)
+        args = (x, predictor[start:end], table[start:end], kept, hit, values, override)
         part = checkpoint(_block_sum, *args, use_reentrant=False) if grad else _block_sum(*args)
         out = part if out is None else out + part
     return out
@@ -99,12 +109,20 @@ def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, bl
 
 def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_report: int, *,
                block: int = 4096, by_sigmoid: bool = False,
-               shift: tuple[Tensor, Tensor, Tensor] | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """One large concept head as the release computes it: (features (..., t, b), reported top-k
-    logits (..., t, k), ids (..., t, k)) with k = min(k_report, k_features, n); the reported
-    lists are pre-intervention and carry no gradient."""
+               shift: tuple[Tensor, Tensor, Tensor] | None = None,
+               small_rule: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+    """One concept head computed in blocks: (features (..., t, b), reported top-k logits
+    (..., t, k), ids (..., t, k)) with k = min(k_report, k_features, n); the reported lists are
+    pre-intervention and carry no gradient.
+
+    By default the release's large-head rules. `small_rule`: the release's small-head (dense)
+    rules instead, for a head the release computes densely but that is too wide to hold as one
+    matrix (the 8B known head): while it is intervened on (`shift`), the k_report best concepts
+    (not k_features) are kept and each intervened weight is overwritten with its value."""
+    if small_rule and shift is not None:  # the dense intervention path keeps topk, not topk_features
+        k_features = min(k_features, k_report)
     top_l, top_i = select_topk(x, predictor, k_features, block=block, by_sigmoid=by_sigmoid)
-    features = weighted_sum(x, predictor, table, top_i, block=block, shift=shift)
+    features = weighted_sum(x, predictor, table, top_i, block=block, shift=shift, override=small_rule)
     if k_report < top_l.shape[-1]:  # re-ranked by logit, cut to k_report
         order = top_l.argsort(dim=-1, descending=True, stable=True)[..., :k_report]
         top_l, top_i = top_l.gather(-1, order), top_i.gather(-1, order)

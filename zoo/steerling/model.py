@@ -8,8 +8,9 @@
         big = Steerling.from_release_config({}, {}, 100281)   # {} = release defaults
 
 The forward pass is the compiled diagram `steerling.pen` (block-causal) or `steerling_causal.pen`
-(causal) — or, when nothing is intervened on, `steerling[_causal]_plain.pen`, the same model
-without intervention inputs (`self.net`, which holds the parameters); its sizes come from the
+(causal) — or, when nothing is intervened on and ε is on (the release's default),
+`steerling[_causal]_plain.pen`, the same model without intervention inputs (`self.net`, which
+holds the parameters); its sizes come from the
 configs through `penrose.compile(..., **sizes)`. This wrapper
 only (1) checks configs, weights and inputs, (2) picks the concept-head diagrams the config
 needs (`concept_parts`: concepts_known[_wide].pen, concepts_unknown[_dense].pen), (3) turns
@@ -37,6 +38,7 @@ import functools
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
@@ -285,6 +287,7 @@ class SteerlingOutput:
     unknown_by_sigmoid: bool = False  # a dense (not factorised) unknown head ranks by σ(logit)
     known_top: tuple[Tensor, Tensor] | None = None  # (logits, ids) from a blocked head
     unknown_top: tuple[Tensor, Tensor] | None = None
+    unknown_select: Callable[[int], tuple[Tensor, Tensor]] | None = None  # k -> top-k of a blocked unknown head
 
     @functools.cached_property
     def known_topk_indices(self) -> Tensor:
@@ -303,6 +306,8 @@ class SteerlingOutput:
         return torch.sigmoid(self.known_topk_logits)
 
     def _unknown_ranked(self, k: int) -> Tensor:
+        if self.unknown_logits is None:  # a blocked head: ranked block by block
+            return self.unknown_select(k)[1]
         rank = torch.sigmoid(self.unknown_logits) if self.unknown_by_sigmoid else self.unknown_logits
         return rank.topk(min(k, rank.shape[-1]), dim=-1).indices
 
@@ -329,8 +334,11 @@ class SteerlingOutput:
         kf, uf, h = self.known_features, self.unknown_features, self.hidden
         u_idx, u_log = self.unknown_topk_indices, self.unknown_topk_logits
         if self.unknown_intervened and not self.unknown_large:  # the release's attribution top-k
-            u_idx = self._unknown_ranked(unknown_topk)
-            u_log = self.unknown_logits.gather(-1, u_idx)
+            if self.unknown_logits is None:
+                u_log, u_idx = self.unknown_select(unknown_topk)
+            else:
+                u_idx = self._unknown_ranked(unknown_topk)
+                u_log = self.unknown_logits.gather(-1, u_idx)
         return {
             "hidden": h,
             "known_features": kf,
@@ -573,33 +581,38 @@ class Steerling(torch.nn.Module):
         only the factorised unknown head (concepts_unknown.pen) does."""
         return head == "unknown" and self.unknown_factorised
 
+    def _head(self, head: str) -> tuple[bool, int]:
+        """(large, number of concepts) of the 'known' or 'unknown' head."""
+        return (self.known_large, self.sizes["c"]) if head == "known" else (self.unknown_large, self.sizes["u"])
+
     def _blocked(self, head: str, intervened: bool, dense_heads: bool) -> bool:
-        """Whether `forward` runs this head blocked: a large head (more concepts than
-        large_concept_threshold, as the release decides) with more concepts than one block
-        (concept_block, the release's block_size), or one that is intervened on while its diagram
-        draws the small-head rule. A large head that fits one block otherwise runs through the
-        diagram: a single block holds the same (tokens × concepts) matrix."""
-        large, n = (self.known_large, self.sizes["c"]) if head == "known" else (self.unknown_large, self.sizes["u"])
-        if dense_heads or not large:
+        """Whether `forward` runs this head blocked (blocked.py), with the release's rules for its
+        size class: every head wider than one block (concept_block, the release's block_size) —
+        both 8B heads, so no tokens × concepts matrix is ever made — and a head that is intervened
+        on while its diagram draws the other size class's intervention rule. A head that fits one
+        block otherwise runs through its diagram: one block is that whole matrix anyway.
+        `dense_heads`: every head through its diagram."""
+        if dense_heads:
             return False
-        return n > self.concept_block or (intervened and not self._draws_large_rule(head))
+        large, n = self._head(head)
+        return n > self.concept_block or (intervened and self._draws_large_rule(head) != large)
 
     def _rule_check(self, known: bool, unknown: bool, known_blocked: bool, unknown_blocked: bool) -> None:
         """Interventions follow the release's rule for the head's size class: small heads the dense
-        rule (override), large heads the sparse one (add value − σ(logit)). A blocked large head
-        applies the sparse rule; a head computed by its diagram applies the rule the diagram draws
+        rule (override), large heads the sparse one (add value − σ(logit)). A blocked head applies
+        its class's rule; a head computed by its diagram applies the rule the diagram draws
         (known head: dense; factorised unknown head: sparse; dense unknown head: dense)."""
-        n, m, lim = self.sizes["c"], self.sizes["u"], self.large_concept_threshold
-        if known and self.known_large and not known_blocked:
-            raise PenroseCompileError(f"known-concept interventions on a large known head (n_concepts = {n} > large_concept_threshold = {lim}) follow the release's sparse rule, which the known head's diagram does not draw; run it blocked (dense_heads=False)")
-        if unknown and not (self.unknown_large and unknown_blocked):
-            drawn_sparse = self.unknown_factorised
-            if drawn_sparse != self.unknown_large:
-                size = f"{m} > large_concept_threshold = {lim}" if self.unknown_large else f"{m} <= large_concept_threshold = {lim}"
-                raise PenroseCompileError(
-                    f"unknown-concept interventions on a {'large' if self.unknown_large else 'small'} unknown head (n_unknown_concepts = {size}) follow "
-                    f"the release's {'sparse' if self.unknown_large else 'dense'} rule, which {'concepts_unknown.pen' if drawn_sparse else 'concepts_unknown_dense.pen'} does not draw"
-                    + ("; run it blocked (dense_heads=False)" if self.unknown_large else ""))
+        lim = self.large_concept_threshold
+        for head, on, blocked in (("known", known, known_blocked), ("unknown", unknown, unknown_blocked)):
+            large, n = self._head(head)
+            if not on or blocked or self._draws_large_rule(head) == large:
+                continue
+            field = "n_concepts" if head == "known" else "n_unknown_concepts"
+            drawn = {"known": "the known head's diagram", "unknown": "concepts_unknown_dense.pen" if large else "concepts_unknown.pen"}[head]
+            raise PenroseCompileError(
+                f"{head}-concept interventions on a {'large' if large else 'small'} {head} head ({field} = {n} "
+                f"{'>' if large else '<='} large_concept_threshold = {lim}) follow the release's {'sparse' if large else 'dense'} "
+                f"rule, which {drawn} does not draw; `forward` runs such a head blocked (dense_heads=False)")
 
     def forward(self, input_ids: Tensor, intervene_known: dict | None = None,
                 intervene_unknown: dict | None = None, positions: Tensor | None = None, *,
@@ -614,8 +627,8 @@ class Steerling(torch.nn.Module):
         args = self._concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
         if args["known_blocked"] or args["unknown_blocked"]:
             return self._from_hidden(self._stage("hidden")(ids=input_ids), **args)
-        if not (args["known_on"] or args["unknown_on"]):
-            o = self.net(ids=input_ids, use_eps=args["use_eps"])
+        if not (args["known_on"] or args["unknown_on"]) and self.concept_config["use_epsilon_correction"]:
+            o = self.net(ids=input_ids)
         else:
             pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
             o = self.intervention_net()(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
@@ -660,12 +673,14 @@ class Steerling(torch.nn.Module):
 
     def _from_hidden(self, h, *, pos, ksel, kval, usel, uval, use_eps, known_on, unknown_on, known_blocked,
                      unknown_blocked) -> SteerlingOutput:
-        kl, kw, kf, known_top, ul, uw, uf, unknown_top = self._concepts(
+        kl, kw, kf, known_top, ul, uw, uf, unknown_top, unknown_select = self._concepts(
             h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
         logits, z, eps = self._stage("readout")(h=h, kf=kf, uf=uf, ksel=ksel, use_eps=use_eps)
-        return self._output(logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on)
+        return self._output(logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on,
+                            unknown_select)
 
-    def _output(self, logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on):
+    def _output(self, logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on,
+                unknown_select=None):
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
             logits=logits, hidden=h,
@@ -676,6 +691,7 @@ class Steerling(torch.nn.Module):
             known_intervened=known_on, unknown_intervened=unknown_on,
             known_large=self.known_large, unknown_large=self.unknown_large,
             unknown_by_sigmoid=not self.unknown_factorised, known_top=known_top, unknown_top=unknown_top,
+            unknown_select=unknown_select,
         )
 
     def _concepts(self, h: Tensor, pos: Tensor, ksel: Tensor, kval: Tensor, usel: Tensor, uval: Tensor,
@@ -683,31 +699,36 @@ class Steerling(torch.nn.Module):
         """Both concept heads on the hidden state h: a blocked head by blocked.large_head (the
         release's large-head rules), the other by its block of the compiled diagram
         (intervention_net().known_head / unknown_head). Returns, per head, (dense logits, dense weights,
-        features, reported top-k (logits, ids)), with None for what the head does not give."""
-        from zoo.steerling.blocked import large_head
+        features, reported top-k (logits, ids)), with None for what the head does not give; the
+        unknown head adds a function k -> its top-k (logits, ids) when it ran blocked."""
+        from zoo.steerling.blocked import large_head, select_topk
 
         sz, blk = self.sizes, self.concept_block
         net = self.intervention_net()
         kh, uh = net.known_head, net.unknown_head
         if known_blocked:  # ranked by σ(logit): a dense head
             kf, k_log, k_idx = large_head(h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"],
-                                          block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None)
+                                          block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None,
+                                          small_rule=not self.known_large)
             known = (None, None, kf, (k_log, k_idx))
         else:
             known = (*kh(h, pos, ksel, kval), None)
         hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
         if unknown_blocked:
             shift = (pos, usel, uval) if unknown_on else None
+            small = not self.unknown_large
             if self.unknown_factorised:  # through the rank space, ranked by logit (concepts_unknown.pen)
-                r, u_log, u_idx = large_head(hd @ uh.predictor_down.mT, uh.predictor_up[:sz["u"]], uh.embedding_coef[:sz["u"]],
-                                             sz["ku"], sz["ku"], block=blk, shift=shift)
+                x, pred, by_sigmoid = hd @ uh.predictor_down.mT, uh.predictor_up[:sz["u"]], False
+                r, u_log, u_idx = large_head(x, pred, uh.embedding_coef[:sz["u"]], sz["ku"], sz["ku"], block=blk, shift=shift,
+                                             small_rule=small)
                 uf = r @ uh.embedding_basis.mT
             else:  # dense, ranked by σ(logit) (concepts_unknown_dense.pen)
-                uf, u_log, u_idx = large_head(hd, uh.concept_predictor[:sz["u"]], uh.concept_embedding[:sz["u"]],
-                                              sz["ku"], sz["ku"], block=blk, by_sigmoid=True, shift=shift)
-            unknown = (None, None, uf, (u_log, u_idx))
+                x, pred, by_sigmoid = hd, uh.concept_predictor[:sz["u"]], True
+                uf, u_log, u_idx = large_head(x, pred, uh.concept_embedding[:sz["u"]], sz["ku"], sz["ku"], block=blk,
+                                              by_sigmoid=True, shift=shift, small_rule=small)
+            unknown = (None, None, uf, (u_log, u_idx), functools.partial(select_topk, x, pred, block=blk, by_sigmoid=by_sigmoid))
         else:
-            unknown = (*uh(hd, pos, usel, uval), None)
+            unknown = (*uh(hd, pos, usel, uval), None, None)
         return (*known, *unknown)
 
     def intervention_net(self):
