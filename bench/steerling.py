@@ -9,7 +9,8 @@ and the same token batch; the loss is the LM log-partition plus the squared conc
 penrose / hand-written (target <= 1.10 on CPU), both medians, and the largest output difference.
 
 The hand-written side (`hand_forward`) is written directly from the release's math with
-torch.nn.functional (fused SDPA attention with enable_gqa, as the release calls it; F.linear, topk), independent of the diagrams.
+torch.nn.functional (fused SDPA attention with enable_gqa, as the release calls it; F.linear,
+topk), independent of the diagrams.
 """
 
 from __future__ import annotations
@@ -29,14 +30,10 @@ if str(ROOT / "bench") not in sys.path:
 from common import paired_ratio, reduced, threads_note  # noqa: E402
 
 from zoo.steerling import Steerling  # noqa: E402
+from zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL  # noqa: E402
 
 CONFIGS = {
-    "tiny": dict(
-        model=dict(n_layers=2, n_head=4, n_kv_heads=2, n_embd=64, block_size=256, diff_block_size=8, intermediate_size=128),
-        concept=dict(n_concepts=40, n_unknown_concepts=56, concept_dim=64, topk_known=4, topk_known_features=4,
-                     factorize_rank=8, unknown_topk=6),
-        vocab=260, batch=2, length=64,
-    ),
+    "tiny": dict(model=TINY_MODEL, concept=TINY_CONCEPTS, vocab=260, batch=2, length=64),  # `penrose steerling init --tiny`
     "small": dict(
         model=dict(n_layers=4, n_head=8, n_kv_heads=2, n_embd=256, block_size=512, diff_block_size=64, intermediate_size=704),
         concept=dict(n_concepts=1000, n_unknown_concepts=3000, concept_dim=256, topk_known=32, topk_known_features=32,

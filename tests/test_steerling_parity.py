@@ -469,6 +469,16 @@ def _assert_same_release_fields(got: dict, want: dict) -> None:
             assert float((got[key] - want[key]).abs().max()) <= TOL, key
 
 
+def _assert_active_rebuilds_features(model, out) -> None:
+    """A blocked head's active lists (ids, weights) are what its features are the weighted sum
+    of, interventions included: concept attribution stays exact without dense weights."""
+    for kind in ("known", "unknown"):
+        ids, w = getattr(out, f"{kind}_active")
+        with torch.no_grad():
+            rebuilt = (w[..., None] * model.concept_embeddings(kind, ids)).sum(-2)
+        assert float((rebuilt - getattr(out, f"{kind}_features")).abs().max()) <= TOL, kind
+
+
 INTERVENTIONS = [({}, {}), ({3: 1.0, 20: 0.0, 36: 0.5}, {}), ({}, {0: 1.0, 52: 0.25}), ({7: 0.9}, {5: 0.0, 17: 1.0})]
 
 
@@ -486,6 +496,7 @@ def test_blocked_forward_equals_dense_forward_and_the_release(factorize, wide, k
     with torch.no_grad():
         out = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos)
     assert out.known_logits is None and out.unknown_weights is None  # never a tokens × concepts matrix
+    _assert_active_rebuilds_features(model, out)
     # the release (reference): large heads, sparse rule for both
     _, want = ref.release_intervene(model.release_state_dict(), TINY_MODEL, c, 29, ids, known=known, unknown=unknown,
                                     positions=pos, large_concept_threshold=model.large_concept_threshold)
@@ -523,6 +534,7 @@ def test_wide_small_heads_run_blocked_with_the_small_head_rules(factorize, wide,
     with torch.no_grad():
         out = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos)
     assert out.known_logits is None and out.known_weights is None and out.unknown_logits is None
+    _assert_active_rebuilds_features(model, out)
     _, want = ref.release_intervene(model.release_state_dict(), TINY_MODEL, c, 29, ids, known=known, unknown=unknown,
                                     positions=pos)
     got = out.as_release()

@@ -39,6 +39,8 @@ output: an object (or mapping) with the fields
                                 concepts k̂ is built from (`*_topk_logits` is accepted instead
                                 of `*_topk_weights`, σ applied)
   unknown_weights / unknown_topk_indices, unknown_topk_weights     likewise for û
+  known_active, unknown_active  (ids, weights) (b, t, k')  optional, used first: what a head
+                                computed in blocks (no dense weights) built its features from
 and the invariant  logits = (k̂ + û + ε) · lm_head_weight()ᵀ  (ε omitted when None).
 
 Concept attribution (`concept_attribution`)
@@ -109,11 +111,16 @@ def forward_ids(model: ConceptLM, input_ids: Tensor, **kwargs):
 def active_concepts(out, kind: str) -> tuple[Tensor, Tensor]:
     """(ids (b, t, k), weights (b, t, k)) of the concepts the `kind` features are built from.
 
-    From the dense weights when present (they include interventions): the k = most nonzero
-    weights at any position, so zeros are not carried; else from the top-k fields.
+    From `{kind}_active` when the head ran blocked (the kept concepts and any intervened ones,
+    with the weights the features used); else from the dense weights when present (they include
+    interventions): the k = most nonzero weights at any position, so zeros are not carried;
+    else from the top-k fields.
     """
     if kind not in ("known", "unknown"):
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
+    active = get_field(out, f"{kind}_active", required=False)  # a blocked head's own lists
+    if active is not None:
+        return active
     dense = get_field(out, f"{kind}_weights", required=False)
     if dense is not None:
         k = max(int((dense != 0).sum(-1).max()), 1) if dense.numel() else 1

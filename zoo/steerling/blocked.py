@@ -107,13 +107,36 @@ def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, bl
     return out
 
 
+def active_lists(x: Tensor, predictor: Tensor, top_l: Tensor, top_i: Tensor,
+                 shift: tuple[Tensor, Tensor, Tensor] | None = None,
+                 small_rule: bool = False) -> tuple[Tensor, Tensor]:
+    """(ids, weights) (..., t, k [+ j]) that a blocked head's features are the weighted sum of:
+    the kept concepts with σ(logit), and with an intervention on j concepts, those j appended —
+    by the small-head rule their value (the kept copy zeroed), by the large-head rule
+    value − σ(logit) (the kept copy stays). Positions outside the intervention weigh them 0."""
+    w = torch.sigmoid(top_l)
+    if shift is None:
+        return top_i, w
+    pos, chosen, values = shift
+    ids = chosen.nonzero().squeeze(-1)  # (j,)
+    at = pos[..., None]
+    if small_rule:
+        w = torch.where(at & (top_i[..., None] == ids).any(-1), 0.0, w)
+        extra = torch.where(at, values[ids], 0.0)
+    else:
+        extra = torch.where(at, values[ids] - torch.sigmoid(_logits(x, predictor[ids])), 0.0)
+    extra = extra.expand(*top_i.shape[:-1], ids.numel())
+    return torch.cat([top_i, ids.expand_as(extra)], -1), torch.cat([w, extra.to(w.dtype)], -1)
+
+
 def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_report: int, *,
                block: int = 4096, by_sigmoid: bool = False,
                shift: tuple[Tensor, Tensor, Tensor] | None = None,
-               small_rule: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+               small_rule: bool = False) -> tuple[Tensor, Tensor, Tensor, tuple[Tensor, Tensor]]:
     """One concept head computed in blocks: (features (..., t, b), reported top-k logits
-    (..., t, k), ids (..., t, k)) with k = min(k_report, k_features, n); the reported lists are
-    pre-intervention and carry no gradient.
+    (..., t, k), ids (..., t, k), (ids, weights) the features are built from — `active_lists`)
+    with k = min(k_report, k_features, n); the reported lists are pre-intervention and carry no
+    gradient.
 
     By default the release's large-head rules. `small_rule`: the release's small-head (dense)
     rules instead, for a head the release computes densely but that is too wide to hold as one
@@ -123,7 +146,9 @@ def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_r
         k_features = min(k_features, k_report)
     top_l, top_i = select_topk(x, predictor, k_features, block=block, by_sigmoid=by_sigmoid)
     features = weighted_sum(x, predictor, table, top_i, block=block, shift=shift, override=small_rule)
+    with torch.no_grad():
+        active = active_lists(x, predictor, top_l, top_i, shift, small_rule)
     if k_report < top_l.shape[-1]:  # re-ranked by logit, cut to k_report
         order = top_l.argsort(dim=-1, descending=True, stable=True)[..., :k_report]
         top_l, top_i = top_l.gather(-1, order), top_i.gather(-1, order)
-    return features, top_l, top_i
+    return features, top_l, top_i, active

@@ -270,14 +270,14 @@ class SteerlingOutput:
 
     logits: Tensor
     hidden: Tensor
-    known_logits: Tensor | None
-    known_weights: Tensor | None
     known_features: Tensor
-    unknown_logits: Tensor | None
-    unknown_weights: Tensor | None
     unknown_features: Tensor
     epsilon: Tensor | None
     composed: Tensor
+    known_logits: Tensor | None = None
+    known_weights: Tensor | None = None
+    unknown_logits: Tensor | None = None
+    unknown_weights: Tensor | None = None
     topk_known: int = 1
     topk_unknown: int = 1
     known_intervened: bool = False
@@ -288,6 +288,8 @@ class SteerlingOutput:
     known_top: tuple[Tensor, Tensor] | None = None  # (logits, ids) from a blocked head
     unknown_top: tuple[Tensor, Tensor] | None = None
     unknown_select: Callable[[int], tuple[Tensor, Tensor]] | None = None  # k -> top-k of a blocked unknown head
+    known_active: tuple[Tensor, Tensor] | None = None  # (ids, weights) a blocked head's features are built from
+    unknown_active: tuple[Tensor, Tensor] | None = None
 
     @functools.cached_property
     def known_topk_indices(self) -> Tensor:
@@ -633,8 +635,9 @@ class Steerling(torch.nn.Module):
             pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
             o = self.intervention_net()(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
                                         use_eps=args["use_eps"])
-        return self._output(o.logits, o.h, o.kl, o.kw, o.kf, None, o.ul, o.uw, o.uf, None, o.eps, o.z,
-                            args["known_on"], args["unknown_on"])
+        return self._output(o.logits, o.h, o.eps, o.z, args["known_on"], args["unknown_on"],
+                            known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
+                            unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf)
 
     def concepts_from_hidden(self, h: Tensor, intervene_known: dict | None = None,
                              intervene_unknown: dict | None = None, positions: Tensor | None = None, *,
@@ -673,63 +676,60 @@ class Steerling(torch.nn.Module):
 
     def _from_hidden(self, h, *, pos, ksel, kval, usel, uval, use_eps, known_on, unknown_on, known_blocked,
                      unknown_blocked) -> SteerlingOutput:
-        kl, kw, kf, known_top, ul, uw, uf, unknown_top, unknown_select = self._concepts(
-            h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
-        logits, z, eps = self._stage("readout")(h=h, kf=kf, uf=uf, ksel=ksel, use_eps=use_eps)
-        return self._output(logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on,
-                            unknown_select)
+        heads = self._concepts(h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
+        logits, z, eps = self._stage("readout")(h=h, kf=heads["known_features"], uf=heads["unknown_features"], ksel=ksel,
+                                                use_eps=use_eps)
+        return self._output(logits, h, eps, z, known_on, unknown_on, **heads)
 
-    def _output(self, logits, h, kl, kw, kf, known_top, ul, uw, uf, unknown_top, eps, z, known_on, unknown_on,
-                unknown_select=None):
+    def _output(self, logits, h, eps, z, known_on, unknown_on, **heads) -> SteerlingOutput:
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
-            logits=logits, hidden=h,
-            known_logits=kl, known_weights=kw, known_features=kf,
-            unknown_logits=ul, unknown_weights=uw, unknown_features=uf,
-            epsilon=eps if eps_on else None, composed=z,
+            logits=logits, hidden=h, epsilon=eps if eps_on else None, composed=z,
             topk_known=self.sizes["kc"], topk_unknown=self.sizes["ku"],
             known_intervened=known_on, unknown_intervened=unknown_on,
             known_large=self.known_large, unknown_large=self.unknown_large,
-            unknown_by_sigmoid=not self.unknown_factorised, known_top=known_top, unknown_top=unknown_top,
-            unknown_select=unknown_select,
+            unknown_by_sigmoid=not self.unknown_factorised, **heads,
         )
 
     def _concepts(self, h: Tensor, pos: Tensor, ksel: Tensor, kval: Tensor, usel: Tensor, uval: Tensor,
-                  known_on: bool, unknown_on: bool, known_blocked: bool, unknown_blocked: bool):
+                  known_on: bool, unknown_on: bool, known_blocked: bool, unknown_blocked: bool) -> dict:
         """Both concept heads on the hidden state h: a blocked head by blocked.large_head (the
-        release's large-head rules), the other by its block of the compiled diagram
-        (intervention_net().known_head / unknown_head). Returns, per head, (dense logits, dense weights,
-        features, reported top-k (logits, ids)), with None for what the head does not give; the
-        unknown head adds a function k -> its top-k (logits, ids) when it ran blocked."""
+        release's rules for its size class), the other by its block of the compiled diagram
+        (intervention_net().known_head / unknown_head). Returns SteerlingOutput's head fields:
+        dense logits and weights (a diagram's), features, and for a blocked head its reported
+        top-k (logits, ids), the (ids, weights) its features are built from, and (unknown head)
+        a function k -> its top-k (logits, ids)."""
         from zoo.steerling.blocked import large_head, select_topk
 
         sz, blk = self.sizes, self.concept_block
         net = self.intervention_net()
         kh, uh = net.known_head, net.unknown_head
+        out = {}
         if known_blocked:  # ranked by σ(logit): a dense head
-            kf, k_log, k_idx = large_head(h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"],
-                                          block=blk, by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None,
-                                          small_rule=not self.known_large)
-            known = (None, None, kf, (k_log, k_idx))
+            kf, k_log, k_idx, active = large_head(
+                h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"], block=blk,
+                by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None, small_rule=not self.known_large)
+            out.update(known_features=kf, known_top=(k_log, k_idx), known_active=active)
         else:
-            known = (*kh(h, pos, ksel, kval), None)
+            out.update(zip(("known_logits", "known_weights", "known_features"), kh(h, pos, ksel, kval)))
         hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
         if unknown_blocked:
             shift = (pos, usel, uval) if unknown_on else None
             small = not self.unknown_large
             if self.unknown_factorised:  # through the rank space, ranked by logit (concepts_unknown.pen)
                 x, pred, by_sigmoid = hd @ uh.predictor_down.mT, uh.predictor_up[:sz["u"]], False
-                r, u_log, u_idx = large_head(x, pred, uh.embedding_coef[:sz["u"]], sz["ku"], sz["ku"], block=blk, shift=shift,
-                                             small_rule=small)
+                r, u_log, u_idx, active = large_head(x, pred, uh.embedding_coef[:sz["u"]], sz["ku"], sz["ku"], block=blk,
+                                                     shift=shift, small_rule=small)
                 uf = r @ uh.embedding_basis.mT
             else:  # dense, ranked by σ(logit) (concepts_unknown_dense.pen)
                 x, pred, by_sigmoid = hd, uh.concept_predictor[:sz["u"]], True
-                uf, u_log, u_idx = large_head(x, pred, uh.concept_embedding[:sz["u"]], sz["ku"], sz["ku"], block=blk,
-                                              by_sigmoid=True, shift=shift, small_rule=small)
-            unknown = (None, None, uf, (u_log, u_idx), functools.partial(select_topk, x, pred, block=blk, by_sigmoid=by_sigmoid))
+                uf, u_log, u_idx, active = large_head(x, pred, uh.concept_embedding[:sz["u"]], sz["ku"], sz["ku"],
+                                                      block=blk, by_sigmoid=True, shift=shift, small_rule=small)
+            out.update(unknown_features=uf, unknown_top=(u_log, u_idx), unknown_active=active,
+                       unknown_select=functools.partial(select_topk, x, pred, block=blk, by_sigmoid=by_sigmoid))
         else:
-            unknown = (*uh(hd, pos, usel, uval), None, None)
-        return (*known, *unknown)
+            out.update(zip(("unknown_logits", "unknown_weights", "unknown_features"), uh(hd, pos, usel, uval)))
+        return out
 
     def intervention_net(self):
         """The compiled steerling[_causal].pen (with this config's head files), its parameters
@@ -772,13 +772,16 @@ class Steerling(torch.nn.Module):
         return self.net.tok_emb
 
     def concept_embeddings(self, kind: str, ids: Tensor | None = None) -> Tensor:
-        """Rows of the concept tables: known K (n, e); unknown U = coef · basisᵀ (m, e), built only
-        for `ids` (any shape) when given."""
+        """Rows of the concept tables: known K (n, e); unknown U = coef · basisᵀ (m, e) (a dense
+        unknown head: its own table), built only for `ids` (any shape) when given."""
         if kind == "known":
             K = self.net.known_head.concept_embedding[: self.sizes["c"]]
             return K if ids is None else K[ids]
         if kind == "unknown":
             uh = self.net.unknown_head
+            if not self.unknown_factorised:  # concepts_unknown_dense.pen: one embedding per concept
+                U = uh.concept_embedding[: self.sizes["u"]]
+                return U if ids is None else U[ids]
             C = uh.embedding_coef[: self.sizes["u"]]
             return (C if ids is None else C[ids]) @ uh.embedding_basis.T
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
