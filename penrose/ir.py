@@ -16,7 +16,11 @@ The term syntax (docs/language.md has the full language):
 
 Every record carries its source `span`, excluded from equality, so the same diagram written
 with different spacing compares equal; a Tensor also keeps one span per leg (`leg_spans`,
-parallel to `legs`, also excluded), so errors about a leg point at the leg itself. Derived
+parallel to `legs`, also excluded), so errors about a leg point at the leg itself. The layout
+that `penrose fmt` keeps is recorded the same way, outside equality: a statement's `note_span`
+(where its trailing comment starts), a Dim's `grouped` (declared after a comma, as the `r` of
+`dim f = 30, r = 1`) and a Call's `method` (`h.detach()`, not `detach(h)`); blank lines are
+read from the spans' line numbers. Derived
 views (bonds, free legs, graphs) are functions elsewhere, never stored state. Rewrites use
 `dataclasses.replace`.
 """
@@ -29,6 +33,11 @@ from penrose.errors import NOWHERE, Span
 
 
 def _span():
+    return field(default=NOWHERE, compare=False, repr=False, kw_only=True)
+
+
+def _note_span():
+    # where the statement's trailing comment ('# ...') starts; fmt aligns notes by it
     return field(default=NOWHERE, compare=False, repr=False, kw_only=True)
 
 
@@ -79,6 +88,8 @@ class Call:
     args: tuple = ()
     kwargs: tuple = ()  # ((name, expr), ...)
     span: Span = _span()
+    # written as a method, `h.detach()` rather than `detach(h)` (layout only)
+    method: bool = field(default=False, compare=False, repr=False, kw_only=True)
 
     def kwarg(self, key: str):
         for k, v in self.kwargs:
@@ -106,6 +117,9 @@ class Dim:
     size: Expr | None = None
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
+    # declared after a comma, on the 'dim' line of the Dim before it (layout only)
+    grouped: bool = field(default=False, compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)
@@ -125,6 +139,7 @@ class Tensor:
     batched: bool = False  # written with a leading '...'
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
     # where each leg is written, parallel to `legs` (a leading '...' has none); like `span`, not
     # part of equality. Empty for a Tensor built by hand: `leg_span` then falls back to `span`.
     leg_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
@@ -142,6 +157,7 @@ class Assign:
     repeat: Expr | None = None
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)
@@ -149,6 +165,7 @@ class Output:
     names: tuple[str, ...]
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)
@@ -156,6 +173,7 @@ class Return:
     values: tuple
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)
@@ -165,6 +183,7 @@ class Block:
     body: tuple
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)
@@ -172,6 +191,7 @@ class Include:
     path: str
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)
@@ -180,6 +200,7 @@ class Label:
     text: str
     note: str = ""
     span: Span = _span()
+    note_span: Span = _note_span()
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import os
 import re
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -181,7 +182,7 @@ class _ToIR(Transformer):
         if isinstance(func, tuple) and func[0] == "attr":
             _, obj, attr, aspan = func
             if attr == "detach" and not pos and not kws:
-                return ir.Call("detach", (self._expr(obj),), span=span)
+                return ir.Call("detach", (self._expr(obj),), span=span, method=True)
             raise PenroseSyntaxError(f"unknown method '.{attr}()'; the only method is .detach()", aspan)
         if not isinstance(func, ir.Name):
             raise PenroseSyntaxError("only named functions can be called", span)
@@ -198,7 +199,8 @@ class _ToIR(Transformer):
         return ir.Dim(str(ch[0]), size, span=self.L.span(meta))
 
     def dim_decl(self, meta, ch):
-        return list(ch)
+        # `dim f = 30, r = 1` stays one line under fmt: every Dim after the first is `grouped`
+        return [ch[0]] + [replace(d, grouped=True) for d in ch[1:]]
 
     def legs(self, meta, ch):
         toks = [c for c in ch if c is not None]
@@ -365,24 +367,22 @@ def _attach_comments(body, comments, lines: _Lines):
         by_line[tok.line] = tok
     used: set[int] = set()
 
-    def note_for(stmt):
+    def note_for(stmt) -> dict:
         end = stmt.span.end_line if not isinstance(stmt, ir.Block) else stmt.span.line
         tok = by_line.get(end)
         if tok is not None and end not in used and tok.column > 1 and lines.line(end)[: tok.column - 1].strip():
             used.add(end)
-            return _clean(str(tok))
-        return ""
+            return {"note": _clean(str(tok)), "note_span": lines.tok(tok)}
+        return {"note": ""}
 
     def weave(stmts, lo, hi):
         out = []
         for s in stmts:
             if isinstance(s, ir.Block):
                 inner = weave(s.body, s.span.line + 1, s.span.end_line)
-                s = ir.Block(s.name, s.formals, tuple(inner), note_for(s), span=s.span)
+                s = replace(s, body=tuple(inner), **note_for(s))
             elif hasattr(s, "note"):
-                from dataclasses import replace
-
-                s = replace(s, note=note_for(s))
+                s = replace(s, **note_for(s))
             out.append(s)
         standalone = [
             t for ln, t in by_line.items() if lo <= ln <= hi and ln not in used and not lines.line(ln)[: t.column - 1].strip()

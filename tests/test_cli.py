@@ -11,16 +11,17 @@ import torch
 
 from penrose.cli import main
 
+# GOOD checks and compiles but is not in canonical form ('x,W'), for the fmt tests
 GOOD = """\
 dim t = 4, e = 3
 input x[t, e]
 input unused[t]
 param W[e, e] ~ normal(std=0.5)
-y = einsum('te,ef->tf', x, W)
+y = einsum('te,ef->tf', x,W)
 output y
 """
 BAD = "dim t = 4\ninput x[t]\ny = sigmod(x)\noutput y\n"
-CANONICAL = "dim e = 3\ninput x[e]\ny = x * 2  # twice\noutput y\n"
+CANONICAL = "dim e = 3\ninput x[e]\ny = x * 2   # twice\noutput y\n"
 
 
 @pytest.fixture
@@ -196,7 +197,7 @@ def test_plan_error(files, capsys):
 def test_fmt_prints(files, capsys):
     code, out, _ = run(capsys, "fmt", files / "good.pen")
     assert code == 0
-    assert out.startswith("dim t = 4\ndim e = 3\ninput x[t, e]\n")
+    assert out.startswith("dim t = 4, e = 3\ninput x[t, e]\n")
     assert (files / "good.pen").read_text(encoding="utf-8") == GOOD  # untouched
 
 

@@ -1,7 +1,9 @@
 """The formatter keeps the meaning: parse(fmt(x)) == parse(x), and fmt is idempotent.
 
 The IR compares without source spans, so the same diagram laid out differently compares equal;
-comments, step captions and statement notes are part of the IR and must survive.
+comments, step captions and statement notes are part of the IR and must survive. The author's
+layout choices that fmt keeps (dims grouped on one line, blank lines, notes aligned in a column)
+are recorded outside equality, and every diagram under zoo/ is already in canonical form.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from penrose import ir
-from penrose.fmt import format_diagram
+from penrose.cli import main
+from penrose.fmt import NOTE_GAP, format_diagram, format_expr, format_stmt
 from penrose.parse import parse, parse_file
 from strategies import decorated, einsum_cases, elementwise_cases
 
@@ -36,20 +39,41 @@ def test_fmt_round_trip_generated(text):
 @settings(max_examples=30)
 @given(st.one_of(einsum_cases(), elementwise_cases()).flatmap(lambda c: st.tuples(st.just(c.text), decorated(c.text, comments=False))))
 def test_fmt_output_is_canonical(texts):
-    """Layout (spacing, blank lines, calls broken over lines) does not change the formatted text."""
+    """Spacing and calls broken over lines do not change the formatted text; blank lines stay
+    where they are written, one for a run of them, never first or last."""
     plain, messy = texts
     canonical = format_diagram(parse(plain))
-    assert format_diagram(parse(messy)) == canonical
-    assert canonical.endswith("\n") and "\n\n\n" not in canonical
+    out = format_diagram(parse(messy))
+    assert _no_blanks(out) == _no_blanks(canonical)
+    assert format_diagram(parse(messy.replace("\n\n", "\n\n\n"))) == out
+    assert out.endswith("\n") and "\n\n\n" not in out and not out.startswith("\n") and not out.endswith("\n\n")
+
+
+def _no_blanks(text: str) -> str:
+    return "".join(line for line in text.splitlines(keepends=True) if line.strip())
+
+
+ZOO = sorted((ROOT / "zoo").rglob("*.pen"))
 
 
 def test_fmt_every_zoo_diagram():
-    files = sorted((ROOT / "zoo").rglob("*.pen"))
-    for f in files:
+    for f in ZOO:
         d = parse_file(f)
         once = format_diagram(d)
         assert parse(once, file=str(f)) == d, f
         assert format_diagram(parse(once)) == once, f
+
+
+@pytest.mark.parametrize("path", ZOO, ids=lambda p: str(p.relative_to(ROOT / "zoo")))
+def test_zoo_diagram_is_canonical(path):
+    """Every committed diagram is already in canonical form: `penrose fmt --write zoo` changes nothing."""
+    text = path.read_text(encoding="utf-8")
+    assert format_diagram(parse(text, file=str(path))) == text
+
+
+def test_fmt_check_passes_on_the_zoo(capsys):
+    assert main(["fmt", "--check", *map(str, ZOO)]) == 0
+    assert capsys.readouterr().out == ""
 
 
 KITCHEN_SINK = """\
@@ -86,23 +110,25 @@ output y, s  # the results
 def test_fmt_kitchen_sink():
     assert_round_trip(KITCHEN_SINK)
     out = format_diagram(parse(KITCHEN_SINK))
-    assert "dim t = 4  # sizes\ndim e = 8\ndim f = 16\n" in out  # one dim per line; the note stays on the first
+    assert "dim t = 4, e = 8, f = 16   # sizes\ndim f2 = 2 * f, half = e // 2\n" in out  # grouped as written
     for kept in [
         "# index legend: t token, e embedding, f hidden",
-        "# 1) Project. Yields: h.",
+        "\n\n# 1) Project. Yields: h.\n",
         "# 2) Mask.",
-        "  # a note on a broken line",
-        "  # weights",
+        ")   # a note on a broken line",
+        "   # weights",
         "# inside the block",
-        "  # hidden",
-        "  # block note",
-        "  # the results",
+        "   # hidden",
+        "{   # block note",
+        "   # the results",
         "# trailing comment",
-        "label Z 'token embeddings'",
+        'label Z "token embeddings"',
         "input Z[..., t, e]",
         "input ids[t] : int",
         "y = mlp(Z) repeat 2 as layers",
         "h.detach()",
+        "h + -h**2 - (h - 1) * (2 - h) / (1 + h**2)",
+        "min=-1e-5, max=10",
     ]:
         assert kept in out, kept
 
@@ -137,7 +163,171 @@ def test_comments_are_part_of_the_ir():
         "# trailing blanks   \ndim e = 3\t# note\t\ninput x[e]\noutput x\n",
         # ... and \x0c or U+2028 in a comment made the parser's line table disagree with the lexer's
         "dim e = 3  # a\x0cb\n# c\u2028d\ninput x[e]  # note\x85\noutput x\n",
+        # a negative number raised to a power printed as '-2 ** x', which is -(2 ** x)
+        "dim e = 3\ninput x[e]\ny = (-2) ** x + (-0.5) ** x\noutput y\n",
+        # a grouped dim with its own note (after a backslash continuation) must start its own line
+        "dim a = 1, \\\n  b = 2   # note of b\ninput x[a, b]\noutput x\n",
+        # an overflowing literal is infinity, which must not print as the name 'inf'
+        "dim e = 3\ninput x[e]\ny = x * 1e999\noutput y\n",
     ],
 )
 def test_fmt_round_trip_cases(text):
     assert_round_trip(text)
+
+
+# ---- the canonical form's rules -------------------------------------------------------------
+
+
+def fmt(text: str) -> str:
+    out = format_diagram(parse(text))
+    assert_round_trip(text)
+    return out
+
+
+def test_grouped_dims_stay_grouped():
+    text = "dim t, p, e = 32, h = 4\ndim d = 8\ninput x[t, e]\noutput x\n"
+    assert fmt(text) == text
+    assert fmt("dim   f=30 ,r = 1\n") == "dim f = 30, r = 1\n"
+    # the grouping is layout, not meaning
+    one_per_line = parse("dim t\ndim p\ndim e = 32\ndim h = 4\ndim d = 8\ninput x[t, e]\noutput x\n")
+    assert parse(text) == one_per_line and hash(parse(text).body) == hash(one_per_line.body)
+    assert [d.grouped for d in parse(text).body[:5]] == [False, True, True, True, False]
+    # a diagram built by hand (nothing grouped) gets one dim per line
+    built = ir.Diagram((ir.Dim("f", ir.Number(30)), ir.Dim("r", ir.Number(1))))
+    assert format_diagram(built) == "dim f = 30\ndim r = 1\n"
+
+
+def test_grouped_dims_keep_their_note_on_the_first_dim():
+    assert fmt("dim f = 30, r = 1  # sizes\n") == "dim f = 30, r = 1   # sizes\n"
+    # the note of a later dim in the group (possible after a backslash) cannot stay on the line
+    assert fmt("dim a = 1, \\\n  b = 2   # b\n") == "dim a = 1\ndim b = 2   # b\n"
+
+
+def test_label_and_include_strings_take_double_quotes():
+    assert fmt("label x 'input x'\n") == 'label x "input x"\n'
+    assert fmt('label x "input x"\n') == 'label x "input x"\n'
+    assert fmt("""label x 'the "x"'\n""") == """label x 'the "x"'\n"""  # no escapes: the other quote
+    assert fmt("include 'dims.pen'\n") == 'include "dims.pen"\n'
+
+
+def test_expression_strings_take_single_quotes():
+    assert fmt('dim e = 2\ninput x[e]\ny = einsum("e->", x)\noutput y\n') == "dim e = 2\ninput x[e]\ny = einsum('e->', x)\noutput y\n"
+    assert format_expr(ir.String("it's")) == '"it\'s"'
+
+
+def test_note_sits_note_gap_spaces_after_its_code():
+    for written in ["y = x # n", "y = x  # n", "y = x\t#n", "y = x              # n"]:
+        assert fmt(f"dim e = 2\ninput x[e]\n{written}\noutput y\n").splitlines()[2] == "y = x" + " " * NOTE_GAP + "# n"
+    assert format_stmt(parse("dim e = 2   # n").body[0]) == "dim e = 2   # n"
+
+
+def test_aligned_notes_stay_aligned():
+    text = (
+        "dim j = 4\n"
+        "input x[j]\n"
+        "h = relu(x)   # hidden\n"
+        "# a comment line does not part the paragraph\n"
+        "y = h * 2     # output\n"
+        "z = y\n"
+        "w = z         # last\n"
+        "output w\n"
+    )
+    assert fmt(text) == text  # aligned three spaces after the longest line: already canonical
+    moved = text.replace("   # hidden", "        # hidden").replace("     # output", "          # output").replace("         # last", "              # last")
+    assert fmt(moved) == text  # aligned further right: pulled in to the same column
+    # a note out of the column is on its own: three spaces after its code; the others stay aligned
+    ragged = text.replace("     # output", "  # output")
+    assert fmt(ragged).splitlines()[2:7] == ["h = relu(x)   # hidden", "# a comment line does not part the paragraph", "y = h * 2   # output", "z = y", "w = z         # last"]
+    # no two notes in one column: none is aligned
+    assert "w = z   # last" in fmt(ragged.replace("         # last", "    # last"))
+
+
+def test_a_blank_line_parts_aligned_notes():
+    text = "dim e = 2\ninput x[e]\nlonger_name = x   # a\n\ny = x             # b\noutput y\n"
+    assert fmt(text) == "dim e = 2\ninput x[e]\nlonger_name = x   # a\n\ny = x   # b\noutput y\n"
+
+
+def test_notes_align_inside_blocks():
+    text = "dim e = 2\n\nblock f(x[e]) {\n  param W[e, e]   # weights\n  y = x * 2       # twice\n  return y\n}\n"
+    assert fmt(text) == text
+
+
+def test_blank_lines_and_comment_lines_stay_as_written():
+    text = (
+        "# index legend: e embedding\n"
+        "#   (a continued legend line)\n"
+        "dim e = 2\n"
+        "input x[e]\n"
+        "\n"
+        "# 1) First step. Yields: y.\n"
+        "y = x * 2\n"
+        "# 2) Second step, no blank line before it.\n"
+        "z = y + 1\n"
+        "\n"
+        "output z\n"
+    )
+    assert fmt(text) == text
+    assert fmt("\n\n" + text.replace("\n\n", "\n\n\n\n") + "\n\n") == text  # runs become one, none at the ends
+
+
+def test_blocks_are_parted_by_blank_lines():
+    squeezed = "dim e = 2\n# leads into f\n# (two lines)\nblock f(x[e]) {\n\n  return x\n\n}\ny = f(x)\n"
+    assert fmt(squeezed) == "dim e = 2\n\n# leads into f\n# (two lines)\nblock f(x[e]) {\n  return x\n}\n\ny = f(x)\n"
+
+
+def test_power_hugs_simple_operands():
+    cases = {
+        "asqn**0.5": "asqn**0.5",  # as the paper writes it
+        "x ** 2": "x**2",
+        "x**-2": "x**-2",
+        "2**x**3": "2**x**3",
+        "(x + 1)**2": "(x + 1) ** 2",
+        "x.shape[0]**2": "x.shape[0] ** 2",
+        "(-2)**x": "(-2) ** x",
+        "(-x)**2": "(-x) ** 2",
+        "-x**2": "-x**2",
+    }
+    for written, canonical in cases.items():
+        assert format_expr(parse(f"y = {written}").body[0].value) == canonical, written
+
+
+def test_detach_keeps_its_spelling():
+    """The paper writes `Z.detach()`, the Steerling diagrams `detach(h)`: both are kept."""
+    texts = [f"dim e = 2\ninput x[e]\ny = {call} * 2\noutput y\n" for call in ("detach(x)", "x.detach()")]
+    assert [fmt(t) for t in texts] == texts
+    assert parse(texts[0]) == parse(texts[1])
+    assert fmt("dim e = 2\ninput x[e]\ny = (x * 2).detach()\noutput y\n").splitlines()[2] == "y = detach(x * 2)"
+
+
+def test_numbers_as_a_person_writes_them():
+    out = fmt("dim e = 2\ninput x[e]\ny = clamp(x, min=1e-05, max=1.5e+20) * 0.02 + 1e-12\noutput y\n")
+    assert "clamp(x, min=1e-5, max=1.5e20) * 0.02 + 1e-12" in out
+
+
+def _without_layout(s):
+    """A statement as if built by hand: no spans, no dim grouping (so fmt falls back to its defaults)."""
+    from dataclasses import fields, replace
+
+    from penrose.errors import NOWHERE
+
+    names = {f.name for f in fields(s)}
+    changes = {k: NOWHERE for k in ("span", "note_span") if k in names}
+    if "grouped" in names:
+        changes["grouped"] = False
+    if isinstance(s, ir.Block):
+        changes["body"] = tuple(_without_layout(b) for b in s.body)
+    return replace(s, **changes)
+
+
+@pytest.mark.parametrize("path", ZOO, ids=lambda p: str(p.relative_to(ROOT / "zoo")))
+def test_fmt_is_idempotent_on_the_zoo(path):
+    """Formatting a zoo diagram, as written or laid out by the defaults (one dim per line, no blank
+    lines but around blocks, no aligned notes), reaches a fixed point in one step and keeps the meaning."""
+    d = parse_file(path)
+    default = format_diagram(ir.Diagram(tuple(_without_layout(s) for s in d.body)))
+    assert not any(line.startswith("dim ") and ", " in line for line in default.splitlines())  # one dim per line
+    for variant in (path.read_text(encoding="utf-8"), default):
+        once = format_diagram(parse(variant))
+        assert parse(once) == d
+        assert format_diagram(parse(once)) == once
+    assert format_diagram(parse(default)) == default  # the defaults are canonical too
