@@ -110,8 +110,28 @@ def test_dense_unknown_variant_round_trips_a_checkpoint(tmp_path):
     ids = fx.tensors["input.input_ids"]
     with torch.no_grad():
         assert torch.equal(again(ids, intervene_unknown={2: 1.0}).logits, model(ids, intervene_unknown={2: 1.0}).logits)
-    with pytest.raises(PenroseCompileError, match="topk_known_features"):  # no per-position variant yet
-        again.forward_from_embeddings(again.embed(ids))
+    with torch.no_grad():  # the embeddings diagram draws these heads too (their *_head_at blocks)
+        emb = again.forward_from_embeddings(again.embed(ids))
+        dense = again(ids, dense_heads=True)
+    assert float((emb.logits - dense.logits).abs().max()) <= 1e-6
+
+
+@pytest.mark.parametrize("name", ["release_like", "mha_dense_unknown"])
+@pytest.mark.parametrize("known,unknown", [({}, {}), ({3: 1.0, 1: 0.0}, {}), ({}, {2: 0.9}), ({0: 0.3}, {4: 0.0})])
+def test_forward_from_embeddings_is_forward(name, known, unknown):
+    """The embeddings diagram (per-position values, any head variant) computes forward's function:
+    the same values with scalar interventions, and with per-position values equal to them."""
+    fx, model = _fixture(name)
+    ids, pos = fx.tensors["input.input_ids"], fx.tensors["input.positions"]
+    with torch.no_grad():
+        want = model(ids, intervene_known=known, intervene_unknown=unknown, positions=pos, dense_heads=True)
+        got = model.forward_from_embeddings(model.embed(ids), intervene_known=known, intervene_unknown=unknown, positions=pos)
+        per_position = {c: torch.full(ids.shape, v) for c, v in known.items()}
+        again = model.forward_from_embeddings(model.embed(ids), intervene_known=per_position,
+                                              intervene_unknown=unknown, positions=pos)
+    for key in ("logits", "known_features", "unknown_features", "composed", "known_weights", "unknown_weights"):
+        assert float((getattr(got, key) - getattr(want, key)).abs().max()) <= 1e-6, key
+        assert torch.equal(getattr(again, key), getattr(got, key)), key
 
 
 def test_concepts_from_hidden_is_forward_after_the_hidden_state():

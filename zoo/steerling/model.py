@@ -787,13 +787,9 @@ class Steerling(torch.nn.Module):
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
 
     def _embedding_net(self):
-        """The compiled embeddings diagram, its parameters tied to self.net's."""
-        if self.concept_parts != DEFAULT_HEADS:
-            raise PenroseCompileError(
-                "forward_from_embeddings draws the release's own concept heads (concepts_positional.pen); "
-                f"this config needs {', '.join(self.concept_parts)} (fields 'topk_known_features', 'factorize_unknown'), "
-                "which have no per-position variant yet")
-        return self._tied("_emb_net", EMBEDDING_DIAGRAMS[self.variant])
+        """The compiled embeddings diagram (with this config's head files: their `*_head_at`
+        blocks), its parameters tied to self.net's."""
+        return self._tied("_emb_net", with_heads(EMBEDDING_DIAGRAMS[self.variant], self.concept_parts))
 
     def _positional(self, spec, n: int, what: str, shape, device) -> tuple[Tensor, Tensor]:
         """(chosen (n,) bool, values (*shape, n)) from {id: float | (*shape) tensor}."""
