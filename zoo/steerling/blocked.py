@@ -8,13 +8,15 @@ concepts; `Steerling.forward` streams every head wider than one block (both 8B h
 known, 101,196 unknown concepts) through this module, each with its release's rules:
 
   1. `select_topk` (no gradient): a running top-k per token over blocks of concepts;
-  2. `weighted_sum` (differentiable): block by block, the logits again, σ at the kept entries
-     (plus the release's large-head intervention rule), times that block of the table.
+  2. `weighted_sum` (differentiable): the logits of the kept concepts only, from their rows of
+     the predictor, σ, the intervention rule, times their rows of the table — O(t · k) work and
+     memory instead of a second pass over all n concepts, and a backward pass through the k kept
+     concepts only (the dense diagram's backward multiplies the full (t × n) matrices).
 
-Peak extra memory is O(t · block + t · k) instead of O(t · n); under autograd each block is
-checkpointed, so backward recomputes one block at a time as well. `large_head` is one head as the
-release computes a large one; `Steerling.forward` uses it for every large head (model.py,
-`Steerling._concepts`), and the compiled diagrams for everything else.
+Peak extra memory is O(t · block + t · k) instead of O(t · n); under autograd `weighted_sum`
+checkpoints chunks of tokens, so backward holds one chunk's gathered rows at a time. `large_head`
+is one head computed this way; `Steerling.forward` uses it for every head wider than one block
+(model.py, `Steerling._concepts`), and the compiled diagrams for everything else.
 
 Large-head rules (docs/steerling-release.md §5.4, §6): the k_features best concepts by rank
 (σ(logit) for dense heads, the logit for factorised ones) build the features; the reported list is
@@ -66,45 +68,51 @@ def select_topk(x: Tensor, predictor: Tensor, k: int, *, block: int = 4096,
     return best_l.gather(-1, order), best_i.gather(-1, order)
 
 
-def _block_sum(x: Tensor, predictor: Tensor, table: Tensor, kept: Tensor, hit: Tensor | None,
-               values: Tensor | None, override: bool = False) -> Tensor:
-    """One block: Σ_c w_c · table_c with w = σ(l) at the kept entries, and where hit either
-    + v − σ(l) (the large-head rule) or w = v (override: the small-head rule)."""
-    p = torch.sigmoid(_logits(x, predictor))
-    w = torch.where(kept, p, 0.0)
-    if hit is not None:
-        w = torch.where(hit, values, w) if override else w + torch.where(hit, values - p, 0.0)
-    return w @ table
+def _kept_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, pos: Tensor | None,
+              chosen: Tensor | None, values: Tensor | None, override: bool) -> Tensor:
+    """Rows (r, a) of x, their kept concepts ids (r, k): Σ_j w_j · table[ids_j] with
+    w = σ(clamp(x · predictor[ids]ᵀ)) computed for the kept concepts only, plus the intervention
+    on `chosen` (j,) at rows `pos` (r,) by the small-head (override) or large-head rule."""
+    w = torch.sigmoid((predictor[ids] @ x[..., None]).squeeze(-1).clamp(-CLAMP, CLAMP))
+    if chosen is not None:
+        at = pos[:, None]
+        if override:  # the weight becomes the value, kept or not
+            w = torch.where(at & (ids[..., None] == chosen).any(-1), 0.0, w)
+            extra = torch.where(at, values, 0.0)
+        else:  # (value − σ(l)) added for every chosen concept
+            extra = torch.where(at, values - torch.sigmoid(_logits(x, predictor[chosen])), 0.0)
+        w = torch.cat([w, extra.to(w.dtype).expand(ids.shape[0], -1)], -1)
+        ids = torch.cat([ids, chosen.expand(ids.shape[0], -1)], -1)
+    return (w[..., None] * table[ids]).sum(-2)
 
 
-def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, block: int = 4096,
+def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, rows: int | None = None,
                  shift: tuple[Tensor, Tensor, Tensor] | None = None, override: bool = False) -> Tensor:
-    """Σ_{c in ids} σ(l_c) · table_c per token, l = clamp(x·predictorᵀ), in blocks of concepts;
-    differentiable in x, predictor and table (each block checkpointed under autograd).
+    """Σ_{c in ids} σ(l_c) · table_c per token, l = clamp(x·predictorᵀ), from the kept concepts'
+    rows of predictor and table only (O(t · k · (a + b)), not O(t · n · a)); differentiable in x,
+    predictor and table, in chunks of `rows` tokens (each chunk checkpointed under autograd, so
+    the gathered rows are never all held at once).
 
     ids (..., t, k) the kept concepts; shift = (positions (..., t) bool, chosen (n,) bool,
     values (n,)): an intervention at chosen concepts and positions, by the large-head rule
     ((value − σ(l)) added) or, with `override`, the small-head rule (the weight becomes value,
     selected or not)."""
-    n = predictor.shape[0]
-    lead = ids.shape[:-1]
+    lead, k = ids.shape[:-1], ids.shape[-1]
+    xs, ids2 = x.expand(*lead, x.shape[-1]).reshape(-1, x.shape[-1]), ids.reshape(-1, k)
+    pos = chosen = values = None
+    if shift is not None:
+        where_, mask, vals = shift
+        chosen = mask.nonzero().squeeze(-1)
+        pos, values = where_.expand(lead).reshape(-1), vals[chosen]
+    if rows is None:  # about 16 M gathered elements per chunk
+        rows = max(1, (1 << 24) // max(1, (k + (0 if chosen is None else chosen.numel())) * max(x.shape[-1], table.shape[-1])))
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, predictor, table))
-    out = None
-    for start in range(0, n, block):
-        end = min(start + block, n)
-        size = end - start
-        inside = (ids >= start) & (ids < end)
-        slot = torch.where(inside, ids - start, size)  # a spare column takes the others
-        kept = torch.zeros(*lead, size + 1, dtype=torch.bool, device=ids.device).scatter_(-1, slot, True)[..., :size]
-        hit = values = None
-        if shift is not None:
-            pos, chosen, vals = shift
-            hit = pos[..., None] & chosen[start:end]
-            values = vals[start:end]
-        args = (x, predictor[start:end], table[start:end], kept, hit, values, override)
-        part = checkpoint(_block_sum, *args, use_reentrant=False) if grad else _block_sum(*args)
-        out = part if out is None else out + part
-    return out
+    parts = []
+    for start in range(0, xs.shape[0], rows):
+        sl = slice(start, start + rows)
+        args = (xs[sl], predictor, table, ids2[sl], None if pos is None else pos[sl], chosen, values, override)
+        parts.append(checkpoint(_kept_sum, *args, use_reentrant=False) if grad else _kept_sum(*args))
+    return torch.cat(parts).reshape(*lead, table.shape[-1])
 
 
 def active_lists(x: Tensor, predictor: Tensor, top_l: Tensor, top_i: Tensor,
@@ -145,7 +153,7 @@ def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_r
     if small_rule and shift is not None:  # the dense intervention path keeps topk, not topk_features
         k_features = min(k_features, k_report)
     top_l, top_i = select_topk(x, predictor, k_features, block=block, by_sigmoid=by_sigmoid)
-    features = weighted_sum(x, predictor, table, top_i, block=block, shift=shift, override=small_rule)
+    features = weighted_sum(x, predictor, table, top_i, shift=shift, override=small_rule)
     with torch.no_grad():
         active = active_lists(x, predictor, top_l, top_i, shift, small_rule)
     if k_report < top_l.shape[-1]:  # re-ranked by logit, cut to k_report
