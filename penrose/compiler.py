@@ -169,15 +169,19 @@ def _remember(key, value):
     return value
 
 
+def _broadcast_lead(parts, n):
+    """The broadcast shape of the parts' leading legs, all but their last n (torch.broadcast_shapes is slow)."""
+    lead = [1] * (max(x.dim() for x in parts) - n)
+    for x in parts:
+        for i, m in enumerate(x.shape[: max(x.dim() - n, 0)], len(lead) + n - x.dim()):
+            lead[i] = m if m != 1 else lead[i]
+    return lead
+
+
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
-    parts = (q, k, v) if mask is None else (q, k, v, mask)
-    batch = [1] * max(x.dim() for x in parts)  # broadcast the leading legs (torch.broadcast_shapes is slow)
-    for x in parts:
-        for i, n in enumerate(x.shape[:-2], len(batch) - x.dim()):
-            batch[i] = n if n != 1 else batch[i]
-    batch = batch[:-2]
+    batch = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 2)
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*batch, *k.shape[-2:])
     v = v.expand(*batch, *v.shape[-2:])
@@ -197,10 +201,7 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                                                 enable_gqa=True)
-    lead = [1] * (max(q.dim(), k.dim(), v.dim(), 0 if mask is None else mask.dim()) - 3)
-    for x in (q, k, v) if mask is None else (q, k, v, mask):
-        for i, n in enumerate(x.shape[:-3], len(lead) + 3 - x.dim()):
-            lead[i] = n if n != 1 else lead[i]
+    lead = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 3)
     q, k, v = (x.expand(*lead, *x.shape[-3:]).reshape(-1, *x.shape[-3:]) for x in (q, k, v))
     if mask is not None and mask.dim() > 3:
         mask = mask.expand(*lead, *mask.shape[-3:]).reshape(-1, *mask.shape[-3:])
@@ -253,9 +254,9 @@ class _Emitter:
         self.top = top
         self.used_free: dict[int, str] = {}
         self.uses_device = False
-        self.fused = find_attention(c) if fuse_attention else {}
-        self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
         self.read = read_counts(c)  # (name, SSA version) -> how often statements and outputs read it
+        self.fused = find_attention(c, self.read) if fuse_attention else {}
+        self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
 
     # -- sizes
     def size_code(self, cls: int, span: Span) -> str:

@@ -68,9 +68,10 @@ def read_counts(c: Checked) -> dict:
     return counts
 
 
-def find_attention(c: Checked) -> dict:
-    """Map id(CStmt) of each fusable final statement to its Attention description."""
-    uses = read_counts(c)
+def find_attention(c: Checked, uses: dict | None = None) -> dict:
+    """Map id(CStmt) of each fusable final statement to its Attention description. `uses`: c's
+    read_counts, when the caller has them already."""
+    uses = read_counts(c) if uses is None else uses
     defs = {}
     for s in c.stmts:
         if isinstance(s.stmt, ir.Assign) and len(s.targets) == 1 and s.value is not None and s.value.op != "block":

@@ -68,21 +68,39 @@ def select_topk(x: Tensor, predictor: Tensor, k: int, *, block: int = 4096,
     return best_l.gather(-1, order), best_i.gather(-1, order)
 
 
+def _intervened(x: Tensor, predictor: Tensor, ids: Tensor, w: Tensor, pos: Tensor, chosen: Tensor,
+                values: Tensor, override: bool) -> tuple[Tensor, Tensor]:
+    """The kept concepts ids (..., k) with weights w, and an intervention on `chosen` (j,) ids
+    with `values` (j,) at positions `pos` (...): (ids, weights) (..., k + j) whose weighted sum
+    of table rows is the head's features — by the small-head rule (`override`) the chosen take
+    their value (a kept copy weighs 0), by the large-head rule value − σ(logit) is added (a kept
+    copy stays). Elsewhere the chosen weigh 0."""
+    at = pos[..., None]
+    if override:
+        w = torch.where(at & (ids[..., None] == chosen).any(-1), 0.0, w)
+        extra = torch.where(at, values, 0.0)
+    else:
+        extra = torch.where(at, values - torch.sigmoid(_logits(x, predictor[chosen])), 0.0)
+    extra = extra.to(w.dtype).expand(*ids.shape[:-1], chosen.numel())
+    return torch.cat([ids, chosen.expand_as(extra)], -1), torch.cat([w, extra], -1)
+
+
+def _chosen(shift: tuple[Tensor, Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    """(positions, chosen ids (j,), their values (j,)) from shift = (positions, chosen (n,) bool,
+    values (n,))."""
+    pos, mask, values = shift
+    chosen = mask.nonzero().squeeze(-1)
+    return pos, chosen, values[chosen]
+
+
 def _kept_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, pos: Tensor | None,
               chosen: Tensor | None, values: Tensor | None, override: bool) -> Tensor:
     """Rows (r, a) of x, their kept concepts ids (r, k): Σ_j w_j · table[ids_j] with
     w = σ(clamp(x · predictor[ids]ᵀ)) computed for the kept concepts only, plus the intervention
-    on `chosen` (j,) at rows `pos` (r,) by the small-head (override) or large-head rule."""
+    on `chosen` (j,) at rows `pos` (r,) (`_intervened`)."""
     w = torch.sigmoid((predictor[ids] @ x[..., None]).squeeze(-1).clamp(-CLAMP, CLAMP))
     if chosen is not None:
-        at = pos[:, None]
-        if override:  # the weight becomes the value, kept or not
-            w = torch.where(at & (ids[..., None] == chosen).any(-1), 0.0, w)
-            extra = torch.where(at, values, 0.0)
-        else:  # (value − σ(l)) added for every chosen concept
-            extra = torch.where(at, values - torch.sigmoid(_logits(x, predictor[chosen])), 0.0)
-        w = torch.cat([w, extra.to(w.dtype).expand(ids.shape[0], -1)], -1)
-        ids = torch.cat([ids, chosen.expand(ids.shape[0], -1)], -1)
+        ids, w = _intervened(x, predictor, ids, w, pos, chosen, values, override)
     return (w[..., None] * table[ids]).sum(-2)
 
 
@@ -101,9 +119,8 @@ def weighted_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, *, ro
     xs, ids2 = x.expand(*lead, x.shape[-1]).reshape(-1, x.shape[-1]), ids.reshape(-1, k)
     pos = chosen = values = None
     if shift is not None:
-        where_, mask, vals = shift
-        chosen = mask.nonzero().squeeze(-1)
-        pos, values = where_.expand(lead).reshape(-1), vals[chosen]
+        pos, chosen, values = _chosen(shift)
+        pos = pos.expand(lead).reshape(-1)
     if rows is None:  # about 16 M gathered elements per chunk
         rows = max(1, (1 << 24) // max(1, (k + (0 if chosen is None else chosen.numel())) * max(x.shape[-1], table.shape[-1])))
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (x, predictor, table))
@@ -119,22 +136,12 @@ def active_lists(x: Tensor, predictor: Tensor, top_l: Tensor, top_i: Tensor,
                  shift: tuple[Tensor, Tensor, Tensor] | None = None,
                  small_rule: bool = False) -> tuple[Tensor, Tensor]:
     """(ids, weights) (..., t, k [+ j]) that a blocked head's features are the weighted sum of:
-    the kept concepts with σ(logit), and with an intervention on j concepts, those j appended —
-    by the small-head rule their value (the kept copy zeroed), by the large-head rule
-    value − σ(logit) (the kept copy stays). Positions outside the intervention weigh them 0."""
+    the kept concepts with σ(logit), and with an intervention on j concepts, those j appended
+    (`_intervened`)."""
     w = torch.sigmoid(top_l)
     if shift is None:
         return top_i, w
-    pos, chosen, values = shift
-    ids = chosen.nonzero().squeeze(-1)  # (j,)
-    at = pos[..., None]
-    if small_rule:
-        w = torch.where(at & (top_i[..., None] == ids).any(-1), 0.0, w)
-        extra = torch.where(at, values[ids], 0.0)
-    else:
-        extra = torch.where(at, values[ids] - torch.sigmoid(_logits(x, predictor[ids])), 0.0)
-    extra = extra.expand(*top_i.shape[:-1], ids.numel())
-    return torch.cat([top_i, ids.expand_as(extra)], -1), torch.cat([w, extra.to(w.dtype)], -1)
+    return _intervened(x, predictor, top_i, w, *_chosen(shift), small_rule)
 
 
 def large_head(x: Tensor, predictor: Tensor, table: Tensor, k_features: int, k_report: int, *,
