@@ -15,7 +15,7 @@ The pipeline: text --parse--> IR --check--> checked IR --compile--> PyTorch sour
 with render (figures, equations, readings) beside compile.
 """
 
-from penrose.check import Checked, check
+from penrose.check import LIMITS, Checked, check
 from penrose.errors import (
     PenroseCheckError,
     PenroseCompileError,
@@ -49,6 +49,18 @@ def load(path_or_text, **sizes) -> Checked:
     return _load(path_or_text, **sizes)
 
 
+def interpret(diagram, *args, params=None, training=False, **inputs):
+    """Evaluate a diagram directly (a second implementation, sharing no code with the compiler).
+
+    >>> import torch
+    >>> interpret("dim e = 2\\ninput x[e]\\ny = x * 2\\noutput y", torch.ones(2)).tolist()
+    [2.0, 2.0]
+    """
+    from penrose.interpret import interpret as _interpret
+
+    return _interpret(diagram, *args, params=params, training=training, **inputs)
+
+
 def source(path_or_text, **sizes) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
     from penrose.compiler import generate_source
@@ -57,6 +69,7 @@ def source(path_or_text, **sizes) -> str:
 
 
 __all__ = [
+    "LIMITS",
     "Checked",
     "PenroseCheckError",
     "PenroseCompileError",
@@ -68,6 +81,7 @@ __all__ = [
     "check",
     "compile",
     "format_diagram",
+    "interpret",
     "load",
     "parse",
     "parse_file",

@@ -6,15 +6,25 @@ carry their legs, size classes, dtype and batching. It raises `PenroseCheckError
 
 - names: every identifier is valid Python, not a keyword, not reserved by the generated module,
   declared once (dims, tensors, blocks, instances); every name used is defined (with a
-  near-miss suggestion); outputs exist; a block returns something; no block calls itself,
-  directly or through others; includes resolve and do not cycle.
+  near-miss suggestion); no input, param, buffer or block argument is named like a dim, and a
+  computed tensor named like one is read only where a tensor is expected (never as `x * d`);
+  outputs exist, in one `output` statement; a tensor has at most one label; a block returns
+  something; no block calls itself, directly or through others; includes resolve and do not
+  cycle.
 - legs: every leg of a declared tensor is a declared dim; an einsum term has as many legs as its
   operand; an output leg appears in some input; a leg argument (softmax over `p`) exists on its
   tensor; element-wise operands align by name or by position (docs/language.md).
 - sizes: legs bound together (an einsum letter, aligned legs, a block argument) have one size;
   a conflict names both sizes and both places. Sizes come from dim defaults, from `sizes`
-  overrides, and, for legs only inputs carry, from the inputs at run time.
+  overrides, and, for legs only inputs carry, from the inputs at run time. Every param and
+  buffer fits in `LIMITS.tensor_bytes` (as float32), all of them together (blocks and repeats
+  counted) in `LIMITS.total_bytes`; a `repeat` count is 1 to `LIMITS.repeat`.
 - dtypes: integer ids only where ids are expected (gather), bool masks only in where().
+- values: init arguments are finite, std and gain at least 0, uniform's a at most b; keyword
+  values follow the table of operations (eps > 0, 0 <= p < 1, ...), each given once; every
+  plain-number expression is evaluated at the declared sizes and must be a real number torch
+  accepts: no sqrt or log of a number <= 0 (sqrt of 0 is fine), no negative number to a
+  fractional power, no division by zero, nothing beyond float32's range or 64 bits.
 - usage: inputs and params never used give warnings, not errors.
 
 Imports neither torch nor any renderer.
@@ -29,8 +39,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from penrose import ir
+from penrose import ir, ops
+from penrose.ops import ELEMENTWISE, OPS
 from penrose.errors import PenroseCheckError, PenroseError, Span, suggest
+from penrose.stack import deep, too_deep
 
 IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -50,37 +62,75 @@ MODULE_ATTRS = frozenset(
 GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
 PEN_KEYWORDS = frozenset({"dim", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
 
-UNARY = {
-    "sigmoid": "torch.sigmoid",
-    "sigma": "torch.sigmoid",
-    "relu": "torch.relu",
-    "gelu": "torch.nn.functional.gelu",
-    "silu": "torch.nn.functional.silu",
-    "tanh": "torch.tanh",
-    "exp": "torch.exp",
-    "log": "torch.log",
-    "sqrt": "torch.sqrt",
-    "abs": "torch.abs",
-    "softplus": "torch.nn.functional.softplus",
-    "leaky_relu": "torch.nn.functional.leaky_relu",
-}
-OTHER_FUNCS = frozenset(
-    """einsum softmax log_softmax layernorm rmsnorm topk dropout detach clamp where causal
-    block_causal gather split concat sum mean max flatten unflatten rope topk_mask""".split()
-)
-FUNCTIONS = frozenset(UNARY) | OTHER_FUNCS
+# the functions of the language and their arguments: the table of operations (penrose/ops.py)
+FUNCTIONS = ops.FUNCTIONS
+# init -> keyword -> (default, rule); the rules are those of the table of operations (ops.RULES)
 INITS = {
-    "normal": {"std", "mean"},
-    "zeros": set(),
-    "ones": set(),
-    "constant": {"value"},
-    "uniform": {"a", "b"},
-    "xavier": {"gain"},
-    "eye": set(),
+    "normal": {"mean": (0.0, "finite"), "std": (0.02, "nonneg")},
+    "zeros": {},
+    "ones": {},
+    "constant": {"value": (0.0, "finite")},
+    "uniform": {"a": (0.0, "finite"), "b": (1.0, "finite")},
+    "xavier": {"gain": (1.0, "nonneg")},
+    "eye": {},
 }
 DTYPES = ("float", "int", "bool")
 FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)
 INT64_MAX = 2**63 - 1
+
+
+@dataclass
+class Limits:
+    """What the checker refuses as too big; raise a limit here or with its environment variable.
+
+    A field left at None reads its environment variable, else the built-in default:
+
+    - tensor_bytes: the largest param or buffer, in bytes as float32 (PENROSE_MAX_TENSOR_BYTES;
+      default 2**34, 16 GiB). A size override (`penrose.compile(text, d=...)`) meets it too.
+    - total_bytes: all params and buffers together, blocks and repeats counted
+      (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
+    - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
+
+    >>> from penrose.check import LIMITS
+    >>> LIMITS.value("repeat")
+    10000
+    """
+
+    tensor_bytes: int | None = None
+    total_bytes: int | None = None
+    repeat: int | None = None
+
+    _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT"}
+    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000}
+
+    def value(self, name: str) -> int:
+        set_here = getattr(self, name)
+        if set_here is not None:
+            return int(set_here)
+        env = self._ENV[name]
+        text = os.environ.get(env, "").strip()
+        if not text:
+            return self._DEFAULT[name]
+        try:
+            n = int(text.replace("_", ""))
+        except ValueError:
+            try:
+                f = float(text)
+            except ValueError:
+                f = math.nan
+            if not (math.isfinite(f) and f == int(f)):
+                raise PenroseCheckError(f"{env} must be a whole number, got {text!r}") from None
+            n = int(f)
+        if n < 1:
+            raise PenroseCheckError(f"{env} must be at least 1, got {text!r}")
+        return n
+
+    @staticmethod
+    def how_to_raise(name: str) -> str:
+        return f"raise it with {Limits._ENV[name]}=N or penrose.check.LIMITS.{name} = N"
+
+
+LIMITS = Limits()
 
 
 # ---- sizes -----------------------------------------------------------------------------------
@@ -252,15 +302,27 @@ class Checked:
 # ---- the checker -----------------------------------------------------------------------------
 
 
+@deep
 def check(diagram: ir.Diagram, **sizes) -> Checked:
     """Check a parsed diagram; `sizes` override dim defaults.
+
+    Deep programs (a 10,000-term sum, 1,000 nested calls) check; past even that room the
+    error is a positioned `PenroseCheckError`, never a RecursionError.
 
     >>> from penrose.parse import parse
     >>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\noutput y"))
     >>> c.outputs[0][1].legs
     ('e',)
     """
-    return _Checker(diagram, sizes).run()
+    checker = _Checker(diagram, sizes)
+    try:
+        return checker.run()
+    except RecursionError:
+        err = too_deep(checker.at, "statement")
+        raise PenroseCheckError(err.message, err.span) from None
+
+
+check.LIMITS = LIMITS  # `penrose.check` is this function: penrose.check.LIMITS.repeat = 20_000 works
 
 
 class _Scope:
@@ -276,6 +338,8 @@ class _Scope:
         self.outputs: list = []
         self.instances: dict[str, Instance] = {}
         self.labels: dict[str, str] = {}
+        self.label_at: dict[str, Span] = {}
+        self.output_at: Span | None = None
         self.captions: dict[int, str] = {}
         self.block_calls: list = []
         self.versions: dict[str, int] = {}  # SSA: Z = Z + h makes version 1 of Z
@@ -293,6 +357,9 @@ class _Checker:
         self.blocks: dict[str, Checked] = {}
         self.warnings: list = []
         self.including: list[str] = []
+        self.at = Span(self.file)  # the statement being checked, for an error without a better place
+        self.consts: dict[int, tuple] = {}  # id(V) -> (V, value, ((dim, size), ...)) of plain-number values
+        self.dim_named_refs: dict[int, V] = {}  # id(V) -> V: reads of a computed tensor named like a dim
 
     # -- entry
     def run(self) -> Checked:
@@ -310,7 +377,58 @@ class _Checker:
             self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
         result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
         result.warnings = self.warnings + result.warnings
+        self._allocations_ok([self.blocks[n] for n in self.block_defs] + [result])
+        self._total_ok(result)
         return result
+
+    def _entries(self, d: Decl) -> int:
+        sizes = [self.S.size(c) for c in d.type.cls]
+        return 0 if any(n is None for n in sizes) else math.prod(sizes)  # no size: the compiler asks for it
+
+    def _allocations_ok(self, bodies):
+        """Every param and buffer fits in LIMITS.tensor_bytes (float32, 4 bytes an entry)."""
+        limit = LIMITS.value("tensor_bytes")
+        for body in bodies:
+            for d in body.params + body.buffers:
+                sizes = [self.S.size(c) for c in d.type.cls]
+                count = self._entries(d)
+                if 4 * count > limit:
+                    t = d.tensor
+                    legs = ", ".join(f"{leg}={_amount(n)}" for leg, n in zip(t.legs, sizes))
+                    raise PenroseCheckError(
+                        f"{t.kind} {t.name!r} [{legs}] would hold {_amount(count)} entries, {_bytes(4 * count)} as float32, "
+                        f"beyond the limit of {_bytes(limit)} per tensor; {Limits.how_to_raise('tensor_bytes')}",
+                        t.span,
+                    )
+
+    def _total_ok(self, top: Checked):
+        """All params and buffers, block instances and repeats counted, fit in LIMITS.total_bytes."""
+        limit = LIMITS.value("total_bytes")
+        per_block: dict[str, int] = {}
+
+        def entries(body: Checked) -> int:  # blocks are checked callees first, so no cycle here
+            own = sum(self._entries(d) for d in body.params + body.buffers)
+            return own + sum(block_entries(i.block) * (i.repeat or 1) for i in body.instances.values())
+
+        def block_entries(name: str) -> int:
+            if name not in per_block:
+                per_block[name] = entries(self.blocks[name])
+            return per_block[name]
+
+        total = 0
+        items = [(self._entries(d), f"{d.tensor.kind} {d.tensor.name!r}", d.tensor.span) for d in top.params + top.buffers]
+        items += [
+            (block_entries(i.block) * (i.repeat or 1), f"{i.name!r} (block {i.block!r}" + (f" × {i.repeat:,})" if i.repeat else ")"), i.span)
+            for i in top.instances.values()
+        ]
+        for count, what, span in sorted(items, key=lambda it: (it[2].line, it[2].col)):
+            total += count
+            if 4 * total > limit:
+                raise PenroseCheckError(
+                    f"the params and buffers would take {_bytes(4 * total)} as float32 in all once {what} is built "
+                    f"({_amount(total)} entries), beyond the limit of {_bytes(limit)}; {Limits.how_to_raise('total_bytes')}",
+                    span,
+                )
 
     # -- pass 1: dims and blocks (of this file and its includes)
     def _collect(self, diagram: ir.Diagram) -> list:
@@ -362,6 +480,7 @@ class _Checker:
                 )
 
     def _declare_dim(self, d: ir.Dim):
+        self.at = d.span
         self._name_ok(d.name, d.span, "dim", module_attr=False)
         if d.name in self.dims:
             prev = self.dim_decl[d.name].span
@@ -418,6 +537,8 @@ class _Checker:
             raise PenroseCheckError(f"{what} name {name!r} is a Python keyword", span)
         if name in PEN_KEYWORDS:
             raise PenroseCheckError(f"{what} name {name!r} is a .pen keyword", span)
+        if name == "inf":
+            raise PenroseCheckError(f"{what} name 'inf' is reserved: it is infinity", span)
         if what != "dim" and name in GENERATED:
             raise PenroseCheckError(f"{what} name {name!r} is reserved by the generated module", span)
         if module_attr and name in MODULE_ATTRS:
@@ -433,8 +554,8 @@ class _Checker:
             elif isinstance(s, ir.Return):
                 exprs = list(s.values)
             for e in exprs:
-                for sub in ir.walk(e):
-                    if isinstance(sub, ir.Call) and sub.func in self.block_defs:
+                for sub in _calls(e):
+                    if sub.func in self.block_defs:
                         out.append((sub.func, sub.span))
         return out
 
@@ -479,6 +600,7 @@ class _Checker:
         returned = False
         step = None
         for s in body:
+            self.at = getattr(s, "span", span)
             if isinstance(s, ir.Comment):
                 if s.step is not None:
                     step = s.step
@@ -494,6 +616,13 @@ class _Checker:
             elif isinstance(s, ir.Output):
                 if is_block:
                     raise PenroseCheckError("a block ends with 'return', not 'output'", s.span)
+                if sc.output_at is not None:
+                    raise PenroseCheckError(
+                        "a second 'output' statement; name every result in one, as 'output y, z'",
+                        s.span,
+                        notes=(("the first 'output' statement is here", sc.output_at),),
+                    )
+                sc.output_at = s.span
                 for n in s.names:
                     if any(n == o[0] for o in sc.outputs):
                         raise PenroseCheckError(f"{n!r} is output twice", s.span)
@@ -514,7 +643,12 @@ class _Checker:
                 sc.stmts.append(CStmt(s, value=V("return", vals, span=s.span), types=tuple(v.type for v in vals), step=step))
             elif isinstance(s, ir.Label):
                 self._lookup(sc, s.name, s.span)
+                if s.name in sc.label_at:
+                    raise PenroseCheckError(
+                        f"{s.name!r} is labelled twice", s.span, notes=(("first labelled here", sc.label_at[s.name]),)
+                    )
                 sc.labels[s.name] = s.text
+                sc.label_at[s.name] = s.span
                 sc.stmts.append(CStmt(s, step=step))
             elif isinstance(s, ir.Dim):
                 sc.stmts.append(CStmt(s, step=step))
@@ -550,6 +684,7 @@ class _Checker:
     def _declare_tensor(self, sc: _Scope, t: ir.Tensor):
         self._name_ok(t.name, t.span, t.kind if t.kind != "formal" else "argument", module_attr=t.kind in ("param", "buffer"))
         self._fresh(sc, t.name, t.span)
+        self._not_a_dim(t.name, t.span)
         if t.name in FUNCTIONS or t.name in self.block_defs:
             raise PenroseCheckError(f"tensor name {t.name!r} is already a {'function' if t.name in FUNCTIONS else 'block'}", t.span)
         if t.dtype not in DTYPES:
@@ -580,15 +715,56 @@ class _Checker:
         init = t.init
         if init.name not in INITS:
             raise PenroseCheckError(f"unknown init {init.name!r}{suggest(init.name, INITS)}; one of {', '.join(INITS)}", init.span)
+        spec = INITS[init.name]
+        given = {}
         for k, v in init.kwargs:
-            if k not in INITS[init.name]:
-                allowed = ", ".join(sorted(INITS[init.name])) or "no arguments"
+            if k not in spec:
+                allowed = ", ".join(sorted(spec)) or "no arguments"
                 raise PenroseCheckError(f"{init.name}() takes {allowed}, not {k!r}", v.span)
-            if not isinstance(v, ir.Number):
+            if _is_inf(v):
+                value = -math.inf if isinstance(v, ir.Neg) else math.inf
+            elif isinstance(v, ir.Number):
+                self._literal_ok(v)
+                value = v.value
+            else:
                 raise PenroseCheckError(f"init argument {k!r} must be a number", v.span)
-            self._literal_ok(v, finite=True)
+            text, ok = ops.RULES[spec[k][1]]
+            if not ok(value):
+                raise PenroseCheckError(f"{init.name}: {k} must be {text}, got {value:g}", v.span)
+            given[k] = (value, v.span)
+        if init.name == "uniform":
+            (a, a_at), (b, b_at) = (given.get(k, (spec[k][0], None)) for k in ("a", "b"))
+            at = b_at or a_at or init.span
+            if a > b:
+                default = f" (a defaults to {a:g})" if a_at is None else f" (b defaults to {b:g})" if b_at is None else ""
+                raise PenroseCheckError(f"uniform: a={a:g} is above b={b:g}{default}", at)
+            if b - a > FLOAT32_MAX:
+                raise PenroseCheckError(f"uniform: the range from a={a:g} to b={b:g} is wider than float32 holds", at)
         if init.name == "eye" and len(t.legs) != 2:
             raise PenroseCheckError("eye initialises a tensor with two legs", init.span)
+
+    def _not_a_dim(self, name: str, span: Span):
+        # a declared tensor's legs name dims beside it: `param d[d]`, then `x * d` would be misread
+        if name in self.dims:
+            raise PenroseCheckError(
+                f"tensor name {name!r} is already a dim; a tensor and a dim cannot share a name",
+                span,
+                notes=(("the dim is declared here", self.dim_decl[name].span),),
+            )
+
+    def _unambiguous(self, sc: _Scope, v: V) -> V:
+        """A computed tensor named like a dim (the paper's key `k` beside the concept dim `k`) is read
+        only where a tensor is expected; where a number could stand (x * k) it is refused."""
+        hit = self.dim_named_refs.get(id(v))
+        if hit is v:
+            name = v.attrs["name"]
+            raise PenroseCheckError(
+                f"{name!r} here could be the tensor {name!r} or the size of dim {name!r}; rename the tensor, "
+                f"or write the size as T.shape[i]",
+                v.span,
+                notes=(("the tensor is defined here", sc.defined_at.get(name, v.span)), ("the dim is declared here", self.dim_decl[name].span)),
+            )
+        return v
 
     def _fresh(self, sc: _Scope, name: str, span: Span):
         if name in sc.decls:
@@ -626,7 +802,7 @@ class _Checker:
         stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "assign": s}
         self._stmt_ctx = stmt_ctx
         try:
-            value = self._expr(sc, s.value)
+            value = self._unambiguous(sc, self._expr(sc, s.value))  # `y = k`: the tensor or the size?
         finally:
             self._stmt_ctx = None
         if s.instance is not None and len(sc.block_calls) != 1:
@@ -663,7 +839,10 @@ class _Checker:
             ty = self._lookup(sc, e.id, e.span)
             decl = sc.decls.get(e.id)
             kind = decl.tensor.kind if decl is not None and sc.vars[e.id] is decl.type else "local"
-            return V("ref", attrs={"name": e.id, "kind": kind, "version": sc.versions.get(e.id, 0)}, type=ty, span=e.span)
+            v = V("ref", attrs={"name": e.id, "kind": kind, "version": sc.versions.get(e.id, 0)}, type=ty, span=e.span)
+            if e.id in self.dims:
+                self.dim_named_refs[id(v)] = v
+            return v
         if isinstance(e, ir.Shape):
             ty = self._lookup(sc, e.tensor, e.span)
             n = len(ty.legs)
@@ -679,12 +858,15 @@ class _Checker:
             a = self._expr(sc, e.operand)
             if a.op == "num":  # -inf, -2: fold into the number
                 return V("num", attrs={"value": -a.attrs["value"]}, span=e.span)
-            self._numeric(a, e.operand.span, "negate")
-            return V("neg", (a,), type=a.type, span=e.span)
+            self._numeric(self._unambiguous(sc, a), e.operand.span, "negate")
+            return self._evaluated(V("neg", (a,), type=a.type, span=e.span))
         if isinstance(e, ir.BinOp):
-            return self._binop(sc, e)
+            return self._evaluated(self._binop(sc, e))
         if isinstance(e, ir.Call):
-            return self._call(sc, e)
+            v = self._call(sc, e)
+            if v.op == "unary":
+                self._unambiguous(sc, v.args[0])
+            return self._evaluated(v)
         raise PenroseCheckError(f"unsupported expression {type(e).__name__}", getattr(e, "span", Span(self.file)))
 
     def _literal_ok(self, e: ir.Number, finite: bool = False):
@@ -697,12 +879,43 @@ class _Checker:
         if finite and not math.isfinite(v):
             raise PenroseCheckError(f"the number {v} must be finite here", e.span)
 
+    def _const(self, v: V):
+        """(value, ((dim, size), ...)) of a plain-number value known at the declared sizes, else None."""
+        if v.op == "num":
+            return v.attrs["value"], ()
+        if v.op == "dimsize":
+            n = self.S.size(v.attrs["cls"])
+            return None if n is None else (n, ((v.attrs["name"], n),))
+        hit = self.consts.get(id(v))
+        return hit[1:] if hit is not None and hit[0] is v else None
+
+    def _evaluated(self, v: V) -> V:
+        """Evaluate a plain-number value (as the generated Python will) and refuse what torch cannot take."""
+        if v.type.dtype != "scalar" or v.op not in ("neg", "sbin", "sfunc"):
+            return v
+        args = [self._const(a) for a in v.args]
+        if any(a is None for a in args):
+            return v  # a size known only at run time
+        vals = [a[0] for a in args]
+        dims = tuple(dict.fromkeys(d for a in args for d in a[1]))[:3]
+        at = f" at {', '.join(f'{n} = {size}' for n, size in dims)}" if dims else ""
+        value = _evaluate(v, vals, at)
+        if isinstance(value, int) and abs(value) > INT64_MAX:
+            raise PenroseCheckError(f"this number is {value:.4g}{at}, which does not fit in 64 bits", v.span)
+        if isinstance(value, float):
+            if math.isnan(value):
+                raise PenroseCheckError(f"this expression is nan (not a number){at}", v.span)
+            if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+                raise PenroseCheckError(f"this number is {value:.4g}{at}, beyond float32's range ({FLOAT32_MAX:.4g})", v.span)
+        self.consts[id(v)] = (v, value, dims)
+        return v
+
     def _numeric(self, v: V, span: Span, what: str):
         if v.type.dtype in ("int", "bool"):
             raise PenroseCheckError(f"cannot {what} {_a(v.type.dtype)} tensor", span)
 
     def _binop(self, sc, e: ir.BinOp) -> V:
-        a, b = self._expr(sc, e.left), self._expr(sc, e.right)
+        a, b = self._unambiguous(sc, self._expr(sc, e.left)), self._unambiguous(sc, self._expr(sc, e.right))
         compare = e.op in ("<", "<=", ">", ">=", "==", "!=")
         for v, sub in ((a, e.left), (b, e.right)):
             if v.type.dtype == "bool" and not compare:
@@ -778,30 +991,37 @@ class _Checker:
             if f in sc.vars:
                 hint = f"; {f!r} is a tensor, not a function"
             raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
-        handler = getattr(self, f"_fn_{f}", None)
-        if f in UNARY:
-            self._arity(e, 1, 1, ("slope",) if f == "leaky_relu" else ())
+        self._arity(e)  # arity and keywords as the table of operations says
+        if f in ELEMENTWISE:
             a = self._expr(sc, e.args[0])
             if a.type.dtype == "scalar":
-                if f in ("sqrt", "exp", "log", "abs"):
+                if OPS[f].scalar:
                     return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
                 raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
             self._numeric(a, e.args[0].span, f"apply {f} to")
             attrs = {"name": f}
-            if f == "leaky_relu":
-                attrs["slope"] = float(self._number_kw(e, "slope", 0.01))
+            for kw in OPS[f].keywords:
+                attrs[kw.name] = float(self._number_kw(e, kw.name, kw.default))
             return V("unary", (a,), attrs, a.type, span=e.span)
-        return handler(sc, e)
+        return getattr(self, f"_fn_{f}")(sc, e)
 
-    def _arity(self, e: ir.Call, lo, hi, kws):
+    def _arity(self, e: ir.Call, lo=None, hi=None, kws=None):
+        """Positional count and keyword names against the table of operations (ops.OPS)."""
+        op = OPS.get(e.func)
+        if op is not None:
+            lo, hi, kws = op.min_args, op.max_args, op.keyword_names
         n = len(e.args)
         if n < lo or (hi is not None and n > hi):
             want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
             raise PenroseCheckError(f"{e.func} takes {want} positional argument(s), got {n}", e.span)
+        seen = set()
         for k, v in e.kwargs:
             if k not in kws:
                 allowed = ", ".join(kws) or "no keyword arguments"
                 raise PenroseCheckError(f"{e.func} takes {allowed}, not {k!r}", v.span)
+            if k in seen:
+                raise PenroseCheckError(f"{e.func}: keyword argument {k!r} is given twice", v.span)
+            seen.add(k)
 
     def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",)) -> V:
         v = self._expr(sc, e.args[i])
@@ -812,6 +1032,14 @@ class _Checker:
         return v
 
     def _number_kw(self, e: ir.Call, key, default=None, integer=False, allow_dim=False):
+        value = self._number_kw_value(e, key, default, integer, allow_dim)
+        spec = OPS[e.func].keyword(key) if e.func in OPS else None
+        if value is not None and spec is not None and not spec.ok(value):
+            node = e.kwarg(key)
+            raise PenroseCheckError(f"{e.func}: {key} must be {spec.rule_text}, got {value:g}", node.span if node is not None else e.span)
+        return value
+
+    def _number_kw_value(self, e: ir.Call, key, default, integer, allow_dim):
         v = e.kwarg(key)
         if v is None:
             return default
@@ -836,48 +1064,67 @@ class _Checker:
 
     # einsum ------------------------------------------------------------------------------------
     def _fn_einsum(self, sc, e: ir.Call) -> V:
+        """torch.einsum's rules (penrose/einsum_spec.py); a label bound to sizes 1 and n broadcasts to n."""
         if not e.args or not isinstance(e.args[0], ir.String):
             raise PenroseCheckError("einsum's first argument is its spec string, as einsum('te,ed->td', Z, W)", e.span)
+        from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
+
         spec_node = e.args[0]
         self._arity(e, 2, None, ())
-        ops = [self._expr(sc, a) for a in e.args[1:]]
-        for i, (v, a) in enumerate(zip(ops, e.args[1:])):
+        operands = [self._expr(sc, a) for a in e.args[1:]]
+        for i, (v, a) in enumerate(zip(operands, e.args[1:])):
             if v.type.dtype == "scalar":
                 raise PenroseCheckError(f"einsum operand {i + 1} is a plain number; einsum contracts tensors", a.span)
             if v.type.dtype != "float":
                 raise PenroseCheckError(
                     f"einsum operand {i + 1} {_describe(a)} is {_a(v.type.dtype)} tensor; use gather(E, ids) for ids", a.span
                 )
-        terms, out, explicit_ellipsis = parse_spec(spec_node.value, spec_node.span, len(ops), [len(v.legs) for v in ops])
-        letter_cls: dict[str, int] = {}
-        letter_origin: dict[str, str] = {}
-        for i, (term, v, a) in enumerate(zip(terms, ops, e.args[1:])):
-            if len(term) != len(v.legs):
-                raise PenroseCheckError(
-                    f"einsum term {i + 1} '{' '.join(term) if any(len(x) > 1 for x in term) else ''.join(term)}' has {len(term)} leg(s) "
-                    f"but operand {i + 1} {_describe(a)} has {len(v.legs)}: [{', '.join(v.legs)}]",
-                    spec_node.span,
-                )
-            for letter, c, leg in zip(term, v.type.cls, v.legs):
+        ein = parse_spec(
+            spec_node.value, spec_node.span, len(operands), [len(v.legs) for v in operands],
+            batched=[v.type.batched for v in operands], names=[_describe(a) for a in e.args[1:]],
+            legs=[v.legs for v in operands],
+        )
+        size = self.S.size
+        label_cls: dict[str, int] = {}  # the class each label takes in the result: a size-1 one only if all are
+        label_leg: dict[str, str] = {}  # the leg name a synthetic '...k' label gives the result
+        label_origin: dict[str, str] = {}
+        for i, (term, v, a) in enumerate(zip(ein.terms, operands, e.args[1:])):
+            in_term: dict[str, tuple[int, str]] = {}
+            for j, (label, c, leg) in enumerate(zip(term, v.type.cls, v.legs)):
                 where = f"operand {i + 1} {_describe(a)} leg {leg!r}"
-                if letter in letter_cls:
-                    ra, rb = self.S.find(letter_cls[letter]), self.S.find(c)
-                    va, vb = self.S.value[ra], self.S.value[rb]
+                here = spec_span(spec_node.span, *ein.where[i][j])
+                if label in in_term:  # a diagonal: torch needs equal sizes, 1 does not broadcast here
+                    c0, where0 = in_term[label]
+                    va, vb = size(c0), size(c)
                     if va is not None and vb is not None and va != vb:
                         raise PenroseCheckError(
-                            f"size of label {letter!r} for {where} ({vb}) does not match {letter_origin[letter]} ({va})",
-                            spec_node.span,
+                            f"einsum label {label_text(label)} is repeated in operand {i + 1} {_describe(a)} "
+                            f"but its legs differ in size: {where0} ({va}), leg {leg!r} ({vb})",
+                            here,
                         )
-                    self.S.unify(letter_cls[letter], c, (f"einsum label {letter!r}", spec_node.span))
-                else:
-                    letter_cls[letter] = c
-                    letter_origin[letter] = where
-        for letter in out:
-            if letter not in letter_cls:
-                raise PenroseCheckError(f"output leg {letter!r} appears in no input of the einsum", spec_node.span)
-        batched = any(v.type.batched for v in ops) or explicit_ellipsis
-        ty = TType(tuple(out), tuple(letter_cls[l] for l in out), "float", batched)
-        return V("einsum", tuple(ops), {"terms": terms, "out": tuple(out), "spec": spec_node.value}, ty, span=e.span)
+                    self.S.unify(c0, c, (f"einsum label {label_text(label)}", here))
+                    continue
+                in_term[label] = (c, where)
+                if label not in label_cls:
+                    label_cls[label], label_leg[label], label_origin[label] = c, leg, where
+                    continue
+                va, vb = size(label_cls[label]), size(c)
+                if vb == 1:  # broadcasts against the label's other legs
+                    continue
+                if va == 1:
+                    label_cls[label], label_leg[label], label_origin[label] = c, leg, where
+                    continue
+                if va is not None and vb is not None and va != vb:
+                    raise PenroseCheckError(
+                        f"size of label {label_text(label)} for {where} ({vb}) does not match {label_origin[label]} ({va})",
+                        here,
+                    )
+                self.S.unify(label_cls[label], c, (f"einsum label {label_text(label)}", here))
+        legs = tuple(label_leg[l] if is_ellipsis_label(l) else l for l in ein.out)
+        batched = any(v.type.batched for v in operands) and not ein.sum_batch
+        ty = TType(legs, tuple(label_cls[l] for l in ein.out), "float", batched)
+        attrs = {"terms": ein.terms, "out": ein.out, "sum_batch": ein.sum_batch, "spec": spec_node.value}
+        return V("einsum", tuple(operands), attrs, ty, span=e.span)
 
     # one-tensor functions over a leg ---------------------------------------------------------------
     def _over_leg(self, sc, e: ir.Call, kws=("dim",), default_last=True):
@@ -946,6 +1193,9 @@ class _Checker:
 
     def _reduce(self, sc, e):
         v, axis = self._over_leg(sc, e, default_last=False)
+        if e.func in ("max", "mean") and self.S.size(v.type.cls[axis]) == 0:
+            # torch's max of no entries raises, its mean is nan
+            raise PenroseCheckError(f"{e.func} over leg {v.legs[axis]!r}, which has size 0: there are no entries to reduce", e.span)
         legs = v.legs[:axis] + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
         return V("reduce", (v,), {"name": e.func, "axis": axis}, TType(legs, cls, "float", v.type.batched), span=e.span)
@@ -956,6 +1206,8 @@ class _Checker:
         self._arity(e, 1, 2, ("p",))
         v = self._tensor_arg(sc, e, 0)
         if len(e.args) == 2:
+            if e.kwarg("p") is not None:
+                raise PenroseCheckError("dropout: p is given twice, by position and as p=", e.kwarg("p").span)
             if not isinstance(e.args[1], ir.Number):
                 raise PenroseCheckError("dropout: p must be a number", e.args[1].span)
             p = e.args[1].value
@@ -982,6 +1234,9 @@ class _Checker:
                 self._literal_ok(a)
             lo = pos[0].value
             hi = pos[1].value if len(pos) > 1 else None
+            for key, node in zip(("min", "max"), pos):
+                if e.kwarg(key) is not None:
+                    raise PenroseCheckError(f"clamp: {key} is given twice, by position and as {key}=", e.kwarg(key).span)
         lo = self._number_kw(e, "min", lo, allow_dim=True)
         hi = self._number_kw(e, "max", hi, allow_dim=True)
         if lo is None and hi is None:
@@ -995,7 +1250,7 @@ class _Checker:
         m = self._expr(sc, e.args[0])
         if m.type.dtype != "bool":
             raise PenroseCheckError("where: the first argument must be a bool mask (a comparison, causal(t, p), or a bool input)", e.args[0].span)
-        a, b = self._expr(sc, e.args[1]), self._expr(sc, e.args[2])
+        a, b = self._unambiguous(sc, self._expr(sc, e.args[1])), self._unambiguous(sc, self._expr(sc, e.args[2]))
         for v, x in ((a, e.args[1]), (b, e.args[2])):
             if v.type.dtype in ("bool", "int"):
                 raise PenroseCheckError(f"where: {_describe(x)} must be a float tensor or a number", x.span)
@@ -1007,7 +1262,13 @@ class _Checker:
         self._arity(e, 2, 2, ("block",) if block else ())
         legs = []
         for a in e.args:
-            if not isinstance(a, ir.Name) or a.id not in self.dims:
+            if isinstance(a, ir.Name) and a.id not in self.dims:
+                usage = f"{e.func} takes two dims, as {e.func}(t, p)"
+                if a.id in sc.vars:
+                    raise PenroseCheckError(f"{e.func}: {a.id!r} is a tensor, not a dim ({usage})", a.span)
+                hint = suggest(a.id, self.dims) or f"; declare it with 'dim {a.id} = SIZE'"
+                raise PenroseCheckError(f"{e.func}: undeclared dim {a.id!r}{hint} ({usage})", a.span)
+            if not isinstance(a, ir.Name):
                 raise PenroseCheckError(f"{e.func} takes two dims, as {e.func}(t, p)", a.span)
             legs.append(a.id)
         size = None
@@ -1214,14 +1475,112 @@ class _Checker:
         )
 
     def _repeat_count(self, node) -> int:
-        if isinstance(node, ir.Number) and isinstance(node.value, int) and node.value >= 1:
-            return node.value
-        if isinstance(node, ir.Name) and node.id in self.dims:
+        """1 to LIMITS.repeat: the compiled module builds that many copies of the block."""
+        if isinstance(node, ir.Number) and isinstance(node.value, int):
+            n, what = node.value, f"repeat count {node.value:,}"
+        elif isinstance(node, ir.Name) and node.id in self.dims:
             n = self.S.size(self.dims[node.id])
-            if n is None or n < 1:
+            if n is None:
                 raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1", node.span)
-            return n
-        raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)
+            what = f"repeat count {node.id!r} (size {n:,})"
+        else:
+            raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)
+        if n < 1:
+            raise PenroseCheckError(f"{what} must be at least 1", node.span)
+        limit = LIMITS.value("repeat")
+        if n > limit:
+            raise PenroseCheckError(f"{what} is beyond the limit of {limit:,}; {Limits.how_to_raise('repeat')}", node.span)
+        return n
+
+
+def _is_inf(node) -> bool:
+    """inf or -inf, as written."""
+    node = node.operand if isinstance(node, ir.Neg) else node
+    return isinstance(node, ir.Name) and node.id == "inf"
+
+
+def _calls(expr):
+    """Every call in `expr`, parents first, without recursion (a 10,000-term sum is 10,000 deep)."""
+    todo = [expr]
+    while todo:
+        e = todo.pop()
+        if isinstance(e, ir.Call):
+            yield e
+            todo.extend(reversed([*e.args, *(v for _, v in e.kwargs)]))
+        elif isinstance(e, ir.BinOp):
+            todo += [e.right, e.left]
+        elif isinstance(e, ir.Neg):
+            todo.append(e.operand)
+        elif isinstance(e, ir.ListExpr):
+            todo.extend(reversed(e.items))
+
+
+def _evaluate(v: V, vals: list, at: str):
+    """The value of a plain-number operation, as Python computes it in the generated module.
+
+    `at` (' at d = 4') names the sizes the value was computed at, for the message."""
+    span = v.span
+    if v.op == "neg":
+        return -vals[0]
+    if v.op == "sfunc":
+        (a,), name = vals, v.attrs["name"]
+        if name == "abs":
+            return abs(a)
+        if name == "sqrt":
+            if a < 0:
+                raise PenroseCheckError(f"sqrt of a negative number ({a:g}{at}); the result would not be real", span)
+            return a**0.5  # the emitter's spelling of sqrt on a plain number
+        if name == "log":
+            if a == 0:
+                raise PenroseCheckError(f"log of zero{at}; the result would be -inf", span)
+            if a < 0:
+                raise PenroseCheckError(f"log of a negative number ({a:g}{at}); the result would not be real", span)
+            return math.log(a)
+        try:
+            return math.exp(a)
+        except OverflowError:
+            raise PenroseCheckError(f"exp({a:g}){at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
+    a, b = vals
+    op = v.attrs["op"]
+    if op in ("/", "//") and b == 0:
+        raise PenroseCheckError(f"division by zero{at}", span)
+    if op == "**":
+        if a == 0 and b < 0:
+            raise PenroseCheckError(f"zero to the negative power {b:g}{at} is a division by zero", span)
+        if a < 0 and math.isfinite(b) and b != int(b):
+            raise PenroseCheckError(f"a negative number ({a:g}) to the fractional power {b:g}{at}; the result would not be real", span)
+        if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and b * math.log2(abs(a)) > 64:
+            raise PenroseCheckError(f"{a} ** {b}{at} does not fit in 64 bits", span)  # refused before Python computes it
+    try:
+        value = _ARITHMETIC[op](a, b)
+    except OverflowError:
+        raise PenroseCheckError(f"this number{at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
+    if isinstance(value, complex):  # pragma: no cover - every complex case is refused above
+        raise PenroseCheckError(f"this number{at} would not be real", span)
+    return value
+
+
+_ARITHMETIC = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b,
+    "**": lambda a, b: a**b,
+}
+
+
+def _amount(n: int) -> str:
+    """1,048,576 below a quadrillion, 1e+24 beyond."""
+    return f"{n:,}" if n < 10**15 else f"{n:.3g}"
+
+
+def _bytes(n: int) -> str:
+    """16 GiB, 1.5 TiB, 4e+24 bytes."""
+    for unit, size in (("EiB", 2**60), ("PiB", 2**50), ("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n / size:.3g} {unit}" if n < 1024 * 2**60 else f"{n:.3g} bytes"
+    return f"{n} bytes"
 
 
 def _a(word: str) -> str:
@@ -1242,57 +1601,19 @@ def _describe(expr) -> str:
 _WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
 
-def parse_spec(spec: str, span: Span, n_operands: int, leg_counts=None):
-    """Split an einsum spec into per-operand leg tuples and the output legs.
+def parse_spec(spec: str, span: Span, n_operands: int, leg_counts=None, batched=(), names=(), legs=()):
+    """An einsum spec resolved against its operands: `penrose.einsum_spec.parse`, the one parser.
 
-    Compact form: one letter per leg ('te,ed->td'); spaced form: words ('tok emb, emb hd -> tok hd').
-    '...' (batch legs) may lead any term. Without '->' the output is every leg used once, sorted.
-    A spec of one-word terms ('tok, tok -> tok') is read as words when every operand has one leg
-    and the letters would not fit (`leg_counts`: the operands' leg counts).
+    `leg_counts` are the operands' declared leg counts (default: as many as each term names, so
+    '...' covers none); returns an `einsum_spec.Einsum` (terms, out, sum_batch, where).
+
+    >>> parse_spec('ij,j...->i...', Span(), 2, [2, 2]).terms
+    (('i', 'j'), ('j', '...0'))
     """
-    if spec.count("->") > 1:
-        raise PenroseCheckError("an einsum spec has at most one '->'", span)
-    lhs, arrow, rhs = spec.partition("->")
-    terms_txt = lhs.split(",")
-    # spaced form: some term holds several words ('tok emb, emb hd -> tok hd')
-    spaced = any(len(part.replace("...", " ").split()) > 1 for part in terms_txt + [rhs])
-    if not spaced and leg_counts is not None and len(leg_counts) == len(terms_txt):
-        words = [t.replace("...", "").strip() for t in terms_txt]
-        letters_fit = all(len(w.replace(" ", "")) == n for w, n in zip(words, leg_counts))
-        if not letters_fit and all(n == 1 for n in leg_counts) and all(_WORD.match(w) for w in words if w):
-            spaced = True
-    explicit = "..." in spec
+    from penrose import einsum_spec
 
-    def legs_of(part: str, where: str):
-        part = part.strip()
-        body = part
-        if body.startswith("..."):
-            body = body[3:]
-        if "..." in body:
-            raise PenroseCheckError(f"'...' may only lead an einsum term ({where})", span)
-        if spaced:
-            words = body.split()
-        else:
-            words = [ch for ch in body if not ch.isspace()]
-        for w in words:
-            if not _WORD.match(w):
-                raise PenroseCheckError(f"invalid leg {w!r} in the einsum spec ({where}); legs are letters", span)
-        return tuple(words)
-
-    if len(terms_txt) != n_operands:
-        raise PenroseCheckError(
-            f"the einsum spec has {len(terms_txt)} input term(s) but {n_operands} operand(s) follow it", span
-        )
-    terms = tuple(legs_of(t, f"term {i + 1}") for i, t in enumerate(terms_txt))
-    if arrow:
-        out = legs_of(rhs, "output")
-    else:
-        counts: dict[str, int] = {}
-        for t in terms:
-            for l in t:
-                counts[l] = counts.get(l, 0) + 1
-        out = tuple(sorted(l for l, c in counts.items() if c == 1))
-    if len(set(out)) != len(out):
-        dup = next(l for l in out if out.count(l) > 1)
-        raise PenroseCheckError(f"output leg {dup!r} appears twice in the einsum output", span)
-    return terms, out, explicit
+    parsed = einsum_spec.lex(spec, span, leg_counts)
+    if leg_counts is None:
+        leg_counts = [len(t.labels) for t in parsed.inputs][:n_operands]
+        leg_counts += [0] * (n_operands - len(leg_counts))
+    return einsum_spec.resolve(parsed, leg_counts, batched, span, names, legs)

@@ -23,7 +23,14 @@ The canonical form is the one the zoo and the paper's listings are written in:
 - blank lines stay where they are written (runs of them become one), never at the start or
   end of the file or of a block body; a block is parted from its neighbours by a blank line
   (before the comment lines that lead into it, if any);
-- comment lines stay as written, `# ` and the text, indented with their block.
+- comment lines stay as written, `# ` and the text, indented with their block; every comment
+  survives: one written inside a statement (between the arguments of a call broken over
+  lines, inside a leg list) becomes a comment line before it, one after a block's `}` stays
+  on that line;
+- long sums and products print flat on one line, however many terms they have.
+
+How each operation prints (operator precedence and associativity, `x.detach()`) is the table
+`FORMAT`, keyed by the names of `penrose.ops.OPS`.
 
 The layout choices (grouping, blank lines, note columns) are read from fields that IR equality
 ignores, so a diagram built by hand formats with the defaults: one dim per line, no blank
@@ -37,21 +44,75 @@ from dataclasses import dataclass
 
 from penrose import ir
 from penrose.errors import NOWHERE
+from penrose.ops import FUNCTIONS
+from penrose.stack import deep
 
 DQ = '"'
 NOTE_GAP = 3  # spaces before a trailing comment: what most zoo diagrams and paper listings use
 
-_PREC = {"<": 1, "<=": 1, ">": 1, ">=": 1, "==": 1, "!=": 1, "+": 2, "-": 2, "*": 3, "/": 3, "//": 3, "**": 5}
+
+# ---- how each operation prints: one entry per name of `penrose.ops.OPS` ------------------------
+
+
+@dataclass(frozen=True)
+class Infix:
+    """A binary operator. `prec` is its level (Python's, as `ast.unparse` orders them); `assoc`
+    says which operand may hold the same level without parentheses ('none': comparisons do not
+    chain); `hug` prints it without spaces between simple operands (`asqn**0.5`)."""
+
+    symbol: str
+    prec: int
+    assoc: str = "left"  # left | right | none
+    hug: bool = False
+
+
+@dataclass(frozen=True)
+class Prefix:
+    """A prefix operator (unary minus), at its precedence level."""
+
+    symbol: str
+    prec: int
+
+
+@dataclass(frozen=True)
+class CallForm:
+    """A function: `f(args, key=value)`, positional arguments first and keywords as written
+    (reordering them would change the IR, which compares keywords in order). `method` names the
+    spelling `x.method()` that fmt keeps when the author wrote it so (`Call.method`)."""
+
+    method: str | None = None
+
+
+_COMPARE = 1
 _UNARY = 4  # unary minus binds tighter than * and looser than **
+_OPERATORS = {
+    "+": Infix("+", 2), "-": Infix("-", 2),
+    "*": Infix("*", 3), "/": Infix("/", 3), "//": Infix("//", 3),
+    "**": Infix("**", 5, "right", hug=True),
+    **{op: Infix(op, _COMPARE, "none") for op in ("<", "<=", ">", ">=", "==", "!=")},
+}
+FORMAT: dict = {
+    **_OPERATORS,
+    "neg": Prefix("-", _UNARY),
+    **{name: CallForm() for name in sorted(FUNCTIONS)},
+    "detach": CallForm(method="detach"),
+}
+_BLOCK_CALL = CallForm()  # a call of a block of the diagram: not an operation of the table
 
 
-def format_expr(e, parent: int = 0, right: bool = False) -> str:
-    """One expression, with only the parentheses its meaning needs.
+@deep
+def format_expr(e, parent: int = 0) -> str:
+    """One expression, with only the parentheses its meaning needs; long sums and products
+    print flat (no recursion along a chain of the same operator level).
 
     >>> from penrose.parse import parse
     >>> format_expr(parse("y = a / (b * c) ** 0.5 + n**-2").body[0].value)
     'a / (b * c) ** 0.5 + n**-2'
     """
+    return _expr(e, parent)
+
+
+def _expr(e, parent: int) -> str:
     if isinstance(e, ir.Name):
         return e.id
     if isinstance(e, ir.Number):
@@ -60,28 +121,45 @@ def format_expr(e, parent: int = 0, right: bool = False) -> str:
     if isinstance(e, ir.String):
         return _quote(e.value, "'")
     if isinstance(e, ir.ListExpr):
-        return "[" + ", ".join(format_expr(i) for i in e.items) + "]"
+        return "[" + ", ".join(_expr(i, 0) for i in e.items) + "]"
     if isinstance(e, ir.Shape):
         return f"{e.tensor}.shape[{e.index}]"
     if isinstance(e, ir.Neg):
+        rule = FORMAT["neg"]
         negative_number = isinstance(e.operand, ir.Number) and _num(e.operand.value).startswith("-")
-        text = "-" + format_expr(e.operand, _UNARY + 1 if negative_number else _UNARY)
-        return f"({text})" if parent > _UNARY else text
+        text = rule.symbol + _expr(e.operand, rule.prec + 1 if negative_number else rule.prec)
+        return f"({text})" if parent > rule.prec else text
     if isinstance(e, ir.BinOp):
-        p = _PREC[e.op]
-        if e.op == "**":  # right-associative; the exponent is a unary expression
-            left, right_ = format_expr(e.left, p + 1), format_expr(e.right, _UNARY)
-            op = "**" if _simple(e.left) and _simple_exponent(e.right) else " ** "
-            text = f"{left}{op}{right_}"
-        else:
-            text = f"{format_expr(e.left, p)} {e.op} {format_expr(e.right, p + 1)}"
-        return f"({text})" if p < parent else text
+        return _binop(e, parent)
     if isinstance(e, ir.Call):
-        if e.method and len(e.args) == 1 and isinstance(e.args[0], ir.Name) and not e.kwargs:  # h.detach()
-            return f"{e.args[0].id}.detach()"
-        args = [format_expr(a) for a in e.args] + [f"{k}={format_expr(v)}" for k, v in e.kwargs]
+        form = FORMAT.get(e.func, _BLOCK_CALL)
+        if form.method and e.method and len(e.args) == 1 and isinstance(e.args[0], ir.Name) and not e.kwargs:
+            return f"{e.args[0].id}.{form.method}()"  # h.detach()
+        args = [_expr(a, 0) for a in e.args] + [f"{k}={_expr(v, 0)}" for k, v in e.kwargs]
         return f"{e.func}({', '.join(args)})"
     raise TypeError(f"cannot format {e!r}")
+
+
+def _binop(e: ir.BinOp, parent: int) -> str:
+    rule = FORMAT[e.op]
+    p = rule.prec
+    if rule.assoc == "right":  # `**`: the exponent is a unary expression
+        left, right = _expr(e.left, p + 1), _expr(e.right, _UNARY)
+        op = rule.symbol if rule.hug and _simple(e.left) and _simple_exponent(e.right) else f" {rule.symbol} "
+        text = f"{left}{op}{right}"
+    elif rule.assoc == "none":  # `(a < b) == c` keeps its parentheses
+        text = f"{_expr(e.left, p + 1)} {rule.symbol} {_expr(e.right, p + 1)}"
+    else:  # a left-associative chain a + b - c + ...: walk its left spine, print it flat
+        tail = []
+        node = e
+        while isinstance(node, ir.BinOp) and FORMAT[node.op].prec == p and FORMAT[node.op].assoc == "left":
+            tail.append(node)
+            node = node.left
+        parts = [_expr(node, p)]
+        for b in reversed(tail):
+            parts.append(f" {FORMAT[b.op].symbol} {_expr(b.right, p + 1)}")
+        text = "".join(parts)
+    return f"({text})" if p < parent else text
 
 
 def _simple(e) -> bool:
@@ -122,11 +200,11 @@ def _init(i: ir.Init | None) -> str:
         return ""
     if not i.kwargs:
         return f" ~ {i.name}"
-    return f" ~ {i.name}(" + ", ".join(f"{k}={format_expr(v)}" for k, v in i.kwargs) + ")"
+    return f" ~ {i.name}(" + ", ".join(f"{k}={_expr(v, 0)}" for k, v in i.kwargs) + ")"
 
 
 def _dim_item(s: ir.Dim) -> str:
-    return s.name + (f" = {format_expr(s.size)}" if s.size is not None else "")
+    return s.name + (f" = {_expr(s.size, 0)}" if s.size is not None else "")
 
 
 def _code(s) -> str:
@@ -139,16 +217,16 @@ def _code(s) -> str:
         dtype = f" : {s.dtype}" if s.dtype != "float" else ""
         return f"{s.kind} {s.name}{_legs(s)}{dtype}{_init(s.init)}"
     if isinstance(s, ir.Assign):
-        text = f"{', '.join(s.targets)} = {format_expr(s.value)}"
+        text = f"{', '.join(s.targets)} = {_expr(s.value, 0)}"
         if s.repeat is not None:
-            text += f" repeat {format_expr(s.repeat)}"
+            text += f" repeat {_expr(s.repeat, 0)}"
         if s.instance is not None:
             text += f" as {s.instance}"
         return text
     if isinstance(s, ir.Output):
         return f"output {', '.join(s.names)}"
     if isinstance(s, ir.Return):
-        return f"return {', '.join(format_expr(v) for v in s.values)}"
+        return f"return {', '.join(_expr(v, 0) for v in s.values)}"
     if isinstance(s, ir.Include):
         return f"include {_quote(s.path, DQ)}"
     if isinstance(s, ir.Label):
@@ -166,6 +244,7 @@ def _with_note(code: str, note: str, width: int = 0) -> str:
     return code.ljust(width) + " " * NOTE_GAP + f"# {note}"
 
 
+@deep
 def format_stmt(s, indent: str = "") -> str:
     """One statement (a block spans several lines), with its note NOTE_GAP spaces after it.
 
@@ -176,8 +255,20 @@ def format_stmt(s, indent: str = "") -> str:
     return "\n".join(_body((s,), indent))
 
 
+@deep
 def format_diagram(d: ir.Diagram) -> str:
-    """The whole diagram in canonical form (the module docstring lists the rules)."""
+    """The whole diagram in canonical form (the module docstring lists the rules).
+
+    Every comment survives: the parser makes a comment written inside a statement (between the
+    arguments of a call broken over lines, inside a leg list) a comment line before it, and
+    one after a block's `}` stays on that line.
+
+    >>> from penrose.parse import parse
+    >>> print(format_diagram(parse("dim e = 2\\ny = einsum('e->e',  # spec\\n  x)  # y")), end="")
+    dim e = 2
+    # spec
+    y = einsum('e->e', x)   # y
+    """
     return "\n".join(_body(d.body, "")) + "\n"
 
 
@@ -198,13 +289,18 @@ def _body(stmts, indent: str) -> list[str]:
     rows: list = []  # a _Row, None for a blank line, or a block's already indented lines (a list)
     prev, end = None, 0  # the statement before, the last source line seen so far
     for i, s in enumerate(stmts):
+        if _closes(stmts, i):
+            continue  # printed on the `}` line of the block before it
         if isinstance(s, ir.Dim) and s.grouped and not s.note and isinstance(prev, ir.Dim) and isinstance(rows[-1], _Row):
             rows[-1].code += f", {_dim_item(s)}"  # `dim f = 30, r = 1` stays one line
         else:
-            if prev is not None and (_blank_between(prev, end, s) or _parts_block(stmts, i)):
+            if prev is not None and (_blank_between(prev, end, s, _start(stmts, i)) or _parts_block(prev, stmts, i)):
                 rows.append(None)
             if isinstance(s, ir.Block):
-                rows.append([indent + _with_note(_code(s), s.note)] + _body(s.body, indent + "  ") + [indent + "}"])
+                close = indent + "}"
+                if i + 1 < len(stmts) and _closes(stmts, i + 1):
+                    close = _with_note(close, stmts[i + 1].text)
+                rows.append([indent + _with_note(_code(s), s.note)] + _body(s.body, indent + "  ") + [close])
             else:
                 rows.append(_Row(indent + _code(s), getattr(s, "note", ""), getattr(s, "note_span", NOWHERE).col))
         if prev is None or s.span.file != prev.span.file:
@@ -223,18 +319,42 @@ def _body(stmts, indent: str) -> list[str]:
     return out
 
 
-def _blank_between(prev, end: int, s) -> bool:
-    """Whether the author left a blank line before `s` (known from the spans: `end` is the last
-    line of the statements before it, a comment inside a call's brackets included)."""
+def _closes(stmts, i: int) -> bool:
+    """Whether statement `i` is the comment written after the `}` of the block before it."""
+    s = stmts[i]
+    if not (i and isinstance(s, ir.Comment) and isinstance(stmts[i - 1], ir.Block)):
+        return False
+    b = stmts[i - 1].span
+    return bool(s.span.line and s.span.file == b.file and s.span.line == b.end_line)
+
+
+def _start(stmts, i: int) -> int:
+    """The line statement `i` starts at, for blank lines: a comment written inside the
+    statement after it (the parser puts such comments before it) counts from that statement."""
+    s = stmts[i]
+    if isinstance(s, ir.Comment):
+        j = i + 1
+        while j < len(stmts) and isinstance(stmts[j], ir.Comment):
+            j += 1
+        if j < len(stmts):
+            t = stmts[j].span
+            if t.file == s.span.file and t.line < s.span.line <= t.end_line:
+                return t.line
+    return s.span.line
+
+
+def _blank_between(prev, end: int, s, line: int) -> bool:
+    """Whether the author left a blank line before `s`, which starts at `line` (known from the
+    spans: `end` is the last line of the statements before it)."""
     a, b = prev.span, s.span
-    return bool(a.line and b.line and a.file == b.file and b.line > end + 1)
+    return bool(a.line and line and a.file == b.file and line > end + 1)
 
 
-def _parts_block(stmts, i: int) -> bool:
+def _parts_block(prev, stmts, i: int) -> bool:
     """A blank line goes after a block, and before a block with the comment lines that lead into it."""
-    if isinstance(stmts[i - 1], ir.Block):
+    if isinstance(prev, ir.Block):
         return True
-    if isinstance(stmts[i - 1], ir.Comment):
+    if isinstance(prev, ir.Comment):
         return False  # inside a run of comment lines, or a block right after its comments
     j = i
     while j < len(stmts) and isinstance(stmts[j], ir.Comment):

@@ -39,6 +39,7 @@ class Attention:
     mask: V | None
     mask_kind: str  # 'bool' | 'additive' | 'causal' | ''
     absorbed: list  # CStmt objects folded into the call
+    scores: V | None = None  # the score einsum
 
 
 def read_counts(c: Checked) -> dict:
@@ -93,11 +94,27 @@ def find_attention(c: Checked, uses: dict | None = None) -> dict:
             continue
         absorbed: list = []
         att = _match(s.value, resolve, absorbed)
+        if att is not None and not (_one_size_per_label(c, s.value) and _one_size_per_label(c, att.scores)):
+            att = None  # size-1 broadcasting inside an einsum: the fused kernels do not broadcast so
         if att is not None:
             att.absorbed = absorbed
             out[id(s)] = att
             taken.update(id(a) for a in absorbed)
     return out
+
+
+def _one_size_per_label(c: Checked, v: V) -> bool:
+    roots: dict = {}
+    for term, a in zip(v.attrs["terms"], v.args):
+        for label, cl in zip(term, a.type.cls):
+            if roots.setdefault(label, c.sizes.find(cl)) != c.sizes.find(cl):
+                return False
+    return True
+
+
+def _sums_batch(v: V) -> bool:
+    """An einsum whose output drops the batch legs its operands carry (torch's '...' rule)."""
+    return any(a.type.batched for a in v.args) and not v.type.batched
 
 
 def _match(final: V, resolve, absorbed) -> Attention | None:
@@ -134,7 +151,7 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     if x.op == "binop" and x.attrs["op"] in ("/", "*") and x.args[1].type.dtype == "scalar":
         scale_op, scale_value = x.attrs["op"], x.args[1]
         x = resolve(x.args[0], absorbed)
-    if x.op != "einsum" or len(x.args) != 2:
+    if x.op != "einsum" or len(x.args) != 2 or _sums_batch(x) or _sums_batch(final):
         return None
     (q_legs, k_legs), score_legs = x.attrs["terms"], x.attrs["out"]
     # the score's letters as the softmax and final einsum see them
@@ -184,5 +201,5 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
         q=x.args[0], k=x.args[1], v=final.args[1], q_legs=q_legs, k_legs=k_legs,
         v_legs=tuple(ren.get(l, l) if l in p_legs else l for l in v_legs),
         heads=heads, t=t, s=s, d=d, e=e, out=tuple(ren.get(l, l) for l in out),
-        scale_value=scale_value, scale_op=scale_op, mask=mask, mask_kind=kind, absorbed=[],
+        scale_value=scale_value, scale_op=scale_op, mask=mask, mask_kind=kind, absorbed=[], scores=x,
     )

@@ -253,19 +253,23 @@ def legend(diagram: Diagram) -> dict[str, str]:
     return out
 
 
-def walk(expr):
-    """Every sub-expression of `expr`, parents first."""
-    yield expr
+def children(expr) -> tuple:
+    """The direct sub-expressions of `expr`, in source order."""
     if isinstance(expr, BinOp):
-        yield from walk(expr.left)
-        yield from walk(expr.right)
-    elif isinstance(expr, Neg):
-        yield from walk(expr.operand)
-    elif isinstance(expr, ListExpr):
-        for item in expr.items:
-            yield from walk(item)
-    elif isinstance(expr, Call):
-        for a in expr.args:
-            yield from walk(a)
-        for _, v in expr.kwargs:
-            yield from walk(v)
+        return (expr.left, expr.right)
+    if isinstance(expr, Neg):
+        return (expr.operand,)
+    if isinstance(expr, ListExpr):
+        return tuple(expr.items)
+    if isinstance(expr, Call):
+        return tuple(expr.args) + tuple(v for _, v in expr.kwargs)
+    return ()
+
+
+def walk(expr):
+    """Every sub-expression of `expr`, parents first (iterative: any depth)."""
+    stack = [expr]
+    while stack:
+        e = stack.pop()
+        yield e
+        stack.extend(reversed(children(e)))

@@ -11,15 +11,17 @@ from __future__ import annotations
 import functools
 import os
 import re
+import threading
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer_NonRecursive, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
 
 from penrose import ir
 from penrose.errors import PenroseError, PenroseSyntaxError, Span
+from penrose.stack import deep, too_deep
 
 _STEP = re.compile(r"^\s*(\d+)\)\s*")
 
@@ -58,11 +60,21 @@ def _parser() -> Lark:
         postlex=_BracketNewlines(),
         propagate_positions=True,
         maybe_placeholders=True,
-        lexer_callbacks={"COMMENT": _COMMENTS.append},
+        lexer_callbacks={"COMMENT": _collect_comment},
     )
 
 
-_COMMENTS: list = []  # filled by the lexer callback during one parse (parses are serialised by the GIL-held call)
+# The COMMENT tokens of the parse running on this thread. The Lark instance is shared, so the
+# lexer callback appends to a per-thread list that `parse` resets: two threads parsing at once
+# keep their own comments.
+_local = threading.local()
+
+
+def _collect_comment(tok: Token) -> Token:
+    comments = getattr(_local, "comments", None)
+    if comments is not None:
+        comments.append(tok)
+    return tok
 
 _FRIENDLY = {
     "EQUAL": "'='",
@@ -110,7 +122,7 @@ def _decode_string(tok: str) -> str:
 
 
 @v_args(meta=True)
-class _ToIR(Transformer):
+class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 nested calls need no stack
     def __init__(self, lines: _Lines):
         super().__init__()
         self.L = lines
@@ -166,7 +178,13 @@ class _ToIR(Transformer):
         return list(ch)
 
     def kwarg(self, meta, ch):
-        return ("kw", str(ch[0]), ch[1])
+        return ("kw", str(ch[0]), ch[1], self.L.tok(ch[0]))
+
+    @staticmethod
+    def _once(kws, a):
+        # like Python's "keyword argument repeated"
+        if any(k == a[1] for k, _ in kws):
+            raise PenroseSyntaxError(f"keyword argument {a[1]!r} is repeated", a[3])
 
     def call(self, meta, ch):
         func, args = ch[0], ch[1] or []
@@ -174,6 +192,7 @@ class _ToIR(Transformer):
         pos, kws = [], []
         for a in args:
             if isinstance(a, tuple) and a and a[0] == "kw":
+                self._once(kws, a)
                 kws.append((a[1], a[2]))
             else:
                 if kws:
@@ -220,6 +239,7 @@ class _ToIR(Transformer):
         for a in args:
             if not (isinstance(a, tuple) and a[0] == "kw"):
                 raise PenroseSyntaxError("init arguments are written by keyword, as normal(std=0.02)", getattr(a, "span", self.L.span(meta)))
+            self._once(kws, a)
             kws.append((a[1], self._expr(a[2])))
         return ir.Init(str(ch[0]), tuple(kws), span=self.L.span(meta))
 
@@ -324,30 +344,44 @@ def _syntax_error(e: UnexpectedInput, lines: _Lines) -> PenroseSyntaxError:
     return PenroseSyntaxError(msg, Span(lines.file, line, col, line, col + width, lines.line(line)))
 
 
+@deep
 def parse(text: str, file: str = "<string>") -> ir.Diagram:
     """Parse `.pen` text into a Diagram (syntax only; `penrose.check` checks the rest).
+
+    Thread-safe, and deep programs (a 10,000-term sum, 1,000 nested calls) parse; past even
+    that room the error is a positioned `PenroseSyntaxError`, never a RecursionError.
 
     >>> parse("dim t = 3").body[0]
     Dim(name='t', size=Number(value=3), note='')
     """
     lines = _Lines(text, file)
-    _COMMENTS.clear()
+    _local.comments = comments = []
     try:
         tree = _parser().parse(text if text.endswith("\n") else text + "\n")
-        comments = list(_COMMENTS)
         body = _ToIR(lines).transform(tree)
+        body = _attach_comments(body, comments, lines)
     except UnexpectedInput as e:
         raise _syntax_error(e, lines) from None
     except VisitError as e:
         if isinstance(e.orig_exc, PenroseError):
             raise e.orig_exc from None
+        if isinstance(e.orig_exc, RecursionError):
+            raise _too_deep(lines, getattr(e.obj, "meta", None)) from None
         raise
+    except RecursionError:
+        raise _too_deep(lines, None) from None
     finally:
-        _COMMENTS.clear()
-    body = _attach_comments(body, comments, lines)
+        _local.comments = []
     return ir.Diagram(tuple(body), file=file, source=text)
 
 
+def _too_deep(lines: _Lines, meta):
+    span = lines.span(meta) if meta is not None and not getattr(meta, "empty", True) else Span(lines.file, 1, 1, 1, 2, lines.line(1))
+    err = too_deep(span)
+    return PenroseSyntaxError(err.message, err.span)
+
+
+@deep
 def parse_file(path) -> ir.Diagram:
     """Parse a `.pen` file; errors name the file."""
     path = os.fspath(path)
@@ -361,45 +395,71 @@ def parse_file(path) -> ir.Diagram:
 
 
 def _attach_comments(body, comments, lines: _Lines):
-    """Whole-line comments become Comment statements in order; trailing ones become notes."""
-    by_line = {}
-    for tok in comments:
-        by_line[tok.line] = tok
+    """Every comment joins the IR, in order, none lost (`penrose fmt` prints them all):
+
+    - a comment on a line of its own becomes a Comment statement;
+    - one after the code that ends a statement, or after a block's `{`, is that statement's note;
+    - any other comment inside a statement (between the arguments of a call broken over lines,
+      inside a leg list, on a block header broken over lines) becomes a Comment just before
+      the statement, and one after a block's `}` a Comment just after the block.
+    """
+    by_line = {tok.line: tok for tok in comments}
     used: set[int] = set()
 
-    def note_for(stmt) -> dict:
-        end = stmt.span.end_line if not isinstance(stmt, ir.Block) else stmt.span.line
-        tok = by_line.get(end)
-        if tok is not None and end not in used and tok.column > 1 and lines.line(end)[: tok.column - 1].strip():
-            used.add(end)
-            return {"note": _clean(str(tok)), "note_span": lines.tok(tok)}
+    def code_before(ln) -> bool:
+        return bool(lines.line(ln)[: by_line[ln].column - 1].strip())
+
+    def comment(ln) -> ir.Comment:
+        used.add(ln)
+        text = _clean(str(by_line[ln]))
+        m = _STEP.match(text)
+        return ir.Comment(text, int(m.group(1)) if m else None, span=lines.tok(by_line[ln]))
+
+    def note(ln) -> dict:
+        if ln in by_line and ln not in used and code_before(ln):
+            used.add(ln)
+            return {"note": _clean(str(by_line[ln])), "note_span": lines.tok(by_line[ln])}
         return {"note": ""}
 
-    def weave(stmts, lo, hi):
-        out = []
-        for s in stmts:
-            if isinstance(s, ir.Block):
-                inner = weave(s.body, s.span.line + 1, s.span.end_line)
-                s = replace(s, body=tuple(inner), **note_for(s))
-            elif hasattr(s, "note"):
-                s = replace(s, **note_for(s))
-            out.append(s)
-        standalone = [
-            t for ln, t in by_line.items() if lo <= ln <= hi and ln not in used and not lines.line(ln)[: t.column - 1].strip()
-        ]
-        inside_blocks = [(s.span.line, s.span.end_line) for s in stmts if isinstance(s, ir.Block)]
-        merged = [(s.span.line, 1, s) for s in out]
-        for t in standalone:
-            if any(a <= t.line <= b for a, b in inside_blocks):
-                continue
-            text = _clean(str(t))
-            m = _STEP.match(text)
-            merged.append((t.line, 0, ir.Comment(text, int(m.group(1)) if m else None, span=lines.tok(t))))
-            used.add(t.line)
-        merged.sort(key=lambda x: (x[0], x[1]))
-        return [m[2] for m in merged]
+    def left(a, b) -> list[int]:
+        """The lines from a to b that hold a comment not yet placed."""
+        return [ln for ln in range(a, b + 1) if ln in by_line and ln not in used]
 
-    return weave(body, 1, len(lines.lines) + 1)
+    def brace_line(block) -> int:
+        """The line of the block's `{` (its header may break over lines inside the brackets)."""
+        for ln in range(block.span.line, block.span.end_line + 1):
+            text = lines.line(ln)
+            if ln in by_line:
+                text = text[: by_line[ln].column - 1]
+            if "{" in text:
+                return ln
+        return block.span.line
+
+    def weave(stmts, lo, hi):
+        merged = []  # (line, rank, comment line, statement): comments before their statement
+        for s in stmts:
+            first, last = s.span.line, s.span.end_line
+            if isinstance(s, ir.Block):
+                head = brace_line(s)
+                inner = weave(s.body, head + 1, last - 1)
+                s = replace(s, body=tuple(inner), **note(head))
+                merged += [(first, 0, ln, comment(ln)) for ln in left(first, head)]
+                merged += [(last, 2, ln, comment(ln)) for ln in left(last, last)]  # `}  # ...`
+            elif hasattr(s, "note"):
+                s = replace(s, **note(last))
+                merged += [(first, 0, ln, comment(ln)) for ln in left(first, last)]
+            merged.append((first, 1, 0, s))
+        merged += [(ln, 0, ln, comment(ln)) for ln in left(lo, hi) if not code_before(ln)]
+        merged.sort(key=lambda m: m[:3])
+        return [m[3] for m in merged]
+
+    body = weave(body, 1, len(lines.lines) + 1)
+    # a comment after code that no statement spans (not expected): kept, at its line
+    rest = [(tok.line, comment(tok.line)) for tok in comments if tok.line not in used]
+    if rest:
+        keyed = [(s.span.line, 1, s) for s in body] + [(ln, 0, c) for ln, c in rest]
+        body = [s for _, _, s in sorted(keyed, key=lambda k: k[:2])]
+    return body
 
 
 def _clean(comment: str) -> str:

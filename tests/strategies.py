@@ -167,7 +167,9 @@ def einsum_cases(draw, max_operands=4):
         if out_labels is None:
             eq = lhs
         else:
-            eq = lhs + "->" + ("..." if any(batched) else "") + "".join(letter[l] for l in out_labels)
+            # torch's rule: an explicit output without '...' sums the ellipsis (batch legs included)
+            keep = any(batched) and not (explicit and any(dots) and not dots_out)
+            eq = lhs + "->" + ("..." if keep else "") + "".join(letter[l] for l in out_labels)
         return {"out": torch.einsum(eq, *[env[n] for n in operands])}
 
     return Case(text, size, inputs, params, ("out",), expected)

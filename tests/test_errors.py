@@ -144,17 +144,17 @@ CASES = [
     ("undeclared dim in causal", B + "m = causal(t, qq)\ny = where(m, x, 0)\noutput y", PenroseCheckError,
      r"causal takes two dims", 3, 15),
     ("einsum term leg count", B + "y = einsum('tef->t', x)\noutput y", PenroseCheckError,
-     r"einsum term 1 'tef' has 3 leg\(s\) but operand 1 'x' has 2: \[t, e\]", 3, 12),
+     r"einsum term 1 'tef' has 3 leg\(s\) but operand 1 'x' has 2: \[t, e\]", 3, 13),
     ("einsum spaced term leg count", B + "y = einsum('tok emb hid -> tok', x)\noutput y", PenroseCheckError,
-     r"einsum term 1 'tok emb hid' has 3 leg\(s\) but operand 1 'x' has 2", 3, 12),
+     r"einsum term 1 'tok emb hid' has 3 leg\(s\) but operand 1 'x' has 2", 3, 13),
     ("einsum output leg in no input", B + "y = einsum('te->tx', x)\noutput y", PenroseCheckError,
-     r"output leg 'x' appears in no input of the einsum", 3, 12),
+     r"output leg 'x' appears in no input of the einsum", 3, 18),
     ("einsum operand count", B + "y = einsum('te,te->t', x)\noutput y", PenroseCheckError,
-     r"the einsum spec has 2 input term\(s\) but 1 operand\(s\) follow it", 3, 12),
-    ("einsum '...' in the middle", B + "y = einsum('t...e->t', x)\noutput y", PenroseCheckError, r"'\.\.\.' may only lead an einsum term", 3, 12),
-    ("einsum two arrows", B + "y = einsum('te->t->e', x)\noutput y", PenroseCheckError, r"at most one '->'", 3, 12),
-    ("einsum bad leg", B + "y = einsum('t1->t', x)\noutput y", PenroseCheckError, r"invalid leg '1' in the einsum spec", 3, 12),
-    ("einsum repeated output leg", B + "y = einsum('te->tt', x)\noutput y", PenroseCheckError, r"output leg 't' appears twice", 3, 12),
+     r"the einsum spec has 2 input term\(s\) but 1 operand\(s\) follow it", 3, 15),
+    ("einsum second '...' in a term", B + "y = einsum('t...e...->t', x)\noutput y", PenroseCheckError, r"a second '\.\.\.'", 3, 18),
+    ("einsum two arrows", B + "y = einsum('te->t->e', x)\noutput y", PenroseCheckError, r"at most one '->'", 3, 18),
+    ("einsum bad leg", B + "y = einsum('t1->t', x)\noutput y", PenroseCheckError, r"invalid leg '1' in the einsum spec", 3, 14),
+    ("einsum repeated output leg", B + "y = einsum('te->tt', x)\noutput y", PenroseCheckError, r"output leg 't' appears twice", 3, 18),
     ("einsum without a spec", B + "y = einsum(x, x)\noutput y", PenroseCheckError, r"einsum's first argument is its spec string", 3, 5),
     ("einsum of a number", B + "y = einsum('te,->t', x, 2)\noutput y", PenroseCheckError, r"einsum operand 2 is a plain number", 3, 25),
     ("leg argument missing", "dim t = 2, p = 2\ninput x[t, p]\ny = softmax(x, q)\noutput y", PenroseCheckError,
@@ -168,12 +168,12 @@ CASES = [
     ("split parts", B + "a, b = split(x, e, [f, f])\noutput a", PenroseCheckError, r"split: parts \[f, f\] add up to 8 but leg 'e' has size 3", 3, 8),
     ("concat sizes", B + "y = concat([x, x], e, f)\noutput y", PenroseCheckError, r"concat: the parts add up to 6 but dim 'f' has size 4", 3, 23),
     ("topk k", B + "y = topk(x, e, k=5)\noutput y", PenroseCheckError, r"topk: k=5 must be between 1 and the size of leg 'e' \(3\)", 3, 5),
-    ("dropout p", B + "y = dropout(x, p=1.5)\noutput y", PenroseCheckError, r"dropout: p=1.5 must be in \[0, 1\)", 3, 5),
+    ("dropout p", B + "y = dropout(x, p=1.5)\noutput y", PenroseCheckError, r"dropout: p must be in \[0, 1\), got 1.5", 3, 18),
     ("clamp bounds", B + "y = clamp(x, min=2, max=1)\noutput y", PenroseCheckError, r"clamp: min=2 is above max=1", 3, 5),
     ("causal takes dims", B + "m = causal(t, 3)\ny = where(m, x, 0)\noutput y", PenroseCheckError, r"causal takes two dims", 3, 15),
     # -- sizes
     ("einsum size conflict names both sizes", "dim t = 2, e = 3, d = 5\ninput Z[t, e]\nparam W[d, t]\ny = einsum('te,ed->td', Z, W)\noutput y",
-     PenroseCheckError, r"size of label 'e' for operand 2 'W' leg 'd' \(5\) does not match operand 1 'Z' leg 'e' \(3\)", 4, 12),
+     PenroseCheckError, r"size of label 'e' for operand 2 'W' leg 'd' \(5\) does not match operand 1 'Z' leg 'e' \(3\)", 4, 16),
     ("element-wise size conflict names both sizes", "dim t = 2, e = 3, d = 5\ninput a[t, e]\ninput b[t, d]\ny = a + b\noutput y",
      PenroseCheckError, r"size conflict in '\+'.*dim 'd' has size 5 but dim 'e' has size 3", 4, 5),
     ("block argument size conflict", "dim t = 2, e = 3, d = 5\ninput a[t, d]\nblock g(x[t, e]) {\n  return x\n}\ny = g(a)\noutput y",
@@ -244,6 +244,7 @@ RULES = {
     "legs": ["undeclared dim", "einsum term leg count", "einsum output leg in no input", "leg argument missing", "cannot broadcast"],
     "sizes": ["einsum size conflict names both sizes", "element-wise size conflict names both sizes", "block argument size conflict"],
     "dtypes": ["ids in an einsum", "gather needs int ids", "arithmetic on a mask", "where needs a mask"],
+    "values": ["test_init_argument_out_of_range", "test_non_positive_eps", "test_negative_number_under_sqrt"],
     "usage": ["test_unused_input_and_param_are_warnings"],
 }
 
@@ -483,3 +484,28 @@ def test_one_word_spaced_spec_is_read_as_words():
 
     m = penrose.compile("dim tok = 4\ninput a[tok]\ninput b[tok]\ny = einsum('tok, tok -> tok', a, b)\noutput y")
     assert torch.equal(m(torch.ones(4), torch.full((4,), 2.0)), torch.full((4,), 2.0))
+
+
+# ---- values (tests/test_check_refusals.py holds every case of these rules) -------------------
+
+
+def _refused(text):
+    with pytest.raises(PenroseCheckError) as info:
+        penrose.compile(text)
+    return info.value
+
+
+def test_init_argument_out_of_range():
+    e = _refused(B + "param W[e] ~ normal(std=-1)\ny = x * W\noutput y")
+    assert (e.message, e.line, e.col) == ("normal: std must be finite and at least 0, got -1", 3, 25)
+
+
+def test_non_positive_eps():
+    e = _refused(B + "y = layernorm(x, e, eps=-1)\noutput y")
+    assert (e.message, e.line, e.col) == ("layernorm: eps must be positive, got -1", 3, 25)
+
+
+def test_negative_number_under_sqrt():
+    # regression: x / sqrt(-4) compiled to x / (-4) ** 0.5, and the output silently turned complex
+    e = _refused(B + "y = x / sqrt(-4)\noutput y")
+    assert (e.message, e.line, e.col) == ("sqrt of a negative number (-4); the result would not be real", 3, 9)

@@ -722,9 +722,9 @@ def test_where_unbatched_operands(batch):
     m = compile_quiet(WHERE)
     src = code(m)
     assert "y = torch.where(_causal_mask(3, 3, _device).unsqueeze(-1), s, self.b)" in src
-    assert "z = torch.where((s > 0), self.c.unsqueeze(-1), self.w[..., :, None, None])" in src
+    assert "z = torch.where(s > 0, self.c.unsqueeze(-1), self.w[..., :, None, None])" in src
     assert "bb[..., None, None, :]" in src  # a batched operand keeps its leading axes
-    assert "v = (s * self.b) + self.c.unsqueeze(-1)" in src
+    assert "v = s * self.b + self.c.unsqueeze(-1)" in src
 
     def reference(env):
         s, bb, b, c, w = (env[n] for n in ("s", "bb", "b", "c", "w"))

@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 
 from penrose.errors import PenroseError, PenroseRenderError, Span
+from penrose.stack import deep
 
 __all__ = ["dot_source", "render", "render_file", "build_gallery"]
 
@@ -40,6 +41,7 @@ def _checked(obj, sizes):
     raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
 
 
+@deep
 def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None) -> str:
     """The Graphviz DOT text of a figure (what `render` lays out)."""
     from penrose.render.figure import Options, build_figure, to_dot
@@ -49,6 +51,7 @@ def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_p
     return to_dot(build_figure(c, view, opts))
 
 
+@deep
 def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
     """Draw a diagram: SVG text for fmt='svg', bytes for 'png' and 'pdf'.
 
@@ -65,6 +68,7 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
     return data.decode("utf-8") if fmt == "svg" else data
 
 
+@deep
 def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
     """Render the `.pen` file at `path` to `out_path` (svg, png or pdf by extension); returns out_path.
 

@@ -15,15 +15,18 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import re
 from collections.abc import Iterable
 
 import sympy
 from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
+from penrose.render._keys import op_key
 from penrose.render.readings import ELLIPSIS, Contraction
 
 __all__ = [
+    "EQUATION",
     "apply_function",
     "assign",
     "dim_size",
@@ -34,6 +37,7 @@ __all__ = [
     "tensor_entry",
     "to_latex",
     "to_mathtext",
+    "value_entry",
 ]
 
 
@@ -41,9 +45,10 @@ __all__ = [
 # Building expressions
 
 
-def leg_symbol(leg: str) -> sympy.Symbol:
-    """The index symbol of a leg (as used in subscripts and under sums)."""
-    return sympy.Symbol(leg)
+def leg_symbol(leg) -> sympy.Expr:
+    """The index symbol of a leg (as used in subscripts and under sums); an index that is
+    already an expression (the e·n_d + d of an unflattened leg) stays as it is."""
+    return sympy.Symbol(leg) if isinstance(leg, str) else leg
 
 
 def dim_size(leg: str) -> sympy.Symbol:
@@ -187,6 +192,9 @@ FUNCTION_LATEX = {
     "mean": r"\mathrm{mean}",
     "max": r"\max",
     "where": r"\mathrm{where}",
+    "leakyrelu": r"\mathrm{LeakyReLU}",
+    "rank": r"\mathrm{rank}",
+    "rot": r"\mathrm{rot}",
 }
 
 
@@ -213,6 +221,321 @@ def apply_function(name: str, expr: sympy.Expr, leg: str | None = None) -> sympy
 @functools.lru_cache(maxsize=None)
 def _function_class(key: str, latex_name: str) -> type[NamedFunction]:
     return type(f"penrose_{key}", (NamedFunction,), {"latex_name": latex_name})
+
+
+# ---------------------------------------------------------------------------------------------
+# Checked values: the equation of each operation, one entry per name of `penrose.ops.OPS`
+#
+# `value_entry(v, names)` is the entry of a checked value (`penrose.check.V`) at index names,
+# one per leg of v: an atom (a tensor, a number, a dim's size, a block call) directly, an
+# operation by its rule in EQUATION. A rule gets the value and the names and builds its
+# operands' entries with `value_entry`; its index names are strings, or sympy expressions where
+# an index is computed (the e·n_d + d of an unflattened leg).
+
+
+class _Call(sympy.Function):
+    """A diagram operation printed as \\mathrm{name}(args); never evaluated."""
+
+    latex_name = r"\mathrm{f}"
+
+    @classmethod
+    def eval(cls, *args):
+        return None
+
+    def _latex(self, printer):
+        return rf"{self.latex_name}\left({', '.join(printer._print(a) for a in self.args)}\right)"
+
+
+@functools.lru_cache(maxsize=None)
+def _call_class(latex_name: str) -> type:
+    key = "".join(ch for ch in latex_name if ch.isalnum())
+    return type(f"penrose_call_{key}", (_Call,), {"latex_name": latex_name})
+
+
+def call(latex_name: str, *args) -> sympy.Expr:
+    r"""An operation written as its name and its arguments: ``\mathrm{where}\left(m, a, b\right)``."""
+    return _call_class(latex_name)(*args)
+
+
+def fresh(letter: str, taken) -> str:
+    """`letter`, primed until it differs from every index name in `taken`."""
+    name = letter
+    while name in taken:
+        name += "'"
+    return name
+
+
+def value_entry(v, names: tuple) -> sympy.Expr:
+    """The entry of checked value `v` at index names `names` (one per leg of v).
+
+    >>> from penrose.check import check
+    >>> from penrose.parse import parse
+    >>> c = check(parse("dim t = 4, d = 2\\ninput x[t, d]\\ny = rope(x, t, d)\\noutput y"))
+    >>> to_latex(value_entry(c.stmts[-2].value, ('t', 'd')))
+    'x_{td} \\, \\cos{\\left(t \\, \\omega_{d} \\right)} + \\mathrm{rot}_{d}\\left(x_{td}\\right) \\, \\sin{\\left(t \\, \\omega_{d} \\right)}'
+    """
+    key = op_key(v)
+    if key is None:
+        return _atom(v, names)
+    return EQUATION[key](v, names)
+
+
+def _atom(v, names: tuple) -> sympy.Expr:
+    if v.op == "ref":
+        return tensor_entry(v.attrs["name"], names)
+    if v.op == "num":
+        return number(v.attrs["value"])
+    if v.op == "dimsize":
+        return dim_size(v.attrs["name"])
+    if v.op == "block":
+        name = v.attrs["block"]
+        latex = _roman(name) + (rf"^{{\times {v.attrs['repeat']}}}" if v.attrs["repeat"] else "")
+        return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
+    return sympy.Symbol(v.op)
+
+
+def number(x) -> sympy.Expr:
+    """A diagram number as sympy writes it (four significant digits; ±∞ for inf)."""
+    if x == math.inf:
+        return sympy.oo
+    if x == -math.inf:
+        return -sympy.oo
+    return sympy.Integer(x) if isinstance(x, int) else sympy.Float(x, 4)
+
+
+def _operand_names(v, names: tuple) -> list[tuple]:
+    """The index names of each operand of an element-wise operation (legs align by name or by
+    position: the checker's `align`); a plain number has none."""
+    align = v.attrs.get("align") or [None] * len(v.args)
+    out = []
+    for x, al in zip(v.args, align):
+        if x.type.dtype == "scalar" or al is None:
+            out.append(())
+            continue
+        sub = [None] * len(x.type.legs)
+        for i, j in enumerate(al):
+            if j is not None:
+                sub[j] = names[i]
+        out.append(tuple(s if s is not None else leg for s, leg in zip(sub, x.type.legs)))
+    return out
+
+
+def _operands(v, names: tuple) -> list:
+    return [value_entry(x, sub) for x, sub in zip(v.args, _operand_names(v, names))]
+
+
+def _same(v, names: tuple) -> sympy.Expr:
+    """The entry of the one operand, at the same names (element-wise and over-a-leg operations)."""
+    x = v.args[0]
+    return value_entry(x, names if x.type.dtype != "scalar" else ())
+
+
+def _function(name: str):
+    return lambda v, names: apply_function(name, _same(v, names))
+
+
+def _leaky_relu(v, names):
+    latex = FUNCTION_LATEX["leakyrelu"]
+    return _function_class("leakyrelu", latex)(_same(v, names), number(v.attrs["slope"]))
+
+
+def _sum_chain(v, names):
+    """a + b - c + ...: one flat sum, walking its left spine (a 10,000-term sum needs no stack)."""
+    terms = []
+    node, at = v, names
+    while op_key(node) in ("+", "-"):
+        (left, right), (at_left, at_right) = node.args, _operand_names(node, at)
+        term = value_entry(right, at_right)
+        terms.append(term if op_key(node) == "+" else sympy.Mul(sympy.S.NegativeOne, term, evaluate=False))
+        node, at = left, at_left
+    terms.append(value_entry(node, at))
+    return sympy.Add(*reversed(terms), evaluate=False)
+
+
+def _arithmetic(op: str):
+    return lambda v, names: elementwise(op, *_operands(v, names))
+
+
+def _floor_div(v, names):
+    return sympy.floor(elementwise("/", *_operands(v, names)), evaluate=False)
+
+
+_RELATIONS = {"<": sympy.StrictLessThan, "<=": sympy.LessThan, ">": sympy.StrictGreaterThan,
+              ">=": sympy.GreaterThan, "==": sympy.Eq, "!=": sympy.Ne}
+
+
+def _relation(op: str):
+    return lambda v, names: _RELATIONS[op](*_operands(v, names), evaluate=False)
+
+
+def _over_leg(name: str):
+    """softmax_p(x), LayerNorm_e(x) ...: the function, subscripted with the leg it acts along."""
+    return lambda v, names: apply_function(name, _same(v, names), names[v.attrs["axis"]])
+
+
+def _topk_mask(v, names):
+    """rank_u(x) ≤ k: true at the k largest entries along the leg (rank 1 is the largest)."""
+    rank = apply_function("rank", _same(v, names), names[v.attrs["axis"]])
+    return sympy.LessThan(rank, number(v.attrs["k"]), evaluate=False)
+
+
+def _reduce(v, names):
+    """sum_k x, mean_k x, max_k x: the reduced leg gets an index of its own."""
+    x = v.args[0]
+    axis = v.attrs["axis"]
+    leg = fresh(x.type.legs[axis], set(names))
+    inner = names[:axis] + (leg,) + names[axis:]
+    return apply_function(op_key(v), value_entry(x, inner), leg)
+
+
+def _clamp(v, names):
+    """clamp(x, lo, hi) = min(max(x, lo), hi)."""
+    out = _same(v, names)
+    if v.attrs["min"] is not None:
+        out = call(r"\max", out, number(v.attrs["min"]))
+    if v.attrs["max"] is not None:
+        out = call(r"\min", out, number(v.attrs["max"]))
+    return out
+
+
+def _where(v, names):
+    return call(r"\mathrm{where}", *_operands(v, names))
+
+
+def _causal(v, names):
+    """causal(t, p): p ≤ t, the key position at or before the query position."""
+    t, p = (leg_symbol(n) for n in names)
+    return sympy.LessThan(p, t, evaluate=False)
+
+
+def _block_causal(v, names):
+    """block_causal(t, p, block=B): ⌊p/B⌋ ≤ ⌊t/B⌋, bidirectional inside a block, causal across."""
+    t, p = (leg_symbol(n) for n in names)
+    b = number(v.attrs["block"])
+    return sympy.LessThan(sympy.floor(p / b, evaluate=False), sympy.floor(t / b, evaluate=False), evaluate=False)
+
+
+def _gather(v, names):
+    table, ids = v.args
+    n_ids = len(ids.type.legs)
+    idx = value_entry(ids, names[:n_ids])
+    rest = [leg_symbol(n) for n in names[n_ids:]]
+    return sympy.IndexedBase(table.attrs["name"] if table.op == "ref" else "E")[(idx, *rest)]
+
+
+def _parts(v, names):
+    """split and concat: each part keeps its own index along the axis."""
+    axis = v.attrs["axis"]
+
+    def at(x):
+        own = list(names)
+        own[axis] = fresh(x.type.legs[axis], set(names) - {names[axis]})
+        return value_entry(x, tuple(own))
+
+    return call(rf"\mathrm{{{op_key(v)}}}", *[at(x) for x in v.args])
+
+
+def _leg_size(leg: str) -> sympy.Symbol:
+    return sympy.Symbol(f"n_{leg}", positive=True, integer=True)
+
+
+def _flatten(v, names):
+    """flatten(x, [h, d], e): y_{te} = x_{t, ⌊e/n_d⌋, e mod n_d}, the joined index split back."""
+    x = v.args[0]
+    a, b = v.attrs["start"], v.attrs["end"]
+    legs = x.type.legs[a:b + 1]
+    joined = leg_symbol(names[a])
+    parts = []
+    for i, leg in enumerate(legs):
+        stride = sympy.Mul(*[_leg_size(l) for l in legs[i + 1:]], evaluate=False) if i + 1 < len(legs) else sympy.S.One
+        idx = joined if stride == 1 else sympy.floor(joined / stride, evaluate=False)
+        parts.append(idx if i == 0 else sympy.Mod(idx, _leg_size(leg), evaluate=False))
+    return value_entry(x, names[:a] + tuple(parts) + names[a + 1:])
+
+
+def _unflatten(v, names):
+    """unflatten(x, e, [h, d]): y_{thd} = x_{t, h·n_d + d}, the new indices joined back."""
+    x = v.args[0]
+    axis = v.attrs["axis"]
+    n = len(v.type.legs) - len(x.type.legs) + 1
+    new_legs = v.type.legs[axis:axis + n]
+    joined = None
+    for leg, name in zip(new_legs, names[axis:axis + n]):
+        i = leg_symbol(name)
+        joined = i if joined is None else sympy.Add(sympy.Mul(joined, _leg_size(leg), evaluate=False), i, evaluate=False)
+    return value_entry(x, names[:axis] + (joined,) + names[axis + n:])
+
+
+def _rope(v, names):
+    """rope(x, t, d): x cos(t ω_d) + rot_d(x) sin(t ω_d), the rotate-half convention: rot_d pairs
+    entry i of leg d with entry i + n/2 (as (−x_{i+n/2}, x_i)), ω_i = base^(−2i/n)."""
+    x = _same(v, names)
+    t, d = leg_symbol(names[v.attrs["pos"]]), names[v.attrs["axis"]]
+    angle = sympy.Mul(t, tensor_entry("omega", (d,)), evaluate=False)
+    return sympy.Add(
+        sympy.Mul(x, sympy.cos(angle, evaluate=False), evaluate=False),
+        sympy.Mul(apply_function("rot", x, d), sympy.sin(angle, evaluate=False), evaluate=False),
+        evaluate=False,
+    )
+
+
+def _einsum(v, names):
+    """The index equation: the operands' entries multiplied, summed over the dropped letters."""
+    terms, out = v.attrs["terms"], v.attrs["out"]
+    mapping = dict(zip(out, names))
+    taken = set(names)
+    for term in terms:
+        for letter in term:
+            if letter not in mapping:
+                mapping[letter] = fresh(letter, taken)
+                taken.add(mapping[letter])
+    factors = [value_entry(x, tuple(mapping[l] for l in term)) for x, term in zip(v.args, terms)]
+    body = factors[0] if len(factors) == 1 else sympy.Mul(*factors, evaluate=False)
+    summed = [mapping[l] for l in dict.fromkeys(l for term in terms for l in term) if l not in out]
+    return _sum(body, summed) if summed else body
+
+
+EQUATION: dict = {
+    # element-wise functions: σ(x), tanh(x), √x ...
+    **{name: _function(name) for name in
+       ("sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "log", "sqrt", "abs", "softplus")},
+    "leaky_relu": _leaky_relu,
+    # operators
+    "+": _sum_chain,
+    "-": _sum_chain,
+    "*": _arithmetic("*"),
+    "/": _arithmetic("/"),
+    "//": _floor_div,
+    "**": _arithmetic("**"),
+    **{op: _relation(op) for op in _RELATIONS},
+    "neg": lambda v, names: elementwise("-", _same(v, names)),
+    "einsum": _einsum,
+    # over one leg
+    "softmax": _over_leg("softmax"),
+    "log_softmax": _over_leg("log_softmax"),
+    "layernorm": _over_leg("layernorm"),
+    "rmsnorm": _over_leg("rmsnorm"),
+    "topk": _over_leg("topk"),
+    "topk_mask": _topk_mask,
+    "sum": _reduce,
+    "mean": _reduce,
+    "max": _reduce,
+    # element-wise with options
+    "dropout": _function("dropout"),
+    "detach": _function("detach"),
+    "clamp": _clamp,
+    "where": _where,
+    # masks
+    "causal": _causal,
+    "block_causal": _block_causal,
+    # indexing and shapes
+    "gather": _gather,
+    "split": _parts,
+    "concat": _parts,
+    "flatten": _flatten,
+    "unflatten": _unflatten,
+    "rope": _rope,
+}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,6 +639,7 @@ def to_mathtext(latex: str) -> str:
     text = _UNWRAP.sub(r"\\mathrm{\1}", text)
     text = _DROP.sub("", text)
     text = _MATHREL.sub(r"\1", text)
+    text = re.sub(r"\\bmod(?![A-Za-z])", r"\\,\\mathrm{mod}\\,", text)
     text = re.sub(r"\\frac(?![A-Za-z])", r"\\dfrac", text)
     return _SUM.sub(r"\1\\, ", text)
 

@@ -14,7 +14,6 @@ in it is read geometrically, and each non-linear step gets a one-line reading of
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 import sympy
@@ -22,10 +21,12 @@ import sympy
 from penrose import ir
 from penrose.check import Checked, CStmt, V
 from penrose.render import equations as eq
-from penrose.render.figure import index_legend, statements
+from penrose.render._keys import op_key
+from penrose.render.figure import _fmt, _scalar_text, index_legend, statements
 from penrose.render.readings import Contraction, Operand, classify, read_normalisation
+from penrose.stack import deep, too_deep
 
-__all__ = ["Reading", "statement_equation", "statement_latex", "statement_readings", "statements"]
+__all__ = ["READING", "Reading", "statement_equation", "statement_latex", "statement_readings", "statements"]
 
 
 @dataclass(frozen=True)
@@ -41,180 +42,136 @@ class Reading:
 # ---- equations ---------------------------------------------------------------------------------
 
 
-class _Call(sympy.Function):
-    """A diagram operation printed as \\mathrm{name}(args); never evaluated."""
-
-    latex_name = r"\mathrm{f}"
-
-    @classmethod
-    def eval(cls, *args):
-        return None
-
-    def _latex(self, printer):
-        return rf"{self.latex_name}\left({', '.join(printer._print(a) for a in self.args)}\right)"
-
-
-def _call(latex_name: str, *args) -> sympy.Expr:
-    key = "".join(ch for ch in latex_name if ch.isalnum())
-    cls = type(f"penrose_call_{key}", (_Call,), {"latex_name": latex_name})
-    return cls(*args)
-
-
+@deep
 def statement_equation(c: Checked, s: CStmt) -> sympy.Eq:
     """The equation of one computing statement: target entries = the value's expression
-    (a block's `return` is written as the entries of `out`)."""
+    (a block's `return` is written as the entries of `out`); each operation by its rule in
+    `equations.EQUATION`."""
     st = s.stmt
-    if isinstance(st, ir.Return):
-        vals = list(s.value.args)
-        rhs = [_entry(v, tuple(v.type.legs)) for v in vals]
-        lhs = [eq.tensor_entry("out" if len(vals) == 1 else f"out{i}", v.type.legs) for i, v in enumerate(vals)]
-        if len(vals) == 1:
-            return sympy.Eq(lhs[0], rhs[0], evaluate=False)
-        return sympy.Eq(sympy.Tuple(*lhs), sympy.Tuple(*rhs), evaluate=False)
-    v = s.value
-    types = s.types
-    if len(st.targets) == 1:
-        return eq.assign(st.targets[0], types[0].legs, _entry(v, tuple(types[0].legs)))
-    lhs = sympy.Tuple(*[eq.tensor_entry(t, ty.legs) for t, ty in zip(st.targets, types)])
-    return sympy.Eq(lhs, _entry(v, tuple(types[0].legs)), evaluate=False)
+    try:
+        if isinstance(st, ir.Return):
+            vals = list(s.value.args)
+            rhs = [eq.value_entry(v, tuple(v.type.legs)) for v in vals]
+            lhs = [eq.tensor_entry("out" if len(vals) == 1 else f"out{i}", v.type.legs) for i, v in enumerate(vals)]
+            if len(vals) == 1:
+                return sympy.Eq(lhs[0], rhs[0], evaluate=False)
+            return sympy.Eq(sympy.Tuple(*lhs), sympy.Tuple(*rhs), evaluate=False)
+        v = s.value
+        types = s.types
+        if len(st.targets) == 1:
+            return eq.assign(st.targets[0], types[0].legs, eq.value_entry(v, tuple(types[0].legs)))
+        lhs = sympy.Tuple(*[eq.tensor_entry(t, ty.legs) for t, ty in zip(st.targets, types)])
+        return sympy.Eq(lhs, eq.value_entry(v, tuple(types[0].legs)), evaluate=False)
+    except RecursionError:
+        raise too_deep(st.span) from None
 
 
+@deep
 def statement_latex(c: Checked, s: CStmt) -> str:
     """The LaTeX of a statement's equation (mathtext-safe: `equations.latex_to_svg` draws it)."""
-    return eq.to_latex(statement_equation(c, s))
-
-
-def _fresh(letter: str, taken: set) -> str:
-    name = letter
-    while name in taken:
-        name += "'"
-    return name
-
-
-def _entry(v: V, names: tuple) -> sympy.Expr:
-    """The expression for the entry of `v` at index names `names` (one per leg of v)."""
-    op = v.op
-    if op == "ref":
-        return eq.tensor_entry(v.attrs["name"], names)
-    if op == "num":
-        x = v.attrs["value"]
-        if x == math.inf:
-            return sympy.oo
-        if x == -math.inf:
-            return -sympy.oo
-        return sympy.Integer(x) if isinstance(x, int) else sympy.Float(x, 4)
-    if op == "dimsize":
-        return eq.dim_size(v.attrs["name"])
-    if op == "sbin":
-        return eq.elementwise(v.attrs["op"] if v.attrs["op"] != "//" else "/", _entry(v.args[0], ()), _entry(v.args[1], ()))
-    if op == "sfunc":
-        return eq.apply_function(v.attrs["name"], _entry(v.args[0], ()))
-    if op == "neg":
-        return eq.elementwise("-", _entry(v.args[0], names))
-    if op == "einsum":
-        return _einsum_entry(v, names)
-    if op == "binop":
-        a, b = v.args
-        parts = [_aligned(x, al, names) for x, al in zip((a, b), v.attrs["align"])]
-        o = v.attrs["op"]
-        if o in ("+", "-", "*", "/", "**"):
-            return eq.elementwise(o, *parts)
-        if o == "//":
-            return sympy.floor(eq.elementwise("/", *parts), evaluate=False)
-        rel = {"<": sympy.StrictLessThan, "<=": sympy.LessThan, ">": sympy.StrictGreaterThan,
-               ">=": sympy.GreaterThan, "==": sympy.Eq, "!=": sympy.Ne}[o]
-        return rel(*parts, evaluate=False)
-    if op == "unary":
-        return eq.apply_function(v.attrs["name"], _entry(v.args[0], names))
-    if op in ("softmax", "log_softmax", "layernorm", "rmsnorm", "topk"):
-        leg = names[v.attrs["axis"]]
-        return eq.apply_function(op, _entry(v.args[0], names), leg)
-    if op in ("dropout", "detach", "clamp"):
-        return eq.apply_function(op, _entry(v.args[0], names))
-    if op == "reduce":
-        x = v.args[0]
-        axis = v.attrs["axis"]
-        leg = _fresh(x.type.legs[axis], set(names))
-        inner = names[:axis] + (leg,) + names[axis:]
-        return eq.apply_function(v.attrs["name"], _entry(x, inner), leg)
-    if op == "where":
-        parts = [_aligned(x, al, names) for x, al in zip(v.args, v.attrs["align"])]
-        return _call(r"\mathrm{where}", *parts)
-    if op == "mask":
-        return eq.tensor_entry("causal" if v.attrs["kind"] == "causal" else "blockcausal", names)
-    if op == "gather":
-        table, ids = v.args
-        n_ids = len(ids.type.legs)
-        idx = _entry(ids, names[:n_ids])
-        rest = [eq.leg_symbol(n) for n in names[n_ids:]]
-        return sympy.IndexedBase(table.attrs["name"] if table.op == "ref" else "E")[(idx, *rest)]
-    if op in ("split", "concat"):  # the parts keep their own leg along the axis
-        axis = v.attrs["axis"]
-
-        def at(x):
-            own = list(names)
-            own[axis] = _fresh(x.type.legs[axis], set(names) - {names[axis]})
-            return _entry(x, tuple(own))
-
-        return _call(rf"\mathrm{{{op}}}", *[at(x) for x in v.args])
-    if op == "block":
-        name = v.attrs["block"]
-        latex = eq._roman(name) + (rf"^{{\times {v.attrs['repeat']}}}" if v.attrs["repeat"] else "")
-        args = [_entry(x, tuple(x.type.legs)) for x in v.args]
-        return _call(latex, *args)
-    return sympy.Symbol(op)
-
-
-def _aligned(x: V, align, names: tuple) -> sympy.Expr:
-    if x.type.dtype == "scalar" or align is None:
-        return _entry(x, ())
-    sub = [None] * len(x.type.legs)
-    for i, j in enumerate(align):
-        if j is not None:
-            sub[j] = names[i]
-    sub = [s if s is not None else leg for s, leg in zip(sub, x.type.legs)]
-    return _entry(x, tuple(sub))
-
-
-def _einsum_entry(v: V, names: tuple) -> sympy.Expr:
-    terms, out = v.attrs["terms"], v.attrs["out"]
-    mapping = dict(zip(out, names))
-    taken = set(names)
-    for t in terms:
-        for letter in t:
-            if letter not in mapping:
-                mapping[letter] = _fresh(letter, taken)
-                taken.add(mapping[letter])
-    factors = [_entry(x, tuple(mapping[l] for l in t)) for x, t in zip(v.args, terms)]
-    body = factors[0] if len(factors) == 1 else sympy.Mul(*factors, evaluate=False)
-    summed = [mapping[l] for l in dict.fromkeys(l for t in terms for l in t) if l not in out]
-    return eq._sum(body, summed) if summed else body
+    try:
+        return eq.to_latex(statement_equation(c, s))
+    except RecursionError:
+        raise too_deep(s.stmt.span) from None
 
 
 # ---- readings ----------------------------------------------------------------------------------
 
 
+@deep
 def statement_readings(c: Checked, s: CStmt, body: Checked | None = None) -> list[Reading]:
     """The geometric reading of each contraction in a statement, and of each other step,
-    innermost first (sigmoid(einsum(...)) reads the contraction, then the activation)."""
+    innermost first (sigmoid(einsum(...)) reads the contraction, then the activation); each
+    operation by its rule in `READING`. A step repeated in a row (tanh(tanh(x))) is read once."""
     body = body or c
-    legend = index_legend(c.diagram)
     producers, deps = _producers(body, s)
-    out: list[Reading] = []
     target = s.stmt.targets[0] if isinstance(s.stmt, ir.Assign) and len(s.stmt.targets) == 1 else None
     values = list(s.value.args) if isinstance(s.stmt, ir.Return) else [s.value]
-    ctx = {"legend": legend, "producers": producers, "deps": deps}
-    for v in values:
-        _read(v, out, ctx, target, top=True)
-    return out
+    reader = _Reader(index_legend(c.diagram), producers, deps)
+    try:
+        for v in values:
+            reader.read(v, target)
+    except RecursionError:
+        raise too_deep(s.stmt.span) from None
+    return _runs(reader.out)
+
+
+LONG_RUN = 4  # this many steps of one kind in a row, or more, are read as one
+
+
+def _runs(readings: list) -> list:
+    """Readings in a row that are equal become one that says how many times the step repeats;
+    LONG_RUN or more of one kind and title (the terms of a long sum, each rescaled) become the
+    first of them and a count."""
+    out: list = []
+    i = 0
+    while i < len(readings):
+        r = readings[i]
+        j = i + 1
+        while j < len(readings) and (readings[j].kind, readings[j].title) == (r.kind, r.title):
+            j += 1
+        run = readings[i:j]
+        if len(run) >= LONG_RUN and any(x != r for x in run):
+            out.append(Reading(r.kind, r.title, f"{r.text} (The first of {len(run):,} such steps in a row.)"))
+        else:
+            for x in run:
+                if out and isinstance(out[-1], list) and out[-1][0] == x:
+                    out[-1][1] += 1
+                else:
+                    out.append([x, 1])
+        i = j
+    return [r if isinstance(r, Reading) else r[0] if r[1] == 1 else Reading(r[0].kind, r[0].title, f"{r[0].text} ({_times(r[1])} in a row.)")
+            for r in out]
+
+
+def _times(n: int) -> str:
+    return "twice" if n == 2 else f"{n:,} times"
+
+
+class _Reader:
+    """Reads a value tree: `read` dispatches each operation to its rule in READING, which adds
+    its readings (and reads its operands, innermost first)."""
+
+    def __init__(self, legend: dict, producers: dict, deps: dict):
+        self.legend = legend
+        self.producers = producers
+        self.deps = deps
+        self.out: list[Reading] = []
+
+    def read(self, v, target=None):
+        """`target` is the statement's target when `v` is its whole value (residual updates)."""
+        if not isinstance(v, V) or v.type.dtype == "scalar":
+            return  # a plain number is read with the step that uses it (a rescale)
+        key = op_key(v)
+        if key is None:
+            if v.op == "block":
+                self.args(v)
+                rep = v.attrs["repeat"]
+                more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
+                self.add(Reading("block", "Block", f"Apply block {v.attrs['block']}{more}."))
+            return  # a tensor
+        READING[key](self, v, target)
+
+    def args(self, v):
+        for a in v.args:
+            self.read(a)
+
+    def add(self, r):
+        if r is not None:
+            self.out.append(Reading(r.kind, r.title, r.text))
 
 
 def _refs(v) -> set:
-    if not isinstance(v, V):
-        return set()
-    found = {v.attrs["name"]} if v.op == "ref" else set()
-    for a in v.args:
-        found |= _refs(a)
+    """The names a value reads (iterative: a 10,000-term sum needs no stack)."""
+    found = set()
+    stack = [v]
+    while stack:
+        x = stack.pop()
+        if not isinstance(x, V):
+            continue
+        if x.op == "ref":
+            found.add(x.attrs["name"])
+        stack.extend(x.args)
     return found
 
 
@@ -246,59 +203,15 @@ def _name(v: V) -> str:
     return "the contraction" if v.op == "einsum" else "the result"
 
 
-def _read(v: V, out: list, ctx: dict, target, top=False):
-    if not isinstance(v, V):
-        return
-    legend, producers = ctx["legend"], ctx["producers"]
-    if v.op == "binop" and v.attrs["op"] == "/":
-        pair = _norm_pair(v, producers)
-        if pair is not None:
-            r = read_normalisation(pair[0], pair[1], result=target, legend=legend)
-            if r is not None:
-                out.append(Reading(r.kind, r.title, r.text))
-                return
-    for a in v.args:
-        _read(a, out, ctx, None)
-    op = v.op
-    if op == "einsum":
-        names = [_name(x) for x in v.args]
-        probs = set()
-        normalised = set()
-        for n, x in zip(names, v.args):
-            src = producers.get(n) if x.op == "ref" else None
-            if src is not None and src.op == "softmax":
-                probs.add(n)
-            if src is not None and src.op == "binop" and _norm_pair(src, producers) is not None:
-                normalised.add(n)
-        roles = {}
-        for n, x in zip(names, v.args):
-            if x.op == "ref":
-                roles[n] = x.attrs.get("kind", "tensor")
-        contraction = Contraction(
-            tuple(Operand(n, t, roles.get(n, "tensor")) for n, t in zip(names, v.attrs["terms"])),
-            v.attrs["out"], frozenset(normalised), frozenset(probs),
-        )
-        r = classify(contraction, legend)
-        out.append(Reading(r.kind, r.title, r.text))
-        return
-    r = _op_reading(v, target if top else None, legend, ctx)
-    if r is not None:
-        out.append(r)
-
-
-def _is_normalisation(v: V) -> bool:
-    return v.op == "binop" and v.attrs["op"] == "/" and _norm_pair(v, {}) is not None
-
-
 def _norm_pair(v: V, producers: dict):
     """x / sqrt(einsum('i,i->', x, x)) or x / n**0.5 with n that einsum: (numerator, Contraction)."""
     a, b = v.args
     if a.op != "ref":
         return None
     inner = b
-    if inner.op == "unary" and inner.attrs["name"] == "sqrt":
+    if op_key(inner) == "sqrt":
         inner = inner.args[0]
-    elif inner.op == "binop" and inner.attrs["op"] == "**" and inner.args[1].op == "num" and inner.args[1].attrs["value"] == 0.5:
+    elif op_key(inner) == "**" and inner.args[1].op == "num" and inner.args[1].attrs["value"] == 0.5:
         inner = inner.args[0]
     else:
         return None
@@ -323,74 +236,270 @@ def _each(legs, legend) -> str:
     return "for each " + (words[0] if len(words) == 1 else "(" + ", ".join(words) + ")")
 
 
-def _op_reading(v: V, target, legend, ctx) -> Reading | None:
-    op = v.op
-    if op == "unary":
-        name = v.attrs["name"]
-        if name in ("sigmoid", "sigma"):
-            return Reading("activation", "Activation", "Squash every entry into (0, 1) independently (sigmoid): a soft on/off score.")
-        return Reading("activation", "Activation", f"Apply {name} to every entry independently.")
-    if op in ("softmax", "log_softmax"):
-        leg = _over(v)
-        rest = [l for l in v.type.legs if l != leg]
-        each = _each(rest, legend)
-        prefix = f"{each[0].upper()}{each[1:]}, t" if each else "T"
-        return Reading("softmax", "Softmax", f"{prefix}urn the affinities along {leg} into probabilities: non-negative, summing to one over {leg}."
-                       + (" (in log space)" if op == "log_softmax" else ""))
-    if op in ("layernorm", "rmsnorm"):
-        leg = _over(v)
-        what = "re-centre and rescale" if op == "layernorm" else "rescale"
-        return Reading("norm", "Normalisation", f"For every slice along {leg}, {what} its entries to unit {'variance' if op == 'layernorm' else 'root mean square'} (then a learned per-entry scale).")
-    if op == "topk":
-        leg = _over(v)
-        return Reading("topk", "Top-k filter", f"Along {leg}, keep the {v.attrs['k']} largest entries; the others are filtered out (set to zero).")
-    if op == "dropout":
-        return Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs['p']} and rescale the rest; the identity at evaluation.")
-    if op == "detach":
-        return Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")
-    if op == "clamp":
-        return Reading("clamp", "Clamp", "Clip every entry into the range [min, max].")
-    if op == "mask":
-        t, p = v.type.legs
-        return Reading("mask", "Causal mask", f"True where {p} ≤ {t}: position {t} may only see positions {p} at or before it.")
-    if op == "where":
-        return Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")
-    if op == "gather":
-        table, ids = v.args
-        return Reading("lookup", "Lookup", f"Pick the rows of {_name(table)} named by the ids in {_name(ids)}: an embedding lookup.")
-    if op == "reduce":
-        leg = _over(v)
-        verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of"}[v.attrs["name"]]
-        return Reading("reduce", "Reduction", f"{verb} all {leg}-th slices of {_name(v.args[0])}.")
-    if op == "split":
-        return Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.attrs['sizes']))}.")
-    if op == "concat":
-        return Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.attrs['axis']]}.")
-    if op == "block":
-        rep = v.attrs["repeat"]
-        more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
-        return Reading("block", "Block", f"Apply block {v.attrs['block']}{more}.")
-    if op == "binop":
-        a, b = v.args
-        o = v.attrs["op"]
-        if a.type.dtype == "scalar" or b.type.dtype == "scalar":
-            tensor, other = (a, b) if b.type.dtype == "scalar" else (b, a)
-            from penrose.render.figure import _scalar_text
+def _and(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
 
-            verb = {"/": "Divide", "*": "Multiply", "+": "Shift", "-": "Shift", "**": "Raise"}.get(o, "Combine")
-            prep = {"/": "by", "*": "by", "**": "to the power"}.get(o, "by")
-            return Reading("rescale", "Rescale", f"{verb} every entry of {_name(tensor)} {prep} {_scalar_text(other)}.")
-        an, bn = _name(a), _name(b)
-        if o in ("+", "-") and target is not None and an == target and an in ctx["deps"].get(bn, set()) | _refs(b):
-            verb = "Add" if o == "+" else "Subtract"
-            to = "to" if o == "+" else "from"
-            return Reading("residual", "Residual update", f"{verb} {bn} {to} the stream {an}, entry by entry: {an} keeps flowing past this step, so the gradient reaches earlier layers directly.")
-        words = {"+": ("Sum", "Add"), "-": ("Difference", "Subtract"), "*": ("Element-wise product", "Multiply"),
-                 "/": ("Element-wise ratio", "Divide")}
-        if o in words:
-            title, verb = words[o]
-            return Reading("elementwise", title, f"{verb} {an} and {bn} entry by entry (legs aligned by name).")
-        return Reading("compare", "Comparison", f"Compare {an} and {bn} entry by entry: a bool mask.")
-    if op == "neg":
-        return Reading("elementwise", "Negation", "Flip the sign of every entry.")
-    return None
+
+# ---- the reading of each operation: one entry per name of `penrose.ops.OPS` -----------------------
+#
+# A rule is called as rule(reader, v, target): it reads what it needs of its operands (most read
+# them all first, through `_after_args`) and adds its readings.
+
+
+def _after_args(text):
+    """A rule that reads the operands, then adds `text(reader, v)` (a Reading or None)."""
+
+    def rule(reader: _Reader, v: V, target):
+        reader.args(v)
+        reader.add(text(reader, v))
+
+    return rule
+
+
+def _activation(sentence: str, title: str = "Activation"):
+    return _after_args(lambda r, v: Reading("activation", title, sentence))
+
+
+def _leaky_relu(r, v):
+    slope = v.attrs["slope"]
+    return Reading("activation", "Activation", f"Keep the positive entries and scale the negative ones by {slope} (leaky ReLU), entry by entry.")
+
+
+def _contraction(r: _Reader, v: V, target):
+    r.args(v)
+    names = [_name(x) for x in v.args]
+    probs = set()
+    normalised = set()
+    for n, x in zip(names, v.args):
+        src = r.producers.get(n) if x.op == "ref" else None
+        if src is not None and src.op == "softmax":
+            probs.add(n)
+        if src is not None and op_key(src) == "/" and src.op == "binop" and _norm_pair(src, r.producers) is not None:
+            normalised.add(n)
+    roles = {n: x.attrs.get("kind", "tensor") for n, x in zip(names, v.args) if x.op == "ref"}
+    contraction = Contraction(
+        tuple(Operand(n, t, roles.get(n, "tensor")) for n, t in zip(names, v.attrs["terms"])),
+        v.attrs["out"], frozenset(normalised), frozenset(probs),
+    )
+    r.add(classify(contraction, r.legend))
+
+
+def _is_tensor_pair(v: V) -> bool:
+    return v.op == "binop" and all(x.type.dtype != "scalar" for x in v.args)
+
+
+def _rescale(v: V) -> Reading:
+    a, b = v.args
+    tensor, other = (a, b) if b.type.dtype == "scalar" else (b, a)
+    o = op_key(v)
+    verb = {"/": "Divide", "*": "Multiply", "+": "Shift", "-": "Shift", "**": "Raise"}.get(o, "Combine")
+    prep = {"/": "by", "*": "by", "**": "to the power"}.get(o, "by")
+    return Reading("rescale", "Rescale", f"{verb} every entry of {_name(tensor)} {prep} {_scalar_text(other)}.")
+
+
+def _sum(r: _Reader, v: V, target):
+    """a + b - c ...: the terms along the left spine are read first, then one reading of the
+    whole sum (a residual update when the first term is the target and the others read it)."""
+    if not _is_tensor_pair(v):
+        r.args(v)
+        r.add(_rescale(v))
+        return
+    chain = []  # the + and - between tensors, outermost first
+    node = v
+    while op_key(node) in ("+", "-") and _is_tensor_pair(node):
+        chain.append(node)
+        node = node.args[0]
+    terms = [node] + [n.args[1] for n in reversed(chain)]
+    ops = [op_key(n) for n in reversed(chain)]
+    for t in terms:
+        r.read(t)
+    names = [_name(t) for t in terms]
+    first, rest = names[0], names[1:]
+    later = set()
+    for t in terms[1:]:
+        later |= _refs(t)
+        later |= set().union(*(r.deps.get(n, set()) for n in _refs(t))) if _refs(t) else set()
+    if target is not None and first == target and first in later:
+        verb, to = ("Add", "to") if set(ops) == {"+"} else ("Subtract", "from") if set(ops) == {"-"} else ("Add and subtract", "to")
+        r.add(Reading("residual", "Residual update", f"{verb} {_and(rest)} {to} the stream {first}, entry by entry: {first} keeps flowing past this step, so the gradient reaches earlier layers directly."))
+        return
+    if len(terms) == 2:
+        title, verb = ("Sum", "Add") if ops == ["+"] else ("Difference", "Subtract")
+        r.add(Reading("elementwise", title, f"{verb} {first} and {rest[0]} entry by entry (legs aligned by name)."))
+        return
+    named = all(t.op == "ref" for t in terms)
+    shown = "" if not named else " " + (_and(names) if len(names) <= 6 else f"{names[0]}, {names[1]}, …, {names[-1]}")
+    title, verb = ("Sum", "Add") if set(ops) == {"+"} else ("Sum and difference", "Add and subtract")
+    r.add(Reading("elementwise", title, f"{verb} the {len(terms):,} terms{shown} entry by entry (legs aligned by name)."))
+
+
+def _elementwise(title: str, verb: str):
+    def text(r, v):
+        if not _is_tensor_pair(v):
+            return _rescale(v)
+        a, b = v.args
+        return Reading("elementwise", title, f"{verb} {_name(a)} and {_name(b)} entry by entry (legs aligned by name).")
+
+    return _after_args(text)
+
+
+def _divide(r: _Reader, v: V, target):
+    """x / ||x||: a normalisation (read as a whole); any other division entry by entry."""
+    if v.op == "binop":
+        pair = _norm_pair(v, r.producers)
+        if pair is not None:
+            reading = read_normalisation(pair[0], pair[1], result=target, legend=r.legend)
+            if reading is not None:
+                r.add(reading)
+                return
+    _elementwise("Element-wise ratio", "Divide")(r, v, target)
+
+
+def _power(r, v):
+    if not _is_tensor_pair(v):
+        return _rescale(v)
+    a, b = v.args
+    return Reading("elementwise", "Element-wise power", f"Raise each entry of {_name(a)} to the power of the matching entry of {_name(b)} (legs aligned by name).")
+
+
+def _floor_div(r, v):
+    if not _is_tensor_pair(v):
+        a, b = v.args
+        tensor, other = (a, b) if b.type.dtype == "scalar" else (b, a)
+        return Reading("rescale", "Floor division", f"Divide every entry of {_name(tensor)} by {_scalar_text(other)}, rounding down.")
+    a, b = v.args
+    return Reading("elementwise", "Floor division", f"Divide {_name(a)} by {_name(b)} entry by entry, rounding down (legs aligned by name).")
+
+
+def _compare(r, v):
+    a, b = v.args
+    other = _scalar_text(b) if b.type.dtype == "scalar" else _name(b)
+    return Reading("compare", "Comparison", f"Compare {_name(a)} and {other} entry by entry ({_name(a)} {op_key(v)} {other}): a bool mask.")
+
+
+def _softmax(r, v):
+    leg = _over(v)
+    rest = [l for l in v.type.legs if l != leg]
+    each = _each(rest, r.legend)
+    prefix = f"{each[0].upper()}{each[1:]}, t" if each else "T"
+    log = " (in log space)" if op_key(v) == "log_softmax" else ""
+    return Reading("softmax", "Softmax", f"{prefix}urn the affinities along {leg} into probabilities: non-negative, summing to one over {leg}.{log}")
+
+
+def _norm(r, v):
+    leg = _over(v)
+    if op_key(v) == "layernorm":
+        return Reading("norm", "Normalisation", f"For every slice along {leg}, re-centre and rescale its entries to unit variance (then a learned per-entry scale).")
+    return Reading("norm", "Normalisation", f"For every slice along {leg}, rescale its entries to unit root mean square (then a learned per-entry scale).")
+
+
+def _topk(r, v):
+    return Reading("topk", "Top-k filter", f"Along {_over(v)}, keep the {v.attrs['k']} largest entries; the others are filtered out (set to zero).")
+
+
+def _topk_mask(r, v):
+    leg = _over(v)
+    return Reading("mask", "Top-k mask", f"Along {leg}, mark the {v.attrs['k']} largest entries: a bool mask, true where an entry ranks among the top {v.attrs['k']} of its {leg}-slice.")
+
+
+def _reduce(r, v):
+    verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of"}[op_key(v)]
+    return Reading("reduce", "Reduction", f"{verb} all {_over(v)}-th slices of {_name(v.args[0])}.")
+
+
+def _causal(r, v):
+    t, p = v.type.legs
+    return Reading("mask", "Causal mask", f"True where {p} ≤ {t}: position {t} may only see positions {p} at or before it.")
+
+
+def _block_causal(r, v):
+    t, p = v.type.legs
+    b = v.attrs["block"]
+    return Reading("mask", "Block-causal mask",
+                   f"True where ⌊{p}/{b}⌋ ≤ ⌊{t}/{b}⌋: positions are grouped into blocks of {b}; within a block every position "
+                   f"sees every other (bidirectional), and across blocks {t} sees only the blocks at or before its own (causal).")
+
+
+def _flatten(r, v):
+    x = v.args[0]
+    a, b = v.attrs["start"], v.attrs["end"]
+    legs = x.type.legs[a:b + 1]
+    return Reading("reshape", "Flatten", f"Merge the adjacent legs {_and(legs)} of {_name(x)} into one leg {v.type.legs[a]}: the same entries, "
+                   f"{legs[-1]} running fastest (row-major).")
+
+
+def _unflatten(r, v):
+    x = v.args[0]
+    axis = v.attrs["axis"]
+    n = len(v.type.legs) - len(x.type.legs) + 1
+    legs = v.type.legs[axis:axis + n]
+    return Reading("reshape", "Unflatten", f"Split leg {x.type.legs[axis]} of {_name(x)} into the legs {_and(legs)} "
+                   f"(sizes {' × '.join(map(str, v.attrs['sizes']))}): the same entries, {legs[-1]} running fastest.")
+
+
+def _rope(r, v):
+    x = v.args[0]
+    d, t = x.type.legs[v.attrs["axis"]], x.type.legs[v.attrs["pos"]]
+    return Reading("rope", "Rotary position embedding",
+                   f"Rotate {_name(x)} by its position: along {d}, entry i and entry i + n/2 form a pair (n the size of {d}), "
+                   f"turned by the angle {t}·ω_i with ω_i = {v.attrs['base']:g}^(−2i/n), so the dot product of two rotated "
+                   f"vectors depends on how far apart their positions {t} are.")
+
+
+READING: dict = {
+    # element-wise functions
+    "sigmoid": _activation("Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."),
+    "sigma": _activation("Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."),
+    "relu": _activation("Keep the positive part of every entry independently (ReLU): negative entries become zero."),
+    "gelu": _activation("Gate every entry independently by how large it is (GELU, x·Φ(x)): a smooth ReLU."),
+    "silu": _activation("Gate every entry independently by its own sigmoid (SiLU, x·σ(x)): a smooth ReLU."),
+    "tanh": _activation("Squash every entry into (−1, 1) independently (tanh)."),
+    "exp": _activation("Exponentiate every entry independently: positive values, sums become products."),
+    "log": _activation("Take the logarithm of every entry independently: products become sums."),
+    "sqrt": _activation("Take the square root of every entry independently."),
+    "abs": _activation("Take the absolute value of every entry independently: its size without its sign."),
+    "softplus": _activation("Apply softplus, log(1 + eˣ), to every entry independently: a smooth, positive ReLU."),
+    "leaky_relu": _after_args(_leaky_relu),
+    # operators
+    "+": _sum,
+    "-": _sum,
+    "*": _elementwise("Element-wise product", "Multiply"),
+    "/": _divide,
+    "//": _after_args(_floor_div),
+    "**": _after_args(_power),
+    **{op: _after_args(_compare) for op in ("<", "<=", ">", ">=", "==", "!=")},
+    "neg": _after_args(lambda r, v: Reading("elementwise", "Negation", "Flip the sign of every entry.")),
+    "einsum": _contraction,
+    # over one leg
+    "softmax": _after_args(_softmax),
+    "log_softmax": _after_args(_softmax),
+    "layernorm": _after_args(_norm),
+    "rmsnorm": _after_args(_norm),
+    "topk": _after_args(_topk),
+    "topk_mask": _after_args(_topk_mask),
+    "sum": _after_args(_reduce),
+    "mean": _after_args(_reduce),
+    "max": _after_args(_reduce),
+    # element-wise with options
+    "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs['p']} and rescale the rest; the identity at evaluation.")),
+    "detach": _after_args(lambda r, v: Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")),
+    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs['min'], '−∞')}, {_bound(v.attrs['max'], '∞')}].")),
+    "where": _after_args(lambda r, v: Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")),
+    # masks
+    "causal": _after_args(_causal),
+    "block_causal": _after_args(_block_causal),
+    # indexing and shapes
+    "gather": _after_args(lambda r, v: Reading("lookup", "Lookup", f"Pick the rows of {_name(v.args[0])} named by the ids in {_name(v.args[1])}: an embedding lookup.")),
+    "split": _after_args(lambda r, v: Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.attrs['sizes']))}.")),
+    "concat": _after_args(lambda r, v: Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.attrs['axis']]}.")),
+    "flatten": _after_args(_flatten),
+    "unflatten": _after_args(_unflatten),
+    "rope": _after_args(_rope),
+}
+
+
+def _bound(x, infinite: str) -> str:
+    if x is None:
+        return infinite
+    return _fmt(x)

@@ -26,11 +26,14 @@ from __future__ import annotations
 import html
 import math
 import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from penrose import ir
 from penrose.check import Checked, V
 from penrose.errors import PenroseRenderError, Span
+from penrose.render._keys import op_key
+from penrose.stack import deep, too_deep
 
 # ---- the figure records ------------------------------------------------------------------------
 
@@ -102,35 +105,150 @@ class _Val:
 
 TENSOR_KINDS = frozenset({"input", "param", "buffer", "formal", "copy", "value", "output"})
 LEAF_KINDS = frozenset({"input", "param", "buffer", "formal", "copy"})
-ARITH = {"+": "+", "-": "−", "*": "×", "/": "÷", "//": "÷", "**": "^", "<": "<", "<=": "≤", ">": ">", ">=": "≥", "==": "=", "!=": "≠"}
-BOX_NAMES = {
-    "sigmoid": "sigmoid",
-    "sigma": "sigmoid",
-    "relu": "ReLU",
-    "gelu": "GELU",
-    "silu": "SiLU",
-    "tanh": "tanh",
-    "exp": "exp",
-    "log": "log",
-    "sqrt": "√",
-    "abs": "|·|",
-    "softplus": "softplus",
-    "softmax": "softmax",
-    "log_softmax": "log-softmax",
-    "layernorm": "layer norm",
-    "rmsnorm": "RMS norm",
-    "topk": "top-k",
-    "dropout": "dropout",
-    "detach": "detach",
-    "clamp": "clamp",
-    "where": "where",
-    "gather": "gather",
-    "split": "split",
-    "concat": "concat",
-    "sum": "Σ",
-    "mean": "mean",
-    "max": "max",
+
+
+# ---- how each operation is drawn: one entry per name of `penrose.ops.OPS` ----------------------
+
+
+@dataclass(frozen=True)
+class Drawing:
+    """How one operation is drawn.
+
+    `draw` names the builder step: 'contraction' (the shared legs become wires between the
+    tensors), 'arith' (a small circle showing `glyph` between two tensors; a box with the
+    number when one side is a plain number), 'box' (a labelled box on the wires it acts on).
+    `kind` is the node kind of a box ('op', or 'mask' for bool masks). `lines(v)` gives the
+    label: the operation's name, then what it acts over; `glyph` alone when there is no rule.
+    `scalar(parts)` writes the operation applied to plain numbers, as in a rescale box.
+    """
+
+    draw: str
+    glyph: str
+    lines: Callable | None = None
+    kind: str = "op"
+    scalar: Callable | None = None
+
+    def label(self, v) -> list[str]:
+        return self.lines(v) if self.lines is not None else [self.glyph]
+
+    def scalar_text(self, parts: list[str]) -> str:
+        if self.scalar is not None:
+            return self.scalar(parts)
+        if len(parts) == 2:
+            return f"{parts[0]}{self.glyph}{parts[1]}"
+        return f"{self.glyph}({', '.join(parts)})"
+
+
+def _leg_of(v: V, axis: int) -> str:
+    return v.args[0].type.legs[axis] if v.args and isinstance(v.args[0], V) and v.args[0].type.legs else "?"
+
+
+def _over(name: str):
+    return lambda v: [name, f"over {_leg_of(v, v.attrs['axis'])}"]
+
+
+def _clamp_lines(v: V) -> list[str]:
+    lo, hi = v.attrs["min"], v.attrs["max"]
+    return ["clamp", f"[{'−∞' if lo is None else _fmt(lo)}, {'∞' if hi is None else _fmt(hi)}]"]
+
+
+def _where_lines(v: V) -> list[str]:
+    extra = [_scalar_text(a) for a in v.args[1:] if isinstance(a, V) and a.type.dtype == "scalar"]
+    return ["where"] + ([", ".join(extra)] if extra else [])
+
+
+def _block_causal_lines(v: V) -> list[str]:
+    t, p = v.type.legs
+    b = v.attrs["block"]
+    return ["block-causal mask", f"⌊{p}/{b}⌋ ≤ ⌊{t}/{b}⌋"]
+
+
+def _flatten_lines(v: V) -> list[str]:
+    x = v.args[0]
+    a, b = v.attrs["start"], v.attrs["end"]
+    return ["flatten", f"{', '.join(x.type.legs[a:b + 1])} → {v.type.legs[a]}"]
+
+
+def _unflatten_lines(v: V) -> list[str]:
+    axis = v.attrs["axis"]
+    n = len(v.type.legs) - len(v.args[0].type.legs) + 1
+    return ["unflatten", f"{_leg_of(v, axis)} → {', '.join(v.type.legs[axis:axis + n])}"]
+
+
+def _rope_lines(v: V) -> list[str]:
+    return ["RoPE", f"{_leg_of(v, v.attrs['axis'])} by position {_leg_of(v, v.attrs['pos'])}"]
+
+
+def _sqrt_text(parts: list[str]) -> str:
+    return f"√{parts[0]}" if len(parts[0]) <= 2 else f"√({parts[0]})"
+
+
+def _arith(glyph: str) -> Drawing:
+    return Drawing("arith", glyph)
+
+
+def _box(glyph: str, lines=None, kind="op", scalar=None) -> Drawing:
+    return Drawing("box", glyph, lines, kind, scalar)
+
+
+FIGURE: dict[str, Drawing] = {
+    # element-wise functions: a box named after the function
+    "sigmoid": _box("sigmoid"),
+    "sigma": _box("sigmoid"),
+    "relu": _box("ReLU"),
+    "gelu": _box("GELU"),
+    "silu": _box("SiLU"),
+    "tanh": _box("tanh"),
+    "exp": _box("exp"),
+    "log": _box("log"),
+    "sqrt": _box("√", scalar=_sqrt_text),
+    "abs": _box("|·|", scalar=lambda parts: f"|{parts[0]}|"),
+    "softplus": _box("softplus"),
+    "leaky_relu": _box("leaky ReLU", lambda v: ["leaky ReLU", f"slope {_fmt(v.attrs['slope'])}"]),
+    # operators: a small circle between the two tensors
+    "+": _arith("+"),
+    "-": _arith("−"),
+    "*": _arith("×"),
+    "/": _arith("÷"),
+    "//": _arith("÷"),
+    "**": _arith("^"),
+    "<": _arith("<"),
+    "<=": _arith("≤"),
+    ">": _arith(">"),
+    ">=": _arith("≥"),
+    "==": _arith("="),
+    "!=": _arith("≠"),
+    "neg": _box("−", scalar=lambda parts: f"−{parts[0]}"),
+    # the contraction: wires, junctions and Σ (the label is the spec, in tooltips)
+    "einsum": Drawing("contraction", "Σ", lambda v: ["einsum", v.attrs["spec"]]),
+    # over one leg
+    "softmax": _box("softmax", _over("softmax")),
+    "log_softmax": _box("log-softmax", _over("log-softmax")),
+    "layernorm": _box("layer norm", _over("layer norm")),
+    "rmsnorm": _box("RMS norm", _over("RMS norm")),
+    "topk": _box("top-k", lambda v: ["top-k", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"]),
+    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"], kind="mask"),
+    "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs['axis'])}"]),
+    "mean": _box("mean", _over("mean")),
+    "max": _box("max", _over("max")),
+    # element-wise with options
+    "dropout": _box("dropout", lambda v: ["dropout", f"p={v.attrs['p']}"]),
+    "detach": _box("detach"),
+    "clamp": _box("clamp", _clamp_lines),
+    "where": _box("where", _where_lines),
+    # masks
+    "causal": _box("causal mask", lambda v: ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"], kind="mask"),
+    "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
+    # indexing and shapes
+    "gather": _box("gather", lambda v: ["gather", f"rows of {_short(v.args[0])}"]),
+    "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.attrs['axis'])} → {' + '.join(str(s) for s in v.attrs['sizes'])}"]),
+    "concat": _box("concat", lambda v: ["concat", f"→ {v.type.legs[v.attrs['axis']]}"]),
+    "flatten": _box("flatten", _flatten_lines),
+    "unflatten": _box("unflatten", _unflatten_lines),
+    "rope": _box("RoPE", _rope_lines),
 }
+
+MAX_NODES = 4000  # a figure with more nodes is refused: Graphviz would take minutes to lay it out
 
 
 @dataclass(frozen=True)
@@ -151,6 +269,7 @@ def statements(c: Checked) -> list:
     return [s for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)) and s.value is not None]
 
 
+@deep
 def build_figure(c: Checked, view: str = "diagram", options: Options = Options()) -> Figure:
     """The figure of a checked diagram: `view` is 'diagram', 'statement:N' or 'block:NAME'.
 
@@ -257,6 +376,8 @@ class _Builder:
         self.step: int | None = None
         self.n_contraction = 0
         self.ids: set[str] = set()
+        self.next_suffix: dict[str, int] = {}
+        self.span = Span(top.diagram.file)  # the statement being drawn, for a figure too large
 
     # -- records
     def new_id(self, base: str) -> str:
@@ -264,13 +385,20 @@ class _Builder:
         if base not in self.ids:
             self.ids.add(base)
             return base
-        i = 2
+        i = self.next_suffix.get(base, 2)  # every suffix below it is taken: linear, not quadratic
         while f"{base}_{i}" in self.ids:
             i += 1
+        self.next_suffix[base] = i + 1
         self.ids.add(f"{base}_{i}")
         return f"{base}_{i}"
 
     def add_node(self, base, kind, text, html_label="", cluster="current", tooltip="", xlabel="", group="") -> str:
+        if len(self.fig.nodes) >= MAX_NODES:
+            raise PenroseRenderError(
+                f"the figure would have more than {MAX_NODES:,} nodes, more than Graphviz lays out in reasonable time; "
+                "split this statement into several, or draw a smaller view (statement:N, block:NAME)",
+                self.span,
+            )
         nid = self.new_id(base)
         cl = self.cluster if cluster == "current" else cluster
         self.fig.nodes.append(FNode(nid, kind, text, html_label, cl, tooltip, xlabel, group, self.step))
@@ -311,6 +439,8 @@ class _Builder:
                     self.step = s.step
                     self.fig.captions[s.step] = _caption(st.text)
                 continue
+            if st.span.line:
+                self.span = st.span
             if isinstance(st, ir.Assign):
                 self.assign(scope, s, outputs)
             elif isinstance(st, ir.Return):
@@ -375,6 +505,7 @@ class _Builder:
         """One statement: every tensor it names is a circle, its result a double circle."""
         scope = _Scope(c, {}, {}, "", leaves=True)
         st = s.stmt
+        self.span = st.span
         if isinstance(st, ir.Return):
             vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
             names = [v.attrs["name"] if v.op == "ref" else "out" for v in s.value.args]
@@ -387,18 +518,17 @@ class _Builder:
 
     # -- expressions
     def expr(self, scope: "_Scope", v: V, einsum_use: bool, multi: bool = False):
-        op = v.op
-        if op == "ref":
-            return self.ref(scope, v, einsum_use)
-        if v.type.dtype == "scalar":
+        key = op_key(v)
+        if key is None:  # not an operation: a tensor, a block call, or a plain number
+            if v.op == "ref":
+                return self.ref(scope, v, einsum_use)
+            if v.op == "block":
+                return self.block(scope, v, multi)
             return None  # a plain number: drawn inside the label of the box that uses it
-        if op == "einsum":
-            return self.einsum(scope, v)
-        if op == "binop":
-            return self.binop(scope, v)
-        if op == "block":
-            return self.block(scope, v, multi)
-        return self.box(scope, v, multi)
+        if v.type.dtype == "scalar":
+            return None  # arithmetic on plain numbers: written in the label that uses it
+        rule = FIGURE[key]
+        return getattr(self, rule.draw)(scope, v, rule, multi)
 
     def ref(self, scope: "_Scope", v: V, einsum_use: bool) -> _Val:
         name = v.attrs["name"]
@@ -418,7 +548,7 @@ class _Builder:
             return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name)
         return val
 
-    def einsum(self, scope, v: V) -> _Val:
+    def contraction(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         terms, out = v.attrs["terms"], v.attrs["out"]
         vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
         self.n_contraction += 1
@@ -525,11 +655,11 @@ class _Builder:
                 labels["*"] = (labels.get("*", "") + "\n" + text).strip()
         return labels
 
-    def binop(self, scope, v: V) -> _Val:
+    def arith(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         a, b = v.args
         op = v.attrs["op"]
         va, vb = self.expr(scope, a, False), self.expr(scope, b, False)
-        sym = ARITH[op]
+        sym = rule.glyph
         if va is None or vb is None:  # tensor ∘ number: a box showing the number
             tensor, other, left = (va, b, True) if va is not None else (vb, a, False)
             num = _scalar_text(other)
@@ -575,13 +705,10 @@ class _Builder:
         deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
         return _Val([node] * len(v.type.legs), tuple(v.type.legs), tuple(v.type.cls), node, deps=deps)
 
-    def box(self, scope, v: V, multi=False):
-        op = v.op
+    def box(self, scope, v: V, rule: Drawing, multi=False):
         vals = [self.expr(scope, a, False) for a in v.args]
-        lines = _box_lines(v, self.top)
-        kind = "mask" if op == "mask" else "op"
-        node = self.add_node(op if op not in ("unary", "reduce") else v.attrs["name"], kind, "\n".join(lines),
-                             _box_html(lines), tooltip=_op_tooltip(v))
+        lines = rule.label(v)
+        node = self.add_node(op_key(v), rule.kind, "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
         for val in vals:
             self.inputs_to(node, val)
         if multi and v.outs:
@@ -732,6 +859,7 @@ def _caption(text: str) -> str:
 
 
 def _scalar_text(v: V) -> str:
+    """A plain number as a label writes it: 2, √e, 1/√e."""
     op = v.op
     if op == "num":
         x = v.attrs["value"]
@@ -744,62 +872,10 @@ def _scalar_text(v: V) -> str:
         return repr(x).replace("-", "−")
     if op == "dimsize":
         return v.attrs["name"]
-    if op == "sfunc":
-        inner = _scalar_text(v.args[0])
-        if v.attrs["name"] == "sqrt":
-            return f"√{inner}" if len(inner) <= 2 else f"√({inner})"
-        return f"{v.attrs['name']}({inner})"
-    if op == "sbin":
-        a, b = (_scalar_text(x) for x in v.args)
-        return f"{a}{ARITH[v.attrs['op']]}{b}"
-    if op == "neg":
-        return f"−{_scalar_text(v.args[0])}"
-    return "·"
-
-
-def _leg_of(v: V, axis: int) -> str:
-    return v.args[0].type.legs[axis] if v.args and isinstance(v.args[0], V) and v.args[0].type.legs else "?"
-
-
-def _box_lines(v: V, top: Checked) -> list[str]:
-    """The text of an operation box: its name, then what it acts over."""
-    op = v.op
-    if op == "unary":
-        return [BOX_NAMES.get(v.attrs["name"], v.attrs["name"])]
-    if op in ("softmax", "log_softmax"):
-        return [BOX_NAMES[op], f"over {_leg_of(v, v.attrs['axis'])}"]
-    if op in ("layernorm", "rmsnorm"):
-        return [BOX_NAMES[op], f"over {_leg_of(v, v.attrs['axis'])}"]
-    if op == "topk":
-        return ["top-k", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"]
-    if op == "dropout":
-        return ["dropout", f"p={v.attrs['p']}"]
-    if op == "detach":
-        return ["detach"]
-    if op == "clamp":
-        lo, hi = v.attrs["min"], v.attrs["max"]
-        parts = [f"{'−∞' if lo is None else _fmt(lo)}", f"{'∞' if hi is None else _fmt(hi)}"]
-        return ["clamp", f"[{parts[0]}, {parts[1]}]"]
-    if op == "where":
-        extra = [_scalar_text(a) for a in v.args[1:] if isinstance(a, V) and a.type.dtype == "scalar"]
-        return ["where"] + ([", ".join(extra)] if extra else [])
-    if op == "mask":
-        if v.attrs["kind"] == "causal":
-            return ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"]
-        return ["block-causal mask", f"block {v.attrs['block']}"]
-    if op == "reduce":
-        name = v.attrs["name"]
-        leg = _leg_of(v, v.attrs["axis"])
-        return [f"Σ {leg}"] if name == "sum" else [name, f"over {leg}"]
-    if op == "gather":
-        return ["gather", f"rows of {_short(v.args[0])}"]
-    if op == "split":
-        return ["split", f"{_leg_of(v, v.attrs['axis'])} → {' + '.join(str(s) for s in v.attrs['sizes'])}"]
-    if op == "concat":
-        return ["concat", f"→ {v.type.legs[v.attrs['axis']]}"]
-    if op == "neg":
-        return ["−"]
-    return [op]
+    key = op_key(v)
+    if key is None:
+        return "·"
+    return FIGURE[key].scalar_text([_scalar_text(a) for a in v.args])
 
 
 def _fmt(x) -> str:

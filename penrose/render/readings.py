@@ -35,7 +35,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-ELLIPSIS = "..."
+from penrose.einsum_spec import ELLIPSIS, lex
+from penrose.errors import PenroseError
+
 
 KINDS = (
     "scalar_multiplication",
@@ -140,21 +142,32 @@ def parse_einsum(
 ) -> Contraction:
     """A `Contraction` from an einsum string and operand names (compact or spaced form).
 
-    The spaced form ('tok emb, emb hd -> tok hd') is chosen when any term holds a space;
-    '...' is one leg named '...'. Without '->' the output is the legs seen once, sorted.
+    The spec is read by `penrose.einsum_spec.lex`, the one parser: letters as torch reads them,
+    or the spaced form ('tok emb, emb hd -> tok hd') when a spaced spec has a label longer than a
+    letter. '...' is one leg named '...'. Without '->' the output is '...' (if any term has it),
+    then the legs seen once, sorted.
 
     >>> parse_einsum('ij,i->j', 'A', 'b').output
     ('j',)
+    >>> parse_einsum('i...,i->...', 'A', 'b').operands[0].legs
+    ('i', '...')
     """
-    lhs, arrow, rhs = spec.partition("->")
-    terms = [t.strip() for t in lhs.split(",")]
-    if len(terms) != len(names):
-        raise ValueError(f"{spec!r} has {len(terms)} operands but {len(names)} names were given")
-    spaced = any(" " in t for t in terms + [rhs.strip()])
-    split = _split_spaced if spaced else _split_compact
-    legs = [split(t) for t in terms]
-    if arrow:
-        output = split(rhs.strip())
+    try:
+        parsed = lex(spec)
+    except PenroseError as err:
+        raise ValueError(f"{spec!r}: {err.message}") from None
+    if len(parsed.inputs) != len(names):
+        raise ValueError(f"{spec!r} has {len(parsed.inputs)} operands but {len(names)} names were given")
+
+    def legs_of(term) -> tuple[str, ...]:
+        legs = term.names
+        if term.ellipsis is None:
+            return legs
+        return legs[: term.ellipsis] + (ELLIPSIS,) + legs[term.ellipsis :]
+
+    legs = [legs_of(t) for t in parsed.inputs]
+    if parsed.output is not None:
+        output = legs_of(parsed.output)
     else:
         counts: dict[str, int] = {}
         for term in legs:
@@ -165,23 +178,6 @@ def parse_einsum(
     roles = roles or {}
     operands = tuple(Operand(n, ls, roles.get(n, "tensor")) for n, ls in zip(names, legs))
     return Contraction(operands, output, frozenset(normalised), frozenset(probabilities))
-
-
-def _split_compact(term: str) -> tuple[str, ...]:
-    legs: list[str] = []
-    rest = term.replace(" ", "")
-    while rest:
-        if rest.startswith(ELLIPSIS):
-            legs.append(ELLIPSIS)
-            rest = rest[3:]
-        else:
-            legs.append(rest[0])
-            rest = rest[1:]
-    return tuple(legs)
-
-
-def _split_spaced(term: str) -> tuple[str, ...]:
-    return tuple(term.split())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,0 +1,722 @@
+"""Checked diagram → values, directly: a second implementation of the language.
+
+The interpreter walks the checked IR and evaluates every value with `torch.einsum` and plain
+torch operations. It shares no code with the compiler (no generated source, no `exec`, no
+lowering to matmuls, no fused attention), so the two can check each other: the differential
+fuzzer (`tests/test_differential.py`) asserts compiled module == standalone source ==
+interpreter, in values and gradients, on whole random programs. Users can debug with it too:
+it runs a diagram statement by statement and names the input a shape error comes from.
+
+    >>> import penrose, torch
+    >>> text = "dim e = 2\\ninput x[e]\\nparam W[e, e] ~ eye\\ny = einsum('i,ij->j', x, W) * 2\\noutput y"
+    >>> interpret(text, torch.tensor([1.0, 3.0])).tolist()
+    [2.0, 6.0]
+    >>> model = penrose.compile(text, seed=0)
+    >>> x = torch.randn(5, 2)  # any leading batch dims, as the compiled module takes
+    >>> torch.allclose(interpret(text, x, params=model.state_dict()), model(x))
+    True
+
+Parameters are named as in the compiled module's `state_dict()`: top-level params and buffers
+by name, a block instance's as `inst.W`, a repeated instance's as `inst.0.W`. Without `params`
+they are initialised from the diagram's init specs under a seeded generator.
+
+Every operation of the checked IR has one evaluator in `EVALUATORS` (op code -> function of the
+frame, the value and its evaluated arguments). Values are evaluated bottom-up with an explicit
+stack, so deeply nested expressions need no Python recursion.
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import re
+
+import torch
+
+from penrose import ir
+from penrose.check import Checked
+from penrose.errors import PenroseError, PenroseShapeError, Span
+
+__all__ = ["EVALUATORS", "Interpreter", "init_params", "interpret"]
+
+
+# ---- entry points ------------------------------------------------------------------------------
+
+
+def interpret(diagram, *args, params=None, training=False, **inputs):
+    """Evaluate a diagram (a `Checked`, a path or `.pen` text) on its inputs.
+
+    Returns what the compiled module's forward returns: one tensor, or a named tuple of the
+    outputs in order. `params` maps state_dict names to tensors (a compiled module's
+    `state_dict()`, or the module itself); `training=True` makes dropout active.
+
+    >>> interpret("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y", torch.zeros(2)).tolist()
+    [0.5, 0.5]
+    """
+    return Interpreter(diagram, params, training=training)(*args, **inputs)
+
+
+class Interpreter:
+    """A diagram bound to its parameters, callable like the compiled module.
+
+    >>> run = Interpreter("dim e = 2\\ninput x[e]\\ny = x + 1\\nz = y * y\\noutput y, z")
+    >>> out = run(x=torch.ones(2))
+    >>> out.z.tolist()
+    [4.0, 4.0]
+    """
+
+    def __init__(self, diagram, params=None, *, training=False, seed=0):
+        self.checked = _as_checked(diagram)
+        if params is None:
+            params = init_params(self.checked, seed=seed)
+        elif isinstance(params, torch.nn.Module):  # the live tensors, so gradients reach them
+            params = {**dict(params.named_parameters()), **dict(params.named_buffers())}
+        self.params = dict(params)
+        self.training = training
+        names = tuple(n for n, _ in self.checked.outputs)
+        self.Outputs = collections.namedtuple(_camel(self.checked.name) + "Outputs", names) if len(names) > 1 else None
+
+    def __repr__(self):
+        return f"Interpreter({self.checked.name!r}, {len(self.params)} tensor(s))"
+
+    def __call__(self, *args, **inputs):
+        c = self.checked
+        values = _bind_inputs(c, args, inputs)
+        runtime, dtype, device = _check_inputs(c, values)
+        if dtype is None:  # no float input: the params' dtype
+            dtype = next((p.dtype for p in self.params.values() if p.is_floating_point()), torch.get_default_dtype())
+        frame = _Frame(self, c, "", runtime, dtype, device)
+        for d in c.inputs:
+            frame.env[(d.tensor.name, 0)] = values[d.tensor.name]
+        outs = frame.run()
+        if self.Outputs is None:
+            return outs[0]
+        return self.Outputs(*outs)
+
+
+def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
+    """Fresh parameters and buffers for a checked diagram, initialised as its init specs say
+    (under a generator seeded with `seed`), named as in the compiled module's state_dict.
+
+    >>> import penrose
+    >>> sorted(init_params(penrose.load("dim e = 2\\nparam W[e, e] ~ eye\\ninput x[e]\\ny = einsum('i,ij->j', x, W)\\noutput y")))
+    ['W']
+    """
+    g = torch.Generator().manual_seed(seed)
+    out: dict = {}
+
+    def visit(body: Checked, prefix: str):
+        for d in body.params + body.buffers:
+            shape = []
+            for leg, cls in zip(d.tensor.legs, d.type.cls):
+                n = body.size(cls)
+                if n is None:
+                    raise PenroseShapeError(f"{d.tensor.kind} {prefix}{d.tensor.name!r}: leg {leg!r} has no size", d.tensor.span)
+                shape.append(n)
+            out[prefix + d.tensor.name] = _initialised(d.tensor, shape, g, dtype)
+        for inst in body.instances.values():
+            blk = body.blocks[inst.block]
+            if inst.repeat is None:
+                visit(blk, f"{prefix}{inst.name}.")
+            else:
+                for i in range(inst.repeat):
+                    visit(blk, f"{prefix}{inst.name}.{i}.")
+
+    visit(checked, "")
+    return out
+
+
+def _as_checked(diagram) -> Checked:
+    if isinstance(diagram, Checked):
+        return diagram
+    checked = getattr(diagram, "penrose_checked", None)  # a compiled module
+    if isinstance(checked, Checked):
+        return checked
+    if isinstance(diagram, (str, os.PathLike, ir.Diagram)):
+        import penrose
+
+        return penrose.load(diagram)
+    raise PenroseError(f"cannot interpret a {type(diagram).__name__}; pass .pen text, a path or a Checked diagram")
+
+
+def _camel(name: str) -> str:
+    words = [w for w in re.split(r"[^A-Za-z0-9]+", name) if w]
+    text = "".join(w[:1].upper() + w[1:] for w in words)
+    return text if text[:1].isalpha() else "Diagram" + text
+
+
+def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
+    init = t.init or ir.Init("normal", (("std", ir.Number(0.02)),))
+    kw = {k: float(v.value) for k, v in init.kwargs}
+    x = torch.empty(shape, dtype=dtype)
+    with torch.no_grad():
+        if init.name == "normal":
+            x.normal_(kw.get("mean", 0.0), kw.get("std", 0.02), generator=g)
+        elif init.name == "zeros":
+            x.zero_()
+        elif init.name == "ones":
+            x.fill_(1.0)
+        elif init.name == "constant":
+            x.fill_(kw.get("value", 0.0))
+        elif init.name == "uniform":
+            x.uniform_(kw.get("a", 0.0), kw.get("b", 1.0), generator=g)
+        elif init.name == "xavier":
+            fan_in, fan_out = (shape[0], shape[-1]) if shape else (1, 1)
+            bound = kw.get("gain", 1.0) * math.sqrt(6.0 / max(fan_in + fan_out, 1))
+            x.uniform_(-bound, bound, generator=g)
+        elif init.name == "eye":
+            x.copy_(torch.eye(shape[0], shape[1], dtype=dtype))
+        else:  # pragma: no cover - the checker knows every init
+            raise PenroseError(f"unknown init {init.name!r}", init.span)
+    return x
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+
+
+def _bind_inputs(c: Checked, args, inputs) -> dict:
+    names = [d.tensor.name for d in c.inputs]
+    if len(args) > len(names):
+        raise PenroseShapeError(f"{len(args)} positional inputs given but the diagram takes {len(names)}: " + ", ".join(names))
+    values = dict(zip(names, args))
+    for k, x in inputs.items():
+        if k not in names:
+            raise PenroseShapeError(f"unexpected input {k!r}; the diagram takes " + (", ".join(names) or "no inputs"))
+        if k in values:
+            raise PenroseShapeError(f"input {k!r} given twice (by position and by name)")
+        values[k] = x
+    for n in names:
+        if values.get(n) is None:
+            d = c.decls[n]
+            raise PenroseShapeError(f"missing input {n!r} with legs [{', '.join(d.tensor.legs)}]", d.tensor.span)
+    return values
+
+
+def _check_inputs(c: Checked, values: dict):
+    """Validate each input's dtype, rank and sizes; returns (free sizes by class root, the
+    float dtype to run in, the device)."""
+    S = c.sizes
+    runtime: dict = {}
+    given_by: dict = {}
+    batch, batch_of = None, None
+    dtype = device = None
+    for d in c.inputs:
+        t = d.tensor
+        x = values[t.name]
+        if not isinstance(x, torch.Tensor):
+            raise PenroseShapeError(f"input {t.name!r} must be a tensor, got {type(x).__name__}", t.span)
+        n = len(t.legs)
+        if x.dim() < n:
+            raise PenroseShapeError(
+                f"input {t.name!r} has {x.dim()} dimension(s) but needs at least {n} for legs [{', '.join(t.legs)}]", t.span
+            )
+        floating = x.is_floating_point() or x.is_complex()
+        if t.dtype == "float" and not floating:
+            raise PenroseShapeError(f"input {t.name!r} must be a floating-point tensor, got {x.dtype}", t.span)
+        if t.dtype == "int" and (floating or x.dtype == torch.bool):
+            raise PenroseShapeError(f"input {t.name!r} must hold integer ids, got {x.dtype}", t.span)
+        if t.dtype == "bool" and x.dtype != torch.bool:
+            raise PenroseShapeError(f"input {t.name!r} must be a bool mask, got {x.dtype}", t.span)
+        if floating and dtype is None:
+            dtype = x.dtype
+        device = device or x.device
+        lead = tuple(x.shape[: x.dim() - n])
+        if lead:
+            if batch is not None:
+                try:
+                    batch = tuple(torch.broadcast_shapes(batch, lead))
+                except RuntimeError:
+                    raise PenroseShapeError(
+                        f"input {t.name!r} has batch dims {list(lead)} but input {batch_of!r} has {list(batch)}; they must broadcast",
+                        t.span,
+                    ) from None
+            else:
+                batch, batch_of = lead, t.name
+        for leg, cls, got in zip(t.legs, d.type.cls, x.shape[x.dim() - n :]):
+            root = S.find(cls)
+            if S.is_free(cls):
+                if root in runtime and runtime[root] != got:
+                    raise PenroseShapeError(
+                        f"input {t.name!r} leg {leg!r} has size {got} but input {given_by[root]!r} gave it size {runtime[root]}",
+                        t.span,
+                    )
+                runtime.setdefault(root, got)
+                given_by.setdefault(root, t.name)
+            else:
+                want = S.size(cls)
+                if want != got:
+                    raise PenroseShapeError(f"input {t.name!r} leg {leg!r} must have size {want}, got {got}", t.span)
+    return runtime, dtype, device
+
+
+# ---- evaluation --------------------------------------------------------------------------------
+
+
+class _Frame:
+    """One body being run: the top level or one block instance (its params under `prefix`)."""
+
+    def __init__(self, interp: Interpreter, body: Checked, prefix: str, runtime: dict, dtype, device):
+        self.interp = interp
+        self.body = body
+        self.prefix = prefix
+        self.runtime = runtime  # class root -> size, for legs only inputs carry
+        self.dtype = dtype
+        self.device = device
+        self.env: dict = {}  # (name, SSA version) -> value
+
+    # sizes and tensors
+    def size(self, cls: int, span=None) -> int:
+        S = self.body.sizes
+        if S.is_free(cls):
+            root = S.find(cls)
+            if root not in self.runtime:
+                raise PenroseShapeError(f"leg {S.label[root]!r} gets its size from the inputs, but none carries it", span)
+            return self.runtime[root]
+        n = S.size(cls)
+        if n is None:
+            raise PenroseShapeError(f"leg {S.label[S.find(cls)]!r} has no size; pass it to load()", span)
+        return n
+
+    def param(self, name: str, span=None) -> torch.Tensor:
+        key = self.prefix + name
+        params = self.interp.params
+        if key not in params:
+            raise PenroseShapeError(f"no tensor {key!r} among the params ({len(params)} given)", span)
+        x = params[key]
+        decl = self.body.decls[name]
+        want = tuple(self.size(c) for c in decl.type.cls)
+        if tuple(x.shape) != want:
+            raise PenroseShapeError(f"{decl.tensor.kind} {key!r} has shape {list(x.shape)}, the diagram says {list(want)}", span)
+        if self.dtype is not None and x.is_floating_point() and x.dtype != self.dtype:
+            x = x.to(self.dtype)  # run in the inputs' dtype
+        if self.device is not None and x.device != self.device:
+            x = x.to(self.device)
+        return x
+
+    # statements
+    def run(self) -> list:
+        """Execute the body; the top level returns its outputs, a block its returned values."""
+        outputs = []
+        current: dict = {}  # name -> latest value, for 'output'
+        for d in self.body.inputs:
+            current[d.tensor.name] = self.env[(d.tensor.name, 0)]
+        for s in self.body.stmts:
+            st = s.stmt
+            if isinstance(st, ir.Assign):
+                value = self.evaluate(s.value)
+                parts = (value,) if len(s.targets) == 1 else tuple(value)
+                if len(parts) != len(s.targets):  # pragma: no cover - the checker counts targets
+                    raise PenroseError(f"{len(s.targets)} targets but {len(parts)} values", st.span)
+                for t, ver, x in zip(s.targets, s.versions, parts):
+                    self.env[(t, ver)] = x
+                    current[t] = x
+            elif isinstance(st, ir.Output):
+                outputs.extend(current[n] for n in st.names)
+            elif isinstance(st, ir.Return):
+                return [self.evaluate(v) for v in s.value.args]
+        return outputs
+
+    def evaluate(self, root):
+        """The value of a V, children first, with an explicit stack (no recursion limit)."""
+        done: dict = {}
+        stack = [(root, False)]
+        while stack:
+            v, ready = stack.pop()
+            if id(v) in done:
+                continue
+            if not ready:
+                stack.append((v, True))
+                stack.extend((a, False) for a in reversed(v.args) if id(a) not in done)
+                continue
+            fn = EVALUATORS.get(v.op)
+            if fn is None:  # pragma: no cover - a new op without an evaluator
+                raise PenroseError(f"the interpreter cannot evaluate operation {v.op!r}", v.span)
+            done[id(v)] = fn(self, v, [done[id(a)] for a in v.args])
+        return done[id(root)]
+
+
+def _axis(x, axis: int) -> int:
+    """A leg's dimension counted from the end, so leading batch dims never shift it."""
+    return axis - len(x.legs)
+
+
+def _aligned(value, x, align):
+    """`value` (the value of V `x`) with its legs permuted and size-1 axes inserted so that they
+    line up with the result's legs; `align[j]` is the leg of x at result leg j (None: absent)."""
+    if align is None or not isinstance(value, torch.Tensor) or x.type.dtype == "scalar":
+        return value
+    n = len(x.legs)
+    present = [i for i in align if i is not None]
+    lead = value.dim() - n
+    if present != list(range(n)):
+        value = value.permute(*range(lead), *(lead + i for i in present))
+    shape = list(value.shape[:lead])
+    k = lead
+    for i in align:
+        if i is None:
+            shape.append(1)
+        else:
+            shape.append(value.shape[k])
+            k += 1
+    return value.reshape(shape)
+
+
+_BINARY = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b,
+    "**": lambda a, b: a**b,
+    "<": lambda a, b: a < b,
+    "<=": lambda a, b: a <= b,
+    ">": lambda a, b: a > b,
+    ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b,
+    "!=": lambda a, b: a != b,
+}
+
+_UNARY = {
+    "sigmoid": torch.sigmoid,
+    "sigma": torch.sigmoid,
+    "relu": torch.relu,
+    "gelu": torch.nn.functional.gelu,
+    "silu": torch.nn.functional.silu,
+    "tanh": torch.tanh,
+    "exp": torch.exp,
+    "log": torch.log,
+    "sqrt": torch.sqrt,
+    "abs": torch.abs,
+    "softplus": torch.nn.functional.softplus,
+}
+
+
+def _num(fr, v, args):
+    return v.attrs["value"]
+
+
+def _dimsize(fr, v, args):
+    return fr.size(v.attrs["cls"], v.span)
+
+
+def _sbin(fr, v, args):
+    a, b = args
+    try:
+        return _BINARY[v.attrs["op"]](a, b)
+    except ZeroDivisionError:
+        raise PenroseShapeError(f"division by zero in '{v.attrs['op']}' of plain numbers", v.span) from None
+
+
+def _sfunc(fr, v, args):
+    (a,) = args
+    name = v.attrs["name"]
+    if name == "abs":
+        return abs(a)
+    if name in ("sqrt", "log") and a < 0 or name == "log" and a == 0:
+        raise PenroseShapeError(f"{name} of {a}", v.span)
+    return {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}[name](a)
+
+
+def _ref(fr, v, args):
+    name, kind = v.attrs["name"], v.attrs["kind"]
+    if kind in ("param", "buffer"):
+        return fr.param(name, v.span)
+    return fr.env[(name, v.attrs["version"])]
+
+
+def _neg(fr, v, args):
+    return -args[0]
+
+
+def _binop(fr, v, args):
+    a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
+    return _BINARY[v.attrs["op"]](a, b)
+
+
+def _unary(fr, v, args):
+    (a,) = args
+    name = v.attrs["name"]
+    if name == "leaky_relu":
+        return torch.nn.functional.leaky_relu(a, v.attrs["slope"])
+    return _UNARY[name](a)
+
+
+_LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def _einsum(fr, v, args):
+    """torch.einsum with one letter per distinct label (labels are names, possibly synthetic
+    '...0' ones); '...' on batched operands, and in the output unless the batch is summed."""
+    terms, out = v.attrs["terms"], tuple(v.attrs["out"])
+    batched = [x.type.batched for x in v.args]
+    keep_batch = any(batched) and not v.attrs.get("sum_batch", False)
+    labels = list(dict.fromkeys([l for t in terms for l in t] + list(out)))
+    if len(labels) > len(_LETTERS):
+        return _contract_wide(terms, out, batched, keep_batch, args)
+    letter = dict(zip(labels, _LETTERS))
+    spec = ",".join(("..." if b else "") + "".join(letter[l] for l in t) for t, b in zip(terms, batched))
+    spec += "->" + ("..." if keep_batch else "") + "".join(letter[l] for l in out)
+    return torch.einsum(spec, *args)
+
+
+def _contract_wide(terms, out, batched, keep_batch, args):
+    """The same contraction without letters (more distinct labels than einsum has): diagonals,
+    then operands multiplied one by one with broadcasting, each label summed once no later
+    operand and no output needs it."""
+    prepared = []
+    for term, x, b in zip(terms, args, batched):
+        term = list(term)
+        while len(set(term)) != len(term):  # a repeated label: take the diagonal
+            i = next(i for i, l in enumerate(term) if term.index(l) != i)
+            j = term.index(term[i])
+            n = len(term)
+            x = x.diagonal(dim1=j - n, dim2=i - n)  # the diagonal goes last
+            label = term[j]
+            term = [l for k, l in enumerate(term) if k not in (i, j)] + [label]
+        if not b:
+            x = x.reshape(x.shape[x.dim() - len(term) :])
+        prepared.append((term, x, b))
+    acc_labels: list = []
+    acc = None
+    for k, (term, x, b) in enumerate(prepared):
+        later = {l for t, _, _ in prepared[k + 1 :] for l in t} | set(out)
+        labels = acc_labels + [l for l in term if l not in acc_labels]
+        xa = _spread(x, term, labels)
+        acc = xa if acc is None else _spread(acc, acc_labels, labels) * xa
+        gone = [i for i, l in enumerate(labels) if l not in later]
+        if gone:
+            n = len(labels)
+            acc = acc.sum(dim=[i - n for i in gone])
+            labels = [l for l in labels if l in later]
+        acc_labels = labels
+    n = len(acc_labels)
+    acc = acc.permute(*range(acc.dim() - n), *(acc.dim() - n + acc_labels.index(l) for l in out))
+    if not keep_batch and acc.dim() > n:
+        acc = acc.sum(dim=list(range(acc.dim() - n)))
+    return acc
+
+
+def _spread(x, term, labels):
+    """x (its last len(term) dims labelled `term`) permuted into `labels` order, size 1 where absent."""
+    n = len(term)
+    lead = x.dim() - n
+    order = sorted(range(n), key=lambda i: labels.index(term[i]))
+    x = x.permute(*range(lead), *(lead + i for i in order))
+    shape = list(x.shape[:lead]) + [1] * len(labels)
+    for i in order:
+        shape[lead + labels.index(term[i])] = x.shape[lead + order.index(i)]
+    return x.reshape(shape)
+
+
+def _softmax(fr, v, args):
+    return torch.softmax(args[0], dim=_axis(v.args[0], v.attrs["axis"]))
+
+
+def _log_softmax(fr, v, args):
+    return torch.log_softmax(args[0], dim=_axis(v.args[0], v.attrs["axis"]))
+
+
+def _along(w, dim: int):
+    """A one-leg weight shaped to broadcast along dimension `dim` (counted from the end)."""
+    return w.reshape([-1] + [1] * (-dim - 1))
+
+
+def _layernorm(fr, v, args):
+    (x,) = args
+    dim = _axis(v.args[0], v.attrs["axis"])
+    mean = x.mean(dim, keepdim=True)
+    var = (x - mean).pow(2).mean(dim, keepdim=True)
+    y = (x - mean) / torch.sqrt(var + v.attrs["eps"])
+    if v.attrs["weight"]:
+        y = y * _along(fr.param(v.attrs["weight"], v.span), dim)
+    if v.attrs["bias"]:
+        y = y + _along(fr.param(v.attrs["bias"], v.span), dim)
+    return y
+
+
+def _rmsnorm(fr, v, args):
+    """RMSNorm over one leg, in float32 (the language says so), cast back."""
+    (x,) = args
+    dim = _axis(v.args[0], v.attrs["axis"])
+    xf = x.to(torch.float32)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.attrs["eps"])
+    if v.attrs["weight"]:
+        y = y * _along(fr.param(v.attrs["weight"], v.span).to(torch.float32), dim)
+    return y.to(x.dtype)
+
+
+def _kept(x, k, dim):
+    """True at the k largest entries of x along dim."""
+    idx = x.topk(k, dim=dim).indices
+    return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter(dim, idx, True)
+
+
+def _topk(fr, v, args):
+    (x,) = args
+    keep = _kept(x, v.attrs["k"], _axis(v.args[0], v.attrs["axis"]))
+    return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
+
+
+def _topk_mask(fr, v, args):
+    return _kept(args[0], v.attrs["k"], _axis(v.args[0], v.attrs["axis"]))
+
+
+def _reduce(fr, v, args):
+    (x,) = args
+    dim = _axis(v.args[0], v.attrs["axis"])
+    name = v.attrs["name"]
+    if name == "sum":
+        return x.sum(dim)
+    if name == "mean":
+        return x.mean(dim)
+    return x.amax(dim)
+
+
+def _dropout(fr, v, args):
+    return torch.nn.functional.dropout(args[0], v.attrs["p"], fr.interp.training)
+
+
+def _detach(fr, v, args):
+    return args[0].detach()
+
+
+def _clamp(fr, v, args):
+    return torch.clamp(args[0], min=v.attrs["min"], max=v.attrs["max"])
+
+
+def _where(fr, v, args):
+    m, a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
+    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):  # two numbers: a float tensor
+        a = torch.tensor(a, dtype=fr.dtype, device=m.device)
+    return torch.where(m, a, b)
+
+
+def _mask(fr, v, args):
+    n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
+    t = torch.arange(n_t, device=fr.device)
+    p = torch.arange(n_p, device=fr.device)
+    if v.attrs["kind"] == "block_causal":
+        t, p = t // v.attrs["block"], p // v.attrs["block"]
+    return p[None, :] <= t[:, None]
+
+
+def _gather(fr, v, args):
+    table, ids = args
+    return table[ids]
+
+
+def _split(fr, v, args):
+    (x,) = args
+    dim = _axis(v.args[0], v.attrs["axis"])
+    parts, start = [], 0
+    for n in v.attrs["sizes"]:
+        parts.append(x.narrow(dim, start, n))
+        start += n
+    if start != x.shape[dim]:
+        raise PenroseShapeError(f"split: the parts add up to {start} but the leg has size {x.shape[dim]}", v.span)
+    return tuple(parts)
+
+
+def _concat(fr, v, args):
+    """Parts joined along one leg; their batch dims broadcast (a param joined to an input)."""
+    n = len(v.legs)
+    lead = torch.broadcast_shapes(*(x.shape[: x.dim() - n] for x in args))
+    parts = [x.expand(*lead, *x.shape[x.dim() - n :]) for x in args]
+    return torch.cat(parts, dim=_axis(v, v.attrs["axis"]))
+
+
+def _unflatten(fr, v, args):
+    (x,) = args
+    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
+    return x.reshape(*x.shape[:dim], *v.attrs["sizes"], *x.shape[dim + 1 :])
+
+
+def _flatten(fr, v, args):
+    (x,) = args
+    n = len(v.args[0].legs)
+    a, b = x.dim() - n + v.attrs["start"], x.dim() - n + v.attrs["end"]
+    return x.reshape(*x.shape[:a], -1 if x.numel() else math.prod(x.shape[a : b + 1]), *x.shape[b + 1 :])
+
+
+def _rope(fr, v, args):
+    """Rotate-half rotary embedding in float32: entry i of the rotated leg pairs with i + n/2,
+    and position p along the position leg turns the pair by p * base**(-2i/n)."""
+    (x,) = args
+    src = v.args[0]
+    legs = len(src.legs)
+    pos, axis = v.attrs["pos"], v.attrs["axis"]
+    n, length = x.shape[_axis(src, axis)], x.shape[_axis(src, pos)]
+    inv_freq = 1.0 / (v.attrs["base"] ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
+    angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    angle = torch.cat([angle, angle], dim=-1)  # (position, rotated)
+    if pos > axis:
+        angle = angle.T
+    shape = [1] * legs
+    shape[pos], shape[axis] = length, n
+    angle = angle.reshape(shape)
+    xf = x.to(torch.float32)
+    dim = _axis(src, axis)
+    first, second = xf.narrow(dim, 0, n // 2), xf.narrow(dim, n // 2, n - n // 2)
+    y = xf * angle.cos() + torch.cat([-second, first], dim=dim) * angle.sin()
+    return y.to(x.dtype)
+
+
+def _block(fr, v, args):
+    blk = fr.body.blocks[v.attrs["block"]]
+    inst = v.attrs["instance"]
+    if v.attrs["repeat"] is None:
+        outs = _call_block(fr, blk, f"{fr.prefix}{inst}.", args)
+    else:
+        (x,) = args
+        for i in range(v.attrs["repeat"]):
+            (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x])
+        outs = [x]
+    return outs[0] if len(outs) == 1 else tuple(outs)
+
+
+def _call_block(fr, blk: Checked, prefix: str, args) -> list:
+    runtime = dict(fr.runtime)
+    sub = _Frame(fr.interp, blk, prefix, runtime, fr.dtype, fr.device)
+    S = blk.sizes
+    for d, x in zip(blk.inputs, args):
+        n = len(d.tensor.legs)
+        if x.dim() < n:  # pragma: no cover - the checker matched the legs
+            raise PenroseShapeError(f"block argument {d.tensor.name!r} has {x.dim()} dimension(s), needs {n}", d.tensor.span)
+        for cls, got in zip(d.type.cls, x.shape[x.dim() - n :]):
+            if S.is_free(cls):
+                runtime.setdefault(S.find(cls), got)
+        sub.env[(d.tensor.name, 0)] = x
+    return sub.run()
+
+
+EVALUATORS = {
+    "num": _num,
+    "dimsize": _dimsize,
+    "sbin": _sbin,
+    "sfunc": _sfunc,
+    "ref": _ref,
+    "neg": _neg,
+    "binop": _binop,
+    "unary": _unary,
+    "einsum": _einsum,
+    "softmax": _softmax,
+    "log_softmax": _log_softmax,
+    "layernorm": _layernorm,
+    "rmsnorm": _rmsnorm,
+    "topk": _topk,
+    "topk_mask": _topk_mask,
+    "reduce": _reduce,
+    "dropout": _dropout,
+    "detach": _detach,
+    "clamp": _clamp,
+    "where": _where,
+    "mask": _mask,
+    "gather": _gather,
+    "split": _split,
+    "concat": _concat,
+    "unflatten": _unflatten,
+    "flatten": _flatten,
+    "rope": _rope,
+    "block": _block,
+}

@@ -1,0 +1,213 @@
+"""The run-time helpers of generated modules: input checks, masks, RoPE, top-k, attention.
+
+Generated modules call these functions. An in-memory module (`penrose.compile`) imports them
+from here; standalone source (`penrose compile -o`) carries their text, from the marker line on,
+so it imports only torch. They are ordinary functions: importable, linted and unit-tested.
+"""
+
+import torch
+
+from penrose.errors import PenroseShapeError as ShapeError
+
+# ---- inlined into standalone source from here on ----
+
+
+def _check_inputs(spec, values, unexpected, extra=(), reference=None):
+    """Check inputs against (name, legs, sizes, dtype) and return the sizes of free legs.
+    Floating inputs share one dtype and device with each other and with `reference` (the
+    module's first parameter or buffer); under torch.autocast the dtypes may differ."""
+    if unexpected:
+        names = ", ".join(sorted(unexpected))
+        raise ShapeError(f"unexpected input(s): {names}; the diagram takes " + ", ".join(s[0] for s in spec))
+    if extra:
+        raise ShapeError(
+            f"{len(spec) + len(extra)} positional inputs given but the diagram takes {len(spec)}: " + ", ".join(s[0] for s in spec)
+        )
+    free = {}
+    batch, batch_of = (), None  # the batch dims seen so far (broadcast together) and who gave them
+    dtype_of = None  # (dtype, input name) of the first floating input
+    for (name, legs, sizes, kind), x in zip(spec, values):
+        if x is None:
+            raise ShapeError(f"missing input {name!r} with legs [{', '.join(legs)}]")
+        if not isinstance(x, torch.Tensor):
+            raise ShapeError(f"input {name!r} must be a tensor, got {type(x).__name__}")
+        if x.dim() < len(legs):
+            raise ShapeError(
+                f"input {name!r} has {x.dim()} dimension(s) but needs at least {len(legs)} for legs [{', '.join(legs)}]"
+            )
+        floating = x.is_floating_point() or x.is_complex()
+        if kind == "int" and (floating or x.dtype == torch.bool):
+            raise ShapeError(f"input {name!r} must hold integer ids, got {x.dtype}")
+        if kind == "bool" and x.dtype != torch.bool:
+            raise ShapeError(f"input {name!r} must be a bool mask, got {x.dtype}")
+        if kind == "float" and not floating:
+            raise ShapeError(f"input {name!r} must be a floating-point tensor, got {x.dtype}")
+        if reference is not None and x.device != reference.device:
+            raise ShapeError(f"input {name!r} is on {x.device} but the model's parameters are on {reference.device}; move one with .to()")
+        if floating:
+            if dtype_of is None:
+                dtype_of = (x.dtype, name)
+            elif x.dtype != dtype_of[0] and not _autocasting(x):
+                raise ShapeError(f"input {name!r} is {x.dtype} but input {dtype_of[1]!r} is {dtype_of[0]}; give both the same dtype")
+            if reference is not None and x.dtype != reference.dtype and not _autocasting(x):
+                raise ShapeError(
+                    f"input {name!r} is {x.dtype} but the model's parameters are {reference.dtype}; "
+                    f"convert the input (x.to({reference.dtype})) or the model (model.to({x.dtype}))"
+                )
+        lead = tuple(x.shape[: x.dim() - len(legs)])
+        if lead:
+            n = max(len(lead), len(batch))
+            a, b = (1,) * (n - len(lead)) + lead, (1,) * (n - len(batch)) + batch
+            if any(u != v and u != 1 and v != 1 for u, v in zip(a, b)):
+                raise ShapeError(
+                    f"input {name!r} has batch dims {list(lead)} but input {batch_of!r} has {list(batch)}; they must broadcast"
+                )
+            batch, batch_of = tuple(v if u == 1 else u for u, v in zip(a, b)), batch_of or name
+        shape = x.shape[x.dim() - len(legs):]
+        for leg, want, got in zip(legs, sizes, shape):
+            if isinstance(want, str):
+                if want in free and free[want][0] != got:
+                    first, size = free[want][1], free[want][0]
+                    raise ShapeError(
+                        f"input {name!r} leg {leg!r} has size {got} but input {first!r} gave it size {size}"
+                    )
+                free.setdefault(want, (got, name))
+            elif want != got:
+                raise ShapeError(f"input {name!r} leg {leg!r} must have size {want}, got {got}")
+    return {k: v[0] for k, v in free.items()}
+
+
+def _autocasting(x):
+    return torch.is_autocast_enabled(x.device.type)
+
+
+def _topk_filter(x, k, dim):
+    """Keep the k largest entries along dim and zero the rest."""
+    values, indices = x.topk(k, dim=dim)
+    return torch.zeros_like(x).scatter(dim, indices, values)
+
+
+def _topk_keep(x, k, dim, fn):
+    """fn of the k largest entries of x along dim, zero elsewhere (fn element-wise)."""
+    values, indices = x.topk(k, dim=dim)
+    return torch.zeros_like(x).scatter(dim, indices, fn(values))
+
+
+def _topk_mask(x, k, dim):
+    """True at the k largest entries along dim."""
+    indices = x.topk(k, dim=dim).indices
+    return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter(dim, indices, True)
+
+
+def _rms_norm(x, weight, eps, dim):
+    """RMSNorm over one leg, computed in float32 and cast back."""
+    xf = x if x.dtype == torch.float32 else x.float()
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + eps)
+    if weight is not None:
+        w = weight if weight.dtype == torch.float32 else weight.float()
+        y = y * (w if dim == -1 else w.reshape([1] * (x.dim() + dim) + [-1] + [1] * (-dim - 1)))
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+def _causal_mask(n_t, n_p, device):
+    """True where query t may see key p (p <= t)."""
+    key = ("causal", n_t, n_p, device)
+    mask = _CONSTANTS.get(key)
+    if mask is None:
+        t = torch.arange(n_t, device=device)
+        p = torch.arange(n_p, device=device)
+        mask = _remember(key, p[None, :] <= t[:, None])
+    return mask
+
+
+def _block_causal_mask(n_t, n_p, block, device):
+    """True where key p's block is not after query t's block (bidirectional inside a block)."""
+    key = ("block_causal", n_t, n_p, block, device)
+    mask = _CONSTANTS.get(key)
+    if mask is None:
+        t = torch.arange(n_t, device=device) // block
+        p = torch.arange(n_p, device=device) // block
+        mask = _remember(key, p[None, :] <= t[:, None])
+    return mask
+
+
+def _rope(x, pos_dim, dim, base):
+    """Rotate-half RoPE in float32: entry i pairs with i + n/2; position p turns it by p * base**(-2i/n)."""
+    n, length = x.shape[dim], x.shape[pos_dim]
+    transposed = (pos_dim % x.dim()) > (dim % x.dim())
+    shape = [1] * x.dim()
+    shape[pos_dim], shape[dim] = length, n
+    key = ("rope", length, n, base, transposed, tuple(shape), x.device)
+    tables = _CONSTANTS.get(key)
+    if tables is None:  # cos and sin of every angle, computed once per (length, n, base, layout, device)
+        inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
+        angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        angle = torch.cat([angle, angle], dim=-1)  # (positions, n)
+        angle = (angle.T if transposed else angle).reshape(shape)
+        tables = _remember(key, (angle.cos(), angle.sin()))
+    cos, sin = tables
+    xf = x if x.dtype == torch.float32 else x.float()
+    first, second = xf.chunk(2, dim=dim)
+    y = xf * cos + torch.cat([-second, first], dim=dim) * sin
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+_CONSTANTS = {}  # masks and RoPE tables: constants of their sizes, shared by every call
+
+
+def _remember(key, value):
+    # traced values (export's fake tensors) must not outlive the trace, nor inference tensors reach autograd
+    if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():
+        return value
+    if len(_CONSTANTS) >= 64:
+        _CONSTANTS.clear()
+    _CONSTANTS[key] = value
+    return value
+
+
+def _broadcast_lead(parts, n):
+    """The broadcast shape of the parts' leading legs, all but their last n (torch.broadcast_shapes is slow)."""
+    lead = [1] * (max(x.dim() for x in parts) - n)
+    for x in parts:
+        for i, m in enumerate(x.shape[: max(x.dim() - n, 0)], len(lead) + n - x.dim()):
+            lead[i] = m if m != 1 else lead[i]
+    return lead
+
+
+def _attention(q, k, v, mask, scale, causal):
+    """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
+    q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
+    batch = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 2)
+    q = q.expand(*batch, *q.shape[-2:])
+    k = k.expand(*batch, *k.shape[-2:])
+    v = v.expand(*batch, *v.shape[-2:])
+    if len(batch) != 2:  # the fused (flash) kernels take (batch, heads, t, d): fold the rest in
+        q, k, v = (x.reshape(1, -1, *x.shape[-2:]) for x in (q, k, v))
+        if mask is not None and mask.dim() > 2:
+            mask = mask.expand(*batch, *mask.shape[-2:]).reshape(1, -1, *mask.shape[-2:])
+        y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+        return y.reshape(*batch, *y.shape[-2:])
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale)
+
+
+def _gqa_attention(q, k, v, mask, scale, causal):
+    """Grouped-query attention: q (..., g·r, t, d), k (..., g, s, d), v (..., g, s, e); query
+    head g·r + i reads key/value head g (scaled_dot_product_attention's enable_gqa: no copies of
+    k and v). A mask is (t, s) or (..., 1, t, s)."""
+    if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                                enable_gqa=True)
+    lead = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 3)
+    q, k, v = (x.expand(*lead, *x.shape[-3:]).reshape(-1, *x.shape[-3:]) for x in (q, k, v))
+    if mask is not None and mask.dim() > 3:
+        mask = mask.expand(*lead, *mask.shape[-3:]).reshape(-1, *mask.shape[-3:])
+    y = torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
+                                                         enable_gqa=True)
+    return y.reshape(*lead, *y.shape[-3:])
+
+
+def _chain(blocks, x):
+    """Feed x through each block in turn (a repeated block)."""
+    for block in blocks:
+        x = block(x)
+    return x

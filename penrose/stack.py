@@ -1,0 +1,83 @@
+"""Room for deep programs: run a pipeline stage where Python's recursion limit is not the limit.
+
+A diagram may hold a sum of 10,000 terms or a call nested 1,000 deep; every stage (parse,
+check, compile, fmt, render) walks such trees recursively. `deep(fn)` runs `fn` on a worker
+thread with a large stack and a raised recursion limit, once per outermost call (nested calls
+run inline). Past even that room, a RecursionError becomes a positioned `PenroseError` through
+`too_deep`, never a traceback.
+
+>>> @deep
+... def depth(n):
+...     return 0 if n == 0 else 1 + depth(n - 1)
+>>> depth(20_000)
+20000
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+import threading
+
+STACK_BYTES = 512 * 1024 * 1024  # virtual: the pages are touched only as deep as the recursion goes
+RECURSION_LIMIT = 200_000
+
+_local = threading.local()
+_lock = threading.Lock()
+_active = [0]  # threads running deep work; the recursion limit stays raised while any does
+
+
+def deep(fn):
+    """Decorator: run `fn` with room for deep recursion (see the module docstring)."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        if getattr(_local, "deep", False):
+            return fn(*args, **kwargs)
+        result: list = []
+        error: list = []
+
+        def run():
+            _local.deep = True
+            try:
+                result.append(fn(*args, **kwargs))
+            except BaseException as e:  # re-raised on the caller's thread
+                error.append(e)
+
+        with _lock:
+            _active[0] += 1
+            if _active[0] == 1:
+                _saved[0] = sys.getrecursionlimit()
+                sys.setrecursionlimit(max(RECURSION_LIMIT, _saved[0]))
+            old = threading.stack_size()
+            try:
+                threading.stack_size(STACK_BYTES)
+                worker = threading.Thread(target=run, name=f"penrose-{fn.__name__}", daemon=True)
+                worker.start()  # the stack size is read when the thread starts
+            finally:
+                threading.stack_size(old)
+        try:
+            worker.join()
+        finally:
+            with _lock:
+                _active[0] -= 1
+                if _active[0] == 0:
+                    sys.setrecursionlimit(_saved[0])
+        if error:
+            raise error[0].with_traceback(error[0].__traceback__)
+        return result[0]
+
+    return wrapper
+
+
+_saved = [sys.getrecursionlimit()]
+
+
+def too_deep(span, what: str = "expression"):
+    """The error for a program deeper than even `deep` gives room for."""
+    from penrose.errors import PenroseError
+
+    return PenroseError(
+        f"this {what} nests more than about {RECURSION_LIMIT // 20:,} levels deep; split it into several statements",
+        span,
+    )

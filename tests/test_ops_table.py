@@ -1,0 +1,101 @@
+"""The one table of operations (penrose/ops.py) and the backends keyed by it.
+
+Every operation of the language is one row of `penrose.ops.OPS`; the checker reads arity and
+keywords from it, and every backend keeps a table with exactly the same keys. A new operation
+without an entry in some backend fails here, not in a user's diagram.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import penrose
+from penrose import ops
+from penrose.errors import PenroseCheckError
+
+BACKENDS = [
+    ("penrose.compiler", "LOWER"),
+    ("penrose.render.figure", "FIGURE"),
+    ("penrose.render.equations", "EQUATION"),
+    ("penrose.render.explain", "READING"),
+    ("penrose.fmt", "FORMAT"),
+]
+
+
+@pytest.mark.parametrize("module, table", BACKENDS, ids=[t for _, t in BACKENDS])
+def test_every_backend_has_exactly_the_operations_of_the_table(module, table):
+    keys = set(getattr(importlib.import_module(module), table))
+    missing, extra = set(ops.OPS) - keys, keys - set(ops.OPS)
+    assert not missing, f"{module}.{table} lacks {sorted(missing)}"
+    assert not extra, f"{module}.{table} has operations the table does not: {sorted(extra)}"
+
+
+def test_the_checker_knows_every_function_of_the_table():
+    from penrose import check as check_module  # noqa: F401  (the module, not the function)
+    import sys
+
+    checker = sys.modules["penrose.check"]
+    assert checker.FUNCTIONS == ops.FUNCTIONS
+    for name in ops.FUNCTIONS - ops.ELEMENTWISE:
+        assert hasattr(checker._Checker, f"_fn_{name}"), f"no type rule for {name}"
+
+
+def test_rows_are_complete():
+    for name, op in ops.OPS.items():
+        assert op.doc and op.legs, f"{name}: every row documents itself and its result legs"
+        assert op.min_args >= 0 and (op.max_args is None or op.max_args >= op.min_args)
+        assert len({k.name for k in op.keywords}) == len(op.keywords)
+        for k in op.keywords:
+            assert k.rule in ops.RULES and k.kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM, ops.LEG, ops.PARAM)
+
+
+def test_key_of_every_checked_value_is_a_row():
+    c = penrose.load("""\
+dim t = 4, e = 4
+input x[t, e]
+param W[e, e]
+a = sigmoid(x) + relu(x) - gelu(x) * silu(x) / (tanh(x) + 2) + leaky_relu(x, slope=0.1)
+b = exp(x) + log(abs(x) + 1) + sqrt(abs(x)) + softplus(x) + sigma(x) + -x ** 2 // 3
+c = einsum('te,ef->tf', a, W) + softmax(b, e) + log_softmax(b, e) + layernorm(b, e)
+d = rmsnorm(c, e) + topk(c, e, k=2) + dropout(c, p=0.1) + c.detach() + clamp(c, min=0)
+m = where(c > 0, d, 0) + where(causal(t, e), 1.0, 0.0)
+output m
+""".replace("'te,ef->tf'", "'te,ee->te'"))
+    seen = set()
+
+    def visit(v):
+        k = ops.key(v)
+        if k is not None:
+            assert k in ops.OPS
+            seen.add(k)
+        for a in v.args:
+            visit(a)
+
+    for s in c.stmts:
+        if s.value is not None:
+            visit(s.value)
+    assert {"sigmoid", "einsum", "where", "causal", "neg", "**", "//", ">", "clamp", "detach", "topk"} <= seen
+
+
+@pytest.mark.parametrize(
+    "text, message, col",
+    [
+        ("y = layernorm(x, e, eps=-1)", r"layernorm: eps must be positive, got -1", 25),
+        ("y = rmsnorm(x, e, eps=0)", r"rmsnorm: eps must be positive, got 0", 23),
+        ("y = dropout(x, p=1)", r"dropout: p must be in \[0, 1\), got 1", 18),
+        ("y = leaky_relu(x, slope=inf)", r"leaky_relu: slope must be finite", 25),
+        ("y = clamp(x, min=1, min=2)", r"keyword argument 'min'", None),
+        ("y = softmax(x, e, k=2)", r"softmax takes dim, not 'k'", 21),
+        ("y = sigmoid(x, x)", r"sigmoid takes 1 positional argument\(s\), got 2", 5),
+        ("y = rope(x, t, e, base=0)", r"rope: base must be positive", 24),
+    ],
+)
+def test_keyword_rules_come_from_the_table(text, message, col):
+    src = f"dim t = 4, e = 4\ninput x[t, e]\n{text}\noutput y"
+    with pytest.raises(PenroseCheckError if "min=2" not in text else penrose.PenroseError, match=message) as e:
+        penrose.load(src)
+    assert e.value.line == 3
+    if col is not None:
+        assert e.value.col == col, e.value.render()
