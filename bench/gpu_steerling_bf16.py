@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from zoo.steerling import Steerling  # noqa: E402
+from penrose_zoo.steerling import Steerling  # noqa: E402
 
 SMALL = dict(
     model=dict(n_layers=4, n_head=8, n_kv_heads=2, n_embd=512, block_size=1024, diff_block_size=64,

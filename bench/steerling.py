@@ -29,8 +29,8 @@ if str(ROOT / "bench") not in sys.path:
     sys.path.append(str(ROOT / "bench"))
 from common import paired_ratio, reduced, threads_note  # noqa: E402
 
-from zoo.steerling import Steerling  # noqa: E402
-from zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL  # noqa: E402
+from penrose_zoo.steerling import Steerling  # noqa: E402
+from penrose_zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL  # noqa: E402
 
 CONFIGS = {
     "tiny": dict(model=TINY_MODEL, concept=TINY_CONCEPTS, vocab=260, batch=2, length=64),  # `penrose steerling init --tiny`

@@ -44,7 +44,7 @@ def _child(mode: str, tokens: int, width: int) -> dict:
     import torch
 
     sys.path.insert(0, str(ROOT))
-    from zoo.steerling import Steerling
+    from penrose_zoo.steerling import Steerling
 
     torch.manual_seed(0)
     model = Steerling.from_release_config(

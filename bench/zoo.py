@@ -23,7 +23,7 @@ sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT))
 from common import paired_ratio, reduced, threads_note  # noqa: E402
 
-import zoo  # noqa: E402
+import penrose_zoo  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("zoo_refs", ROOT / "tests" / "references" / "zoo_refs.py")
 refs = importlib.util.module_from_spec(spec)
@@ -49,7 +49,7 @@ OPTIONS = {"linear": {"task": "multiclass"}, "mlp": {"task": "multiclass"}}
 
 def setup(name):
     batch, sizes, ref_name = CASES[name]
-    entry = zoo.MODELS[name]
+    entry = penrose_zoo.MODELS[name]
     compile_sizes = {k: v for k, v in sizes.items() if k != "t"}
     model = entry.build(**compile_sizes, **OPTIONS.get(name, {})).eval()
     g = torch.Generator().manual_seed(0)

@@ -15,6 +15,7 @@ The pipeline: text --parse--> IR --check--> checked IR --compile--> PyTorch sour
 with render (figures, equations, readings) beside compile.
 """
 
+from penrose import display as _display
 from penrose.check import LIMITS, Checked, check
 from penrose.errors import (
     PenroseCheckError,
@@ -26,27 +27,52 @@ from penrose.errors import (
     PenroseWarning,
 )
 from penrose.fmt import format_diagram
+from penrose.load import include_paths as _include_paths
+from penrose.load import read as _read  # imported before `def load` below, which then owns the name
 from penrose.parse import parse, parse_file
+from penrose.stack import deep as _deep
 
 __version__ = "0.1.0"
 
 
-def compile(path_or_text, *, seed=None, fuse_attention=True, **sizes):
-    """Compile a `.pen` file (path) or text into an `nn.Module`; `sizes` override dim defaults.
+def _notebook_svg(obj):
+    """The figure for `_repr_svg_` in notebooks; the renderer is imported on the first call."""
+    from penrose.render import repr_svg
 
-    `seed` makes initialisation deterministic; `fuse_attention=False` keeps attention as the
-    diagram's separate einsum/softmax steps instead of one scaled_dot_product_attention call.
+    return repr_svg(obj)
+
+
+_display.bind(_notebook_svg)  # the core calls penrose.display.svg and never imports the renderer
+
+
+def compile(path_or_text=None, *, seed=None, fuse_attention=True, text=None, include_paths=(), **sizes):
+    """Compile a `.pen` file or text into an `nn.Module`; `sizes` override dim defaults.
+
+    Paths and text follow `load`'s rule. `seed` makes initialisation deterministic;
+    `fuse_attention=False` keeps attention as the diagram's separate einsum/softmax steps instead
+    of one scaled_dot_product_attention call.
     """
     from penrose.compiler import compile_diagram
 
-    return compile_diagram(path_or_text, seed=seed, fuse_attention=fuse_attention, **sizes)
+    return compile_diagram(
+        path_or_text, seed=seed, fuse_attention=fuse_attention, text=text, include_paths=include_paths, **sizes
+    )
 
 
-def load(path_or_text, **sizes) -> Checked:
-    """Parse and check a `.pen` file or text; returns the checked diagram."""
-    from penrose.compiler import load as _load
+@_deep  # read and check on one worker thread, where the include paths are in force
+def load(path_or_text=None, *, text=None, include_paths=(), **sizes) -> Checked:
+    """Parse and check a `.pen` file or text; returns the checked diagram. Imports no torch.
 
-    return _load(path_or_text, **sizes)
+    A `pathlib.Path` is a path; a str is text if it has a line break and a path if not; `text=`
+    is always text. A missing path is "cannot read X: No such file or directory", never a
+    syntax error. `include_paths` are folders includes may reach besides the top-level file's.
+
+    >>> load(text="dim e = 2\\ninput x[e]\\noutput x").outputs[0][0]
+    'x'
+    """
+    diagram = _read(path_or_text, text=text)
+    with _include_paths(include_paths):
+        return check(diagram, **sizes)
 
 
 def interpret(diagram, *args, params=None, training=False, **inputs):
@@ -61,11 +87,11 @@ def interpret(diagram, *args, params=None, training=False, **inputs):
     return _interpret(diagram, *args, params=params, training=training, **inputs)
 
 
-def source(path_or_text, **sizes) -> str:
+def source(path_or_text=None, *, text=None, include_paths=(), **sizes) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
     from penrose.compiler import generate_source
 
-    return generate_source(load(path_or_text, **sizes))
+    return generate_source(load(path_or_text, text=text, include_paths=include_paths, **sizes))
 
 
 __all__ = [

@@ -27,6 +27,12 @@ carry their legs, size classes, dtype and batching. It raises `PenroseCheckError
   fractional power, no division by zero, nothing beyond float32's range or 64 bits.
 - usage: inputs and params never used give warnings, not errors.
 
+The checker's parts, one job a module: `penrose.tables` (reserved names, inits, dtypes, number
+ranges, LIMITS), `penrose.sizes` (the size classes it unifies), `penrose.checked` (the records
+it returns, with their invariants), `penrose.blocks` (the block call graph: no recursion, callees
+first), `penrose.einsum_spec` (einsum specs), `penrose.load` (where includes may reach). This
+module re-exports the names others import from it.
+
 Imports neither torch nor any renderer.
 """
 
@@ -35,268 +41,35 @@ from __future__ import annotations
 import keyword
 import math
 import os
-import re
-from dataclasses import dataclass, field
-from pathlib import Path
 
 from penrose import ir, ops
+from penrose.blocks import order as block_order
+from penrose.checked import SCALAR, Checked, CStmt, Decl, Instance, TType, V
+from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
+from penrose.einsum_spec import parse as parse_einsum
+from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.ops import ELEMENTWISE, OPS
-from penrose.errors import PenroseCheckError, PenroseError, Span, suggest
+from penrose.sizes import Sizes
 from penrose.stack import deep, too_deep
-
-IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-
-# Attributes of torch.nn.Module and names the generated source uses (tests keep this list in sync
-# with dir(torch.nn.Module)); a param, buffer or instance with one of these names would clash.
-MODULE_ATTRS = frozenset(
-    """T_destination add_module apply bfloat16 buffers call_super_init children compile cpu cuda
-    double dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter
-    get_submodule half ipu load_state_dict modules mtia named_buffers named_children named_modules
-    named_parameters parameters register_backward_hook register_buffer register_forward_hook
-    register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
-    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
-    register_parameter register_state_dict_post_hook register_state_dict_pre_hook requires_grad_
-    set_extra_state set_submodule share_memory smart_apply state_dict to to_empty train training
-    type xpu zero_grad reset_parameters""".split()
+from penrose.tables import (
+    DTYPES,
+    FLOAT32_MAX,
+    FUNCTIONS,
+    GENERATED,
+    IDENT,
+    INITS,
+    INT64_MAX,
+    LIMITS,
+    MODULE_ATTRS,
+    PEN_KEYWORDS,
+    Limits,
 )
-GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
-PEN_KEYWORDS = frozenset({"dim", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
 
-# the functions of the language and their arguments: the table of operations (penrose/ops.py)
-FUNCTIONS = ops.FUNCTIONS
-# init -> keyword -> (default, rule); the rules are those of the table of operations (ops.RULES)
-INITS = {
-    "normal": {"mean": (0.0, "finite"), "std": (0.02, "nonneg")},
-    "zeros": {},
-    "ones": {},
-    "constant": {"value": (0.0, "finite")},
-    "uniform": {"a": (0.0, "finite"), "b": (1.0, "finite")},
-    "xavier": {"gain": (1.0, "nonneg")},
-    "eye": {},
-}
-DTYPES = ("float", "int", "bool")
-FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)
-INT64_MAX = 2**63 - 1
-
-
-@dataclass
-class Limits:
-    """What the checker refuses as too big; raise a limit here or with its environment variable.
-
-    A field left at None reads its environment variable, else the built-in default:
-
-    - tensor_bytes: the largest param or buffer, in bytes as float32 (PENROSE_MAX_TENSOR_BYTES;
-      default 2**34, 16 GiB). A size override (`penrose.compile(text, d=...)`) meets it too.
-    - total_bytes: all params and buffers together, blocks and repeats counted
-      (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
-    - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
-
-    >>> from penrose.check import LIMITS
-    >>> LIMITS.value("repeat")
-    10000
-    """
-
-    tensor_bytes: int | None = None
-    total_bytes: int | None = None
-    repeat: int | None = None
-
-    _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT"}
-    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000}
-
-    def value(self, name: str) -> int:
-        set_here = getattr(self, name)
-        if set_here is not None:
-            return int(set_here)
-        env = self._ENV[name]
-        text = os.environ.get(env, "").strip()
-        if not text:
-            return self._DEFAULT[name]
-        try:
-            n = int(text.replace("_", ""))
-        except ValueError:
-            try:
-                f = float(text)
-            except ValueError:
-                f = math.nan
-            if not (math.isfinite(f) and f == int(f)):
-                raise PenroseCheckError(f"{env} must be a whole number, got {text!r}") from None
-            n = int(f)
-        if n < 1:
-            raise PenroseCheckError(f"{env} must be at least 1, got {text!r}")
-        return n
-
-    @staticmethod
-    def how_to_raise(name: str) -> str:
-        return f"raise it with {Limits._ENV[name]}=N or penrose.check.LIMITS.{name} = N"
-
-
-LIMITS = Limits()
-
-
-# ---- sizes -----------------------------------------------------------------------------------
-
-
-class Sizes:
-    """Union-find over size classes; each class may know its size and where it came from."""
-
-    def __init__(self):
-        self.parent: list[int] = []
-        self.value: list[int | None] = []
-        self.origin: list[tuple[str, Span]] = []
-        self.label: list[str] = []
-        self.fixed: list[bool] = []  # carried by a param or buffer: never read at run time
-        self.fed: list[bool] = []  # carried by a top-level input
-
-    def new(self, label: str, value: int | None, origin: tuple[str, Span], fixed=False, fed=False) -> int:
-        self.parent.append(len(self.parent))
-        self.value.append(value)
-        self.origin.append(origin)
-        self.label.append(label)
-        self.fixed.append(fixed)
-        self.fed.append(fed)
-        return len(self.parent) - 1
-
-    def find(self, c: int) -> int:
-        while self.parent[c] != c:
-            self.parent[c] = self.parent[self.parent[c]]
-            c = self.parent[c]
-        return c
-
-    def size(self, c: int) -> int | None:
-        return self.value[self.find(c)]
-
-    def is_free(self, c: int) -> bool:
-        r = self.find(c)
-        return self.fed[r] and not self.fixed[r]
-
-    def mark(self, c: int, fixed=False, fed=False):
-        r = self.find(c)
-        self.fixed[r] = self.fixed[r] or fixed
-        self.fed[r] = self.fed[r] or fed
-
-    def unify(self, a: int, b: int, here: tuple[str, Span]):
-        ra, rb = self.find(a), self.find(b)
-        if ra == rb:
-            return
-        va, vb = self.value[ra], self.value[rb]
-        if va is not None and vb is not None and va != vb:
-            (wa, sa), (wb, sb) = self.origin[ra], self.origin[rb]
-            what, span = here
-            raise PenroseCheckError(
-                f"size conflict in {what}: {wa} has size {va} but {wb} has size {vb}",
-                span,
-                notes=tuple((f"{w} gets size {v} here", s) for w, v, s in ((wa, va, sa), (wb, vb, sb)) if s.line and s != span),
-            )
-        if va is None:
-            ra, rb = rb, ra  # keep the root that knows its size
-        self.parent[rb] = ra
-        self.fixed[ra] = self.fixed[ra] or self.fixed[rb]
-        self.fed[ra] = self.fed[ra] or self.fed[rb]
-
-
-# ---- checked values --------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class TType:
-    legs: tuple[str, ...]
-    cls: tuple[int, ...]
-    dtype: str = "float"  # float | int | bool | scalar
-    batched: bool = False
-
-
-SCALAR = TType((), (), "scalar", False)
-
-
-@dataclass(frozen=True, eq=False)
-class V:
-    """One checked operation: its operator, arguments, attributes and result type."""
-
-    op: str
-    args: tuple = ()
-    attrs: dict = field(default_factory=dict)
-    type: TType = SCALAR
-    outs: tuple = ()  # result types when the op yields several (split, block calls)
-    span: Span = field(default_factory=Span)
-
-    @property
-    def legs(self):
-        return self.type.legs
-
-
-@dataclass
-class CStmt:
-    stmt: object  # the ir statement
-    targets: tuple[str, ...] = ()
-    value: V | None = None
-    types: tuple = ()
-    step: int | None = None
-    versions: tuple = ()  # SSA version of each target (0 for its first definition)
-
-
-@dataclass
-class Decl:
-    tensor: ir.Tensor
-    type: TType
-
-
-@dataclass
-class Instance:
-    name: str
-    block: str
-    repeat: int | None
-    span: Span
-
-
-@dataclass
-class Checked:
-    """A checked diagram (or block body): values typed, sizes resolved."""
-
-    diagram: ir.Diagram
-    name: str
-    sizes: Sizes
-    dims: dict  # name -> class
-    decls: dict  # name -> Decl (inputs, params, buffers, formals)
-    stmts: list  # CStmt, in order (comments included, for captions)
-    outputs: list  # (name, TType)
-    blocks: dict  # name -> Checked
-    instances: dict  # name -> Instance
-    labels: dict
-    warnings: list  # (message, Span)
-    is_block: bool = False
-    captions: dict = field(default_factory=dict)  # step -> text
-
-    @property
-    def inputs(self):
-        return [d for d in self.decls.values() if d.tensor.kind in ("input", "formal")]
-
-    @property
-    def params(self):
-        return [d for d in self.decls.values() if d.tensor.kind == "param"]
-
-    @property
-    def buffers(self):
-        return [d for d in self.decls.values() if d.tensor.kind == "buffer"]
-
-    def size(self, cls: int) -> int | None:
-        return self.sizes.size(cls)
-
-    def dim_sizes(self) -> dict:
-        return {n: self.sizes.size(c) for n, c in self.dims.items()}
-
-    def param_count(self) -> int:
-        """Learnable parameters, blocks and repeats included."""
-        total = sum(math.prod(self.size(c) or 0 for c in d.type.cls) for d in self.params)
-        for inst in self.instances.values():
-            total += self.blocks[inst.block].param_count() * (inst.repeat or 1)
-        return total
-
-
-    def _repr_svg_(self):
-        """The figure, for notebooks."""
-        from penrose.render import repr_svg
-
-        return repr_svg(self)
+# the names other modules and tests import from here: the checked IR, the tables, the checker
+__all__ = [
+    "CStmt", "Checked", "DTYPES", "Decl", "FLOAT32_MAX", "FUNCTIONS", "GENERATED", "IDENT", "INITS", "INT64_MAX",
+    "Instance", "LIMITS", "Limits", "MODULE_ATTRS", "PEN_KEYWORDS", "SCALAR", "Sizes", "TType", "V", "check",
+]
 
 
 # ---- the checker -----------------------------------------------------------------------------
@@ -371,8 +144,7 @@ class _Checker:
                 + (", ".join(sorted(self.dims)) or "no dims"),
                 Span(self.file),
             )
-        self._check_block_graph()
-        for name in self._block_order():
+        for name in block_order({n: blk for n, (blk, _) in self.block_defs.items()}):  # callees first
             blk, _ = self.block_defs[name]
             self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
         result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
@@ -432,7 +204,8 @@ class _Checker:
 
     # -- pass 1: dims and blocks (of this file and its includes)
     def _collect(self, diagram: ir.Diagram) -> list:
-        path = os.path.abspath(diagram.file) if not diagram.file.startswith("<") else diagram.file
+        # real paths: a cycle through a symlinked file or folder is still a cycle
+        path = os.path.realpath(diagram.file) if not diagram.file.startswith("<") else diagram.file
         self.including.append(path)
         body = []
         for s in diagram.body:
@@ -459,18 +232,13 @@ class _Checker:
         return body
 
     def _include(self, inc: ir.Include, diagram: ir.Diagram):
-        from penrose.parse import parse_file
+        """Resolve, read and collect an included file (penrose/load.py: where includes may reach)."""
+        from penrose.load import read_include, resolve_include
 
-        base = Path(diagram.file).parent if not diagram.file.startswith("<") else Path.cwd()
-        target = os.path.abspath(base / inc.path)
-        if target in self.including:
+        target = resolve_include(inc.path, inc.span, diagram.file, self.diagram.file)
+        if os.path.realpath(target) in self.including:
             raise PenroseCheckError(f"include cycle: {inc.path!r} includes itself", inc.span)
-        if not os.path.exists(target):
-            raise PenroseCheckError(f"cannot include {inc.path!r}: no such file (looked at {target})", inc.span)
-        try:
-            sub = parse_file(target)
-        except PenroseError as e:
-            raise e.__class__(e.message, e.span, e.notes + (("included from here", inc.span),)) from None
+        sub = read_include(target, inc.span)
         rest = self._collect(sub)
         for s in rest:
             if not isinstance(s, ir.Comment):
@@ -543,54 +311,6 @@ class _Checker:
             raise PenroseCheckError(f"{what} name {name!r} is reserved by the generated module", span)
         if module_attr and name in MODULE_ATTRS:
             raise PenroseCheckError(f"{what} name {name!r} clashes with torch.nn.Module.{name}", span)
-
-    # -- blocks: call graph and order
-    def _block_calls(self, body) -> list[tuple[str, Span]]:
-        out = []
-        for s in body:
-            exprs = []
-            if isinstance(s, ir.Assign):
-                exprs = [s.value]
-            elif isinstance(s, ir.Return):
-                exprs = list(s.values)
-            for e in exprs:
-                for sub in _calls(e):
-                    if sub.func in self.block_defs:
-                        out.append((sub.func, sub.span))
-        return out
-
-    def _check_block_graph(self):
-        state: dict[str, int] = {}
-
-        def visit(name, path):
-            state[name] = 1
-            blk = self.block_defs[name][0]
-            for callee, span in self._block_calls(blk.body):
-                if state.get(callee) == 1:
-                    cycle = " -> ".join(path + [name, callee])
-                    raise PenroseCheckError(f"recursion between blocks: {cycle}", span)
-                if callee not in state:
-                    visit(callee, path + [name])
-            state[name] = 2
-
-        for name in self.block_defs:
-            if name not in state:
-                visit(name, [])
-
-    def _block_order(self) -> list[str]:
-        order, seen = [], set()
-
-        def visit(name):
-            if name in seen:
-                return
-            seen.add(name)
-            for callee, _ in self._block_calls(self.block_defs[name][0].body):
-                visit(callee)
-            order.append(name)
-
-        for name in self.block_defs:
-            visit(name)
-        return order
 
     # -- pass 2: a body (the top level or a block)
     def _check_body(self, name, body, formals, is_block, span) -> Checked:
@@ -796,6 +516,13 @@ class _Checker:
                 raise PenroseCheckError(f"{t!r} is a {'function' if t in FUNCTIONS else 'block'} name", s.span)
             if t in sc.instances:
                 raise PenroseCheckError(f"{t!r} is a block instance name", s.span)
+            if any(t == o[0] for o in sc.outputs):  # forward returns one value per output name
+                raise PenroseCheckError(
+                    f"{t!r} is assigned again after 'output {t}'; output its final value (move 'output' last) "
+                    "or give the new value another name",
+                    s.span,
+                    notes=(("output here", sc.output_at),),
+                )
         if len(set(s.targets)) != len(s.targets):
             raise PenroseCheckError("a name appears twice among the targets", s.span)
         sc.block_calls = []
@@ -1067,8 +794,6 @@ class _Checker:
         """torch.einsum's rules (penrose/einsum_spec.py); a label bound to sizes 1 and n broadcasts to n."""
         if not e.args or not isinstance(e.args[0], ir.String):
             raise PenroseCheckError("einsum's first argument is its spec string, as einsum('te,ed->td', Z, W)", e.span)
-        from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
-
         spec_node = e.args[0]
         self._arity(e, 2, None, ())
         operands = [self._expr(sc, a) for a in e.args[1:]]
@@ -1079,8 +804,8 @@ class _Checker:
                 raise PenroseCheckError(
                     f"einsum operand {i + 1} {_describe(a)} is {_a(v.type.dtype)} tensor; use gather(E, ids) for ids", a.span
                 )
-        ein = parse_spec(
-            spec_node.value, spec_node.span, len(operands), [len(v.legs) for v in operands],
+        ein = parse_einsum(
+            spec_node.value, spec_node.span, [len(v.legs) for v in operands],
             batched=[v.type.batched for v in operands], names=[_describe(a) for a in e.args[1:]],
             legs=[v.legs for v in operands],
         )
@@ -1185,6 +910,7 @@ class _Checker:
         n = self.S.size(v.type.cls[axis])
         if k <= 0 or (n is not None and k > n):
             raise PenroseCheckError(f"topk: k={k} must be between 1 and the size of leg {v.legs[axis]!r} ({n})", e.span)
+        self._baked(v.type.cls[axis])
         return V("topk", (v,), {"axis": axis, "k": k}, v.type, span=e.span)
 
     def _fn_topk_mask(self, sc, e):
@@ -1305,6 +1031,14 @@ class _Checker:
                 raise PenroseCheckError(f"{e.func}: undeclared dim {i.id!r}{suggest(i.id, self.dims)}", i.span)
         return [i.id for i in node.items]
 
+    def _baked(self, *classes):
+        """Legs whose sizes the statement relies on (split pieces, flatten groups, top-k's k): fixed
+        at their declared sizes, so an input that carries one is checked against it at run time
+        instead of being read as a new size."""
+        for c in classes:
+            if self.S.size(c) is not None:
+                self.S.mark(c, fixed=True)
+
     def _fn_split(self, sc, e):
         self._arity(e, 3, 3, ())
         v = self._tensor_arg(sc, e, 0)
@@ -1323,6 +1057,7 @@ class _Checker:
             legs = v.legs[:axis] + (p,) + v.legs[axis + 1 :]
             cls = v.type.cls[:axis] + (self.dims[p],) + v.type.cls[axis + 1 :]
             outs.append(TType(legs, cls, v.type.dtype, v.type.batched))
+        self._baked(v.type.cls[axis], *(self.dims[p] for p in parts))
         return V("split", (v,), {"axis": axis, "sizes": tuple(sizes)}, outs[0], outs=tuple(outs), span=e.span)
 
     def _fn_concat(self, sc, e):
@@ -1354,6 +1089,7 @@ class _Checker:
         legs = first.legs[:axis] + (into.id,) + first.legs[axis + 1 :]
         cls = first.type.cls[:axis] + (c_into,) + first.type.cls[axis + 1 :]
         batched = any(p.type.batched for p in parts)
+        self._baked(c_into, *(p.type.cls[axis] for p in parts))
         return V("concat", tuple(parts), {"axis": axis}, TType(legs, cls, first.type.dtype, batched), span=e.span)
 
     def _fn_unflatten(self, sc, e):
@@ -1371,6 +1107,7 @@ class _Checker:
             raise PenroseCheckError("unflatten: every new leg's dim needs a size", e.args[2].span)
         legs = v.legs[:axis] + tuple(parts) + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + tuple(self.dims[p] for p in parts) + v.type.cls[axis + 1 :]
+        self._baked(v.type.cls[axis], *(self.dims[p] for p in parts))
         return V("unflatten", (v,), {"axis": axis, "sizes": tuple(sizes)}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
     def _fn_flatten(self, sc, e):
@@ -1392,6 +1129,7 @@ class _Checker:
         a, b = parts[0], parts[-1] + 1
         legs = v.legs[:a] + (into.id,) + v.legs[b:]
         cls = v.type.cls[:a] + (c_into,) + v.type.cls[b:]
+        self._baked(c_into, *(v.type.cls[i] for i in parts))
         return V("flatten", (v,), {"start": a, "end": b - 1}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
     def _fn_rope(self, sc, e):
@@ -1405,6 +1143,7 @@ class _Checker:
         if n is not None and n % 2:
             raise PenroseCheckError(f"rope: leg {v.legs[axis]!r} has odd size {n}; rotate-half needs an even size", e.span)
         base = self._number_kw(e, "base", 10000.0, allow_dim=True)
+        self._baked(v.type.cls[axis])
         return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
 
     # blocks ---------------------------------------------------------------------------------------
@@ -1418,7 +1157,6 @@ class _Checker:
         if len(e.args) != len(formals):
             raise PenroseCheckError(f"block {e.func!r} takes {len(formals)} argument(s), got {len(e.args)}", e.span)
         args = [self._expr(sc, a) for a in e.args]
-        leg_map: dict[int, int] = {}  # block class root -> caller class
         for f, v, a in zip(formals, args, e.args):
             if v.type.dtype == "scalar":
                 raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} must be a tensor", a.span)
@@ -1463,7 +1201,8 @@ class _Checker:
         # results: a leg whose class is one of the formals' classes maps to the argument's class
         outs = []
         for _, t in blk.outputs:
-            outs.append(TType(t.legs, t.cls, t.dtype, any(v.type.batched for v in args) or t.batched))
+            # batch legs come only from the arguments (a block body has no inputs of its own)
+            outs.append(TType(t.legs, t.cls, t.dtype, t.batched and any(v.type.batched for v in args)))
         ty = outs[0] if len(outs) == 1 else TType((), (), "float", False)
         return V(
             "block",
@@ -1497,22 +1236,6 @@ def _is_inf(node) -> bool:
     """inf or -inf, as written."""
     node = node.operand if isinstance(node, ir.Neg) else node
     return isinstance(node, ir.Name) and node.id == "inf"
-
-
-def _calls(expr):
-    """Every call in `expr`, parents first, without recursion (a 10,000-term sum is 10,000 deep)."""
-    todo = [expr]
-    while todo:
-        e = todo.pop()
-        if isinstance(e, ir.Call):
-            yield e
-            todo.extend(reversed([*e.args, *(v for _, v in e.kwargs)]))
-        elif isinstance(e, ir.BinOp):
-            todo += [e.right, e.left]
-        elif isinstance(e, ir.Neg):
-            todo.append(e.operand)
-        elif isinstance(e, ir.ListExpr):
-            todo.extend(reversed(e.items))
 
 
 def _evaluate(v: V, vals: list, at: str):
@@ -1594,26 +1317,3 @@ def _describe(expr) -> str:
     if isinstance(expr, ir.Call):
         return f"{expr.func}(...)"
     return "the expression"
-
-
-# ---- einsum specs ----------------------------------------------------------------------------
-
-_WORD = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-
-
-def parse_spec(spec: str, span: Span, n_operands: int, leg_counts=None, batched=(), names=(), legs=()):
-    """An einsum spec resolved against its operands: `penrose.einsum_spec.parse`, the one parser.
-
-    `leg_counts` are the operands' declared leg counts (default: as many as each term names, so
-    '...' covers none); returns an `einsum_spec.Einsum` (terms, out, sum_batch, where).
-
-    >>> parse_spec('ij,j...->i...', Span(), 2, [2, 2]).terms
-    (('i', 'j'), ('j', '...0'))
-    """
-    from penrose import einsum_spec
-
-    parsed = einsum_spec.lex(spec, span, leg_counts)
-    if leg_counts is None:
-        leg_counts = [len(t.labels) for t in parsed.inputs][:n_operands]
-        leg_counts += [0] * (n_operands - len(leg_counts))
-    return einsum_spec.resolve(parsed, leg_counts, batched, span, names, legs)

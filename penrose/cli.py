@@ -31,7 +31,47 @@ def _sizes(items) -> dict:
     return out
 
 
-def _parser() -> argparse.ArgumentParser:
+def _include_path_option(sp) -> None:
+    sp.add_argument(
+        "--include-path", action="append", default=[], metavar="DIR", dest="include_paths",
+        help="a folder includes may also reach and are searched in (default: only the diagram's own folder)",
+    )
+
+
+def _path(arg: str):
+    """A command-line file argument, always a path (penrose.load reads a str with a line break as text)."""
+    from pathlib import Path
+
+    return arg if "\n" not in arg and "\r" not in arg else Path(arg)
+
+
+def _output(out: str, *inputs: str):
+    """Refuse a bad `-o` before any work: a folder, a device, a read-only file, the input itself."""
+    import os
+
+    from penrose.errors import PenroseError, Span
+    from penrose.io import writable_target
+
+    target = writable_target(out)
+    for f in inputs:
+        if os.path.exists(target) and os.path.exists(f) and os.path.samefile(target, f):
+            raise PenroseError(f"cannot write {out}: it is the diagram {f} itself", Span(out))
+
+
+COMMANDS = "penrose.commands"  # the entry-point group through which packages (the zoo) add commands
+
+
+def _discovered() -> dict:
+    """name -> entry point, for the commands installed packages add (pyproject.toml's
+    `[project.entry-points."penrose.commands"]`). The target is `main(argv) -> int`, given the
+    arguments after the command's name, and imported only when its command runs."""
+    from importlib.metadata import entry_points
+
+    return {ep.name: ep for ep in entry_points(group=COMMANDS)}
+
+
+def _parser(discovered=None) -> argparse.ArgumentParser:
+    """The built-in commands, and the `discovered` ones listed (their targets parse their own arguments)."""
     p = argparse.ArgumentParser(
         prog="penrose",
         description="Penrose tensor-network diagrams (.pen) → checks, PyTorch modules, figures.",
@@ -47,15 +87,18 @@ def _parser() -> argparse.ArgumentParser:
     c = add("check", "check a diagram and print its tensors and legs", "penrose check zoo/paper/mlp.pen")
     c.add_argument("files", nargs="+")
     c.add_argument("--size", action="append", metavar="NAME=N", help="override a dim's size")
+    _include_path_option(c)
 
     c = add("compile", "write the diagram as standalone PyTorch source", "penrose compile zoo/paper/mlp.pen -o mlp.py")
     c.add_argument("file")
     c.add_argument("-o", "--output", help="output .py file (default: print)")
     c.add_argument("--size", action="append", metavar="NAME=N")
+    _include_path_option(c)
 
-    c = add("plan", "print each contraction's plan, FLOPs and largest intermediate", "penrose plan zoo/paper/steerling_listing.pen")
+    c = add("plan", "print each contraction's plan, FLOPs (a block's times its runs, repeats included) and largest intermediate", "penrose plan zoo/paper/steerling_listing.pen")
     c.add_argument("file")
     c.add_argument("--size", action="append", metavar="NAME=N")
+    _include_path_option(c)
 
     c = add("fmt", "print the canonical formatting of diagrams", "penrose fmt --write zoo/paper/*.pen")
     c.add_argument("files", nargs="+")
@@ -71,25 +114,36 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--plan", action="store_true", help="annotate contractions with the compiler's plan")
     c.add_argument("--unfold", action="store_true", help="draw repeated blocks unfolded")
     c.add_argument("--size", action="append", metavar="NAME=N")
+    _include_path_option(c)
 
     c = add("gallery", "build the static HTML gallery", "penrose gallery -o gallery/")
     c.add_argument("paths", nargs="*", help="diagrams or folders (default: the zoo)")
     c.add_argument("-o", "--output", default="gallery")
 
-    c = add("zoo", "the interpretable zoo", "penrose zoo list")
-    c.add_argument("action", choices=["list"])
-
-    c = add("steerling", "Steerling concept language model: generate, train, explain, steer, evaluate", "penrose steerling generate --checkpoint ckpt --prompt 'Hello'")
-    c.add_argument("rest", nargs=argparse.REMAINDER)
+    p.built_in = set(sub.choices)
+    for name, ep in sorted((discovered or {}).items()):
+        if name not in p.built_in:
+            sub.add_parser(name, help=f"from {ep.value} (penrose {name} --help)", add_help=False)
     return p
+
+
+def _parse(argv: list) -> argparse.Namespace:
+    """A built-in command's arguments through argparse; a discovered command's, untouched, to it."""
+    parser = _parser()
+    if argv and argv[0] in parser.built_in:  # no entry-point scan: `penrose check` answers at once
+        return parser.parse_args(argv)
+    discovered = _discovered()
+    if argv and argv[0] in discovered:
+        return argparse.Namespace(command=argv[0], entry_point=discovered[argv[0]], rest=argv[1:])
+    return _parser(discovered).parse_args(argv)  # --help and "invalid choice" list them too
 
 
 def main(argv=None) -> int:
     from penrose.errors import PenroseError
 
-    args = _parser().parse_args(argv)
+    args = _parse(list(sys.argv[1:] if argv is None else argv))
     if not args.command:
-        _parser().print_help()
+        _parser(_discovered()).print_help()
         return 2
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -103,6 +157,11 @@ def main(argv=None) -> int:
         return 1
     except BrokenPipeError:
         return 0
+    except OSError as e:  # the terminal or a pipe failing, not a diagram: no traceback
+        print(f"error: {e.strerror or e}" + (f": {e.filename}" if e.filename else ""), file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
 
 
 def _print_warnings(checked):
@@ -114,9 +173,11 @@ def _print_warnings(checked):
 def _run(args) -> int:
     import penrose
 
+    if getattr(args, "entry_point", None) is not None:
+        return _load(args.entry_point)(args.rest)
     if args.command == "check":
         for f in args.files:
-            c = penrose.load(f, **_sizes(args.size))
+            c = penrose.load(_path(f), include_paths=args.include_paths, **_sizes(args.size))
             _print_warnings(c)
             print(f"{f}: ok — {len(c.inputs)} input(s), {c.param_count():,} parameter(s), outputs "
                   + ", ".join(f"{n}[{', '.join(t.legs)}]" for n, t in c.outputs))
@@ -125,7 +186,9 @@ def _run(args) -> int:
         from penrose.compiler import generate_source
         from penrose.io import atomic_write_text
 
-        c = penrose.load(args.file, **_sizes(args.size))
+        if args.output:
+            _output(args.output, args.file)
+        c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
         _print_warnings(c)
         src = generate_source(c)
         if args.output:
@@ -137,21 +200,24 @@ def _run(args) -> int:
     if args.command == "plan":
         from penrose.report import plan_report
 
-        print(plan_report(penrose.load(args.file, **_sizes(args.size))))
+        print(plan_report(penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))))
         return 0
     if args.command == "fmt":
-        from penrose.io import atomic_write_text
+        from penrose.io import atomic_write_text, read_text
 
         bad = 0
         for f in args.files:
-            d = penrose.parse_file(f)
-            text = penrose.format_diagram(d)
+            raw = read_text(f)  # as on disk: fmt drops a byte-order mark, keeps CRLF if the file uses it
+            text = penrose.format_diagram(penrose.parse(raw, file=f))
+            first = raw.find("\n")
+            if first > 0 and raw[first - 1] == "\r":
+                text = text.replace("\n", "\r\n")
             if args.check:
-                if text != d.source:
+                if text != raw:
                     print(f"{f}: not formatted")
                     bad = 1
             elif args.write:
-                if text != d.source:
+                if text != raw:
                     atomic_write_text(f, text)
                     print(f"formatted {f}")
             else:
@@ -160,9 +226,11 @@ def _run(args) -> int:
     if args.command == "render":
         from penrose.render import render_file
 
+        _output(args.output, args.file)
+        c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
         out = render_file(
-            args.file, args.output, view=args.view, direction=args.direction, show_sizes=args.sizes,
-            show_plan=args.plan, unfold=args.unfold, sizes=_sizes(args.size),
+            c, args.output, view=args.view, direction=args.direction, show_sizes=args.sizes,
+            show_plan=args.plan, unfold=args.unfold,
         )
         print(f"wrote {out}")
         return 0
@@ -172,17 +240,17 @@ def _run(args) -> int:
         out = build_gallery(args.paths or None, args.output)
         print(f"wrote {out}")
         return 0
-    if args.command == "zoo":
-        import zoo
-
-        for line in zoo.list_lines():
-            print(line)
-        return 0
-    if args.command == "steerling":
-        from zoo.steerling.cli import main as steerling_main
-
-        return steerling_main(args.rest)
     return 2
+
+
+def _load(ep):
+    """A discovered command's `main`; a package it needs and lacks is an error, not a traceback."""
+    from penrose.errors import PenroseError
+
+    try:
+        return ep.load()
+    except ImportError as e:
+        raise PenroseError(f"command {ep.name!r} ({ep.value}) cannot be loaded: {e}") from e
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -28,10 +28,10 @@ from penrose import runtime
 from penrose.check import Checked, V, check
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
-from penrose.fuse import find_attention, read_counts
-from penrose.parse import parse, parse_file
+from penrose.fuse import find_attention
 from penrose.plan import plan_einsum
 from penrose.stack import deep
+from penrose.views import labels_agree, read_counts
 
 
 def _runtime_text() -> str:
@@ -112,6 +112,7 @@ class _Emitter:
         self.top = top
         self.used_free: dict[int, str] = {}
         self.uses_device = False
+        self.uses_dtype = False
         self.read = read_counts(c)  # (name, SSA version) -> how often statements and outputs read it
         self.fused = find_attention(c, self.read) if fuse_attention else {}
         self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
@@ -234,7 +235,7 @@ class _Emitter:
         ops_ = list(v.args)
         batched = [o.type.batched for o in ops_]
         sum_batch = any(batched) and not v.type.batched
-        exact = not sum_batch and self._sizes_agree(v)
+        exact = not sum_batch and labels_agree(self.S, v)
         if len(ops_) == 2 and exact:
             exprs = [self.expr(o) for o in ops_]
             for form in (_matmul_form, _product_sum_form):
@@ -273,16 +274,6 @@ class _Emitter:
         if any_batch and not v.type.batched and not plan.steps:  # pragma: no cover - a lone operand
             raise PenroseCompileError("einsum: cannot sum batch legs of a lone operand", v.span)
         return tree
-
-    def _sizes_agree(self, v: V) -> bool:
-        """Every label binds legs of one size class (no size-1 broadcasting inside the einsum)."""
-        seen: dict = {}
-        for t, o in zip(v.attrs["terms"], v.args):
-            for l, c in zip(t, o.type.cls):
-                r = self.S.find(c)
-                if seen.setdefault(l, r) != r:
-                    return False
-        return True
 
     def grouped_matmul_form(self, terms, out, ops_, exprs):
         """A product over several legs at once: X[..., a, b, c, d] Y[c, d, e, f] -> [..., a, b, e, f]
@@ -401,14 +392,16 @@ class _Emitter:
             head.append(f"    def forward(self, {', '.join(inputs)}):")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = {self.find_binder(r)}")
-        if self.uses_device:
+        if self.uses_device:  # masks are made where the inputs (or the parameters) live
             if inputs:
                 head.append(f"        _device = {inputs[0]}.device")
             else:
-                first = c.params + c.buffers
-                if not first:
-                    raise PenroseCompileError("a mask needs an input or a param to take its device from", Span(c.diagram.file))
-                head.append(f"        _device = self.{first[0].tensor.name}.device")
+                ref = self.reference_tensor()
+                head.append(f"        _device = {ref}.device" if ref else "        _device = None  # the default device")
+        if self.uses_dtype:  # a where() of two plain numbers takes the model's floating dtype
+            floats = [d.tensor.name for d in c.inputs if d.tensor.dtype == "float"]
+            ref = floats[0] if floats else self.reference_tensor()
+            head.append(f"        _dtype = {ref}.dtype" if ref else "        _dtype = torch.get_default_dtype()")
         self.source_map = [(span, a + len(head), b + len(head)) for span, a, b in self.source_map]
         return head + body
 
@@ -773,7 +766,11 @@ def _lower_where(em: _Emitter, v: V):
     # a float result: where(m, 1, 0) of two whole numbers would otherwise be an int64 tensor
     parts = [P.const(float(x.attrs["value"])) if x.op == "num" else em.aligned(x, al, v)
              for x, al in zip(v.args, v.attrs["align"])]
-    return P.call(P.path("torch.where"), *parts)
+    tree = P.call(P.path("torch.where"), *parts)
+    if v.args[1].type.dtype == v.args[2].type.dtype == "scalar":  # no tensor to take the dtype from
+        em.uses_dtype = True
+        tree = P.method(tree, "to", P.name("_dtype"))
+    return tree
 
 
 def _lower_mask(em: _Emitter, v: V):
@@ -797,7 +794,10 @@ def _lower_split(em: _Emitter, v: V):
 
 
 def _lower_concat(em: _Emitter, v: V):
-    return P.call(P.path("torch.cat"), P.list_([em.expr(x) for x in v.args]), dim=em.dim_of(v, v.attrs["axis"]))
+    parts = P.list_([em.expr(x) for x in v.args])
+    if any(x.type.batched for x in v.args):  # batch legs broadcast first: torch.cat does not
+        return P.call(P.name("_concat"), parts, em.dim_of(v, v.attrs["axis"]), len(v.legs))
+    return P.call(P.path("torch.cat"), parts, dim=em.dim_of(v, v.attrs["axis"]))
 
 
 def _lower_flatten(em: _Emitter, v: V):
@@ -875,11 +875,22 @@ _ATOMS = {"num": _atom_num, "dimsize": _atom_dimsize, "ref": _atom_ref, "block":
 
 
 @deep
-def generate_source(checked: Checked, standalone: bool = True, fuse_attention: bool = True) -> str:
+def generate_source(checked: Checked, standalone: bool = True, fuse_attention: bool = True, with_map: bool = False):
     """The Python source of the module for a checked diagram (imports only torch).
 
     `fuse_attention` lowers recognised attention (scores, mask, softmax, convex combination) to
     one scaled_dot_product_attention call; the function computed is the same.
+
+    With `with_map`, returns `(source, source_map)`: for each diagram statement that produced
+    code, in source order, `(class_name, statement_span, first_line, last_line)`, its lines of
+    the source (1-based, both included; the class is the diagram's or its block's). A statement
+    fused into a later one keeps its comment line; a split cut into narrowed pieces spans them
+    all.
+
+    >>> c = load("dim e = 2\\ninput x[e]\\ny = x * 2\\noutput y")
+    >>> source, lines = generate_source(c, with_map=True)
+    >>> [(cls, span.line, source.splitlines()[a - 1:b]) for cls, span, a, b in lines]
+    [('Diagram', 3, ['        # y = x * 2', '        y = x * 2  # [..., e]'])]
     """
     classes = {}
     for name in checked.blocks:
@@ -887,11 +898,12 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
     top_name = _camel(checked.name)
     if top_name in classes.values():
         top_name += "Model"
-    parts = []
+    emitters = []
     for name, blk in checked.blocks.items():
         if _block_used(checked, name):
-            parts.append(_Emitter(blk, classes[name], classes, top=False, fuse_attention=fuse_attention).generate())
-    parts.append(_Emitter(checked, top_name, classes, top=True, fuse_attention=fuse_attention).generate())
+            emitters.append(_Emitter(blk, classes[name], classes, top=False, fuse_attention=fuse_attention))
+    emitters.append(_Emitter(checked, top_name, classes, top=True, fuse_attention=fuse_attention))
+    parts = [em.generate() for em in emitters]
     # the file name goes inside a docstring: no backslash escapes, no closing quotes
     shown = _comment(os.path.basename(checked.diagram.file)).replace("\\", "/").replace('"', "'")
     header = [
@@ -908,9 +920,18 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
         helpers = _runtime_text()
     else:  # an in-memory module imports the helpers (one copy of their constants' cache)
         helpers = "from penrose.runtime import " + ", ".join(_RUNTIME_NAMES) + "\n"
-    source = "\n".join(header) + helpers + "\n\n" + "\n\n".join(parts)
+    prefix = "\n".join(header) + helpers + "\n\n"
+    source = prefix + "\n\n".join(parts)
     source += f"\n\nModel = {top_name}\n"
-    return source
+    if not with_map:
+        return source
+    source_map = []
+    first = prefix.count("\n") + 1  # the line each class starts on
+    for em, text in zip(emitters, parts):
+        # the emitter's map: (span, first line, end line), 0-based within its class, end excluded
+        source_map += [(em.cls_name, span, first + a, first + b - 1) for span, a, b in em.source_map]
+        first += text.count("\n") + 2  # the text ends with a line break, then "\n\n" joins the next
+    return source, source_map
 
 
 def _block_used(checked: Checked, name: str) -> bool:
@@ -950,36 +971,39 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
 
 
 def _repr_svg(checked):
-    from penrose.render import repr_svg
+    from penrose import display  # a hook the package binds to the renderer
 
-    return repr_svg(checked)
-
-
-def load(path_or_text, **sizes) -> Checked:
-    """Parse and check a file path or `.pen` text."""
-    if isinstance(path_or_text, ir.Diagram):
-        return check(path_or_text, **sizes)
-    if isinstance(path_or_text, os.PathLike) or (
-        isinstance(path_or_text, str) and "\n" not in path_or_text and path_or_text.endswith(".pen")
-    ):
-        return check(parse_file(path_or_text), **sizes)
-    return check(parse(path_or_text), **sizes)
+    return display.svg(checked)
 
 
-def compile_diagram(path_or_text, *, seed: int | None = None, fuse_attention: bool = True, **sizes) -> torch.nn.Module:
-    """`.pen` file or text → `nn.Module`; `sizes` override dim defaults.
+@deep  # read and check on one worker thread, where the include paths are in force
+def load(path_or_text=None, *, text=None, include_paths=(), **sizes) -> Checked:
+    """Parse and check a path, `.pen` text or Diagram: `penrose.load`, which needs no torch."""
+    from penrose.load import include_paths as allowing, read
+
+    diagram = read(path_or_text, text=text)
+    with allowing(include_paths):
+        return check(diagram, **sizes)
+
+
+def compile_diagram(
+    path_or_text=None, *, seed: int | None = None, fuse_attention: bool = True, text=None, include_paths=(), **sizes
+) -> torch.nn.Module:
+    """`.pen` file or text → `nn.Module`; `sizes` override dim defaults (paths and text: penrose.load).
 
     >>> m = compile_diagram("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y")
     >>> m(torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    return build(load(path_or_text, **sizes), seed=seed, fuse_attention=fuse_attention)
+    checked = load(path_or_text, text=text, include_paths=include_paths, **sizes)
+    return build(checked, seed=seed, fuse_attention=fuse_attention)
 
 
-def write_source(path_or_text, out_path, **sizes) -> str:
-    """Write the standalone module source to `out_path` atomically; returns the source."""
-    source = generate_source(load(path_or_text, **sizes), standalone=True)
-    from penrose.io import atomic_write_text
+def write_source(path_or_text, out_path, *, text=None, include_paths=(), **sizes) -> str:
+    """Write the standalone module source to `out_path` atomically (penrose.io); returns it."""
+    from penrose.io import atomic_write_text, writable_target
 
+    writable_target(out_path)  # a bad target is refused before the work
+    source = generate_source(load(path_or_text, text=text, include_paths=include_paths, **sizes), standalone=True)
     atomic_write_text(out_path, source)
     return source

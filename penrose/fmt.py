@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from penrose import ir
 from penrose.errors import NOWHERE
 from penrose.ops import FUNCTIONS
-from penrose.stack import deep
+from penrose.stack import deep, too_deep
 
 DQ = '"'
 NOTE_GAP = 3  # spaces before a trailing comment: what most zoo diagrams and paper listings use
@@ -109,7 +109,10 @@ def format_expr(e, parent: int = 0) -> str:
     >>> format_expr(parse("y = a / (b * c) ** 0.5 + n**-2").body[0].value)
     'a / (b * c) ** 0.5 + n**-2'
     """
-    return _expr(e, parent)
+    try:
+        return _expr(e, parent)
+    except RecursionError:
+        raise too_deep(getattr(e, "span", NOWHERE)) from None
 
 
 def _expr(e, parent: int) -> str:
@@ -296,13 +299,17 @@ def _body(stmts, indent: str) -> list[str]:
         else:
             if prev is not None and (_blank_between(prev, end, s, _start(stmts, i)) or _parts_block(prev, stmts, i)):
                 rows.append(None)
+            try:
+                code = _code(s)
+            except RecursionError:
+                raise too_deep(s.span) from None
             if isinstance(s, ir.Block):
                 close = indent + "}"
                 if i + 1 < len(stmts) and _closes(stmts, i + 1):
                     close = _with_note(close, stmts[i + 1].text)
-                rows.append([indent + _with_note(_code(s), s.note)] + _body(s.body, indent + "  ") + [close])
+                rows.append([indent + _with_note(code, s.note)] + _body(s.body, indent + "  ") + [close])
             else:
-                rows.append(_Row(indent + _code(s), getattr(s, "note", ""), getattr(s, "note_span", NOWHERE).col))
+                rows.append(_Row(indent + code, getattr(s, "note", ""), getattr(s, "note_span", NOWHERE).col))
         if prev is None or s.span.file != prev.span.file:
             end = 0
         end = max(end, s.span.end_line)

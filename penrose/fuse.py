@@ -17,7 +17,8 @@ import math
 from dataclasses import dataclass
 
 from penrose import ir
-from penrose.check import Checked, V
+from penrose.checked import Checked, V
+from penrose.views import labels_agree, read_counts
 
 
 @dataclass
@@ -40,33 +41,6 @@ class Attention:
     mask_kind: str  # 'bool' | 'additive' | 'causal' | ''
     absorbed: list  # CStmt objects folded into the call
     scores: V | None = None  # the score einsum
-
-
-def read_counts(c: Checked) -> dict:
-    """{(name, SSA version): how many reads} over c's statements and outputs."""
-    counts: dict = {}
-
-    def visit(v):
-        if not isinstance(v, V):
-            return
-        if v.op == "ref":
-            key = (v.attrs["name"], v.attrs.get("version", 0))
-            counts[key] = counts.get(key, 0) + 1
-        for a in v.args:
-            visit(a)
-
-    for s in c.stmts:
-        if s.value is not None:
-            visit(s.value)
-    # outputs read the final version of a name
-    final: dict = {}
-    for s in c.stmts:
-        for t, ver in zip(s.targets, s.versions):
-            final[t] = ver
-    for name, _ in c.outputs:
-        key = (name, final.get(name, 0))
-        counts[key] = counts.get(key, 0) + 1
-    return counts
 
 
 def find_attention(c: Checked, uses: dict | None = None) -> dict:
@@ -94,22 +68,13 @@ def find_attention(c: Checked, uses: dict | None = None) -> dict:
             continue
         absorbed: list = []
         att = _match(s.value, resolve, absorbed)
-        if att is not None and not (_one_size_per_label(c, s.value) and _one_size_per_label(c, att.scores)):
+        if att is not None and not (labels_agree(c.sizes, s.value) and labels_agree(c.sizes, att.scores)):
             att = None  # size-1 broadcasting inside an einsum: the fused kernels do not broadcast so
         if att is not None:
             att.absorbed = absorbed
             out[id(s)] = att
             taken.update(id(a) for a in absorbed)
     return out
-
-
-def _one_size_per_label(c: Checked, v: V) -> bool:
-    roots: dict = {}
-    for term, a in zip(v.attrs["terms"], v.args):
-        for label, cl in zip(term, a.type.cls):
-            if roots.setdefault(label, c.sizes.find(cl)) != c.sizes.find(cl):
-                return False
-    return True
 
 
 def _sums_batch(v: V) -> bool:
@@ -181,7 +146,6 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     ren = dict(zip(p_legs, score_legs))  # final-einsum letter -> score letter
     if len(set(p_legs)) != len(p_legs):
         return None
-    v_in_score = [ren.get(l) for l in v_legs]
     contracted2 = [l for l in p_legs if l in v_legs and l not in out]
     if contracted2 != [p_legs[s_pos]]:
         return None

@@ -18,11 +18,14 @@ it runs a diagram statement by statement and names the input a shape error comes
 
 Parameters are named as in the compiled module's `state_dict()`: top-level params and buffers
 by name, a block instance's as `inst.W`, a repeated instance's as `inst.0.W`. Without `params`
-they are initialised from the diagram's init specs under a seeded generator.
+they are initialised from the diagram's init specs under a seeded generator. The diagram runs
+in the dtype of its float inputs: float params are cast to it, so a float32 state_dict can be
+checked in float64. Dropout is the identity unless `training=True`.
 
-Every operation of the checked IR has one evaluator in `EVALUATORS` (op code -> function of the
-frame, the value and its evaluated arguments). Values are evaluated bottom-up with an explicit
-stack, so deeply nested expressions need no Python recursion.
+Every operation of the language has one evaluator in `OPERATIONS`, keyed by the names of the
+one table of operations (`penrose.ops.OPS`), and the atoms (numbers, sizes, references, block
+calls) one in `ATOMS`; each is a function of the frame, the value and its evaluated arguments.
+Values are evaluated bottom-up with an explicit stack, so deep nesting needs no recursion.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ import re
 
 import torch
 
-from penrose import ir
-from penrose.check import Checked
-from penrose.errors import PenroseError, PenroseShapeError, Span
+from penrose import ir, ops
+from penrose.check import check
+from penrose.checked import Checked
+from penrose.errors import PenroseError, PenroseShapeError
+from penrose.load import read
 
-__all__ = ["EVALUATORS", "Interpreter", "init_params", "interpret"]
+__all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -134,9 +139,7 @@ def _as_checked(diagram) -> Checked:
     if isinstance(checked, Checked):
         return checked
     if isinstance(diagram, (str, os.PathLike, ir.Diagram)):
-        import penrose
-
-        return penrose.load(diagram)
+        return check(read(diagram))
     raise PenroseError(f"cannot interpret a {type(diagram).__name__}; pass .pen text, a path or a Checked diagram")
 
 
@@ -200,7 +203,7 @@ def _check_inputs(c: Checked, values: dict):
     runtime: dict = {}
     given_by: dict = {}
     batch, batch_of = None, None
-    dtype = device = None
+    dtype = device = dtype_of = device_of = None
     for d in c.inputs:
         t = d.tensor
         x = values[t.name]
@@ -218,9 +221,15 @@ def _check_inputs(c: Checked, values: dict):
             raise PenroseShapeError(f"input {t.name!r} must hold integer ids, got {x.dtype}", t.span)
         if t.dtype == "bool" and x.dtype != torch.bool:
             raise PenroseShapeError(f"input {t.name!r} must be a bool mask, got {x.dtype}", t.span)
-        if floating and dtype is None:
-            dtype = x.dtype
-        device = device or x.device
+        if floating:  # one float dtype and one device for every input (docs/language.md)
+            if dtype is not None and x.dtype != dtype:
+                raise PenroseShapeError(f"input {t.name!r} is {x.dtype} but input {dtype_of!r} is {dtype}; floating inputs share one dtype", t.span)
+            if dtype is None:
+                dtype, dtype_of = x.dtype, t.name
+        if device is not None and x.device != device:
+            raise PenroseShapeError(f"input {t.name!r} is on {x.device} but input {device_of!r} is on {device}", t.span)
+        if device is None:
+            device, device_of = x.device, t.name
         lead = tuple(x.shape[: x.dim() - n])
         if lead:
             if batch is not None:
@@ -329,10 +338,11 @@ class _Frame:
                 stack.append((v, True))
                 stack.extend((a, False) for a in reversed(v.args) if id(a) not in done)
                 continue
-            fn = EVALUATORS.get(v.op)
-            if fn is None:  # pragma: no cover - a new op without an evaluator
-                raise PenroseError(f"the interpreter cannot evaluate operation {v.op!r}", v.span)
-            done[id(v)] = fn(self, v, [done[id(a)] for a in v.args])
+            try:
+                done[id(v)] = evaluator(v)(self, v, [done[id(a)] for a in v.args])
+            except (RuntimeError, IndexError) as e:  # torch refused: say where, in the diagram's terms
+                first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise PenroseShapeError(f"{ops.key(v) or v.op}: {first}", v.span) from e
         return done[id(root)]
 
 
@@ -362,34 +372,44 @@ def _aligned(value, x, align):
     return value.reshape(shape)
 
 
-_BINARY = {
-    "+": lambda a, b: a + b,
-    "-": lambda a, b: a - b,
-    "*": lambda a, b: a * b,
-    "/": lambda a, b: a / b,
-    "//": lambda a, b: a // b,
-    "**": lambda a, b: a**b,
-    "<": lambda a, b: a < b,
-    "<=": lambda a, b: a <= b,
-    ">": lambda a, b: a > b,
-    ">=": lambda a, b: a >= b,
-    "==": lambda a, b: a == b,
-    "!=": lambda a, b: a != b,
-}
+def _scalar_safe(fn):
+    """A Python-number operation whose errors become positioned PenroseShapeErrors."""
 
-_UNARY = {
-    "sigmoid": torch.sigmoid,
-    "sigma": torch.sigmoid,
-    "relu": torch.relu,
-    "gelu": torch.nn.functional.gelu,
-    "silu": torch.nn.functional.silu,
-    "tanh": torch.tanh,
-    "exp": torch.exp,
-    "log": torch.log,
-    "sqrt": torch.sqrt,
-    "abs": torch.abs,
-    "softplus": torch.nn.functional.softplus,
-}
+    def run(v, *args):
+        try:
+            return fn(*args)
+        except (ZeroDivisionError, ValueError, OverflowError) as e:
+            raise PenroseShapeError(f"{ops.key(v)} of plain numbers {', '.join(map(repr, args))}: {e}", v.span) from None
+
+    return run
+
+
+def _operator(fn):
+    """An operator (+ - * / // ** and comparisons) on tensors (operands aligned by leg) or on
+    plain numbers (Python's arithmetic, as the sizes are Python numbers)."""
+    scalar = _scalar_safe(fn)
+
+    def evaluate(fr, v, args):
+        align = v.attrs.get("align")
+        if align is None:  # two plain numbers
+            return scalar(v, *args)
+        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, align))
+        return fn(a, b)
+
+    return evaluate
+
+
+def _elementwise(tensor_fn, number_fn=None):
+    """An element-wise function; `number_fn` for the ones that also take plain numbers."""
+    scalar = _scalar_safe(number_fn) if number_fn is not None else None
+
+    def evaluate(fr, v, args):
+        (a,) = args
+        if not isinstance(a, torch.Tensor):
+            return scalar(v, a)
+        return tensor_fn(a)
+
+    return evaluate
 
 
 def _num(fr, v, args):
@@ -398,24 +418,6 @@ def _num(fr, v, args):
 
 def _dimsize(fr, v, args):
     return fr.size(v.attrs["cls"], v.span)
-
-
-def _sbin(fr, v, args):
-    a, b = args
-    try:
-        return _BINARY[v.attrs["op"]](a, b)
-    except ZeroDivisionError:
-        raise PenroseShapeError(f"division by zero in '{v.attrs['op']}' of plain numbers", v.span) from None
-
-
-def _sfunc(fr, v, args):
-    (a,) = args
-    name = v.attrs["name"]
-    if name == "abs":
-        return abs(a)
-    if name in ("sqrt", "log") and a < 0 or name == "log" and a == 0:
-        raise PenroseShapeError(f"{name} of {a}", v.span)
-    return {"sqrt": math.sqrt, "exp": math.exp, "log": math.log}[name](a)
 
 
 def _ref(fr, v, args):
@@ -429,17 +431,8 @@ def _neg(fr, v, args):
     return -args[0]
 
 
-def _binop(fr, v, args):
-    a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
-    return _BINARY[v.attrs["op"]](a, b)
-
-
-def _unary(fr, v, args):
-    (a,) = args
-    name = v.attrs["name"]
-    if name == "leaky_relu":
-        return torch.nn.functional.leaky_relu(a, v.attrs["slope"])
-    return _UNARY[name](a)
+def _leaky_relu(fr, v, args):
+    return torch.nn.functional.leaky_relu(args[0], v.attrs["slope"])
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -562,15 +555,11 @@ def _topk_mask(fr, v, args):
     return _kept(args[0], v.attrs["k"], _axis(v.args[0], v.attrs["axis"]))
 
 
-def _reduce(fr, v, args):
-    (x,) = args
-    dim = _axis(v.args[0], v.attrs["axis"])
-    name = v.attrs["name"]
-    if name == "sum":
-        return x.sum(dim)
-    if name == "mean":
-        return x.mean(dim)
-    return x.amax(dim)
+def _reduce(fn):
+    def evaluate(fr, v, args):
+        return fn(args[0], _axis(v.args[0], v.attrs["axis"]))
+
+    return evaluate
 
 
 def _dropout(fr, v, args):
@@ -593,6 +582,7 @@ def _where(fr, v, args):
 
 
 def _mask(fr, v, args):
+    """causal(t, p): True where p <= t; block_causal(t, p, block=B): where p // B <= t // B."""
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
@@ -690,15 +680,33 @@ def _call_block(fr, blk: Checked, prefix: str, args) -> list:
     return sub.run()
 
 
-EVALUATORS = {
-    "num": _num,
-    "dimsize": _dimsize,
-    "sbin": _sbin,
-    "sfunc": _sfunc,
-    "ref": _ref,
+# Every operation of the language (penrose.ops.OPS, the same names), and the atoms.
+OPERATIONS = {
+    "sigmoid": _elementwise(torch.sigmoid),
+    "sigma": _elementwise(torch.sigmoid),
+    "relu": _elementwise(torch.relu),
+    "gelu": _elementwise(torch.nn.functional.gelu),
+    "silu": _elementwise(torch.nn.functional.silu),
+    "tanh": _elementwise(torch.tanh),
+    "exp": _elementwise(torch.exp, math.exp),
+    "log": _elementwise(torch.log, math.log),
+    "sqrt": _elementwise(torch.sqrt, math.sqrt),
+    "abs": _elementwise(torch.abs, abs),
+    "softplus": _elementwise(torch.nn.functional.softplus),
+    "leaky_relu": _leaky_relu,
+    "+": _operator(lambda a, b: a + b),
+    "-": _operator(lambda a, b: a - b),
+    "*": _operator(lambda a, b: a * b),
+    "/": _operator(lambda a, b: a / b),
+    "//": _operator(lambda a, b: a // b),
+    "**": _operator(lambda a, b: a**b),
+    "<": _operator(lambda a, b: a < b),
+    "<=": _operator(lambda a, b: a <= b),
+    ">": _operator(lambda a, b: a > b),
+    ">=": _operator(lambda a, b: a >= b),
+    "==": _operator(lambda a, b: a == b),
+    "!=": _operator(lambda a, b: a != b),
     "neg": _neg,
-    "binop": _binop,
-    "unary": _unary,
     "einsum": _einsum,
     "softmax": _softmax,
     "log_softmax": _log_softmax,
@@ -706,17 +714,30 @@ EVALUATORS = {
     "rmsnorm": _rmsnorm,
     "topk": _topk,
     "topk_mask": _topk_mask,
-    "reduce": _reduce,
+    "sum": _reduce(lambda x, dim: x.sum(dim)),
+    "mean": _reduce(lambda x, dim: x.mean(dim)),
+    "max": _reduce(lambda x, dim: x.amax(dim)),
     "dropout": _dropout,
     "detach": _detach,
     "clamp": _clamp,
     "where": _where,
-    "mask": _mask,
+    "causal": _mask,
+    "block_causal": _mask,
     "gather": _gather,
     "split": _split,
     "concat": _concat,
-    "unflatten": _unflatten,
     "flatten": _flatten,
+    "unflatten": _unflatten,
     "rope": _rope,
-    "block": _block,
 }
+
+ATOMS = {"num": _num, "dimsize": _dimsize, "ref": _ref, "block": _block}
+
+
+def evaluator(v):
+    """The function that evaluates a checked value: its operation's, or its atom's."""
+    name = ops.key(v)
+    fn = OPERATIONS.get(name) if name is not None else ATOMS.get(v.op)
+    if fn is None:  # pragma: no cover - a new operation without an evaluator (a test keeps the tables equal)
+        raise PenroseError(f"the interpreter cannot evaluate operation {name or v.op!r}", v.span)
+    return fn

@@ -1,47 +1,196 @@
-"""Writing files so that nothing is ever half-written."""
+"""Reading and writing files: errors that name the file, and writes that are never half-done.
+
+The lowest layer beside `errors`: it imports nothing else of penrose.
+
+    >>> import tempfile, os
+    >>> out = os.path.join(tempfile.mkdtemp(), "model.py")
+    >>> atomic_write_text(out, "x = 1\\n")
+    >>> read_text(out)
+    'x = 1\\n'
+
+Reading (`read_text`): a missing file, a folder, a device or FIFO, an unreadable file and bytes
+that are not UTF-8 are each a `PenroseError` naming the file; nothing but a regular file is ever
+opened (a FIFO would block). The text comes back as it is on disk (byte-order mark and CRLF
+included); `penrose.parse` normalises both.
+
+Writing (`atomic_write_bytes`, `atomic_write_text`):
+
+- the data goes to a temporary file in the target's own folder, is flushed to disk, then renamed
+  over the target, so a reader sees the old file or the new one, never a part; any failure
+  (disk full, interrupt) removes the temporary file and leaves the old file whole;
+- a symlink is written *through*: its target file is replaced and the link stays a link;
+- an existing file keeps its permission bits; a new one gets 0666 less the umask;
+- a folder, a device, a FIFO or a socket is refused (so is `-o /dev/null`: print to stdout
+  instead), as is a file the user may not write (a read-only file stays read-only), all before
+  anything is written. `writable_target(path)` runs these checks alone, so a command can refuse
+  a bad `-o` before doing its work.
+"""
 
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
-from penrose.errors import PenroseError, Span
+from penrose.errors import PenroseError, PenroseSyntaxError, Span
+
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+
+def read_text(path) -> str:
+    """The UTF-8 text of the regular file at `path`; every failure is a PenroseError naming it."""
+    name = os.fspath(path)
+    if "\x00" in name:  # os.stat raises ValueError for it
+        raise PenroseError(f"cannot read {name!r}: a file name holds no NUL character", Span(repr(name)[1:-1]))
+    try:
+        st = os.stat(name)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(21, "Is a directory")
+        if not stat.S_ISREG(st.st_mode):
+            raise PenroseError(f"cannot read {name}: not a regular file ({_kind(st.st_mode)})", Span(name))
+        with open(name, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise PenroseError(f"cannot read {name}: {e.strerror or e}", Span(name)) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise _not_utf8(name, data, e) from None
+
+
+def _not_utf8(name: str, data: bytes, e: UnicodeDecodeError) -> PenroseSyntaxError:
+    """Positioned at the first bad byte; the line itself is not shown (it does not decode)."""
+    before = data[: e.start]
+    line = before.count(b"\n") + 1
+    col = len(before[before.rfind(b"\n") + 1 :].decode("utf-8", "replace")) + 1
+    hint = ""
+    if data[:2] in (b"\xff\xfe", b"\xfe\xff"):
+        hint = "; it looks like UTF-16, save it as UTF-8"
+    return PenroseSyntaxError(
+        f"{name} is not UTF-8 text ({e.reason} at byte {e.start}){hint}", Span(name, line, col, line, col + 1)
+    )
+
+
+# -- writing ----------------------------------------------------------------------------------
+
+
+def writable_target(path) -> Path:
+    """The file a write to `path` replaces (through symlinks), or a PenroseError saying why not.
+
+    Checks, without writing: the folder exists; the target is not a folder, device, FIFO or
+    socket; an existing file is writable by this user.
+    """
+    name = os.fspath(path)
+    target = Path(os.path.realpath(name))  # through every symlink, to the file that changes
+    try:
+        st = os.stat(target)
+    except FileNotFoundError:
+        st = None
+    except OSError as e:  # a symlink loop, a path through a file, ...
+        raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
+    if st is not None:
+        if stat.S_ISDIR(st.st_mode):
+            raise PenroseError(f"cannot write {name}: it is a directory", Span(name))
+        if not stat.S_ISREG(st.st_mode):
+            raise PenroseError(
+                f"cannot write {name}: it is {_kind(st.st_mode)}, not a regular file"
+                + ("; leave out -o to print instead" if stat.S_ISCHR(st.st_mode) else ""),
+                Span(name),
+            )
+        if not os.access(target, os.W_OK):
+            raise PenroseError(f"cannot write {name}: permission denied (the file is read-only)", Span(name))
+    folder = target.parent
+    if not folder.is_dir():
+        shown = Path(name).parent if target == Path(os.path.abspath(name)) else folder
+        raise PenroseError(f"cannot write {name}: folder {shown} does not exist", Span(name))
+    return target
 
 
 def atomic_write_bytes(path, data: bytes) -> None:
-    """Write `data` to `path` via a temporary file in the same folder, then rename."""
-    path = Path(path)
-    folder = path.parent if str(path.parent) else Path(".")
-    if not folder.is_dir():
-        raise PenroseError(f"cannot write {path}: folder {folder} does not exist", Span(str(path)))
+    """Write `data` to `path` through a temporary file in the target's folder, then rename.
+
+    >>> import tempfile, os
+    >>> p = os.path.join(tempfile.mkdtemp(), "out.bin")
+    >>> atomic_write_bytes(p, b"\\x00\\x01"); open(p, "rb").read()
+    b'\\x00\\x01'
+    """
+    name = os.fspath(path)
+    target = writable_target(name)
+    mode = _mode_for(target)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     except OSError as e:
-        raise PenroseError(f"cannot write {path}: {e.strerror or e}", Span(str(path))) from None
+        raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-        os.chmod(tmp, _mode_for(path))  # mkstemp makes the file private (0600); keep the usual mode
-        os.replace(tmp, path)
-    except OSError as e:
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, mode)  # mkstemp makes the file private (0600); keep the file's own mode
+        os.replace(tmp, target)
+    except BaseException as e:  # disk full, permission, Ctrl-C: the old file stays whole
         try:
             os.unlink(tmp)
         except OSError:
             pass
-        raise PenroseError(f"cannot write {path}: {e.strerror or e}", Span(str(path))) from None
-
-
-def _mode_for(path: Path) -> int:
-    """The mode a rewritten file keeps, or that a new file gets under the process umask."""
-    try:
-        return path.stat().st_mode & 0o7777
-    except OSError:
-        umask = os.umask(0o022)
-        os.umask(umask)
-        return 0o666 & ~umask
+        if isinstance(e, OSError):
+            raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
+        raise
+    _sync_folder(target.parent)
 
 
 def atomic_write_text(path, text: str) -> None:
-    """Text version of atomic_write_bytes (UTF-8)."""
+    """Text version of atomic_write_bytes (UTF-8, line ends as given)."""
     atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def _mode_for(target: Path) -> int:
+    """The mode a rewritten file keeps, or that a new file gets under the process umask."""
+    try:
+        return target.stat().st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux: read it without changing it (os.umask would, for a moment, for every thread)
+        with open("/proc/self/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _sync_folder(folder: Path) -> None:
+    """Make the rename itself durable (best effort: not every system can open a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

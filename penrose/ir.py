@@ -27,7 +27,7 @@ views (bonds, free legs, graphs) are functions elsewhere, never stored state. Re
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from penrose.errors import NOWHERE, Span
 
@@ -44,46 +44,99 @@ def _note_span():
 # ---- expressions -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Name:
+def _compared(node) -> list:
+    """The fields of a record that take part in equality (spans and layout do not)."""
+    return [getattr(node, f.name) for f in fields(node) if f.compare]
+
+
+class _Expr:
+    """Equality and hashing of expression records without recursion: a sum of 10,000 terms
+    or a call nested 1,000 deep compares like a small one (dataclass equality would recurse)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other):
+        stack = [(self, other)]
+        while stack:
+            a, b = stack.pop()
+            if a is b:
+                continue
+            if isinstance(a, _Expr) or isinstance(b, _Expr):
+                if type(a) is not type(b):
+                    return False
+                stack.extend(zip(_compared(a), _compared(b)))
+            elif isinstance(a, tuple) and isinstance(b, tuple):
+                if len(a) != len(b):
+                    return False
+                stack.extend(zip(a, b))
+            elif a != b:
+                return False
+        return True
+
+    def __hash__(self):
+        order, stack = [], [self]
+        while stack:  # every expression node below self, parents before children
+            n = stack.pop()
+            if isinstance(n, _Expr):
+                order.append(n)
+                stack.extend(_compared(n))
+            elif isinstance(n, tuple):
+                stack.extend(n)
+        memo: dict = {}
+
+        def h(x):
+            if isinstance(x, _Expr):
+                return memo[id(x)]
+            if isinstance(x, tuple):
+                return hash(tuple(h(y) for y in x))  # tuples inside a node are shallow (kwargs pairs)
+            return hash(x)
+
+        for n in reversed(order):
+            memo[id(n)] = hash((type(n).__name__, tuple(h(x) for x in _compared(n))))
+        return memo[id(self)]
+
+
+
+@dataclass(frozen=True, eq=False)
+class Name(_Expr):
     id: str
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class Number:
+@dataclass(frozen=True, eq=False)
+class Number(_Expr):
     value: int | float
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class String:
+@dataclass(frozen=True, eq=False)
+class String(_Expr):
     value: str
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class ListExpr:
+@dataclass(frozen=True, eq=False)
+class ListExpr(_Expr):
     items: tuple
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class BinOp:
+@dataclass(frozen=True, eq=False)
+class BinOp(_Expr):
     op: str  # + - * / // ** < <= > >= == !=
     left: object
     right: object
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class Neg:
+@dataclass(frozen=True, eq=False)
+class Neg(_Expr):
     operand: object
     span: Span = _span()
 
 
-@dataclass(frozen=True)
-class Call:
+@dataclass(frozen=True, eq=False)
+class Call(_Expr):
     func: str
     args: tuple = ()
     kwargs: tuple = ()  # ((name, expr), ...)
@@ -98,8 +151,8 @@ class Call:
         return None
 
 
-@dataclass(frozen=True)
-class Shape:
+@dataclass(frozen=True, eq=False)
+class Shape(_Expr):
     tensor: str
     index: int
     span: Span = _span()
@@ -228,29 +281,14 @@ class Diagram:
 
     def _repr_svg_(self):
         """The figure, for notebooks (None when the diagram does not check)."""
-        from penrose.render import repr_svg
+        from penrose import display  # a hook the package binds to the renderer
 
-        return repr_svg(self)
+        return display.svg(self)
 
 
 # ---- derived views ---------------------------------------------------------------------------
-
-
-def statements(body, kind) -> list:
-    """The statements of one kind, in order (top level only)."""
-    return [s for s in body if isinstance(s, kind)]
-
-
-def legend(diagram: Diagram) -> dict[str, str]:
-    """The index legend written as '# index legend: t token, e embedding'."""
-    out: dict[str, str] = {}
-    for s in diagram.body:
-        if isinstance(s, Comment) and s.text.lower().lstrip().startswith("index legend:"):
-            for item in s.text.split(":", 1)[1].split(","):
-                parts = item.split(None, 1)
-                if len(parts) == 2:
-                    out[parts[0]] = parts[1].strip()
-    return out
+# The structure of an expression tree. Views read off whole diagrams and checked bodies (the
+# index legend, statements of a kind, uses and read counts) are in penrose/views.py.
 
 
 def children(expr) -> tuple:

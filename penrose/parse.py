@@ -4,6 +4,25 @@
 >>> d = parse("dim e = 4\\ninput x[e]\\noutput x")
 >>> d.body[1].legs
 ('e',)
+
+Two readers of one language, the Lark grammar (grammar/penrose.lark):
+
+- the *fast path* (`_Fast`): one regular expression splits the text into tokens and a
+  recursive-descent reader builds the IR from them directly, spans included. It declines
+  (raises `_Slow`) at the first thing that is not plainly valid: a syntax error, a form the IR
+  refuses (`x[0]`, a repeated keyword argument), a program too deep for it, a keyword glued to
+  a name where no name can stand (Lark's contextual lexer reads `f(x) aslayers` as `f(x) as
+  layers`);
+- the *Lark path*: Lark's LALR parser with positions propagated, then `_ToIR`. It reads
+  whatever the fast path declines, so every syntax error, its wording and its position, comes
+  from Lark and the grammar.
+
+The fast path exists for speed only: in CPython, Lark's lexer and LALR loop alone take about
+100 µs a statement (with positions and the IR, about 400 µs); the fast path about 50 µs, IR and
+comments included. It is held to the Lark path: wherever both read a text the IR is the same,
+spans, leg spans and layout flags included (tests/test_parse_speed.py compares them on every
+diagram in the repository, generated programs and fuzzed mutations), and where the Lark path
+refuses a text the fast path has declined it. Lark is imported only when the Lark path runs.
 """
 
 from __future__ import annotations
@@ -11,19 +30,18 @@ from __future__ import annotations
 import functools
 import os
 import re
+import sys
 import threading
 from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
-from lark import Lark, Token, Transformer_NonRecursive, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken, VisitError
-
 from penrose import ir
-from penrose.errors import PenroseError, PenroseSyntaxError, Span
+from penrose.errors import PenroseSyntaxError, Span
 from penrose.stack import deep, too_deep
 
 _STEP = re.compile(r"^\s*(\d+)\)\s*")
+_INT = re.compile(r"\d+")  # a NUMBER that is a whole number (NUMBER's digits are \d, as here)
 
 
 def grammar_text() -> str:
@@ -32,6 +50,495 @@ def grammar_text() -> str:
         return (resources.files("penrose.grammar") / "penrose.lark").read_text(encoding="utf-8")
     except (ModuleNotFoundError, FileNotFoundError):  # a plain source checkout without install
         return (Path(__file__).resolve().parent.parent / "grammar" / "penrose.lark").read_text(encoding="utf-8")
+
+
+class _Lines:
+    def __init__(self, text: str, file: str):
+        # lines as the lexer counts them: only '\n' ends one (splitlines also splits at \x0c, \x85, \u2028 ...)
+        self.lines = [l[:-1] if l.endswith("\r") else l for l in text.split("\n")]
+        if len(self.lines) > 1 and not self.lines[-1]:
+            self.lines.pop()
+        self.file = file
+
+    def line(self, n: int) -> str:
+        return self.lines[n - 1] if 0 < n <= len(self.lines) else ""
+
+    def span(self, meta) -> Span:
+        line = getattr(meta, "line", None) or 0
+        if not line:
+            return Span(self.file)
+        return Span(self.file, line, meta.column, meta.end_line, meta.end_column, self.line(line))
+
+    def tok(self, tok) -> Span:
+        return Span(self.file, tok.line, tok.column, tok.end_line, tok.end_column, self.line(tok.line))
+
+
+# ---- the fast path ----------------------------------------------------------------------------
+
+# The grammar's terminals, in one expression. Where Lark's contextual lexer would split a valid
+# program differently (a keyword read as a name where no keyword can stand), the reader below
+# decides by position instead: keywords are NAME tokens here.
+_TOKENS = re.compile(
+    r"""
+    [ \t\f]*                                  # blanks before the token
+    (?:
+      (?P<CONTINUE>\\[ \t]*\n)                 # a backslash continuing the line
+    | (?P<NL>\n)
+    | (?P<COMMENT>\#[^\n]*)
+    | (?P<NAME>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<NUMBER>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
+    | (?P<STRING>'[^'\n]*'|"[^"\n]*")
+    | (?P<OP>\.\.\.|\*\*|//|<=|>=|==|!=|[-+*/<>=.,:~()\[\]{}])
+    )
+    """,
+    re.VERBOSE,
+)
+_OPEN, _CLOSE = frozenset("(["), frozenset(")]")
+_COMPARE = frozenset(("<=", ">=", "==", "!=", "<", ">"))
+_BINARY = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}  # binding power; all left-associative
+_KEYWORDS = frozenset(("dim", "input", "param", "buffer", "output", "return", "block", "include", "label"))
+
+
+class _Slow(Exception):
+    """The fast path declines this text; the Lark path reads it (and words any error)."""
+
+
+class _Comment(str):
+    """A comment's text with the positions `_attach_comments` reads (as a Lark Token has them)."""
+
+    def __new__(cls, text: str, line: int, column: int):
+        tok = super().__new__(cls, text)
+        tok.line = tok.end_line = line
+        tok.column, tok.end_column = column, column + len(text)
+        return tok
+
+
+class _Attr:
+    """`x.name` not yet applied: only `T.shape[i]` and `x.detach()` complete it."""
+
+    __slots__ = ("obj", "name")
+
+    def __init__(self, obj, name):
+        self.obj, self.name = obj, name
+
+
+def _tokens(text: str):
+    """Kinds, values, lines and columns (1-based) of the tokens, and the comments; a newline
+    inside (...) or [...] is dropped, as `_BracketNewlines` drops it."""
+    kinds, values, lines, cols, comments = [], [], [], [], []
+    line, line_start, depth, pos = 1, 0, 0, 0
+    for m in _TOKENS.finditer(text):
+        if m.start() != pos:
+            raise _Slow  # a character no terminal matches
+        kind = m.lastgroup
+        start, pos = m.span(kind)
+        value = m.group(kind)
+        if kind == "CONTINUE":
+            line, line_start = line + 1, pos
+            continue
+        if kind == "COMMENT":
+            comments.append(_Comment(value, line, start - line_start + 1))
+            continue
+        if kind == "OP":
+            kind = value
+            if value in _OPEN:
+                depth += 1
+            elif value in _CLOSE:
+                depth = max(0, depth - 1)
+        if kind != "NL" or not depth:
+            kinds.append(kind)
+            values.append(value)
+            lines.append(line)
+            cols.append(start - line_start + 1)
+        if kind == "NL":
+            line, line_start = line + 1, pos
+    if pos != len(text):
+        raise _Slow
+    kinds += ["EOF", "EOF"]  # two, so that looking one past the current token never runs off
+    values += ["", ""]
+    lines += [line, line]
+    cols += [1, 1]
+    return kinds, values, lines, cols, comments
+
+
+def _plain(item):
+    """The IR node of an expression item; an attribute left unapplied is not one."""
+    node = item[0]
+    if isinstance(node, _Attr):
+        raise _Slow
+    return node
+
+
+class _Fast:
+    """Tokens → IR by recursive descent, for text the grammar accepts (`_Slow` otherwise).
+
+    An expression item is (node, line, col, end_line, end_col): the node and the extent it
+    occupies in its parent, which is wider than its own span where parentheses or a unary '+'
+    surround it. A parent's span runs from its first child's extent to its last one's, as Lark's
+    propagated positions do.
+    """
+
+    def __init__(self, text: str, lines: _Lines):
+        self.k, self.v, self.ln, self.col, self.comments = _tokens(text)
+        self.i = 0
+        self.file, self.src = lines.file, lines.lines
+
+    # -- helpers
+    def span(self, line, col, end_line, end_col) -> Span:
+        return Span(self.file, line, col, end_line, end_col, self.src[line - 1])
+
+    def end(self, i):
+        """Where token i ends: (line, column after it)."""
+        return self.ln[i], self.col[i] + len(self.v[i])
+
+    def span_from(self, i, end) -> Span:
+        """From where token i starts to `end`, a (line, column) pair."""
+        return Span(self.file, self.ln[i], self.col[i], end[0], end[1], self.src[self.ln[i] - 1])
+
+    def tok_span(self, i) -> Span:
+        line, col = self.ln[i], self.col[i]
+        return Span(self.file, line, col, line, col + len(self.v[i]), self.src[line - 1])
+
+    def expect(self, kind) -> int:
+        i = self.i
+        if self.k[i] != kind:
+            raise _Slow
+        self.i = i + 1
+        return i
+
+    def name(self) -> int:
+        return self.expect("NAME")
+
+    # -- statements
+    def statements(self, closer) -> list:
+        """`_sep? (_stmt _sep)* _stmt?` up to `closer`: the end of the file, or a block's '}'."""
+        k, body = self.k, []
+        while k[self.i] == "NL":
+            self.i += 1
+        while k[self.i] != closer:
+            self.statement(body)
+            if k[self.i] != "NL":
+                if k[self.i] != closer:
+                    raise _Slow
+                break
+            while k[self.i] == "NL":
+                self.i += 1
+        return body
+
+    def statement(self, body: list):
+        """One statement onto `body` (a `dim` line may hold several)."""
+        first = self.i
+        if self.k[first] != "NAME":
+            raise _Slow
+        word = self.v[first]
+        if word not in _KEYWORDS:  # where a statement starts, a keyword is one, and any other name an assignment's
+            body.append(self.assign())
+            return
+        self.i += 1
+        if word == "dim":
+            self.dims(body)
+            return
+        if word in ("input", "param", "buffer"):
+            node = self.tensor(word, first)
+        elif word == "block":
+            node = self.block(first)
+        elif word == "output":
+            names = [self.name()]
+            while self.k[self.i] == ",":
+                self.i += 1
+                names.append(self.name())
+            node = ir.Output(tuple(self.v[j] for j in names), span=self.span_from(first, self.end(names[-1])))
+        elif word == "return":
+            values = [self.expr()]
+            while self.k[self.i] == ",":
+                self.i += 1
+                values.append(self.expr())
+            node = ir.Return(tuple(_plain(v) for v in values), span=self.span_from(first, values[-1][3:]))
+        elif word == "include":
+            s = self.expect("STRING")
+            node = ir.Include(self.v[s][1:-1], span=self.span_from(first, self.end(s)))
+        else:  # label
+            n = self.name()
+            s = self.expect("STRING")
+            node = ir.Label(self.v[n], self.v[s][1:-1], span=self.span_from(first, self.end(s)))
+        body.append(node)
+
+    def dims(self, body: list):
+        grouped = False
+        while True:
+            n = self.name()
+            size, end = None, self.end(n)
+            if self.k[self.i] == "=":
+                self.i += 1
+                item = self.expr()
+                size, end = _plain(item), (item[3], item[4])
+            body.append(ir.Dim(self.v[n], size, span=self.span_from(n, end), grouped=grouped))
+            if self.k[self.i] != ",":
+                return
+            self.i += 1
+            grouped = True  # `dim f = 30, r = 1` stays one line under fmt
+
+    def tensor(self, kind: str, first: int) -> ir.Tensor:
+        """`input NAME legs [: NAME]`, `param|buffer NAME legs [~ init]`, or a block's formal."""
+        n = self.name()
+        legs, batched, leg_spans, end = self.legs()
+        dtype, init = "float", None
+        if kind in ("input", "formal") and self.k[self.i] == ":":
+            self.i += 1
+            d = self.name()
+            dtype, end = self.v[d], self.end(d)
+        elif kind in ("param", "buffer") and self.k[self.i] == "~":
+            self.i += 1
+            init, end = self.init()
+        span = self.span_from(first, end)
+        return ir.Tensor(kind, self.v[n], legs, dtype, init, batched, span=span, leg_spans=leg_spans)
+
+    def legs(self):
+        """`[leg, ...]` → (legs, batched, leg spans, end); a '...' only first."""
+        self.expect("[")
+        k, toks = self.k, []
+        if k[self.i] != "]":
+            while True:
+                i = self.i
+                if k[i] == "NAME" or (k[i] == "..." and not toks):
+                    toks.append(i)
+                    self.i += 1
+                else:
+                    raise _Slow
+                if k[self.i] != ",":
+                    break
+                self.i += 1
+        close = self.expect("]")
+        batched = bool(toks) and k[toks[0]] == "..."
+        if batched:
+            toks = toks[1:]
+        return tuple(self.v[j] for j in toks), batched, tuple(self.tok_span(j) for j in toks), self.end(close)
+
+    def init(self):
+        n = self.name()
+        kwargs, end = (), self.end(n)
+        if self.k[self.i] == "(":
+            pos, kwargs, close = self.arguments()
+            if pos:
+                raise _Slow  # init arguments are written by keyword
+            end = self.end(close)
+        return ir.Init(self.v[n], kwargs, span=self.span_from(n, end)), end
+
+    def block(self, first: int) -> ir.Block:
+        n = self.name()
+        self.expect("(")
+        formals = []
+        if self.k[self.i] != ")":
+            while True:
+                formals.append(self.tensor("formal", self.i))
+                if self.k[self.i] != ",":
+                    break
+                self.i += 1
+        self.expect(")")
+        self.expect("{")
+        body = self.statements("}")
+        close = self.expect("}")
+        span = self.span_from(first, self.end(close))
+        return ir.Block(self.v[n], tuple(formals), tuple(body), span=span)
+
+    def assign(self) -> ir.Assign:
+        k, first = self.k, self.i
+        targets = [self.name()]
+        while k[self.i] == ",":
+            self.i += 1
+            targets.append(self.name())
+        self.expect("=")
+        value = self.expr()
+        end = value[3], value[4]
+        instance = repeat = None
+        while k[self.i] == "NAME" and self.v[self.i] in ("as", "repeat"):  # keywords only here
+            word = self.v[self.i]
+            self.i += 1
+            if word == "as":
+                if instance is not None:
+                    raise _Slow
+                n = self.name()
+                instance, end = self.v[n], self.end(n)
+            else:
+                if repeat is not None:
+                    raise _Slow
+                item = self.atom()
+                repeat, end = _plain(item), (item[3], item[4])
+        span = self.span_from(first, end)
+        return ir.Assign(tuple(self.v[j] for j in targets), _plain(value), instance, repeat, span=span)
+
+    # -- expressions
+    def expr(self):
+        """`arith [COMPARE arith]` (a comparison does not chain)."""
+        left = self.arith()
+        op = self.k[self.i]
+        if op not in _COMPARE:
+            return left
+        self.i += 1
+        right = self.arith()
+        span = self.span(left[1], left[2], right[3], right[4])
+        return ir.BinOp(op, _plain(left), _plain(right), span=span), left[1], left[2], right[3], right[4]
+
+    def arith(self):
+        """Unary operands joined by + - * / //, by binding power, left to right (a loop: a sum
+        of 10,000 terms needs no stack)."""
+        item = self.unary()
+        k = self.k
+        if k[self.i] not in _BINARY:
+            return item
+        operands, ops = [item], []
+        while k[self.i] in _BINARY:
+            op = k[self.i]
+            self.i += 1
+            while ops and _BINARY[ops[-1]] >= _BINARY[op]:
+                self._reduce(operands, ops)
+            ops.append(op)
+            operands.append(self.unary())
+        while ops:
+            self._reduce(operands, ops)
+        return operands[0]
+
+    def _reduce(self, operands, ops):
+        right, left = operands.pop(), operands.pop()
+        span = self.span(left[1], left[2], right[3], right[4])
+        operands.append((ir.BinOp(ops.pop(), _plain(left), _plain(right), span=span), left[1], left[2], right[3], right[4]))
+
+    def unary(self):
+        """`-unary`, `+unary`, or `postfix [** unary]`: '**' binds tighter than a sign before it."""
+        i = self.i
+        sign = self.k[i]
+        if sign == "-" or sign == "+":
+            self.i += 1
+            item = self.unary()
+            if sign == "+":  # no node of its own: it only widens the operand's extent
+                return item[0], self.ln[i], self.col[i], item[3], item[4]
+            node, span = _plain(item), self.span(self.ln[i], self.col[i], item[3], item[4])
+            node = ir.Number(-node.value, span=span) if isinstance(node, ir.Number) else ir.Neg(node, span=span)
+            return node, self.ln[i], self.col[i], item[3], item[4]
+        base = self.postfix()
+        if self.k[self.i] != "**":
+            return base
+        self.i += 1
+        exp = self.unary()
+        span = self.span(base[1], base[2], exp[3], exp[4])
+        return ir.BinOp("**", _plain(base), _plain(exp), span=span), base[1], base[2], exp[3], exp[4]
+
+    def postfix(self):
+        """An atom followed by `.name`, `[index]` and `(arguments)`."""
+        item = self.atom()
+        k = self.k
+        while True:
+            t = k[self.i]
+            if t == ".":
+                if k[self.i + 1] != "NAME":
+                    raise _Slow
+                n = self.i + 1
+                self.i += 2
+                item = (_Attr(item[0], self.v[n]), item[1], item[2], *self.end(n))
+            elif t == "(":
+                item = self.call(item)
+            elif t == "[":
+                item = self.shape(item)
+            else:
+                return item
+
+    def shape(self, base):
+        """`T.shape[i]` with a whole-number i: the only indexing there is."""
+        self.i += 1
+        index = self.expr()
+        close = self.expect("]")
+        attr, i = base[0], index[0]
+        if not (isinstance(attr, _Attr) and attr.name == "shape" and isinstance(attr.obj, ir.Name)):
+            raise _Slow
+        if not (isinstance(i, ir.Number) and isinstance(i.value, int)):
+            raise _Slow
+        end = self.end(close)
+        return ir.Shape(attr.obj.id, i.value, span=self.span(base[1], base[2], *end)), base[1], base[2], *end
+
+    def call(self, func):
+        pos, kwargs, close = self.arguments()
+        end = self.end(close)
+        span = self.span(func[1], func[2], *end)
+        f = func[0]
+        if isinstance(f, _Attr):
+            if f.name != "detach" or pos or kwargs or isinstance(f.obj, _Attr):
+                raise _Slow
+            return ir.Call("detach", (f.obj,), span=span, method=True), func[1], func[2], *end
+        if not isinstance(f, ir.Name):
+            raise _Slow  # only named functions can be called
+        return ir.Call(f.id, pos, kwargs, span=span), func[1], func[2], *end
+
+    def arguments(self):
+        """`( [arg, ...] [,] )` → (positional, keyword pairs, index of the ')')."""
+        self.expect("(")
+        k, pos, kwargs = self.k, [], []
+        while k[self.i] != ")":
+            if k[self.i] == "NAME" and k[self.i + 1] == "=":
+                key = self.v[self.i]
+                self.i += 2
+                if any(key == seen for seen, _ in kwargs):
+                    raise _Slow  # repeated
+                kwargs.append((key, _plain(self.expr())))
+            elif kwargs:
+                raise _Slow  # a positional argument after a keyword one
+            else:
+                pos.append(_plain(self.expr()))
+            if k[self.i] != ",":
+                break
+            self.i += 1
+        return tuple(pos), tuple(kwargs), self.expect(")")
+
+    def atom(self):
+        i = self.i
+        t = self.k[i]
+        if t == "NAME" or t == "NUMBER" or t == "STRING":
+            self.i += 1
+            text = self.v[i]
+            line, col = self.ln[i], self.col[i]
+            end = col + len(text)
+            span = Span(self.file, line, col, line, end, self.src[line - 1])
+            if t == "NAME":
+                node = ir.Name(text, span=span)
+            elif t == "STRING":
+                node = ir.String(text[1:-1], span=span)
+            elif _INT.fullmatch(text):
+                try:
+                    node = ir.Number(int(text), span=span)
+                except ValueError:  # more digits than Python converts
+                    raise _Slow from None
+            else:
+                node = ir.Number(float(text), span=span)
+            return node, line, col, line, end
+        if t == "(":
+            self.i += 1
+            item = self.expr()
+            close = self.expect(")")
+            return item[0], self.ln[i], self.col[i], *self.end(close)  # the parentheses widen its extent
+        if t == "[":
+            self.i += 1
+            items = []
+            if self.k[self.i] != "]":
+                items.append(_plain(self.expr()))
+                while self.k[self.i] == ",":
+                    self.i += 1
+                    items.append(_plain(self.expr()))
+            close = self.expect("]")
+            end = self.end(close)
+            return ir.ListExpr(tuple(items), span=self.span_from(i, end)), self.ln[i], self.col[i], *end
+        raise _Slow
+
+
+def _parse_fast(text: str, lines: _Lines):
+    """(statements, comments), or None where the fast path declines."""
+    try:
+        reader = _Fast(text if text.endswith("\n") else text + "\n", lines)
+        body = reader.statements("EOF")
+    except (_Slow, RecursionError):
+        return None
+    return body, reader.comments
+
+
+# ---- the Lark path ----------------------------------------------------------------------------
 
 
 class _BracketNewlines:
@@ -52,7 +559,9 @@ class _BracketNewlines:
 
 
 @functools.lru_cache(maxsize=1)
-def _parser() -> Lark:
+def _parser():
+    from lark import Lark
+
     return Lark(
         grammar_text(),
         parser="lalr",
@@ -61,20 +570,22 @@ def _parser() -> Lark:
         propagate_positions=True,
         maybe_placeholders=True,
         lexer_callbacks={"COMMENT": _collect_comment},
+        cache=True,  # the grammar analysis, kept in a temporary file keyed by grammar and options (10 ms, not 120)
     )
 
 
 # The COMMENT tokens of the parse running on this thread. The Lark instance is shared, so the
-# lexer callback appends to a per-thread list that `parse` resets: two threads parsing at once
-# keep their own comments.
+# lexer callback appends to a per-thread list that `_parse_lark` resets: two threads parsing at
+# once keep their own comments.
 _local = threading.local()
 
 
-def _collect_comment(tok: Token) -> Token:
+def _collect_comment(tok):
     comments = getattr(_local, "comments", None)
     if comments is not None:
         comments.append(tok)
     return tok
+
 
 _FRIENDLY = {
     "EQUAL": "'='",
@@ -96,35 +607,15 @@ _FRIENDLY = {
 }
 
 
-class _Lines:
-    def __init__(self, text: str, file: str):
-        # lines as the lexer counts them: only '\n' ends one (splitlines also splits at \x0c, \x85, \u2028 ...)
-        self.lines = [l[:-1] if l.endswith("\r") else l for l in text.split("\n")]
-        if len(self.lines) > 1 and not self.lines[-1]:
-            self.lines.pop()
-        self.file = file
-
-    def line(self, n: int) -> str:
-        return self.lines[n - 1] if 0 < n <= len(self.lines) else ""
-
-    def span(self, meta) -> Span:
-        line = getattr(meta, "line", None) or 0
-        if not line:
-            return Span(self.file)
-        return Span(self.file, line, meta.column, meta.end_line, meta.end_column, self.line(line))
-
-    def tok(self, tok: Token) -> Span:
-        return Span(self.file, tok.line, tok.column, tok.end_line, tok.end_column, self.line(tok.line))
-
-
 def _decode_string(tok: str) -> str:
     return tok[1:-1]
 
 
-@v_args(meta=True)
-class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 nested calls need no stack
+class _ToIR:
+    """Lark tree → IR: one method per rule, called with the node's `meta` and its children's
+    values (see `_to_ir`)."""
+
     def __init__(self, lines: _Lines):
-        super().__init__()
         self.L = lines
 
     # -- expressions
@@ -133,18 +624,22 @@ class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 
 
     def number(self, meta, ch):
         text = str(ch[0])
-        value = int(text) if re.fullmatch(r"\d+", text) else float(text)
-        return ir.Number(value, span=self.L.span(meta))
+        if not _INT.fullmatch(text):
+            return ir.Number(float(text), span=self.L.span(meta))
+        try:
+            return ir.Number(int(text), span=self.L.span(meta))
+        except ValueError:  # Python converts at most sys.get_int_max_str_digits() digits
+            raise PenroseSyntaxError(f"a whole number of more than {sys.get_int_max_str_digits():,} digits", self.L.span(meta)) from None
 
     def string(self, meta, ch):
         return ir.String(_decode_string(str(ch[0])), span=self.L.span(meta))
 
     def list(self, meta, ch):
-        return ir.ListExpr(tuple(c for c in ch if c is not None), span=self.L.span(meta))
+        return ir.ListExpr(tuple(self._expr(c) for c in ch if c is not None), span=self.L.span(meta))
 
     def _bin(op):
         def f(self, meta, ch):
-            return ir.BinOp(op, ch[0], ch[1], span=self.L.span(meta))
+            return ir.BinOp(op, self._expr(ch[0]), self._expr(ch[1]), span=self.L.span(meta))
 
         return f
 
@@ -152,12 +647,13 @@ class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 
     div, floordiv, pow = _bin("/"), _bin("//"), _bin("**")
 
     def compare(self, meta, ch):
-        return ir.BinOp(str(ch[1]), ch[0], ch[2], span=self.L.span(meta))
+        return ir.BinOp(str(ch[1]), self._expr(ch[0]), self._expr(ch[2]), span=self.L.span(meta))
 
     def neg(self, meta, ch):
-        if isinstance(ch[0], ir.Number):
-            return ir.Number(-ch[0].value, span=self.L.span(meta))
-        return ir.Neg(ch[0], span=self.L.span(meta))
+        operand = self._expr(ch[0])
+        if isinstance(operand, ir.Number):
+            return ir.Number(-operand.value, span=self.L.span(meta))
+        return ir.Neg(operand, span=self.L.span(meta))
 
     def attr(self, meta, ch):
         # x.shape and x.detach are the only attributes; shape needs an index, detach a call
@@ -208,6 +704,7 @@ class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 
         return ir.Call(func.id, tuple(pos), tuple((k, self._expr(v)) for k, v in kws), span=span)
 
     def _expr(self, e):
+        """An attribute must have been applied (T.shape[i], x.detach()) by now."""
         if isinstance(e, tuple) and e and e[0] == "attr":
             raise PenroseSyntaxError(f"'.{e[2]}' must be used as T.shape[i] or x.detach()", e[3])
         return e
@@ -304,6 +801,28 @@ class _ToIR(Transformer_NonRecursive):  # iterative: a 10,000-term sum or 1,000 
         return _flatten(ch)
 
 
+def _to_ir(tree, lines: _Lines):
+    """Apply `_ToIR` bottom-up, left to right, with a loop (a 10,000-term sum or 1,000 nested
+    calls need no stack)."""
+    from lark import Tree
+
+    build = _ToIR(lines)
+    todo, values = [(tree, False)], []
+    while todo:
+        node, ready = todo.pop()
+        if not isinstance(node, Tree):
+            values.append(node)  # a token, or None for an absent optional part
+        elif not ready:
+            todo.append((node, True))
+            todo.extend((child, False) for child in reversed(node.children))
+        else:
+            n = len(node.children)
+            children = values[len(values) - n :]
+            del values[len(values) - n :]
+            values.append(getattr(build, node.data)(node.meta, children))
+    return values[0]
+
+
 def _flatten(items):
     out = []
     for s in items:
@@ -316,7 +835,9 @@ def _flatten(items):
     return out
 
 
-def _syntax_error(e: UnexpectedInput, lines: _Lines) -> PenroseSyntaxError:
+def _syntax_error(e, lines: _Lines) -> PenroseSyntaxError:
+    from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedToken
+
     line = getattr(e, "line", 0) or 0
     col = getattr(e, "column", 0) or 0
     at_end = isinstance(e, UnexpectedToken) and e.token.type == "$END"  # lark places $END on the last token
@@ -344,54 +865,64 @@ def _syntax_error(e: UnexpectedInput, lines: _Lines) -> PenroseSyntaxError:
     return PenroseSyntaxError(msg, Span(lines.file, line, col, line, col + width, lines.line(line)))
 
 
+def _parse_lark(text: str, lines: _Lines):
+    """(statements, comments) by Lark; a syntax error is a positioned PenroseSyntaxError."""
+    from lark.exceptions import UnexpectedInput
+
+    _local.comments = comments = []
+    try:
+        tree = _parser().parse(text if text.endswith("\n") else text + "\n")
+        return _to_ir(tree, lines), comments
+    except UnexpectedInput as e:
+        raise _syntax_error(e, lines) from None
+    finally:
+        _local.comments = []
+
+
+# ---- both -------------------------------------------------------------------------------------
+
+
 @deep
 def parse(text: str, file: str = "<string>") -> ir.Diagram:
     """Parse `.pen` text into a Diagram (syntax only; `penrose.check` checks the rest).
 
     Thread-safe, and deep programs (a 10,000-term sum, 1,000 nested calls) parse; past even
-    that room the error is a positioned `PenroseSyntaxError`, never a RecursionError.
+    that room the error is a positioned `PenroseSyntaxError`, never a RecursionError. A UTF-8
+    byte-order mark is dropped and CRLF line ends read as LF, so positions are those an editor
+    shows; the Diagram's `source` is the text so normalised.
 
     >>> parse("dim t = 3").body[0]
     Dim(name='t', size=Number(value=3), note='')
     """
+    text = _normalise(text)
     lines = _Lines(text, file)
-    _local.comments = comments = []
     try:
-        tree = _parser().parse(text if text.endswith("\n") else text + "\n")
-        body = _ToIR(lines).transform(tree)
+        body, comments = _parse_fast(text, lines) or _parse_lark(text, lines)
         body = _attach_comments(body, comments, lines)
-    except UnexpectedInput as e:
-        raise _syntax_error(e, lines) from None
-    except VisitError as e:
-        if isinstance(e.orig_exc, PenroseError):
-            raise e.orig_exc from None
-        if isinstance(e.orig_exc, RecursionError):
-            raise _too_deep(lines, getattr(e.obj, "meta", None)) from None
-        raise
     except RecursionError:
-        raise _too_deep(lines, None) from None
-    finally:
-        _local.comments = []
+        raise _too_deep(lines) from None
     return ir.Diagram(tuple(body), file=file, source=text)
 
 
-def _too_deep(lines: _Lines, meta):
-    span = lines.span(meta) if meta is not None and not getattr(meta, "empty", True) else Span(lines.file, 1, 1, 1, 2, lines.line(1))
-    err = too_deep(span)
+def _too_deep(lines: _Lines):
+    err = too_deep(Span(lines.file, 1, 1, 1, 2, lines.line(1)))
     return PenroseSyntaxError(err.message, err.span)
+
+
+def _normalise(text: str) -> str:
+    """Drop a byte-order mark; CRLF → LF (a lone CR stays, and is reported where it stands)."""
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    return text.replace("\r\n", "\n") if "\r" in text else text
 
 
 @deep
 def parse_file(path) -> ir.Diagram:
-    """Parse a `.pen` file; errors name the file."""
+    """Parse a `.pen` file; errors name the file (penrose.io.read_text says which ones)."""
+    from penrose.io import read_text
+
     path = os.fspath(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise PenroseError(f"cannot read {path}: {e.strerror or e}", Span(path)) from None
-    except UnicodeDecodeError as e:
-        raise PenroseSyntaxError(f"{path} is not UTF-8 text ({e.reason} at byte {e.start})", Span(path)) from None
-    return parse(text, file=path)
+    return parse(read_text(path), file=path)
 
 
 def _attach_comments(body, comments, lines: _Lines):

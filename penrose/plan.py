@@ -1,24 +1,28 @@
-"""Contraction planning: an n-ary einsum becomes a sequence of pairwise contractions.
+"""Contraction planning: an n-ary einsum becomes a sequence of one- and two-operand einsums.
 
-One FLOP convention throughout (opt_einsum's ``helpers.flop_count``, so every number here equals
-``opt_einsum.contract_path(...)[1].opt_cost`` for the same path): a step contracting k operands
-(k = 1 or 2) costs the product of the sizes of all the distinct legs its operands carry, times
-``max(1, k - 1)``, plus one more times that product when the step sums a leg away.
-A matrix product ``ij,jk->ik`` thus costs 2·i·j·k, an outer product ``i,j->ij`` i·j.
+One FLOP convention throughout, opt_einsum's (``helpers.flop_count``; every count here equals
+``opt_einsum.contract_path(...)[1].opt_cost`` of the same path): a step costs the product of the
+sizes of all the distinct legs of its operands, twice that when it sums a leg away. So
+``ij,jk->ik`` costs 2·i·j·k (a multiply and an add per term), ``i,j->ij`` i·j, ``ij->i`` 2·i·j.
+(For k operands at once, opt_einsum's rule is max(1, k - 1) + 1 times the product when summing:
+the naive count, every operand in one step, uses that.)
 
-The search, for that convention:
+The search, in that convention:
 
-- up to ``EXACT_MAX`` operands, exhaustively: a dynamic programme over every subset of the
+- up to ``EXACT_MAX`` operands, exhaustive: a dynamic programme over every subset of the
   operands and every split of it in two (outer products included), where an operand may first
-  sum away the legs no other operand and not the output carry (a one-operand step). This is
-  optimal over every path opt_einsum can express;
-- beyond, the best under the same convention of opt_einsum's dynamic programming
-  (``DynamicProgramming(minimize="flops")``, exact among paths without outer products) and its
-  greedy path, whose subtrees are then re-planned exhaustively, ``EXACT_MAX`` operands at a time.
+  sum away legs that neither another operand nor the output carries (a one-operand step). No
+  path opt_einsum can express costs less;
+- beyond, the cheaper of opt_einsum's greedy path and its dynamic programming
+  (``DynamicProgramming``, optimal among paths without outer products) — up to
+  ``DP_MAX_OPERANDS`` operands and ``DP_BUDGET`` merges; random greedy with seeded tries stands
+  in past either — then every subtree of the winner is re-planned exhaustively,
+  ``POLISH_WINDOW`` tensors at a time, until nothing gets cheaper.
 
-Legs are any strings (user words, synthetic names such as ``"...0"``), as many as wanted; each
-step's einsum gets its own single letters, so only one step with more than 52 distinct legs
-(what ``torch.einsum`` can name) is refused, with ``TooManyLegs``. Plans are cached.
+Legs are any strings (user words, synthetic names such as ``"...0"``), as many as wanted: each
+step's einsum gets its own single letters (those of ``letters_for`` when the whole einsum has
+at most 52 legs), so only a step with more than 52 distinct legs, what ``torch.einsum`` can
+name, is refused, with ``TooManyLegs``. Plans are cached on terms, output and sizes.
 
 >>> p = plan_einsum((("i", "j"), ("j", "k"), ("k", "l")), ("i", "l"), {"i": 100, "j": 2, "k": 100, "l": 2})
 >>> [(s.operands, s.spec, s.flops) for s in p.steps]
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import functools
 import math
+import random
 import string
 from dataclasses import dataclass
 
@@ -38,6 +43,8 @@ import opt_einsum
 
 LETTERS = string.ascii_letters
 EXACT_MAX = 10  # operands planned exhaustively (3^n splits: 2 ms at 8 operands, 20 ms at 10)
+DP_MAX_OPERANDS = 40  # dynamic programming's time grows fast with operands even along a chain (5 s at 100)
+DP_BUDGET = 1_000_000  # merges it may weigh (about 2 s) before random greedy stands in
 POLISH_WINDOW = 8  # inputs of the windows re-planned exhaustively in a longer heuristic path
 
 
@@ -69,7 +76,7 @@ class Plan:
 
 
 def flop_count(legs, summed: bool, n_operands: int, sizes: dict) -> int:
-    """The convention: size of all legs involved, times max(1, n - 1), plus one when summing.
+    """The convention: the size of all legs involved, times max(1, n - 1) plus one when summing.
 
     >>> flop_count("ijk", True, 2, {"i": 2, "j": 3, "k": 5})
     60
@@ -78,20 +85,15 @@ def flop_count(legs, summed: bool, n_operands: int, sizes: dict) -> int:
 
 
 def _names(terms, out) -> list:
-    names = []
-    for t in list(terms) + [out]:
-        for n in t:
-            if n not in names:
-                names.append(n)
-    return names
+    """Every leg name, in the order the einsum first names it."""
+    return list(dict.fromkeys(n for t in list(terms) + [out] for n in t))
 
 
 def _assign(names, keep: dict | None = None) -> dict[str, str]:
     """Distinct single letters for names: those of `keep`, then names that are letters, then the rest."""
     if len(names) > len(LETTERS):
         raise TooManyLegs(
-            f"a contraction step needs {len(names)} distinct legs, more than the {len(LETTERS)} letters "
-            "(a-z, A-Z) torch.einsum can name; split the contraction"
+            f"a contraction step needs {len(names)} distinct legs; torch.einsum names at most {len(LETTERS)} (a-z, A-Z)"
         )
     mapping, used = {}, set()
     if keep:
@@ -142,13 +144,13 @@ def _plan(terms, out, size_items) -> Plan:
     inputs = [frozenset(ids[l] for l in t) for t in terms]
     output = frozenset(ids[l] for l in out)
     dims = [sizes[n] for n in names]
-    path = _search(inputs, output, dims)
-    steps = _steps(terms, out, names, inputs, output, dims, path)
     try:
-        glob = letters_for(terms, out)
+        glob = letters_for(terms, out)  # letters shared by every step when the whole einsum fits
         spec = ",".join("".join(glob[l] for l in t) for t in terms) + "->" + "".join(glob[l] for l in out)
     except TooManyLegs:
+        glob = None
         spec = ", ".join(" ".join(t) for t in terms) + " -> " + " ".join(out)
+    steps = _steps(terms, out, names, inputs, output, dims, _search(inputs, output, dims), glob)
     naive = flop_count(names, bool(set(names) - set(out)), len(terms), sizes)
     largest = max((s.out_size for s in steps[:-1]), default=0)
     return Plan(spec, steps, naive, sum(s.flops for s in steps), largest)
@@ -157,12 +159,9 @@ def _plan(terms, out, size_items) -> Plan:
 # ---- building steps from a path ---------------------------------------------------------------
 
 
-def _steps(terms, out, names, inputs, output, dims, path) -> tuple[Step, ...]:
-    """Steps (linear positions, per-step letters, flops) for an SSA path over the operands."""
-    try:
-        glob = letters_for(terms, out)  # letters shared by every step when the whole einsum fits
-    except TooManyLegs:
-        glob = None
+def _steps(terms, out, names, inputs, output, dims, path, glob) -> tuple[Step, ...]:
+    """Steps (linear positions, per-step letters, flops) for an SSA path over the operands;
+    each step keeps the letters of `glob` (the whole einsum's, when it has them)."""
     ids = {n: i for i, n in enumerate(names)}
     legs = [tuple(t) for t in terms]  # leg names of each SSA value, in spec order
     sets = list(inputs)
@@ -223,28 +222,59 @@ def _search(inputs, output, dims) -> list[tuple[int, ...]]:
         return [(0,)]
     if n <= EXACT_MAX:
         return _exact(inputs, output, dims)
-    best = None
-    for path in _heuristic_paths(inputs, output, dims):
-        cost = path_flops(inputs, output, dims, path)
-        while True:  # polish until a pass finds nothing cheaper
-            polished = _polish(inputs, output, dims, path)
-            new = path_flops(inputs, output, dims, polished)
-            if new >= cost:
-                break
-            path, cost = polished, new
-        if best is None or cost < best[0]:
-            best = (cost, path)
-    return best[1]
+    cost, path = min((path_flops(inputs, output, dims, p), p) for p in _heuristic_paths(inputs, output, dims))
+    while True:  # polish until a pass finds nothing cheaper
+        polished = _polish(inputs, output, dims, path)
+        new = path_flops(inputs, output, dims, polished)
+        if new >= cost:
+            return path
+        path, cost = polished, new
+
+
+class _OverBudget(Exception):
+    pass
+
+
+def _dp_compare(budget: int):
+    """opt_einsum's DynamicProgramming 'flops' comparison, refusing to run past `budget` merges.
+
+    (Its ``minimize`` may be such a callable.) It weighs a merge by the size of all its legs;
+    every merge it considers sums a leg unless a third tensor shares it, so that is this
+    module's count halved; the greedy candidate and the polish cover the exceptions.
+    """
+    calls = [0]
+    flops = opt_einsum.paths._dp_compare_flops
+
+    def compare(*args):
+        calls[0] += 1
+        if calls[0] > budget:
+            raise _OverBudget
+        return flops(*args)
+
+    return compare
 
 
 def _heuristic_paths(inputs, output, dims):
-    """opt_einsum's dynamic programming and greedy paths, as SSA paths."""
-    letters = [opt_einsum.get_symbol(i) for i in range(len(dims))]
-    sym_in = [frozenset(letters[i] for i in t) for t in inputs]
-    sym_out = frozenset(letters[i] for i in output)
-    size = {letters[i]: d for i, d in enumerate(dims)}
-    for fn in (opt_einsum.paths.DynamicProgramming(minimize="flops"), opt_einsum.paths.greedy):
-        yield _linear_to_ssa(fn(sym_in, sym_out, size), len(inputs))
+    """SSA paths from opt_einsum: greedy, and dynamic programming up to DP_MAX_OPERANDS operands
+    and DP_BUDGET merges, random greedy (seeded tries) in its stead beyond."""
+    # legs as ints, not letters: sets of str iterate in an order PYTHONHASHSEED changes, and
+    # opt_einsum breaks ties in set order, so letters would give another plan in each process
+    sym_in, sym_out, size = list(inputs), output, dict(enumerate(dims))
+    yield _linear_to_ssa(opt_einsum.paths.greedy(sym_in, sym_out, size), len(inputs))
+    if len(inputs) <= DP_MAX_OPERANDS:
+        try:
+            dp = opt_einsum.paths.DynamicProgramming(minimize=_dp_compare(DP_BUDGET))
+            yield _linear_to_ssa(dp(sym_in, sym_out, size), len(inputs))
+            return
+        except _OverBudget:
+            pass
+    state = random.getstate()  # opt_einsum seeds the global generator for each try
+    try:
+        tries = 128 if len(inputs) <= DP_MAX_OPERANDS else 16
+        path = opt_einsum.RandomGreedy(max_repeats=tries)(sym_in, sym_out, size)
+    finally:
+        random.setstate(state)
+    yield _linear_to_ssa(path, len(inputs))
 
 
 def _linear_to_ssa(path, n) -> list[tuple[int, ...]]:
@@ -265,10 +295,6 @@ def _exact(inputs, output, dims) -> list[tuple[int, ...]]:
     """The cheapest path: every subset, every split in two, each operand reduced first or not."""
     n = len(inputs)
     full = (1 << n) - 1
-    bit = {}
-    for t in inputs:
-        for i in t:
-            bit.setdefault(i, 1 << i)
     term = [sum(1 << i for i in t) for t in inputs]
     out = sum(1 << i for i in output)
     labels = [0] * (1 << n)  # legs carried by the operands of each subset
@@ -350,96 +376,76 @@ def _exact(inputs, output, dims) -> list[tuple[int, ...]]:
 
 
 def _polish(inputs, output, dims, path) -> list[tuple[int, ...]]:
-    """Re-plan the path's subtrees exhaustively, POLISH_WINDOW of their inputs at a time.
+    """Re-plan the path's subtrees exhaustively, POLISH_WINDOW tensors at a time.
 
-    A subtree's result legs do not depend on how it is contracted, so replacing the contraction
-    inside one window by the cheapest one of the same tensors never costs more.
+    The legs a subtree leaves do not depend on how it is contracted, so replacing the steps
+    inside one window by the cheapest contraction of the window's tensors never costs more.
+    (Iterative throughout: a long path is no deep recursion.)
     """
     n = len(inputs)
-    tree = _tree(path, n)
-    count: dict[int, int] = {}
-    for t in inputs:
+    kids = {n + k: tuple(ids) for k, ids in enumerate(path)}  # step id -> its operands' ids
+    where: dict[int, int] = {}  # leg -> bitmap of the operands carrying it
+    for j, t in enumerate(inputs):
         for leg in t:
-            count[leg] = count.get(leg, 0) + 1
+            where[leg] = where.get(leg, 0) | (1 << j)
+    mask = {j: 1 << j for j in range(n)}
+    for v, ks in kids.items():
+        mask[v] = functools.reduce(lambda a, k: a | mask[k], ks, 0)
+    memo: dict[int, frozenset] = {}
 
-    memo: dict[frozenset, frozenset] = {}
+    def legs(v: int) -> frozenset:  # what v leaves: an operand's own legs, or its contraction's
+        if v < n:
+            return inputs[v]
+        m = mask[v]
+        if m not in memo:
+            carried = frozenset().union(*(inputs[j] for j in range(n) if m >> j & 1))
+            memo[m] = frozenset(leg for leg in carried if leg in output or where[leg] & ~m)
+        return memo[m]
 
-    def leaves(t) -> frozenset:
-        return frozenset((t,)) if isinstance(t, int) else frozenset().union(*map(leaves, t))
+    def cost(v: int) -> int:  # of step v itself
+        union = frozenset().union(*map(legs, kids[v]))
+        return _cost(union, bool(union - legs(v)), len(kids[v]), dims)
 
-    def legs(t) -> frozenset:  # the legs tree t leaves: an operand's own, or its contraction's
-        if isinstance(t, int):
-            return inputs[t]
-        ls = leaves(t)
-        if ls not in memo:
-            inside: dict[int, int] = {}
-            for j in ls:
-                for leg in inputs[j]:
-                    inside[leg] = inside.get(leg, 0) + 1
-            memo[ls] = frozenset(leg for leg, k in inside.items() if leg in output or k < count[leg])
-        return memo[ls]
-
-    def cost(t) -> int:  # of the step at the top of t
-        union = frozenset().union(*map(legs, t))
-        return _cost(union, bool(union - legs(t)), len(t), dims)
-
-    def polish(t):
-        if isinstance(t, int):
-            return t
-        t = tuple(polish(c) for c in t)
-        frontier = [t]
+    next_id, replaced = n + len(path), set()
+    for v in list(kids):  # children before parents
+        if v in replaced:
+            continue
+        frontier, inner = list(kids[v]), [v]
         while True:
-            inner = [f for f in frontier if not isinstance(f, int)]
-            grow = [f for f in inner if len(frontier) + len(f) - 1 <= POLISH_WINDOW]
+            grow = [f for f in frontier if f >= n and len(frontier) + len(kids[f]) - 1 <= POLISH_WINDOW]
             if not grow:
                 break
             f = max(grow, key=cost)
-            i = next(k for k, g in enumerate(frontier) if g is f)
-            frontier[i : i + 1] = list(f)
+            frontier.remove(f)
+            frontier += kids[f]
+            inner.append(f)
         if len(frontier) < 3:
-            return t
-        old = sum(cost(f) for f in _internal(t, frontier))
-        sub_in = [legs(f) for f in frontier]
-        sub_path = _exact(sub_in, legs(t), dims)
-        new = path_flops(sub_in, legs(t), dims, sub_path)
-        if new >= old:
-            return t
-        sub = _tree(sub_path, len(frontier))
-        return _substitute(sub, frontier)
+            continue
+        sub_in, sub_out = [legs(f) for f in frontier], legs(v)
+        sub_path = _exact(sub_in, sub_out, dims)
+        if path_flops(sub_in, sub_out, dims, sub_path) >= sum(map(cost, inner)):
+            continue
+        replaced.update(inner[1:])
+        ids = list(frontier)
+        for k, step in enumerate(sub_path):
+            node = v if k == len(sub_path) - 1 else next_id
+            if node != v:
+                next_id += 1
+            kids[node] = tuple(ids[i] for i in step)
+            mask[node] = functools.reduce(lambda a, i: a | mask[i], kids[node], 0)
+            ids.append(node)
 
-    return _flatten(polish(tree), n)
-
-
-def _internal(t, frontier):
-    """The steps of tree t above its frontier."""
-    if any(t == f if isinstance(t, int) else t is f for f in frontier):
-        return []
-    return [t] + [x for c in t for x in _internal(c, frontier)]
-
-
-def _substitute(sub, frontier):
-    if isinstance(sub, int):
-        return frontier[sub]
-    return tuple(_substitute(c, frontier) for c in sub)
-
-
-def _tree(path, n):
-    """Nested tuples (one per step, of its operands' trees) from an SSA path; ints are operands."""
-    nodes = list(range(n))
-    for ids in path:
-        nodes.append(tuple(nodes[i] for i in ids))
-    return nodes[-1]
-
-
-def _flatten(tree, n) -> list[tuple[int, ...]]:
-    path: list[tuple[int, ...]] = []
-
-    def emit(t) -> int:
-        if isinstance(t, int):
-            return t
-        ids = tuple(emit(c) for c in t)
-        path.append(ids)
-        return n + len(path) - 1
-
-    emit(tree)
-    return path
+    out: list[tuple[int, ...]] = []  # post-order from the root, renumbered as an SSA path
+    new_id: dict[int, int] = {}
+    stack = [(n + len(path) - 1, False)]
+    while stack:
+        v, done = stack.pop()
+        if v < n:
+            new_id[v] = v
+        elif done:
+            out.append(tuple(new_id[k] for k in kids[v]))
+            new_id[v] = n + len(out) - 1
+        else:
+            stack.append((v, True))
+            stack.extend((k, False) for k in reversed(kids[v]))
+    return out

@@ -174,6 +174,13 @@ def _broadcast_lead(parts, n):
     return lead
 
 
+def _concat(parts, dim, n):
+    """torch.cat along `dim` (counted from the end) after broadcasting the parts' batch legs
+    (all but their last n), which torch.cat does not do."""
+    lead = _broadcast_lead(parts, n)
+    return torch.cat([x.expand(*lead, *x.shape[x.dim() - n:]) for x in parts], dim=dim)
+
+
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""

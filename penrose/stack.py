@@ -15,6 +15,7 @@ run inline). Past even that room, a RecursionError becomes a positioned `Penrose
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import sys
 import threading
@@ -37,10 +38,12 @@ def deep(fn):
         result: list = []
         error: list = []
 
+        context = contextvars.copy_context()  # the caller's context variables (include paths) come along
+
         def run():
             _local.deep = True
             try:
-                result.append(fn(*args, **kwargs))
+                result.append(context.run(fn, *args, **kwargs))
             except BaseException as e:  # re-raised on the caller's thread
                 error.append(e)
 

@@ -9,18 +9,21 @@ second operand on a subset of the first one's legs, a reduction draws its operan
 more, and so on. Any expression may stand in any argument position, nested to a drawn depth.
 
     programs(decorate=False)   a Program: the text and what the test needs to feed it
+    deep_programs()            one statement nested hundreds of levels, or thousands of terms
 
 The grammar covers every operation of the language: numbers and dim sizes (`sqrt(d)`,
 `W.shape[0]`, `d // 2`), unary minus, + - * / ** //, comparisons feeding where(), every
 element-wise function, einsum (compact and spaced forms, 1-4 operands, contracted labels,
-renamed legs, diagonals, implicit output), softmax, log_softmax, layernorm and rmsnorm (with
+renamed legs, diagonals, size-1 broadcasting, implicit output, '...' kept, summed, or covering
+declared legs anywhere in a term), softmax, log_softmax, layernorm and rmsnorm (with
 weights and biases), topk, topk_mask, sum/mean/max, dropout, detach (both spellings), clamp,
 where, causal and block_causal masks, gather, split, concat, unflatten, flatten, rope, blocks
 (calls in expressions, `as`, `repeat`, several results, blocks calling blocks), attention
 sequences the compiler fuses, reassignment (SSA), labels, captions and notes.
 
 With `decorate=True` the text also carries comments in awkward places: inside multi-line
-calls, after a block's closing brace, between statements; the formatter must keep them all.
+calls, inside leg lists and block signatures, after a block's `{` and its `}`, between
+statements, and backslash continuations; the formatter must keep every comment.
 """
 
 from __future__ import annotations
@@ -178,6 +181,8 @@ class _Gen:
     def declare(self, sc: _Scope, legs: tuple, kind: str, dtype="float", bound=None) -> str:
         name = self.fresh({"input": "X", "param": "W", "buffer": "B"}[kind] if dtype == "float" else ("ids" if dtype == "int" else "M"))
         shown = ", ".join(legs)
+        if self.decorate and len(legs) > 1 and self.coin(0.15):  # a comment inside the leg list
+            shown = f"{legs[0]},  # {self.comment()}\n    " + ", ".join(legs[1:])
         if kind == "input":
             dots = self.coin(0.15)
             shown = "..., " + shown if dots and shown else ("..." if dots else shown)
@@ -261,11 +266,11 @@ class _Gen:
         if not sc.is_block and unique:
             options += ["gather"]
         if any(l in self.sums for l in T) and unique:
-            options += ["concat"]
+            options += ["concat", "concat"]  # rare shapes: take them when they come
         if any(l in self.prods for l in T) and unique:
-            options += ["flatten"]
+            options += ["flatten", "flatten"]  # rare shapes: take them when they come
         if unique and any(T[i:i + 2] in [p for p in self.prods.values()] for i in range(len(T))):
-            options += ["unflatten"]
+            options += ["unflatten", "unflatten"]  # rare shapes: take them when they come
         if any(b.outs == [T] for b in sc.blocks):
             options += ["block", "block"]
         choice = self.pick(options)
@@ -519,6 +524,13 @@ class _Gen:
         unique = len(set(T)) == len(T)
         # legs of (cond, a, b): T, a subset of T, or (a, b only) a plain number
         full = self.draw(st.integers(0, 2))
+        if unique and len(T) >= 2 and all(l in sc.size_dims for l in T) and self.coin(0.3):
+            full = self.pick([1, 2])  # a mask on two of T's legs
+            # two of T's legs (T itself when it has two: the first full-size operand sets the order)
+            two = T if len(T) == 2 else tuple(self.draw(st.permutations(list(T))))[:2]
+            cond = self.condition(sc, two, depth, unbatched, mask=True)
+        else:
+            cond = None
         legs = []
         for j in range(3):
             if j == full or not unique:
@@ -532,7 +544,8 @@ class _Gen:
             for j in range(3):
                 if j > first_full and legs[j] is not None and len(legs[j]) == len(T) and self.coin(0.5):
                     legs[j] = tuple(self.draw(st.permutations(list(T))))
-        cond = self.condition(sc, legs[0], depth, unbatched)
+        if cond is None:
+            cond = self.condition(sc, legs[0], depth, unbatched)
         vals = []
         for j in (1, 2):
             if legs[j] is None:
@@ -542,12 +555,12 @@ class _Gen:
         batched = cond[2] or any(v[2] for v in vals)
         return self.call("where", [cond[0], vals[0][0], vals[1][0]])[0], ATOM, batched
 
-    def condition(self, sc, T, depth, unbatched) -> tuple:
-        """A bool expression with legs T."""
+    def condition(self, sc, T, depth, unbatched, mask=False) -> tuple:
+        """A bool expression with legs T (mask=True: a causal mask, T being two dims)."""
         unique = len(set(T)) == len(T)
         options = ["compare", "compare"]
         if len(T) == 2 and unique and all(l in sc.size_dims for l in T):
-            options += ["causal", "causal"]
+            options = ["causal"] if mask else options + ["causal", "causal"]
         if T and unique:
             options.append("topk_mask")
         if not sc.is_block and not unbatched:
@@ -608,7 +621,7 @@ class _Gen:
             t = self.pick([t for t in terms if t] or [terms[0]])
             if t:
                 t.insert(self.draw(st.integers(0, len(t))), self.pick(t))
-        operands, batched = [], False
+        term_legs = []
         for t in terms:
             legs = []
             for l in t:
@@ -616,23 +629,70 @@ class _Gen:
                     legs.append(l)
                 else:
                     legs.append(self.pick(self.same_size(size[l])))
+            term_legs.append(legs)
+        ones = [d for d, n in self.dims.items() if n == 1]
+        if ones and self.coin(0.2):  # size-1 broadcasting: one use of a label gets a size-1 leg
+            uses = [(i, j) for i, t in enumerate(terms) for j, l in enumerate(t) if size[l] > 1 and t.count(l) == 1
+                    and sum(l in u for u in terms) > 1]
+            if uses:
+                i, j = self.pick(uses)
+                term_legs[i][j] = self.pick(ones)
+        # '...': none (batch legs come for free), kept everywhere, summed away, or covering legs
+        mode = self.pick(["none", "none", "none", "keep", "sum", "cover"])
+        dots = [None] * n_ops  # where '...' stands in each term (None: not written)
+        out = list(T)
+        out_dots = None
+        if mode == "keep":
+            dots = [self.draw(st.integers(0, len(t))) for t in terms]
+            out_dots = self.draw(st.integers(0, len(out)))
+        elif mode == "sum":
+            for i in self.draw(st.lists(st.integers(0, n_ops - 1), min_size=1, unique=True)):
+                dots[i] = self.draw(st.integers(0, len(terms[i])))
+        elif mode == "cover" and T:
+            a = self.draw(st.integers(0, len(T) - 1))
+            b = self.draw(st.integers(a + 1, len(T)))
+            covered = T[a:b]  # these legs of one operand stand under its '...'
+            for t, legs in zip(terms, term_legs):
+                keep = [k for k, l in enumerate(t) if l not in covered]
+                t[:], legs[:] = [t[k] for k in keep], [legs[k] for k in keep]
+            i = self.draw(st.integers(0, n_ops - 1))
+            cut = self.draw(st.integers(0, len(terms[i])))
+            dots[i] = cut
+            term_legs[i][cut:cut] = list(covered)
+            out = list(T[:a]) + list(T[b:])
+            out_dots = a
+        else:
+            mode = "none"
+        operands, batched = [], []
+        for legs in term_legs:
             x = self.expr(sc, tuple(legs), depth, unbatched)
             operands.append(x[0])
-            batched = batched or x[2]
-        spaced = any(len(l) > 1 for l in labels)
-        if spaced:
-            if not (any(len(t) > 1 for t in terms) or len(T) > 1 or all(len(t) == 1 for t in terms)):
-                return None  # the spec would read as letters
-            lhs = ", ".join(" ".join(t) for t in terms)
-            rhs = " ".join(T)
-            spec = f"{lhs} -> {rhs}"
+            batched.append(x[2])
+        if mode == "sum":
+            result_batched = any(batched) and not any(b and d is not None for b, d in zip(batched, dots))
         else:
-            lhs = ",".join("".join(t) for t in terms)
-            spec = f"{lhs}->{''.join(T)}"
-            once = sorted(l for l in labels if sum(t.count(l) for t in terms) == 1)
-            if tuple(once) == T and self.coin(0.3):
-                spec = lhs  # implicit output: the labels used once, sorted
-        return self.call("einsum", [repr(spec)] + operands)[0], ATOM, batched
+            result_batched = any(batched)
+        spaced = any(len(l) > 1 for l in labels)
+        if spaced:  # a spaced spec whose letters fit the operands reads as letters, as torch reads it
+            letters = [sum(len(l) for l in t) for t in terms]
+            if all(n == len(legs) if d is None else n <= len(legs) for n, legs, d in zip(letters, term_legs, dots)):
+                return None
+        join = " ".join if spaced else "".join
+
+        def term(labels_, at):
+            if at is None:
+                return join(labels_)
+            return join(list(labels_[:at]) + ["..."] + list(labels_[at:]))
+
+        lhs = (", " if spaced else ",").join(term(t, d) for t, d in zip(terms, dots))
+        arrow = " -> " if spaced else "->"
+        spec = f"{lhs}{arrow}{term(out, out_dots)}"
+        once = sorted(l for l in labels if sum(t.count(l) for t in terms) == 1)
+        if not spaced and mode == "none" and tuple(once) == T and self.coin(0.3):
+            spec = lhs  # implicit output: the labels used once, sorted
+        if mode != "none":
+            self.ops.add("einsum..." + mode)
+        return self.call("einsum", [repr(spec)] + operands)[0], ATOM, result_batched
 
     # statements ----------------------------------------------------------------------------------
     def statement(self, sc: _Scope, depth: int):
@@ -647,11 +707,24 @@ class _Gen:
         getattr(self, "_stmt_" + kind)(sc, depth)
 
     def target(self) -> tuple:
+        """The legs of a statement's value: any dims, or shapes that invite the shape operations."""
         if self.coin(0.1):
             return self.legs(2, 2, unique=False)
+        if self.coin(0.3) and (self.prods or self.sums):
+            pick = self.pick(sorted(self.prods) + sorted(self.sums))
+            extra = [d for d in self.legs(0, 1) if d != pick]
+            if pick in self.prods and self.coin(0.5):
+                a, b = self.prods[pick]
+                core = (a, b) if a != b else (pick,)
+            else:
+                core = (pick,)
+            legs = tuple(extra) + core if self.coin(0.5) else core + tuple(extra)
+            return legs if len(set(legs)) == len(legs) else core
         return self.legs(0, 3)
 
     def assign(self, sc, name, T, value, batched, modifiers=""):
+        if self.decorate and self.coin(0.05):  # a backslash continuation
+            value = "\\\n    " + value
         sc.lines.append(f"{name} = {value}{modifiers}{self.note()}")
         sc.tensors[name] = _Tensor(T, batched)
 
@@ -769,11 +842,13 @@ class _Gen:
         else:
             outs = [self.legs(0, 3) for _ in range(self.pick([1, 1, 2]))]
         values = [self.expr(sc, legs, depth)[0] for legs in outs]
-        shown = ", ".join(f"{f}[{', '.join(legs)}]" for f, legs in formals)
+        sep = f",  # {self.comment()}\n    " if self.decorate and self.coin(0.3) else ", "
+        shown = sep.join(f"{f}[{', '.join(legs)}]" for f, legs in formals)
         close = "}" + (f"  # {self.comment()}" if self.decorate and self.coin(0.5) else "")
-        body = ["  " + line for line in sc.decls + sc.lines] + [f"  return {', '.join(values)}"]
+        opening = f"block {name}({shown}) {{" + (f"  # {self.comment()}" if self.decorate and self.coin(0.3) else "")
+        body = ["  " + line for line in sc.decls + sc.lines] + [f"  return {', '.join(values)}{self.note()}"]
         self.blocks.append(_Block(name, formals, outs))
-        return [f"block {name}({shown}) {{"] + body + [close]
+        return [opening] + body + [close]
 
     def program(self) -> Program:
         dims = self.draw_dims()
@@ -826,3 +901,30 @@ class _Gen:
 def programs(draw, decorate: bool = False) -> Program:
     """A whole random `.pen` program that type-checks by construction."""
     return _Gen(draw, decorate).program()
+
+
+DEEP_WRAPPERS = [
+    "tanh({})", "sigmoid({})", "-({})", "({} + x)", "({} * 0.5)", "clamp({}, min=-1)", "einsum('ab->ab', {})",
+    "einsum('ax,xb->ab', {}, W)", "softmax({}, b)", "layernorm({}, b)", "where(x > 0, {}, x)", "tanh({}) ** 2",
+    "2 / (abs({}) + 1)", "({}) - sqrt(b)", "relu({})", "rmsnorm({}, dim=-1)",
+]
+DEEP_TERMS = ["x", "tanh(x)", "x * 2", "W", "sqrt(b)", "einsum('ab,bc->ac', x, W)", "-x", "x / 3"]
+
+
+@st.composite
+def deep_programs(draw) -> str:
+    """One statement nested hundreds of levels deep, or a flat sum of thousands of terms."""
+    head = "dim a = 2, b = 3, c = 3\ninput x[a, b]\nparam W[b, c] ~ normal(std=0.3)\n"
+    if draw(st.booleans()):
+        n = draw(st.integers(200, 1000))
+        kinds = draw(st.lists(st.sampled_from(DEEP_WRAPPERS), min_size=n, max_size=n))
+        expr = "x"
+        for k in kinds:
+            expr = k.format(expr)
+    else:
+        n = draw(st.integers(500, 2500))
+        first = draw(st.lists(st.sampled_from(DEEP_TERMS), min_size=8, max_size=8))
+        terms = [first[i % 8] for i in range(n)]
+        ops = draw(st.lists(st.sampled_from([" + ", " - "]), min_size=7, max_size=7))
+        expr = terms[0] + "".join(ops[i % 7] + t for i, t in enumerate(terms[1:]))
+    return head + f"y = {expr}\noutput y\n"

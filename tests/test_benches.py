@@ -38,3 +38,15 @@ def test_steerling_memory_bench_runs():
 def test_gpu_bf16_script_runs_on_the_cpu():
     out = _run("bench/gpu_steerling_bf16.py", "--device", "cpu", "--tiny")
     assert "bfloat16 vs float32" in out and "-> ok" in out
+
+
+def test_plan_bench_runs_and_matches_opt_einsum():
+    out = _run("bench/plan.py", "--small")  # exits 1 when a ratio exceeds 1 or a FLOP count disagrees
+    assert "worst ratio to the best 1.00" in out and "FAIL" not in out
+
+
+def test_cli_latency_bench_runs():
+    out = _run("bench/cli_latency.py", "--small", "--runs", "1", "--statements", "300")  # reports; --strict would judge
+    for line in ("python -c pass", "penrose check", "penrose fmt", "penrose plan", "penrose render", "300 statements"):
+        assert line in out, out
+    assert "statements/s" in out and out.rstrip().splitlines()[-1].startswith("targets: ")

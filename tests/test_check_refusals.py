@@ -391,3 +391,13 @@ def test_threads_parse_at_once_and_keep_their_own_comments():
     for i in range(8):
         assert all(n == notes[i] for n in got[i]), i
         assert notes[i][-1] == f"out {i}"
+
+
+def test_output_then_reassigned_is_refused():
+    """Found by the differential fuzzer: 'output y' typed y at its statement while forward
+    returned the later y; a name that is output may not be assigned again."""
+    text = "dim a = 2, b = 3\ninput x[a]\nparam W[a, b]\ny = x + 1\noutput y\ny = einsum('a,ab->b', y, W)\n"
+    with pytest.raises(PenroseCheckError, match=r"'y' is assigned again after 'output y'") as e:
+        penrose.load(text)
+    assert (e.value.line, e.value.col) == (6, 1)
+    assert e.value.notes[0][1].line == 5

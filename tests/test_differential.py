@@ -10,42 +10,54 @@ in every argument position, nesting) and each one runs three ways, in float64:
                          torch.einsum and plain torch ops (no code shared with the compiler)
 
 and the outputs and the gradients (with respect to every float input and every parameter)
-must agree. The formatter must keep each program's meaning (the re-parsed IR compares equal)
-and every comment, and the renderer and the explanations must raise nothing but PenroseError
-and never give an empty equation or reading.
+must agree; batch dims lead every input, or some inputs only (they broadcast). Legs that only
+inputs carry may take other sizes at run time: then the compiled module and the interpreter
+agree, or both raise PenroseShapeError. The formatter must keep each program's meaning (the
+re-parsed IR compares equal) and every comment, and the renderer and the explanations must
+raise nothing but PenroseError and never give an empty equation or reading. Deep programs (a
+thousand nested calls, thousands of terms) go through every stage.
 
 Every bug the fuzzer found is a named case in REGRESSIONS (a program, a one-line comment), as
-opt_einsum keeps its regression strings; each is checked by the same three-way comparison.
+opt_einsum keeps its regression strings; each is checked by the same three-way comparison, by
+fmt and by the renderer; RESIZED_REGRESSIONS hold the ones that need other run-time sizes.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import os
 import re
+import traceback
 import warnings
 
 import pytest
 import torch
-from hypothesis import assume, given, settings
+from hypothesis import Phase, assume, given, settings
 from hypothesis import strategies as st
 
 import penrose
 from penrose import ir
-from penrose.errors import PenroseError, PenroseWarning
+from penrose.errors import PenroseError, PenroseShapeError, PenroseWarning
 from penrose.interpret import Interpreter
 from penrose.parse import parse
 
-from program_strategies import programs
+from program_strategies import deep_programs, programs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 REDUCED = os.environ.get("PENROSE_REDUCED", "") not in ("", "0")
-RTOL, ATOL = 1e-7, 1e-9  # float64 throughout (rope and rmsnorm compute in float32 in all three)
-FUZZ = settings(max_examples=60)
-FMT = settings(max_examples=60)
-RENDER = settings(max_examples=40)
-DEEP = settings(max_examples=40 if REDUCED else 400)
+# The fuzzers stop at the first failure, unshrunk: shrinking a whole program can take minutes.
+# The slow test, run without PENROSE_REDUCED, shrinks: it reports the smallest failing programs.
+_FAST = dict(phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multiple_bugs=False)
+RTOL, ATOL = 1e-7, 1e-9  # float64 throughout
+RTOL32, ATOL32 = 1e-5, 1e-6  # rope and rmsnorm compute in float32 (in all three, summed in other orders)
+FUZZ = settings(max_examples=300, **_FAST)
+FMT = settings(max_examples=150, **_FAST)
+RENDER = settings(max_examples=100, **_FAST)
+MANY = settings(max_examples=300, **_FAST) if REDUCED else settings(max_examples=3000)
+DEEP = settings(max_examples=3, **_FAST)
+FREE = settings(max_examples=100, **_FAST)
 
 
 # ---- running one program three ways ------------------------------------------------------------
@@ -74,7 +86,21 @@ def _values(v):
         stack.extend(x.args)
 
 
-def input_specs(checked):
+def _all_values(checked):
+    for body in [checked] + list(checked.blocks.values()):
+        for s in body.stmts:
+            if s.value is not None:
+                yield from _values(s.value)
+
+
+def tolerance(checked):
+    """(rtol, atol): looser where some operation computes in float32."""
+    if any(v.op in ("rmsnorm", "rope") for v in _all_values(checked)):
+        return RTOL32, ATOL32
+    return RTOL, ATOL
+
+
+def input_specs(checked, resize={}):
     """(name, legs sizes, dtype, id bound) of each input; an int input's bound is the first-leg
     size of the smallest table it indexes."""
     bounds = {}
@@ -88,17 +114,17 @@ def input_specs(checked):
                 bounds[name] = min(bounds.get(name, n), n)
     specs = []
     for d in checked.inputs:
-        shape = tuple(checked.size(c) for c in d.type.cls)
+        shape = tuple(resize.get(checked.sizes.find(c), checked.size(c)) for c in d.type.cls)
         specs.append((d.tensor.name, shape, d.tensor.dtype, max(bounds.get(d.tensor.name, 2), 1)))
     return specs
 
 
-def make_inputs(checked, batch=(), seed=0, uniform=True):
+def make_inputs(checked, batch=(), seed=0, uniform=True, resize={}):
     """Random inputs of the declared sizes; float ones in float64. Batch dims lead every input
     (or, with uniform=False, every other one: they broadcast)."""
     g = torch.Generator().manual_seed(seed)
     out = {}
-    for i, (name, shape, dtype, bound) in enumerate(input_specs(checked)):
+    for i, (name, shape, dtype, bound) in enumerate(input_specs(checked, resize)):
         lead = tuple(batch) if (uniform or i % 2 == 0) else ()
         full = lead + shape
         if dtype == "int":
@@ -124,10 +150,11 @@ def run(fn, inputs, params: dict, weights=None):
     for i, o in enumerate(outs):
         if o.is_floating_point() and o.requires_grad:
             w = weights[i] if weights is not None else torch.ones_like(o)
+            assert w.shape == o.shape, f"output {i + 1} has shape {list(o.shape)}, the compiled module's {list(w.shape)}"
             term = (o.double() * w).sum()
             loss = term if loss is None else loss + term
     grads = []
-    if loss is not None:
+    if loss is not None and leaves:
         got = torch.autograd.grad(loss, leaves, allow_unused=True)
         grads = [torch.zeros_like(l) if g is None else g for l, g in zip(leaves, got)]
     else:
@@ -135,35 +162,52 @@ def run(fn, inputs, params: dict, weights=None):
     return outs, grads
 
 
+def _stable(what, fn, *args):
+    """fn(*args); a failure becomes one AssertionError raised here, so hypothesis sees the same
+    bug however the generated module's file is named (its name holds a counter)."""
+    try:
+        return fn(*args)
+    except Exception as e:  # noqa: BLE001
+        where = "".join(traceback.format_exception(e)[-3:]).strip()
+        raise AssertionError(f"{what} raised {type(e).__name__}: {e}\n{where}") from None
+
+
 def _finite(tensors) -> bool:
     return all(not t.is_floating_point() or bool(torch.isfinite(t).all()) for t in tensors)
 
 
-def three_way(text, batch=(2,), seed=0, uniform=True, reject=None):
+def free_roots(checked):
+    """The size classes the inputs alone carry: read at run time, so any size may come."""
+    S = checked.sizes
+    return sorted({S.find(c) for d in checked.inputs for c in d.type.cls if S.is_free(c)})
+
+
+def three_way(text, batch=(2,), seed=0, uniform=True, reject=None, resize=None):
     """Compiled module == standalone source == interpreter, in values and gradients.
     `reject` (hypothesis' assume) discards programs whose values are not finite."""
-    checked, compiled = _load_quiet(text)
+    checked, compiled = _stable("checking and compiling", _load_quiet, text)
     compiled = compiled.double().eval()
-    standalone = _standalone(text, compiled.state_dict())
-    inputs = make_inputs(checked, batch, seed, uniform)
+    standalone = _stable("the standalone source", _standalone, text, compiled.state_dict())
+    inputs = make_inputs(checked, batch, seed, uniform, resize or {})
 
     def params_of(module):
         return dict(module.named_parameters())
 
-    c_outs, c_grads = run(compiled, inputs, params_of(compiled))
+    c_outs, c_grads = _stable("the compiled module", run, compiled, inputs, params_of(compiled))
     g = torch.Generator().manual_seed(seed + 1)
     weights = [torch.randn(o.shape, generator=g, dtype=torch.float64) for o in c_outs]
     c_outs, c_grads = run(compiled, inputs, params_of(compiled), weights)
     if reject is not None:
         reject(_finite(c_outs) and _finite(c_grads))
-    s_outs, s_grads = run(standalone, inputs, params_of(standalone), weights)
+    s_outs, s_grads = _stable("the standalone module", run, standalone, inputs, params_of(standalone), weights)
 
     state = compiled.state_dict()
     trainable = {n for n, _ in compiled.named_parameters()}
     params = {k: (v.detach().clone().requires_grad_(True) if k in trainable else v.detach().clone()) for k, v in state.items()}
     interp = Interpreter(checked, params)
-    i_outs, i_grads = run(interp, inputs, {k: v for k, v in params.items() if k in trainable}, weights)
+    i_outs, i_grads = _stable("the interpreter", run, interp, inputs, {k: v for k, v in params.items() if k in trainable}, weights)
 
+    rtol, atol = tolerance(checked)
     names = [n for n, _ in checked.outputs]
     assert len(c_outs) == len(s_outs) == len(i_outs) == len(names)
     if len(names) > 1:
@@ -171,12 +215,12 @@ def three_way(text, batch=(2,), seed=0, uniform=True, reject=None):
     for name, c, s, i in zip(names, c_outs, s_outs, i_outs):
         assert c.shape == s.shape == i.shape, f"output {name}: shapes {c.shape} / {s.shape} / {i.shape}"
         assert c.dtype == s.dtype == i.dtype, f"output {name}: dtypes {c.dtype} / {s.dtype} / {i.dtype}"
-        torch.testing.assert_close(s, c, rtol=RTOL, atol=ATOL, equal_nan=True, msg=lambda m: f"standalone output {name}: {m}")
-        torch.testing.assert_close(i, c, rtol=RTOL, atol=ATOL, equal_nan=True, msg=lambda m: f"interpreted output {name}: {m}")
+        torch.testing.assert_close(s, c, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"standalone output {name}: {m}")
+        torch.testing.assert_close(i, c, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"interpreted output {name}: {m}")
     leaf_names = [k for k, v in inputs.items() if v.is_floating_point()] + list(params_of(compiled))
     for name, c, s, i in zip(leaf_names, c_grads, s_grads, i_grads):
-        torch.testing.assert_close(s, c, rtol=RTOL, atol=ATOL, equal_nan=True, msg=lambda m: f"standalone gradient of {name}: {m}")
-        torch.testing.assert_close(i, c, rtol=RTOL, atol=ATOL, equal_nan=True, msg=lambda m: f"interpreted gradient of {name}: {m}")
+        torch.testing.assert_close(s, c, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"standalone gradient of {name}: {m}")
+        torch.testing.assert_close(i, c, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"interpreted gradient of {name}: {m}")
     return c_outs
 
 
@@ -200,11 +244,30 @@ def comments(text: str) -> collections.Counter:
     return found
 
 
+def same_ir(a, b) -> bool:
+    """IR equality (spans and layout excluded, as `==` compares), walked with a stack: a
+    1,000-deep expression compares without recursion."""
+    stack = [(a, b)]
+    while stack:
+        x, y = stack.pop()
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            if type(x) is not type(y):
+                return False
+            stack.extend((getattr(x, f.name), getattr(y, f.name)) for f in dataclasses.fields(x) if f.compare)
+        elif isinstance(x, (tuple, list)):
+            if not isinstance(y, (tuple, list)) or len(x) != len(y):
+                return False
+            stack.extend(zip(x, y))
+        elif x != y or type(x) is not type(y):
+            return False
+    return True
+
+
 def check_fmt(text):
     original = parse(text)
     formatted = penrose.format_diagram(original)
     again = parse(formatted)
-    assert again.body == original.body, f"fmt changed the meaning:\n{formatted}"
+    assert same_ir(again.body, original.body), f"fmt changed the meaning:\n{formatted}"
     lost = comments(text) - comments(formatted)
     assert not lost, f"fmt lost comments {sorted(lost)}:\n{formatted}"
     assert penrose.format_diagram(again) == formatted, "fmt is not idempotent"
@@ -239,7 +302,7 @@ def check_render(text):
     bodies = [(None, checked)] + list(checked.blocks.items())
     for block, body in bodies:
         for s in statements(body):
-            where = f"{'block ' + block + ': ' if block else ''}{s.stmt.span.line}: {s.stmt}"
+            where = f"{'block ' + block + ', ' if block else ''}line {s.stmt.span.line}"
             try:
                 latex = statement_latex(checked, s)
             except PenroseError:
@@ -267,7 +330,7 @@ def test_programs_agree_three_ways(program, batch, uniform):
 
 
 @pytest.mark.slow
-@DEEP
+@MANY
 @given(programs(), st.sampled_from([(), (2,), (2, 1)]), st.booleans())
 def test_programs_agree_three_ways_many(program, batch, uniform):
     three_way(program.text, batch, uniform=uniform, reject=assume)
@@ -285,13 +348,184 @@ def test_render_and_explain_never_empty(program):
     check_render(program.text)
 
 
+@FREE
+@given(programs(), st.integers(1, 2))
+def test_free_legs_of_other_sizes(program, delta):
+    """Legs only inputs carry take their size at run time: with every such size changed, the
+    compiled module and the interpreter agree, or both raise PenroseShapeError (where the
+    diagram pins the size down: a split, a flatten), never a torch error or a wrong result."""
+    checked, compiled = _stable("checking and compiling", _load_quiet, program.text)
+    roots = free_roots(checked)
+    assume(roots)
+    inputs = make_inputs(checked, (2,), resize={r: checked.sizes.value[r] + delta for r in roots})
+    results = []
+    for what, fn in (("the compiled module", compiled.double().eval()), ("the interpreter", Interpreter(checked, compiled.state_dict()))):
+        try:
+            results.append(_as_tuple(fn(**inputs)))
+        except PenroseShapeError as e:
+            results.append(e)
+        except Exception as e:  # noqa: BLE001
+            raise AssertionError(f"{what} raised {type(e).__name__}, not PenroseShapeError: {str(e).splitlines()[0]}") from None
+    c, i = results
+    assert isinstance(c, Exception) == isinstance(i, Exception), f"compiled: {c if isinstance(c, Exception) else 'a result'}; interpreter: {i if isinstance(i, Exception) else 'a result'}"
+    if not isinstance(c, Exception):
+        assume(_finite(c))
+        rtol, atol = tolerance(checked)
+        for a, b in zip(c, i):
+            torch.testing.assert_close(b, a, rtol=rtol, atol=atol, equal_nan=True)
+
+
+@DEEP
+@given(deep_programs())
+def test_deep_and_long_programs_agree_three_ways(text):
+    """A thousand nested calls or thousands of terms: every stage copes (issue 10)."""
+    three_way(text, batch=(2,))
+    check_fmt(text)
+    if text.count("einsum('ax,xb->ab'") <= 40:  # nested contractions: the equation costs ~n^3 (reported)
+        check_render(text)
+
+
+def test_ir_equality_of_deep_programs():
+    """parse(fmt(x)) == parse(x) must be decidable for the deep programs the pipeline accepts."""
+    text = "dim a = 2\ninput x[a]\ny = " + "tanh(" * 1000 + "x" + ")" * 1000 + "\noutput y\n"
+    assert parse(text) == parse(penrose.format_diagram(parse(text)))
+
+
 # ---- regressions: every bug the fuzzer found ----------------------------------------------------
 
-# (name, program, what went wrong)
-REGRESSIONS = []
+# (name, program, what went wrong); each runs three ways (batched and not), through fmt and
+# through the renderer and the explanations.
+REGRESSIONS = [
+    (
+        "concat_param_with_batched_input",
+        """\
+dim f = 1, d = 2, g = 3
+dim r = d + g
+buffer B[f, d] ~ xavier
+input X[..., f, g]
+h = concat([B, X], d, r)
+output h
+""",
+        "torch.cat of an unbatched param and a batched input: RuntimeError in the compiled module "
+        "(the interpreter broadcasts the batch dims, as every other operation does)",
+    ),
+    (
+        "concat_inputs_with_different_batch_dims",
+        """\
+dim a = 2, b = 3
+dim s = a + b
+input X[c, a]
+input Y[c, b]
+h = concat([X, tanh(Y)], a, s)
+output h
+dim c = 2
+""",
+        "inputs whose batch dims broadcast ((2,) and ()) cannot be joined: torch.cat RuntimeError",
+    ),
+    (
+        "where_of_two_floats_is_float32",
+        """\
+dim a = 2
+input x[a]
+param W[a, a]
+m = where(x > 0, 2.0, 1.5)
+y = einsum('a,ab->b', m, W)
+output y
+""",
+        "where(mask, 2.0, 1.5) is float32 in a float64 model: the einsum after it raises a torch dtype error",
+    ),
+    (
+        "where_of_two_ints_is_int64",
+        """\
+dim a = 3
+input M[a] : bool
+y = log_softmax(where(M, -1, 0), a)
+output y
+""",
+        "where(mask, -1, 0) is an int64 tensor (the checker types it float): log_softmax raises NotImplementedError",
+    ),
+    (
+        "where_of_two_numbers_output_dtype",
+        """\
+dim a = 3
+input x[a]
+y = where(x > 0, 1, 0)
+output y
+""",
+        "the output of where(x > 0, 1, 0) is int64, not the model's float dtype",
+    ),
+    (
+        "where_of_two_numbers_into_attention",
+        """\
+dim t = 3, p = 3, d = 2
+input q[t, d]
+input k[p, d]
+input M[p, d] : bool
+s = einsum('td,pd->tp', q, k)
+y = einsum('tp,pd->td', softmax(s, p), where(M, 0, 1.5))
+output y
+""",
+        "a float32 value from where(M, 0, 1.5) reaches scaled_dot_product_attention with float64 q, k: torch dtype error",
+    ),
+    (
+        "power_of_a_function_in_an_equation",
+        """\
+dim c = 2
+input x[c]
+y = sigmoid(x) ** 2
+output y
+""",
+        "the equation of sigmoid(x) ** 2: TypeError from NamedFunction._latex (sympy passes exp=) in the renderer",
+    ),
+]
 
 
 @pytest.mark.parametrize("name, text, comment", REGRESSIONS, ids=[r[0] for r in REGRESSIONS])
 def test_regression(name, text, comment):
     three_way(text, batch=(2,))
+    three_way(text, batch=(2,), uniform=False)
     three_way(text, batch=())
+    check_fmt(text)
+    check_render(text)
+
+
+# (name, program, run-time sizes of free legs, what went wrong): a free leg (one only inputs
+# carry) may take any size at run time; where the diagram pins it down (a split, a flatten),
+# another size must be a PenroseShapeError naming the statement, never a torch error or a
+# silently wrong result.
+RESIZED_REGRESSIONS = [
+    (
+        "split_of_a_free_leg_of_another_size",
+        "dim h = 2, f = 4\ndim m = h + f\ninput x[m]\na, b = split(x, m, [h, f])\noutput b\n",
+        {"m": 7},
+        "the compiled module narrows a 7-entry leg into parts of 2 and 4 and silently drops an entry",
+    ),
+    (
+        "flatten_against_a_free_leg_of_another_size",
+        "dim a = 2, b = 3\ndim m = a * b\ninput x[a, b]\ninput y[m]\nz = flatten(x, [a, b], m) + y\noutput z\n",
+        {"m": 7},
+        "flatten(x) [6 entries] + y [7]: a torch RuntimeError, not a PenroseShapeError",
+    ),
+]
+
+
+def _resized(checked, sizes):
+    return {checked.sizes.find(checked.dims[d]): n for d, n in sizes.items()}
+
+
+@pytest.mark.parametrize("name, text, sizes, comment", RESIZED_REGRESSIONS, ids=[r[0] for r in RESIZED_REGRESSIONS])
+def test_resized_regression(name, text, sizes, comment):
+    checked, compiled = _load_quiet(text)
+    inputs = make_inputs(checked, (2,), resize=_resized(checked, sizes))
+    results = []
+    for fn in (compiled.double(), Interpreter(checked, compiled.state_dict())):
+        try:
+            results.append(fn(**inputs))
+        except Exception as e:  # noqa: BLE001 - which kind of failure is the point
+            results.append(e)
+    kinds = [type(r).__name__ if isinstance(r, Exception) else "a result" for r in results]
+    assert kinds[1] == "PenroseShapeError", f"the interpreter gives {kinds[1]}"
+    assert kinds[0] == kinds[1], f"compiled gives {kinds[0]}: {results[0]}"
+    if not isinstance(results[0], Exception):
+        for c, i in zip(_as_tuple(results[0]), _as_tuple(results[1])):
+            torch.testing.assert_close(i, c)

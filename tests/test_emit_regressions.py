@@ -117,3 +117,12 @@ def test_input_on_another_device_is_a_penrose_error():
     m = penrose.compile(HEAD + "y = einsum('tm,mc->tc', x, W)\noutput y").to("meta")
     with pytest.raises(penrose.PenroseShapeError, match=r"input 'x' is on cpu but the model's parameters are on meta"):
         m(x=torch.randn(3, 4), g=torch.randn(3, 5))
+
+
+def test_concat_of_batched_and_unbatched_parts():
+    """Found by the differential fuzzer: torch.cat does not broadcast, so concatenating a
+    batched input with a param failed inside torch ('Tensors must have same number of dimensions')."""
+    m = penrose.compile("dim t = 2, e = 3, f = 6\ninput x[t, e]\nparam W[t, e]\ny = concat([x, W], e, f)\noutput y", seed=0)
+    x = torch.randn(4, 5, 2, 3)
+    want = torch.cat([x, m.W.detach().expand(4, 5, 2, 3)], dim=-1)
+    torch.testing.assert_close(m(x), want)

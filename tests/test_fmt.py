@@ -331,3 +331,94 @@ def test_fmt_is_idempotent_on_the_zoo(path):
         assert parse(once) == d
         assert format_diagram(parse(once)) == once
     assert format_diagram(parse(default)) == default  # the defaults are canonical too
+
+
+# ---- every comment survives, wherever it is written ---------------------------------------------
+
+
+def _comments(text: str) -> list[str]:
+    """The texts of the comments written in `text` (no '#' inside these tests' strings)."""
+    return [line.split("#", 1)[1].strip() for line in text.splitlines() if "#" in line]
+
+
+def keeps_every_comment(text: str) -> str:
+    out = fmt(text)
+    assert _comments(out) == _comments(text), out  # all of them, in their order
+    return out
+
+
+def test_a_comment_line_between_the_arguments_of_a_call_comes_before_its_statement():
+    out = keeps_every_comment("dim e = 2\ninput x[e]\ny = einsum('e,e->e',\n  # the operands\n  x, x)\noutput y\n")
+    assert out == "dim e = 2\ninput x[e]\n# the operands\ny = einsum('e,e->e', x, x)\noutput y\n"
+
+
+def test_a_comment_after_an_argument_of_a_call_broken_over_lines():
+    out = keeps_every_comment("dim e = 2\ninput x[e]\n\ny = einsum('e,e->e',  # spec\n  x,  # left\n  x)  # y\noutput y\n")
+    assert out == "dim e = 2\ninput x[e]\n\n# spec\n# left\ny = einsum('e,e->e', x, x)   # y\noutput y\n"
+
+
+def test_a_comment_after_a_blocks_closing_brace_stays_there():
+    text = "dim e = 2\nblock f(a[e]) {\n  return tanh(a)\n}  # end of block\ninput x[e]\ny = f(x)\noutput y\n"
+    out = keeps_every_comment(text)
+    assert "\n}   # end of block\n\ninput x[e]\n" in out
+
+
+def test_comments_between_block_statements_and_after_the_last_one():
+    text = "dim e = 2\nblock f(a[e]) {\n  h = tanh(a)\n  # between\n  g = h * 2\n  return g\n  # after the last\n}\ninput x[e]\ny = f(x)\noutput y\n"
+    out = keeps_every_comment(text)
+    assert "  h = tanh(a)\n  # between\n  g = h * 2\n  return g\n  # after the last\n}\n" in out
+
+
+def test_a_comment_at_the_end_of_the_file():
+    assert keeps_every_comment("dim e = 2\ninput x[e]\noutput x\n# the end").endswith("output x\n# the end\n")
+    assert keeps_every_comment("dim e = 2\ninput x[e]\noutput x  # the end\n").endswith("output x   # the end\n")
+
+
+def test_comments_inside_the_brackets_of_a_leg_list():
+    out = keeps_every_comment("dim t = 2, e = 3\ninput x[t,  # token\n  e]  # embedding\noutput x\n")
+    assert out == "dim t = 2, e = 3\n# token\ninput x[t, e]   # embedding\noutput x\n"
+
+
+def test_comments_inside_a_block_header_broken_over_lines():
+    text = "dim e = 2\nblock f(a[e],  # first\n  b[e]) {  # header\n  return a + b\n}\ninput x[e]\ny = f(x, x)\noutput y\n"
+    out = keeps_every_comment(text)
+    assert "\n# first\nblock f(a[e], b[e]) {   # header\n" in out
+
+
+def test_comments_inside_a_block_body_statement_broken_over_lines():
+    text = "dim e = 2\nblock f(a[e]) {\n  h = einsum('e,e->e',\n    # why\n    a, a)\n  return h\n}\ninput x[e]\ny = f(x)\noutput y\n"
+    assert "  # why\n  h = einsum('e,e->e', a, a)\n" in keeps_every_comment(text)
+
+
+def _with_comments_inside(text: str, where: list[bool]) -> str:
+    """`text` with a line break and a comment after some of the commas inside brackets."""
+    out, depth, quote, k = [], 0, "", 0
+    for ch in text:
+        out.append(ch)
+        if quote:  # inside a string, or a comment (to the end of its line)
+            quote = "" if ch == quote else quote
+        elif ch in "'\"#":
+            quote = "\n" if ch == "#" else ch
+        elif ch in "([":
+            depth += 1
+        elif ch in ")]":
+            depth -= 1
+        elif ch == "," and depth and k < len(where):
+            if where[k]:
+                out.append(f"  # c{k}\n   ")
+            k += 1
+    return "".join(out)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.sampled_from([KITCHEN_SINK] + [f.read_text(encoding="utf-8") for f in ZOO[:6]]), st.lists(st.booleans(), min_size=1, max_size=60))
+def test_fmt_keeps_every_comment_written_inside_brackets(text, where):
+    keeps_every_comment(_with_comments_inside(text, where))
+
+
+def test_long_sums_print_flat_and_comparisons_keep_their_parentheses():
+    from penrose.stack import deep
+
+    text = "dim e = 3\ninput x[e]\ny = " + " + ".join(["x"] * 3000) + " - x\noutput y\n"
+    assert deep(fmt)(text) == text  # deep: comparing the IR trees recurses
+    assert fmt("dim e = 3\ninput x[e]\ny = where((x < 1) == (x > 2), x, 0)\noutput y\n").count("(x < 1) == (x > 2)") == 1

@@ -112,6 +112,30 @@ def test_page_is_figure_then_rosetta_stone_then_source_then_plan(files):
     assert re.search(r"contraction plan for zoo\w*/paper/self_attention.pen", page)  # a relative path
 
 
+NARROWED = """\
+# index legend: t token, f feature, a first part, b second part, c third part
+dim t = 2, f = 6, a = 2, b = 2, c = 2
+input x[t, f]
+u, v, w = split(relu(x), f, [a, b, c])
+y = u + w
+output y
+"""
+
+
+def test_rosetta_row_shows_every_line_a_statement_generates(tmp_path):
+    """Regression: the row of a split narrowed into the pieces read showed only its first line
+    (statements are paired with their code by the compiler's source map, not by pattern)."""
+    (tmp_path / "narrowed.pen").write_text(NARROWED)
+    page = build_files([tmp_path / "narrowed.pen"], equation_svg=fake_equation)["narrowed.html"].decode()
+    row = page[page.index('<tr id="statement-1">'):page.index('<tr id="statement-2">')]
+    torch = re.search(r'<pre class="torch">([^<]*)</pre>', row).group(1)
+    assert torch.splitlines() == [
+        "_split = torch.relu(x)",
+        "u = _split.narrow(-1, 0, 2)  # [..., t, a=2]",
+        "w = _split.narrow(-1, 4, 2)  # [..., t, c=2]",
+    ]
+
+
 def test_blocks_get_their_own_figure_and_rows(files):
     page = files["stack.html"].decode()
     assert 'src="figures/stack/block-layer.svg"' in page

@@ -21,6 +21,7 @@ BACKENDS = [
     ("penrose.render.equations", "EQUATION"),
     ("penrose.render.explain", "READING"),
     ("penrose.fmt", "FORMAT"),
+    ("penrose.interpret", "OPERATIONS"),
 ]
 
 

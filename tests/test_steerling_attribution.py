@@ -1,4 +1,4 @@
-"""Tests for zoo.steerling.attribution, .steer and .measure, on a tiny hand-written stand-in model
+"""Tests for penrose_zoo.steerling.attribution, .steer and .measure, on a tiny hand-written stand-in model
 that satisfies the ConceptLM protocol (the Steerling wrapper implements the same protocol).
 
 Index legend: b batch, t position, v vocabulary, e embedding, n known, m unknown, r rank.
@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 
-from zoo.steerling.attribution import (
+from penrose_zoo.steerling.attribution import (
     ConceptLM,
     ConceptTarget,
     LogitTarget,
@@ -24,9 +24,9 @@ from zoo.steerling.attribution import (
     forward_ids,
     integrated_gradients,
 )
-from zoo.steerling.lm_data import LabelledChunk, iterate_lm_batches, pack_chunks
-from zoo.steerling.losses import LossWeights, steerling_loss
-from zoo.steerling.measure import (
+from penrose_zoo.steerling.lm_data import LabelledChunk, iterate_lm_batches, pack_chunks
+from penrose_zoo.steerling.losses import LossWeights, steerling_loss
+from penrose_zoo.steerling.measure import (
     collect_chunk_stats,
     concept_detection_auc,
     evaluate,
@@ -34,7 +34,7 @@ from zoo.steerling.measure import (
     pathway_hsic,
     token_control,
 )
-from zoo.steerling.steer import (
+from penrose_zoo.steerling.steer import (
     Intervention,
     boost,
     concept_top_tokens,
@@ -44,7 +44,7 @@ from zoo.steerling.steer import (
     steering_effect,
     suppress,
 )
-from zoo.steerling.tokenizer import ByteTokenizer
+from penrose_zoo.steerling.tokenizer import ByteTokenizer
 
 
 # ------------------------------------------------------------------------------------------

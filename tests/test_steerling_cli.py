@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from tests.test_steerling_train import write_corpus
-from zoo.steerling.cli import main
+from penrose_zoo.steerling.cli import main
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Tests for zoo.steerling.tokenizer and zoo.steerling.lm_data."""
+"""Tests for penrose_zoo.steerling.tokenizer and penrose_zoo.steerling.lm_data."""
 
 from __future__ import annotations
 
@@ -7,15 +7,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.data import FORTUNES_DIR, DataError, is_validation
-from zoo.steerling.lm_data import (
+from penrose_zoo.data import FORTUNES_DIR, DataError, is_validation
+from penrose_zoo.steerling.lm_data import (
     LabelledChunk,
     iterate_lm_batches,
     load_concept_corpus,
     pack_chunks,
     token_concept_labels,
 )
-from zoo.steerling.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, load_tokenizer
+from penrose_zoo.steerling.tokenizer import SPECIAL_TOKENS, BPETokenizer, ByteTokenizer, load_tokenizer
 
 HAVE_FORTUNES = Path(FORTUNES_DIR, "science").is_file()
 needs_fortunes = pytest.mark.skipif(not HAVE_FORTUNES, reason=f"fortunes corpus not at {FORTUNES_DIR}")
@@ -99,7 +99,7 @@ def test_load_concept_corpus_labels_and_split(tmp_path):
     for ch in everything:
         want = {"apple": 0, "boat": 1, "clock": 2}[ch.text.split()[0]]
         assert ch.concepts == (want,)
-    # the fixed, documented split: zoo.data.is_validation on the text
+    # the fixed, documented split: penrose_zoo.data.is_validation on the text
     assert all(is_validation(c.text) for c in corpus.val)
     assert not any(is_validation(c.text) for c in corpus.train)
     assert load_concept_corpus(root) == corpus  # deterministic

@@ -1,4 +1,4 @@
-"""Steerling training under torch.distributed (zoo.steerling.distributed): two ranks with the gloo
+"""Steerling training under torch.distributed (penrose_zoo.steerling.distributed): two ranks with the gloo
 backend on the CPU end with identical weights, equal to the single-process run on the same data.
 
 - the real CLI under torchrun (DDP), against `train()` in this process;
@@ -26,8 +26,8 @@ import torch
 import torch.distributed as dist
 
 from penrose.errors import PenroseError
-from zoo.steerling.distributed import setup, shard_sizes
-from zoo.steerling.train import TrainConfig, train
+from penrose_zoo.steerling.distributed import setup, shard_sizes
+from penrose_zoo.steerling.train import TrainConfig, train
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with the gloo backend is not available")
@@ -134,8 +134,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, rel: float, what: str) -> None:
 def _steps(ctx, data: str, fsdp: bool, n_steps: int, **overrides) -> None:
     """n_steps AdamW steps of a single-process model and of a DDP / FSDP one from the same init
     on the same global batches; gradients, loss parts and weights compared, ranks compared."""
-    from zoo.steerling.train import (batch_loss, batch_of, load_corpus, lr_at, make_model, make_tokenizer, packed,
-                                     train_rows)
+    from penrose_zoo.steerling.train import (batch_loss, batch_of, load_corpus, lr_at, make_model, make_tokenizer,
+                                             packed, train_rows)
 
     ctx.fsdp = fsdp
     cfg = TrainConfig(preset="tiny", data=data, seq_len=32, steps=n_steps, **overrides).resolved()

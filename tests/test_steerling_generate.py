@@ -10,9 +10,10 @@ import pytest
 import torch
 
 from penrose.errors import PenroseShapeError
-from zoo.steerling import Steerling
-from zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL, main
-from zoo.steerling.generate import ByteTokenizer, generate, generate_autoregressive, generate_block_diffusion, sample_logits
+from penrose_zoo.steerling import Steerling
+from penrose_zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL, main
+from penrose_zoo.steerling.generate import (ByteTokenizer, generate, generate_autoregressive, generate_block_diffusion,
+                                            sample_logits)
 
 HERE = Path(__file__).resolve().parent
 TOK = ByteTokenizer()
@@ -74,7 +75,7 @@ def test_block_diffusion_unmasks_the_most_confident_first(diffusion_model):
         seen.append((logits.shape[0], conf.clone()))
         return tok, conf
 
-    import zoo.steerling.generate as g
+    import penrose_zoo.steerling.generate as g
 
     g.sample_logits = spy
     try:

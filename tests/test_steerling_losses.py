@@ -1,4 +1,4 @@
-"""Tests for zoo.steerling.losses: each loss against a direct (float64 where it matters) formula."""
+"""Tests for penrose_zoo.steerling.losses: each loss against a direct (float64 where it matters) formula."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.metrics import hsic
-from zoo.steerling.lm_data import LMBatch, token_concept_labels
-from zoo.steerling.losses import (
+from penrose_zoo.metrics import hsic
+from penrose_zoo.steerling.lm_data import LMBatch, token_concept_labels
+from penrose_zoo.steerling.losses import (
     LOG_FLOOR,
     LossWeights,
     chunk_log_absence,

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
-from zoo.steerling import Steerling, release_key, release_names
-from zoo.steerling.model import DIAGRAMS, PLAIN_DIAGRAMS, RELEASE_NAMES
+from penrose_zoo.steerling import Steerling, release_key, release_names
+from penrose_zoo.steerling.model import DIAGRAMS, PLAIN_DIAGRAMS, RELEASE_NAMES
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling"

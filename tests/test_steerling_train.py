@@ -1,5 +1,5 @@
 """Steerling with the ConceptLM protocol (attribution, IG, steering on the compiled model) and
-training (zoo.steerling.train): exact resume, both forms (ε off / on), both objectives, errors.
+training (penrose_zoo.steerling.train): exact resume, both forms (ε off / on), both objectives, errors.
 Tiny sizes throughout; torch runs on one thread."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ import pytest
 import torch
 
 from penrose.errors import PenroseError
-from zoo.data import DataError
-from zoo.steerling.attribution import (ConceptLM, ConceptTarget, LogitTarget, concept_attribution, forward_ids,
-                                       integrated_gradients)
-from zoo.steerling.losses import known_gt_features
-from zoo.steerling.model import Steerling
-from zoo.steerling.steer import Intervention, steer, steering_effect
-from zoo.steerling.train import TrainConfig, concept_id, load_checkpoint, train
+from penrose_zoo.data import DataError
+from penrose_zoo.steerling.attribution import (ConceptLM, ConceptTarget, LogitTarget, concept_attribution, forward_ids,
+                                               integrated_gradients)
+from penrose_zoo.steerling.losses import known_gt_features
+from penrose_zoo.steerling.model import Steerling
+from penrose_zoo.steerling.steer import Intervention, steer, steering_effect
+from penrose_zoo.steerling.train import TrainConfig, concept_id, load_checkpoint, train
 
 torch.set_num_threads(1)
 

@@ -9,14 +9,14 @@ import pytest
 import torch
 
 import penrose
-import zoo
+import penrose_zoo
 from penrose.cli import main
 
-ZOO = Path(zoo.__file__).resolve().parent
+ZOO = Path(penrose_zoo.__file__).resolve().parent
 
 
 def test_every_model_in_two_lines():
-    for name, entry in zoo.MODELS.items():
+    for name, entry in penrose_zoo.MODELS.items():
         model = entry.build()
         out = model(**entry.example_inputs(batch=2))
         y = out if isinstance(out, torch.Tensor) else out[0]
@@ -25,7 +25,7 @@ def test_every_model_in_two_lines():
 
 
 def test_entries_cover_the_issue():
-    assert set(zoo.MODELS) == {
+    assert set(penrose_zoo.MODELS) == {
         "linear", "mlp", "self_attention", "causal_self_attention", "sparse_autoencoder",
         "topk_sparse_autoencoder", "concept_bottleneck", "concept_embedding", "prototype_concepts",
         "neural_additive", "mixture_of_linear_models",
@@ -33,7 +33,7 @@ def test_entries_cover_the_issue():
 
 
 def test_params_registered_under_diagram_names():
-    model = zoo.MODELS["concept_bottleneck"].build(f=4, k=2)
+    model = penrose_zoo.MODELS["concept_bottleneck"].build(f=4, k=2)
     assert sorted(n for n, _ in model.named_parameters()) == [
         "diagram.W_c", "diagram.W_y", "diagram.b_c", "diagram.b_y"]
     checked = penrose.load(ZOO / "concept_bottleneck_model.pen", f=4, k=2)
@@ -41,16 +41,16 @@ def test_params_registered_under_diagram_names():
 
 
 def test_build_is_deterministic_under_seed():
-    a = zoo.MODELS["neural_additive"].build(seed=3)
-    b = zoo.MODELS["neural_additive"].build(seed=3)
-    c = zoo.MODELS["neural_additive"].build(seed=4)
+    a = penrose_zoo.MODELS["neural_additive"].build(seed=3)
+    b = penrose_zoo.MODELS["neural_additive"].build(seed=3)
+    c = penrose_zoo.MODELS["neural_additive"].build(seed=4)
     for (n, p), (_, q), (_, r) in zip(a.named_parameters(), b.named_parameters(), c.named_parameters()):
         assert torch.equal(p, q), n
     assert any(not torch.equal(p, r) for p, r in zip(a.parameters(), c.parameters()))
 
 
 def test_every_diagram_has_an_index_legend_and_wrapper_docstring():
-    for entry in zoo.MODELS.values():
+    for entry in penrose_zoo.MODELS.values():
         text = (ZOO / entry.cls.diagram_file).read_text()
         assert text.startswith("# index legend:"), entry.name
         assert "Index legend" in (entry.cls.__doc__ or "") or "legend" in (entry.cls.__doc__ or "").lower(), entry.name
@@ -58,7 +58,7 @@ def test_every_diagram_has_an_index_legend_and_wrapper_docstring():
 
 def test_no_layers_in_wrappers():
     """Wrappers hold the compiled diagram only: no nn.Linear / nn.Parameter of their own."""
-    for entry in zoo.MODELS.values():
+    for entry in penrose_zoo.MODELS.values():
         model = entry.build()
         own = [n for n, _ in model.named_parameters() if not n.startswith("diagram.")]
         assert not own, (entry.name, own)
@@ -66,20 +66,20 @@ def test_no_layers_in_wrappers():
 
 
 def test_list_lines_and_cli(capsys):
-    lines = zoo.list_lines()
+    lines = penrose_zoo.list_lines()
     assert lines[0].split()[:2] == ["model", "params"]
-    assert [l.split()[0] for l in lines[1:]] == list(zoo.MODELS)
+    assert [l.split()[0] for l in lines[1:]] == list(penrose_zoo.MODELS)
     counts = {l.split()[0]: int(l.split()[1].replace(",", "")) for l in lines[1:] if "M" not in l.split()[1]}
     for name, n in counts.items():
-        assert n == sum(p.numel() for p in zoo.MODELS[name].build().parameters()), name
+        assert n == sum(p.numel() for p in penrose_zoo.MODELS[name].build().parameters()), name
     assert main(["zoo", "list"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == lines
 
 
 def test_state_dict_roundtrip():
-    a = zoo.MODELS["prototype_concepts"].build(f=6, seed=1)
-    b = zoo.MODELS["prototype_concepts"].build(f=6, seed=2)
+    a = penrose_zoo.MODELS["prototype_concepts"].build(f=6, seed=1)
+    b = penrose_zoo.MODELS["prototype_concepts"].build(f=6, seed=2)
     b.load_state_dict(a.state_dict())
     inputs = a.example_inputs(3)
     torch.testing.assert_close(a(**inputs).y, b(**inputs).y)
@@ -95,9 +95,10 @@ def test_docs_zoo_python_examples_run():
 
 
 @pytest.mark.parametrize("module", [
-    "zoo.core", "zoo.linear", "zoo.mlp", "zoo.self_attention", "zoo.sparse_autoencoder",
-    "zoo.concept_bottleneck_model", "zoo.concept_embedding_model", "zoo.prototype_concept_model",
-    "zoo.neural_additive_model", "zoo.mixture_of_linear_models", "zoo", "zoo.plots",
+    "penrose_zoo.core", "penrose_zoo.linear", "penrose_zoo.mlp", "penrose_zoo.self_attention",
+    "penrose_zoo.sparse_autoencoder", "penrose_zoo.concept_bottleneck_model", "penrose_zoo.concept_embedding_model",
+    "penrose_zoo.prototype_concept_model", "penrose_zoo.neural_additive_model", "penrose_zoo.mixture_of_linear_models",
+    "penrose_zoo", "penrose_zoo.plots", "penrose_zoo.cli",
 ])
 def test_docstring_examples(module):
     import doctest

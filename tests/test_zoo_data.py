@@ -1,4 +1,4 @@
-"""Tests for zoo.data: scikit-learn tables, the fortunes reader, the hash split, concept data."""
+"""Tests for penrose_zoo.data: scikit-learn tables, the fortunes reader, the hash split, concept data."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from zoo.data import (
+from penrose_zoo.data import (
     DEFAULT_CONCEPT_CATEGORIES,
     DEFAULT_GROUPS,
     FORTUNES_DIR,

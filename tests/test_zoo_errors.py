@@ -5,20 +5,20 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zoo
+import penrose_zoo
 from penrose import PenroseShapeError
-from zoo import InterventionError
-from zoo.train import NonFiniteInputError
+from penrose_zoo import InterventionError
+from penrose_zoo.train import NonFiniteInputError
 
 
 def test_wrong_feature_size_names_input_and_leg():
-    model = zoo.LinearModel(f=5)
+    model = penrose_zoo.LinearModel(f=5)
     with pytest.raises(PenroseShapeError, match=r"input 'x' leg 'f' must have size 5, got 7"):
         model(torch.randn(4, 7))
 
 
 def test_attention_wrong_embedding_size():
-    model = zoo.SelfAttention(e=8, h=2, d=4)
+    model = penrose_zoo.SelfAttention(e=8, h=2, d=4)
     with pytest.raises(PenroseShapeError, match=r"input 'Z' leg 'e' must have size 8, got 6"):
         model(torch.randn(2, 5, 6))
     with pytest.raises(PenroseShapeError, match=r"input 'Z' has 1 dimension\(s\) but needs at least 2"):
@@ -26,7 +26,7 @@ def test_attention_wrong_embedding_size():
 
 
 def test_concept_inputs_wrong_shape_and_dtype():
-    model = zoo.ConceptBottleneckModel(f=5, k=3)
+    model = penrose_zoo.ConceptBottleneckModel(f=5, k=3)
     x = torch.randn(4, 5)
     with pytest.raises(PenroseShapeError, match=r"input 'c_true' leg 'k' must have size 3, got 4"):
         model(x, c_true=torch.zeros(4, 4), do=torch.zeros(4, 3, dtype=torch.bool))
@@ -41,7 +41,7 @@ def test_concept_inputs_wrong_shape_and_dtype():
 @pytest.mark.parametrize("name", ["concept_bottleneck", "concept_embedding", "prototype_concepts",
                                   "mixture_of_linear_models"])
 def test_out_of_range_concept_ids(name):
-    model = zoo.MODELS[name].build(f=5, k=3)
+    model = penrose_zoo.MODELS[name].build(f=5, k=3)
     x = torch.randn(2, 5)
     with pytest.raises(InterventionError, match=r"concepts\[1\] = 3 is out of range: the model has k = 3 concepts \(ids 0\.\.2\)"):
         model.intervene(x, [0, 3], [1.0, 0.0])
@@ -56,7 +56,7 @@ def test_out_of_range_concept_ids(name):
 
 
 def test_interventions_by_id_name_and_per_example_values():
-    model = zoo.ConceptBottleneckModel(f=5, k=3, concept_names=("red", "round", "big"))
+    model = penrose_zoo.ConceptBottleneckModel(f=5, k=3, concept_names=("red", "round", "big"))
     x = torch.randn(2, 5)
     out = model.intervene(x, ["round", 2], torch.tensor([[1.0, 0.0], [0.0, 1.0]]))
     assert out.c[:, 1].tolist() == [1.0, 0.0] and out.c[:, 2].tolist() == [0.0, 1.0]
@@ -64,7 +64,7 @@ def test_interventions_by_id_name_and_per_example_values():
 
 
 def test_nan_training_input_names_tensor_and_index():
-    model = zoo.ConceptBottleneckModel(f=5, k=3)
+    model = penrose_zoo.ConceptBottleneckModel(f=5, k=3)
     x = torch.randn(10, 5)
     x[7, 2] = float("nan")
     c = torch.zeros(10, 3)
@@ -79,9 +79,9 @@ def test_nan_training_input_names_tensor_and_index():
 
 def test_unknown_size_and_bad_task():
     with pytest.raises(TypeError, match="unknown size 'q'.*declares f, r"):
-        zoo.LinearModel(q=3)
+        penrose_zoo.LinearModel(q=3)
     with pytest.raises(ValueError, match="binary task needs r = 1"):
-        zoo.LinearModel(r=2)
+        penrose_zoo.LinearModel(r=2)
     with pytest.raises(ValueError, match="modes"):
-        zoo.ConceptEmbeddingModel(f=3, k=2).fit((torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2).long()),
+        penrose_zoo.ConceptEmbeddingModel(f=3, k=2).fit((torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2).long()),
                                                 mode="independent", epochs=1, batch_size=1, lr=0.1)

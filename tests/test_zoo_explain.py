@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-import zoo
-from zoo.concepts import ConceptModel
+import penrose_zoo
+from penrose_zoo.concepts import ConceptModel
 
 SMALL = {
     "linear": dict(f=5, r=1),
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def build(name, seed=0):
     opts = dict(SMALL[name])
-    model = zoo.MODELS[name].build(seed=seed, **opts).double().eval()
+    model = penrose_zoo.MODELS[name].build(seed=seed, **opts).double().eval()
     with torch.no_grad():  # away from the tiny initial scale, so the parts are not all ~0
         g = torch.Generator().manual_seed(seed)
         for n, p in model.diagram.named_parameters():
@@ -38,7 +38,7 @@ def build(name, seed=0):
     return model
 
 
-CONCEPT_MODELS = [n for n in SMALL if issubclass(zoo.MODELS[n].cls, ConceptModel)]
+CONCEPT_MODELS = [n for n in SMALL if issubclass(penrose_zoo.MODELS[n].cls, ConceptModel)]
 
 
 @pytest.mark.parametrize(
@@ -135,7 +135,7 @@ def test_sae_explanation_uses_active_features_only():
 
 def test_plots():
     pytest.importorskip("matplotlib")
-    from zoo.plots import plot_concepts, plot_shape_functions
+    from penrose_zoo.plots import plot_concepts, plot_shape_functions
 
     import matplotlib.pyplot as plt
 

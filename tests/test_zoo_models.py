@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import zoo
+import penrose_zoo
 
 HERE = Path(__file__).resolve().parent
 
@@ -63,7 +63,7 @@ RUNTIME_DIMS = {"t"}  # legs only inputs carry: not compile-time sizes
 
 
 def test_every_model_has_a_reference_and_sizes():
-    assert set(SIZES) == set(zoo.MODELS) == set(refs.REFERENCES)
+    assert set(SIZES) == set(penrose_zoo.MODELS) == set(refs.REFERENCES)
 
 
 @st.composite
@@ -78,7 +78,7 @@ def model_cases(draw, name):
 
 def build_pair(name, sizes, seed, dtype=torch.float64, device="cpu"):
     """(model, params dict) with every parameter and buffer redrawn at a moderate scale."""
-    entry = zoo.MODELS[name]
+    entry = penrose_zoo.MODELS[name]
     compile_sizes = {k: v for k, v in sizes.items() if k not in RUNTIME_DIMS}
     model = entry.build(**compile_sizes, **OPTIONS.get(name, {})).to(dtype).eval()
     g = torch.Generator().manual_seed(seed)
@@ -93,7 +93,7 @@ def build_pair(name, sizes, seed, dtype=torch.float64, device="cpu"):
 
 
 def make_inputs(name, sizes, batch, seed, dtype, device="cpu"):
-    cls = zoo.MODELS[name].cls
+    cls = penrose_zoo.MODELS[name].cls
     g = torch.Generator().manual_seed(seed + 1)
     n = 1
     for b in batch:
@@ -161,7 +161,7 @@ def test_matches_reference_float64_and_float32(name):
 
 def test_default_sizes_match_reference():
     """Every model at its default sizes (the ones users get), float32, one batch."""
-    for name, entry in zoo.MODELS.items():
+    for name, entry in penrose_zoo.MODELS.items():
         compare(name, {**entry.cls.resolved_sizes(), **entry.cls.example_sizes}, (2,), 0, torch.float32)
 
 

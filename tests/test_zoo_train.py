@@ -1,4 +1,4 @@
-"""Tests for zoo.train.fit and zoo.metrics."""
+"""Tests for penrose_zoo.train.fit and penrose_zoo.metrics."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from zoo.data import load_tabular
-from zoo.metrics import accuracy, concept_aucs, hsic, kernel_matrix, mean_concept_auc, median_bandwidth, roc_auc
-from zoo.train import NonFiniteInputError, NonFiniteLossError, fit
+from penrose_zoo.data import load_tabular
+from penrose_zoo.metrics import accuracy, concept_aucs, hsic, kernel_matrix, mean_concept_auc, median_bandwidth, roc_auc
+from penrose_zoo.train import NonFiniteInputError, NonFiniteLossError, fit
 
 
 def bce_loss(model, batch):

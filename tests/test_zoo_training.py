@@ -1,4 +1,4 @@
-"""Every zoo model learns on real offline data through `zoo.train.fit` (tiny runs: a few epochs,
+"""Every zoo model learns on real offline data through `penrose_zoo.train.fit` (tiny runs: a few epochs,
 a subset), better than chance; the full runs are tools/train_zoo.py's (docs/zoo.md)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from zoo.recipes import RECIPES, run
+from penrose_zoo.recipes import RECIPES, run
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -33,12 +33,12 @@ def test_learns_better_than_chance(name):
 
 
 def test_sequential_training_freezes_the_concept_predictor_in_stage_two():
-    import zoo
+    import penrose_zoo
 
     x = torch.randn(64, 6)
     c = (x[:, :3] > 0).float()
     y = (c.sum(-1) > 1).long()
-    model = zoo.ConceptBottleneckModel(f=6, k=3, r=2)
+    model = penrose_zoo.ConceptBottleneckModel(f=6, k=3, r=2)
     seen = {}
 
     original = model.loss
@@ -57,9 +57,9 @@ def test_sequential_training_freezes_the_concept_predictor_in_stage_two():
 
 
 def test_independent_training_task_predictor_reads_true_concepts():
-    import zoo
+    import penrose_zoo
 
-    model = zoo.ConceptBottleneckModel(f=4, k=3, r=2).double()
+    model = penrose_zoo.ConceptBottleneckModel(f=4, k=3, r=2).double()
     x = torch.randn(8, 4, dtype=torch.float64)
     c = torch.randint(0, 2, (8, 3)).double()
     y = torch.randint(0, 2, (8,))
@@ -70,9 +70,9 @@ def test_independent_training_task_predictor_reads_true_concepts():
 
 
 def test_randint_replaces_probabilities_by_labels_in_training_only():
-    import zoo
+    import penrose_zoo
 
-    model = zoo.ConceptEmbeddingModel(f=5, k=200, e=2, p_int=0.25).train()
+    model = penrose_zoo.ConceptEmbeddingModel(f=5, k=200, e=2, p_int=0.25).train()
     x = torch.randn(4, 5)
     c = torch.randint(0, 2, (4, 200)).float()
     torch.manual_seed(0)

@@ -4,7 +4,7 @@
     python tools/train_zoo.py --quick              # the tests' tiny runs
     python tools/train_zoo.py --only neural_additive --plots plots/
 
-Each recipe (zoo/recipes.py) builds the model from its diagram, trains it with zoo.train.fit
+Each recipe (zoo/recipes.py) builds the model from its diagram, trains it with penrose_zoo.train.fit
 and reports validation metrics; --plots DIR also writes the NAM shape functions and the concept
 activations of one validation example per concept model (matplotlib).
 """
@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from zoo.recipes import RECIPES, run  # noqa: E402
+from penrose_zoo.recipes import RECIPES, run  # noqa: E402
 
 KEYS = [
     ("val_acc", "acc"), ("val_auc", "AUC"), ("majority_baseline", "majority"),
@@ -37,8 +37,8 @@ def fmt(metrics: dict) -> str:
 
 
 def plots(result, out: Path):
-    from zoo.plots import plot_concepts, plot_shape_functions
-    from zoo.recipes import _fortunes, _tabular
+    from penrose_zoo.plots import plot_concepts, plot_shape_functions
+    from penrose_zoo.recipes import _fortunes, _tabular
 
     out.mkdir(parents=True, exist_ok=True)
     model = result.model.eval()

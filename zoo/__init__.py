@@ -1,28 +1,34 @@
 """The zoo: complete, trainable interpretable models, each generated from its `.pen` diagram.
 
-    >>> import zoo
-    >>> entry = zoo.MODELS["concept_bottleneck"]
+    >>> import penrose_zoo
+    >>> entry = penrose_zoo.MODELS["concept_bottleneck"]
     >>> out = entry.build(f=20)(**entry.example_inputs(batch=2, f=20))
     >>> out.y.shape
     torch.Size([2, 2])
 
-`zoo.MODELS` maps each name to a `ModelEntry` (`build(**sizes)`, `example_inputs(batch)`,
-`param_count()`); `zoo.list_lines()` is what `penrose zoo list` prints. Every model is a thin
-wrapper (`zoo/<name>.py`) around its diagram (`zoo/<name>.pen`); docs/zoo.md has the
+`penrose_zoo.MODELS` maps each name to a `ModelEntry` (`build(**sizes)`, `example_inputs(batch)`,
+`param_count()`); `penrose_zoo.list_lines()` is what `penrose zoo list` prints. Every model is a
+thin wrapper (`zoo/<name>.py`) around its diagram (`zoo/<name>.pen`); docs/zoo.md has the
 index legends, training results and the commands that reproduce them.
+
+The folder is zoo/, the import name penrose_zoo (pyproject.toml's package-dir maps one to the
+other), so the wheel installs no generic top-level `zoo`.
 """
 
-from zoo.concept_bottleneck_model import ConceptBottleneckModel
-from zoo.concept_embedding_model import ConceptEmbeddingModel
-from zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
-from zoo.core import list_lines as _list_lines
-from zoo.linear import LinearModel
-from zoo.mixture_of_linear_models import MixtureOfLinearModels
-from zoo.mlp import MLP
-from zoo.neural_additive_model import NeuralAdditiveModel
-from zoo.prototype_concept_model import PrototypeConceptModel
-from zoo.self_attention import CausalSelfAttention, SelfAttention
-from zoo.sparse_autoencoder import SparseAutoencoder, TopKSparseAutoencoder
+if __name__ != "penrose_zoo":  # `import zoo` from the repository root would make a second copy
+    raise ImportError(f"the zoo's import name is penrose_zoo, not {__name__}: `import penrose_zoo`")
+
+from penrose_zoo.concept_bottleneck_model import ConceptBottleneckModel
+from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
+from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
+from penrose_zoo.core import list_lines as _list_lines
+from penrose_zoo.linear import LinearModel
+from penrose_zoo.mixture_of_linear_models import MixtureOfLinearModels
+from penrose_zoo.mlp import MLP
+from penrose_zoo.neural_additive_model import NeuralAdditiveModel
+from penrose_zoo.prototype_concept_model import PrototypeConceptModel
+from penrose_zoo.self_attention import CausalSelfAttention, SelfAttention
+from penrose_zoo.sparse_autoencoder import SparseAutoencoder, TopKSparseAutoencoder
 
 _ENTRIES = [
     ModelEntry("linear", LinearModel, "linear model (logistic / softmax / least-squares regression)",

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch  # noqa: F401  (the docstring example uses it)
 
-from zoo.concepts import ConceptModel
-from zoo.core import Explanation
+from penrose_zoo.concepts import ConceptModel
+from penrose_zoo.core import Explanation
 
 
 class ConceptBottleneckModel(ConceptModel):

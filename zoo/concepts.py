@@ -7,7 +7,7 @@ True the diagram replaces the predicted concept by `c_true`. The wrapper fills t
     model.intervene(x, [2, "law"], [1.0, 0.])  set concept 2 and concept "law" to given values
     model(x, c_true=c, do=mask)                the raw form (mask [k] or [..., k])
 
-Training modes (`model.fit(train, val, mode=...)`, through `zoo.train.fit`), as in Koh et al.:
+Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fit`), as in Koh et al.:
     'joint'        task loss on predicted concepts + concept_weight × concept loss, one pass;
     'independent'  the task predictor reads the true concepts (do = all True) while the concept
                    predictor learns from the concept loss alone; at test time it reads predictions;
@@ -23,7 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from penrose import PenroseShapeError
-from zoo.core import InterventionError, ZooModel, task_loss
+from penrose_zoo.core import InterventionError, ZooModel, task_loss
 
 __all__ = ["ConceptModel"]
 
@@ -144,9 +144,9 @@ class ConceptModel(ZooModel):
         raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
 
     def fit(self, train, val=None, *, mode: str = "joint", concept_epochs: int | None = None, **fit_kwargs) -> dict:
-        """Train in one of `self.modes` with `zoo.train.fit`; sequential runs two fits (the first for
+        """Train in one of `self.modes` with `penrose_zoo.train.fit`; sequential runs two fits (the first for
         `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}."""
-        from zoo.train import fit
+        from penrose_zoo.train import fit
 
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
@@ -171,7 +171,7 @@ class ConceptModel(ZooModel):
     def evaluate(self, data: tuple, intervene_all: bool = False) -> dict:
         """Task accuracy, mean concept AUC and, with `intervene_all`, the accuracy when every
         concept is set to its true value. data: (x, c, y)."""
-        from zoo.metrics import accuracy, mean_concept_auc
+        from penrose_zoo.metrics import accuracy, mean_concept_auc
 
         was = self.training
         self.eval()

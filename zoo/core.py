@@ -5,8 +5,8 @@ compiles the diagram (its parameters live under `model.diagram`, named as in the
 adds only what a diagram cannot say: default inputs, training-time behaviour (losses, random
 interventions), validation of user arguments, and `explain`. No layer is written in a wrapper.
 
-    >>> import zoo
-    >>> entry = zoo.MODELS["linear"]
+    >>> import penrose_zoo
+    >>> entry = penrose_zoo.MODELS["linear"]
     >>> entry.build()(**entry.example_inputs(batch=2)).shape
     torch.Size([2, 1])
 """
@@ -191,12 +191,12 @@ class ZooModel(torch.nn.Module):
         raise NotImplementedError
 
     def loss_fn(self, **options) -> Callable:
-        """`loss_fn(model, batch)` for `zoo.train.fit`."""
+        """`loss_fn(model, batch)` for `penrose_zoo.train.fit`."""
         return lambda model, batch: model.loss(batch, **options)
 
     def fit(self, train, val=None, **fit_kwargs) -> dict:
-        """Train with the zoo's one training loop (`zoo.train.fit`) on this model's loss."""
-        from zoo.train import fit
+        """Train with the zoo's one training loop (`penrose_zoo.train.fit`) on this model's loss."""
+        from penrose_zoo.train import fit
 
         return fit(self, self.loss_fn(), train, val, **fit_kwargs)
 
@@ -211,8 +211,8 @@ class ZooModel(torch.nn.Module):
 class ModelEntry:
     """One model of the zoo: `build(**sizes)` a model, `example_inputs(batch)` to call it with.
 
-    >>> import zoo
-    >>> entry = ModelEntry("linear", zoo.LinearModel, "logistic / linear regression")
+    >>> import penrose_zoo
+    >>> entry = ModelEntry("linear", penrose_zoo.LinearModel, "logistic / linear regression")
     >>> model = entry.build(f=3)
     >>> model(**entry.example_inputs(batch=2, f=3)).shape
     torch.Size([2, 1])

@@ -419,7 +419,7 @@ class ConceptData:
     task: str = "binary"
 
     def train_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(x, c, y) for `zoo.train.fit`."""
+        """(x, c, y) for `penrose_zoo.train.fit`."""
         return (self.x_train, self.c_train, self.y_train)
 
     def val_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

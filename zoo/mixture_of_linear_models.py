@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import torch
 
-from zoo.concepts import ConceptModel
-from zoo.core import Explanation
+from penrose_zoo.concepts import ConceptModel
+from penrose_zoo.core import Explanation
 
 
 class MixtureOfLinearModels(ConceptModel):

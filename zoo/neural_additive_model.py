@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.core import Explanation, ZooModel, task_loss
+from penrose_zoo.core import Explanation, ZooModel, task_loss
 
 
 class NeuralAdditiveModel(ZooModel):

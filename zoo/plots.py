@@ -1,9 +1,9 @@
 """Plots of zoo explanations (matplotlib, imported only here): NAM shape functions and concept
 activations with their task contributions.
 
-    >>> import zoo, torch
-    >>> from zoo.plots import plot_concepts
-    >>> cbm = zoo.ConceptBottleneckModel(f=5, k=3)
+    >>> import penrose_zoo, torch
+    >>> from penrose_zoo.plots import plot_concepts
+    >>> cbm = penrose_zoo.ConceptBottleneckModel(f=5, k=3)
     >>> fig = plot_concepts(cbm.explain(torch.randn(1, 5)))
 """
 

@@ -1,14 +1,14 @@
-"""Training recipes: every zoo model trained end to end on real offline data with `zoo.train.fit`.
+"""Training recipes: every zoo model trained end to end on real offline data with `penrose_zoo.train.fit`.
 
 `run(name, quick=False)` trains one model and returns a `Result` with its validation metrics;
 `tools/train_zoo.py` runs them all and prints the table in docs/zoo.md; the tests run them with
 `quick=True` (a few epochs on a subset) and check that each model learns.
 
 Data: scikit-learn's shipped tables (breast cancer, digits) and the fortunes concept data
-(`zoo.data.fortunes_concepts`: 8 category concepts, binary task science & technology vs
+(`penrose_zoo.data.fortunes_concepts`: 8 category concepts, binary task science & technology vs
 humanities & life, TF-IDF features).
 
-    >>> from zoo.recipes import run
+    >>> from penrose_zoo.recipes import run
     >>> result = run("linear", quick=True)
     >>> result.metrics["val_acc"] > 0.9
     True
@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-import zoo
-from zoo.data import fortunes_concepts, load_tabular
-from zoo.metrics import accuracy, roc_auc
+import penrose_zoo
+from penrose_zoo.data import fortunes_concepts, load_tabular
+from penrose_zoo.metrics import accuracy, roc_auc
 
 __all__ = ["Result", "RECIPES", "run"]
 
@@ -62,7 +62,7 @@ def _classifier(name, data_name, quick, seed, progress, epochs, lr, **build):
     data = _tabular(data_name)
     task = "binary" if data.task == "binary" else "multiclass"
     r = 1 if task == "binary" else data.n_classes
-    model = zoo.MODELS[name].build(seed=seed, f=data.n_features, r=r, task=task,
+    model = penrose_zoo.MODELS[name].build(seed=seed, f=data.n_features, r=r, task=task,
                                    **({"feature_names": data.feature_names} if name != "mlp" else {}), **build)
     train = (data.x_train, data.y_train)
     if quick:
@@ -98,7 +98,7 @@ def _nam(quick, seed, progress):
 
 def _attention(name, task):
     def recipe(quick, seed, progress):
-        from zoo.self_attention import digit_rows
+        from penrose_zoo.self_attention import digit_rows
 
         data = _tabular("digits")
         # a blanked row is drawn per copy: three copies of the training images, three draws
@@ -107,7 +107,7 @@ def _attention(name, task):
         train = tuple(torch.cat(p) for p in zip(*parts))
         val = digit_rows(data.x_val, task, seed=seed * 10 + 9)
         epochs = 6 if quick else (20 if task == "masked" else 40)
-        model = zoo.MODELS[name].build(seed=seed, e=16, h=4, d=8)
+        model = penrose_zoo.MODELS[name].build(seed=seed, e=16, h=4, d=8)
         model.fit(train, val, epochs=epochs, batch_size=64, lr=1e-2, seed=seed, progress=progress,
                   val_every=epochs, grad_clip=1.0)
         model.eval()
@@ -129,7 +129,7 @@ def _sae(name, **build):
     def recipe(quick, seed, progress):
         data = _tabular("digits")
         epochs = 5 if quick else 60
-        model = zoo.MODELS[name].build(seed=seed, d=64, k=256, **build)
+        model = penrose_zoo.MODELS[name].build(seed=seed, d=64, k=256, **build)
         model.fit((data.x_train,), (data.x_val,), epochs=epochs, batch_size=64, lr=3e-3, seed=seed,
                   progress=progress, val_every=epochs)
         model.eval()
@@ -154,7 +154,7 @@ def _concepts(name, mode="joint", **build):
         if quick:
             train = _subset(train, 1500, seed)
         epochs = 10 if quick else 40
-        model = zoo.MODELS[name].build(seed=seed, f=data.x_train.shape[1], k=len(data.concept_names),
+        model = penrose_zoo.MODELS[name].build(seed=seed, f=data.x_train.shape[1], k=len(data.concept_names),
                                        r=len(data.task_names), concept_names=data.concept_names, **build)
         if hasattr(model, "init_prototypes"):
             model.init_prototypes(train[0], train[1], seed=seed)

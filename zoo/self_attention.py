@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from zoo.core import Explanation, ZooModel
+from penrose_zoo.core import Explanation, ZooModel
 
 
 class SelfAttention(ZooModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from zoo.core import Explanation, ZooModel
+from penrose_zoo.core import Explanation, ZooModel
 
 
 class SparseAutoencoder(ZooModel):

@@ -18,7 +18,7 @@ from pathlib import Path
 from penrose.errors import PenroseError, PenroseRenderError, Span
 from penrose.stack import deep
 
-__all__ = ["dot_source", "render", "render_file", "build_gallery"]
+__all__ = ["dot_source", "render", "render_file"]
 
 
 def _checked(obj, sizes):
@@ -44,11 +44,17 @@ def _checked(obj, sizes):
 @deep
 def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None) -> str:
     """The Graphviz DOT text of a figure (what `render` lays out)."""
-    from penrose.render.figure import Options, build_figure, to_dot
+    from penrose.render.figure import to_dot
+
+    return to_dot(_figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes))
+
+
+def _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes):
+    from penrose.render.figure import Options, build_figure
 
     c = _checked(diagram, sizes)
     opts = Options(direction=direction, show_sizes=show_sizes, show_plan=show_plan, unfold=unfold)
-    return to_dot(build_figure(c, view, opts))
+    return build_figure(c, view, opts)
 
 
 @deep
@@ -59,12 +65,16 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
     >>> 'sigmoid' in svg
     True
     """
+    from penrose.render.figure import to_dot
     from penrose.render.graphviz import FORMATS, run_dot
 
     if fmt not in FORMATS:
         raise PenroseRenderError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
-    dot = dot_source(diagram, view, direction, show_sizes, show_plan, unfold, sizes)
-    data = run_dot(dot, fmt)
+    fig = _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes)
+    try:
+        data = run_dot(to_dot(fig), fmt)
+    except PenroseRenderError as e:  # a layout too slow: point at the statement that drew the most
+        raise e.with_span(fig.span) from None
     return data.decode("utf-8") if fmt == "svg" else data
 
 
@@ -108,13 +118,6 @@ def readable(path) -> None:
         os.chmod(path, 0o666 & ~mask)
     except OSError:
         pass
-
-
-def build_gallery(paths=None, out_dir="gallery"):
-    """Build the static HTML gallery (see penrose.render.gallery)."""
-    from penrose.render.gallery import build_gallery as _build
-
-    return _build(paths, out_dir)
 
 
 def repr_svg(obj) -> str | None:

@@ -160,13 +160,15 @@ class NamedFunction(sympy.Function):
     def eval(cls, *args):  # never simplify: the equation shows what the diagram does
         return None
 
-    def _latex(self, printer: LatexPrinter) -> str:
+    def _latex(self, printer: LatexPrinter, exp=None) -> str:
+        # `exp`: sympy prints f(x)**2 by asking for the function with its power, σ^{2}(x)
         body, *legs = self.args
         sub = f"_{{{','.join(printer._print(leg) for leg in legs)}}}" if legs else ""
+        sup = f"^{{{exp}}}" if exp is not None else ""
         inner = printer._print(body)
         if self.latex_name == "|":
-            return rf"\left|{inner}\right|"
-        return rf"{self.latex_name}{sub}\left({inner}\right)"
+            return rf"\left|{inner}\right|{sup}"
+        return rf"{self.latex_name}{sub}{sup}\left({inner}\right)"
 
 
 # Keys are lower case without '_' or '-', so 'top-k', 'top_k' and 'topk' are one function.
@@ -242,8 +244,9 @@ class _Call(sympy.Function):
     def eval(cls, *args):
         return None
 
-    def _latex(self, printer):
-        return rf"{self.latex_name}\left({', '.join(printer._print(a) for a in self.args)}\right)"
+    def _latex(self, printer, exp=None):
+        sup = f"^{{{exp}}}" if exp is not None else ""
+        return rf"{self.latex_name}{sup}\left({', '.join(printer._print(a) for a in self.args)}\right)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -266,13 +269,13 @@ def fresh(letter: str, taken) -> str:
 
 
 def value_entry(v, names: tuple) -> sympy.Expr:
-    """The entry of checked value `v` at index names `names` (one per leg of v).
+    r"""The entry of checked value `v` at index names `names` (one per leg of v).
 
     >>> from penrose.check import check
     >>> from penrose.parse import parse
-    >>> c = check(parse("dim t = 4, d = 2\\ninput x[t, d]\\ny = rope(x, t, d)\\noutput y"))
-    >>> to_latex(value_entry(c.stmts[-2].value, ('t', 'd')))
-    'x_{td} \\, \\cos{\\left(t \\, \\omega_{d} \\right)} + \\mathrm{rot}_{d}\\left(x_{td}\\right) \\, \\sin{\\left(t \\, \\omega_{d} \\right)}'
+    >>> c = check(parse("dim t = 4, d = 2\ninput x[t, d]\ny = rope(x, t, d)\noutput y"))
+    >>> print(to_latex(value_entry(c.stmts[-2].value, ('t', 'd'))))
+    x_{td} \, \cos{\left(t \, \omega_{d} \right)} + \mathrm{rot}_{d}\left(x_{td}\right) \, \sin{\left(t \, \omega_{d} \right)}
     """
     key = op_key(v)
     if key is None:

@@ -4,6 +4,10 @@ The glue between the checked IR and the two pure helpers: `equations` (sympy →
 `readings` (contraction patterns → prose). A statement's equation is built from its value tree
 with the einsum letters as indices (the paper writes q_te = Σ_d Z_td W_q,de); each contraction
 in it is read geometrically, and each non-linear step gets a one-line reading of its own.
+Each operation's equation is its rule in `equations.EQUATION`, its reading its rule in
+`READING` (both keyed by the names of `penrose.ops.OPS`). Long and deep statements (a
+10,000-term sum, 1,000 nested calls) are explained flat: one reading for the whole sum, one for
+a step repeated in a row; past the room `penrose.stack.deep` gives, a positioned PenroseError.
 
     >>> from penrose.check import check
     >>> from penrose.parse import parse
@@ -22,9 +26,10 @@ from penrose import ir
 from penrose.check import Checked, CStmt, V
 from penrose.render import equations as eq
 from penrose.render._keys import op_key
-from penrose.render.figure import _fmt, _scalar_text, index_legend, statements
+from penrose.render.figure import _fmt, _scalar_text
 from penrose.render.readings import Contraction, Operand, classify, read_normalisation
 from penrose.stack import deep, too_deep
+from penrose.views import legend, producers, refs, statements
 
 __all__ = ["READING", "Reading", "statement_equation", "statement_latex", "statement_readings", "statements"]
 
@@ -84,15 +89,19 @@ def statement_readings(c: Checked, s: CStmt, body: Checked | None = None) -> lis
     innermost first (sigmoid(einsum(...)) reads the contraction, then the activation); each
     operation by its rule in `READING`. A step repeated in a row (tanh(tanh(x))) is read once."""
     body = body or c
-    producers, deps = _producers(body, s)
+    found, deps = producers(body, s)
     target = s.stmt.targets[0] if isinstance(s.stmt, ir.Assign) and len(s.stmt.targets) == 1 else None
     values = list(s.value.args) if isinstance(s.stmt, ir.Return) else [s.value]
-    reader = _Reader(index_legend(c.diagram), producers, deps)
+    reader = _Reader(legend(c.diagram), found, deps)
     try:
         for v in values:
             reader.read(v, target)
     except RecursionError:
         raise too_deep(s.stmt.span) from None
+    if not reader.out:  # `zL = z2`, `return h`: a name for a tensor already there
+        names = _and([_name(v) for v in values])
+        what = f"{target} is" if target is not None else "The result is" if isinstance(s.stmt, ir.Assign) else "The block returns"
+        reader.add(Reading("copy", "Same tensor", f"{what} {names}, unchanged: a new name for the same entries."))
     return _runs(reader.out)
 
 
@@ -161,46 +170,14 @@ class _Reader:
             self.out.append(Reading(r.kind, r.title, r.text))
 
 
-def _refs(v) -> set:
-    """The names a value reads (iterative: a 10,000-term sum needs no stack)."""
-    found = set()
-    stack = [v]
-    while stack:
-        x = stack.pop()
-        if not isinstance(x, V):
-            continue
-        if x.op == "ref":
-            found.add(x.attrs["name"])
-        stack.extend(x.args)
-    return found
-
-
-def _producers(body: Checked, upto: CStmt):
-    """name -> the value that last assigned it before `upto`, and name -> every name it was
-    computed from (transitively)."""
-    found: dict = {}
-    deps: dict = {}
-    for s in body.stmts:
-        if s is upto:
-            break
-        if isinstance(s.stmt, ir.Assign):
-            reads = _refs(s.value)
-            closure = set(reads)
-            for r in reads:
-                closure |= deps.get(r, set())
-            for t in s.stmt.targets:
-                deps[t] = closure
-            if len(s.stmt.targets) == 1:
-                found[s.stmt.targets[0]] = s.value
-    return found, deps
-
-
 def _name(v: V) -> str:
+    """How a reading names an operand: its tensor's name (through detach and dropout, which
+    keep the values), else what it is."""
     if v.op == "ref":
         return v.attrs["name"]
-    if v.op in ("detach", "dropout") and v.args and v.args[0].op == "ref":
+    if op_key(v) in ("detach", "dropout") and v.args and v.args[0].op == "ref":
         return v.args[0].attrs["name"]
-    return "the contraction" if v.op == "einsum" else "the result"
+    return "the contraction" if op_key(v) == "einsum" else "the result"
 
 
 def _norm_pair(v: V, producers: dict):
@@ -217,7 +194,7 @@ def _norm_pair(v: V, producers: dict):
         return None
     if inner.op == "ref" and inner.attrs["name"] in producers:
         inner = producers[inner.attrs["name"]]
-    if inner.op != "einsum" or len(inner.args) != 2:
+    if op_key(inner) != "einsum" or len(inner.args) != 2:
         return None
     names = [_name(x) for x in inner.args]
     return a.attrs["name"], Contraction(tuple(Operand(n, t) for n, t in zip(names, inner.attrs["terms"])), inner.attrs["out"])
@@ -273,7 +250,7 @@ def _contraction(r: _Reader, v: V, target):
     normalised = set()
     for n, x in zip(names, v.args):
         src = r.producers.get(n) if x.op == "ref" else None
-        if src is not None and src.op == "softmax":
+        if src is not None and op_key(src) == "softmax":
             probs.add(n)
         if src is not None and op_key(src) == "/" and src.op == "binop" and _norm_pair(src, r.producers) is not None:
             normalised.add(n)
@@ -318,8 +295,8 @@ def _sum(r: _Reader, v: V, target):
     first, rest = names[0], names[1:]
     later = set()
     for t in terms[1:]:
-        later |= _refs(t)
-        later |= set().union(*(r.deps.get(n, set()) for n in _refs(t))) if _refs(t) else set()
+        later |= refs(t)
+        later |= set().union(*(r.deps.get(n, set()) for n in refs(t))) if refs(t) else set()
     if target is not None and first == target and first in later:
         verb, to = ("Add", "to") if set(ops) == {"+"} else ("Subtract", "from") if set(ops) == {"-"} else ("Add and subtract", "to")
         r.add(Reading("residual", "Residual update", f"{verb} {_and(rest)} {to} the stream {first}, entry by entry: {first} keeps flowing past this step, so the gradient reaches earlier layers directly."))

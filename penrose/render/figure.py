@@ -10,7 +10,9 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
                 share (a batch leg) meets at a black dot; a leg summed inside one tensor ends in Σ
     result      a double circle that the result's free legs run into
     operation   a labelled box on the wires it acts on (softmax, sigmoid, top-k, norms, masks,
-                dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷)
+                dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷); a
+                sum of three or more terms is one + that every term runs into (a subtracted
+                term through a − box), however long the sum
     reuse       a tensor used by several contractions branches into copies (Z feeding q, k, v)
     residual    an update `Z = Z + h` (or one whose other operand depends on Z) is drawn thick
                 and blue, along a straight spine, so a residual model shows at a glance
@@ -18,7 +20,14 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     steps       '# 3) ...' captions become numbered, dashed frames around their statements
 
 `build_figure` returns a `Figure` (plain records); `to_dot` writes Graphviz DOT. Node and edge
-ids are sequential in statement order, so the same diagram gives the same DOT text.
+ids are sequential in statement order, so the same diagram gives the same DOT text. How each
+operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS`.
+
+Limits: a figure of more than `MAX_NODES` (5,000) nodes is refused with a `PenroseRenderError`
+at the statement that crosses it (Graphviz takes about 7 s for 5,000 nodes and minutes beyond);
+a layout Graphviz does not finish within its timeout (60 s) is refused at the statement that
+drew the most nodes. Deep nesting (1,000 calls) draws; deeper than `penrose.stack` gives room
+for is a positioned `PenroseError`.
 """
 
 from __future__ import annotations
@@ -30,10 +39,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from penrose import ir
-from penrose.check import Checked, V
+from penrose.checked import Checked, V
 from penrose.errors import PenroseRenderError, Span
 from penrose.render._keys import op_key
 from penrose.stack import deep, too_deep
+from penrose.views import NOT_READ, statements, uses
+from penrose.views import legend as index_legend  # the name tests and the gallery know
 
 # ---- the figure records ------------------------------------------------------------------------
 
@@ -82,6 +93,7 @@ class Figure:
     clusters: dict = field(default_factory=dict)  # id -> Cluster, in creation order
     captions: dict = field(default_factory=dict)  # step number -> caption text, in order
     header: str = "full"  # full (title, legend, captions) | title | none
+    span: Span = field(default_factory=Span)  # the statement that drew the most nodes (for layout errors)
 
     def node(self, node_id: str) -> FNode:
         return next(n for n in self.nodes if n.id == node_id)
@@ -248,7 +260,10 @@ FIGURE: dict[str, Drawing] = {
     "rope": _box("RoPE", _rope_lines),
 }
 
-MAX_NODES = 4000  # a figure with more nodes is refused: Graphviz would take minutes to lay it out
+# A figure with more nodes is refused, at the statement that crosses the limit: Graphviz takes
+# about 7 s for a flat sum of 2,500 rescaled terms (5,000 nodes), 30 s for twice that.
+MAX_NODES = 5000
+MAX_PARALLEL = 6  # parallel lines drawn for the legs between two nodes; more are counted in the label
 
 
 @dataclass(frozen=True)
@@ -261,12 +276,6 @@ class Options:
 
 
 # ---- entry points ------------------------------------------------------------------------------
-
-
-def statements(c: Checked) -> list:
-    """The statements that compute something (assignments and returns), in order: the units that
-    `view='statement:N'` (1-based) and the gallery's Rosetta stone count."""
-    return [s for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)) and s.value is not None]
 
 
 @deep
@@ -316,44 +325,6 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
     raise PenroseRenderError(f"unknown view {view!r}; use 'diagram', 'statement:N' or 'block:NAME'", Span(c.diagram.file))
 
 
-def index_legend(diagram: ir.Diagram) -> dict:
-    """The '# index legend: t token, e embedding' comment, continuation lines included.
-
-    >>> index_legend(ir.Diagram((), source="# index legend: t token, p key token,\\n#   e embedding\\n"))
-    {'t': 'token', 'p': 'key token', 'e': 'embedding'}
-    """
-    lines = diagram.source.splitlines()
-    text = ""
-    for i, line in enumerate(lines):
-        body = line.strip()
-        if body.startswith("#") and body[1:].strip().lower().startswith("index legend:"):
-            text = body[1:].strip().split(":", 1)[1]
-            for nxt in lines[i + 1 :]:
-                if nxt.startswith("#") and nxt[1:3] == "  " and nxt[1:].strip():  # '#   more legend'
-                    text += " " + nxt[1:].strip()
-                else:
-                    break
-            break
-    if not text:
-        return ir.legend(diagram)
-    out: dict[str, str] = {}
-    depth, item, items = 0, "", []
-    for ch in text:  # split at commas outside parentheses
-        depth += ch == "("
-        depth -= ch == ")"
-        if ch == "," and depth == 0:
-            items.append(item)
-            item = ""
-        else:
-            item += ch
-    items.append(item)
-    for it in items:
-        parts = it.split(None, 1)
-        if len(parts) == 2:
-            out[parts[0]] = parts[1].strip()
-    return out
-
-
 def _title(c: Checked) -> str:
     return c.name
 
@@ -378,6 +349,7 @@ class _Builder:
         self.ids: set[str] = set()
         self.next_suffix: dict[str, int] = {}
         self.span = Span(top.diagram.file)  # the statement being drawn, for a figure too large
+        self.drawn: dict = {}  # statement span -> nodes it drew
 
     # -- records
     def new_id(self, base: str) -> str:
@@ -400,6 +372,9 @@ class _Builder:
                 self.span,
             )
         nid = self.new_id(base)
+        self.drawn[self.span] = self.drawn.get(self.span, 0) + 1
+        if self.drawn[self.span] > self.drawn.get(self.fig.span, 0):
+            self.fig.span = self.span
         cl = self.cluster if cluster == "current" else cluster
         self.fig.nodes.append(FNode(nid, kind, text, html_label, cl, tooltip, xlabel, group, self.step))
         return nid
@@ -427,8 +402,7 @@ class _Builder:
     # -- bodies
     def draw_body(self, body: Checked, env: dict, prefix: str, top: bool):
         """Draw every statement of a body; `env` binds formals to values (inlined blocks)."""
-        uses = _count_uses(body)
-        scope = _Scope(body, env, uses, prefix)
+        scope = _Scope(body, env, uses(body), prefix)
         outputs = {n for n, _ in body.outputs} if not body.is_block else set()
         returned = []
         base_step = self.step
@@ -441,13 +415,13 @@ class _Builder:
                 continue
             if st.span.line:
                 self.span = st.span
-            if isinstance(st, ir.Assign):
-                self.assign(scope, s, outputs)
-            elif isinstance(st, ir.Return):
-                vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
-                returned = vals
-            elif isinstance(st, ir.Output):
-                pass
+            try:
+                if isinstance(st, ir.Assign):
+                    self.assign(scope, s, outputs)
+                elif isinstance(st, ir.Return):
+                    returned = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
+            except RecursionError:
+                raise too_deep(st.span) from None
         self.step = base_step
         if top:
             _badge_steps(self.fig)
@@ -470,14 +444,13 @@ class _Builder:
             vals = self.expr(scope, v, einsum_use=False, multi=True)
         else:
             vals = [self.expr(scope, v, einsum_use=False)]
-        for target, val in zip(st.targets, vals):
-            key = scope.bump(target)
+        for target, val, version in zip(st.targets, vals, s.versions):
+            key = (target, version)  # the SSA key `ref`s read it by
             val.key = key
             val.name = target
-            n_uses = scope.uses.get(key, (0, 0))
             if target in outputs and scope.is_last(target):
                 val = self.result_node(val, target)
-            elif sum(n_uses) >= 2 or (not val.legs and val.anchor is None):
+            elif scope.uses.get(key, NOT_READ).in_statements >= 2 or (not val.legs and val.anchor is None):
                 val = self.value_node(val, target)
             scope.env[target] = val
 
@@ -503,6 +476,12 @@ class _Builder:
 
     def draw_statement(self, c: Checked, s):
         """One statement: every tensor it names is a circle, its result a double circle."""
+        try:
+            self._draw_statement(c, s)
+        except RecursionError:
+            raise too_deep(s.stmt.span) from None
+
+    def _draw_statement(self, c: Checked, s):
         scope = _Scope(c, {}, {}, "", leaves=True)
         st = s.stmt
         self.span = st.span
@@ -534,7 +513,7 @@ class _Builder:
         name = v.attrs["name"]
         val = scope.lookup(self, name, v)
         key = val.key
-        n_einsum = scope.uses.get(key, (0, 0))[0] if key else 0
+        n_einsum = scope.uses.get(key, NOT_READ).einsum if key else 0
         earlier = scope.seen.get(key, 0)
         scope.seen[key] = earlier + 1
         # a tensor several contractions read, or a declared tensor read again by a contraction
@@ -636,17 +615,13 @@ class _Builder:
 
     def plan_labels(self, v: V, number: int) -> dict:
         """letter -> 'contraction #n: FLOPs' for the letters each planned step sums over."""
-        from penrose.plan import letters_for
         from penrose.report import einsum_plan
 
         plan = einsum_plan(self.top, v)
-        terms, out = v.attrs["terms"], v.attrs["out"]
-        back = {m: leg for leg, m in letters_for(terms, out).items()}
         labels: dict[str, str] = {}
         many = len(plan.steps) > 1
         for i, step in enumerate(plan.steps, 1):
-            lhs, rhs = step.spec.split("->")
-            gone = [back[ch] for ch in dict.fromkeys(lhs.replace(",", "")) if ch not in rhs and ch in back]
+            gone = list(step.summed)  # the legs this step sums away, by name
             tag = f"#{number}.{i}" if many else f"#{number}"
             text = f"{tag}: {step.flops:,} FLOPs"
             if gone:
@@ -656,6 +631,15 @@ class _Builder:
         return labels
 
     def arith(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
+        terms = _chain(v)
+        if len(terms) > 2:  # a + b - c ...: one node every term runs into (a chain of them lays out slowly)
+            vals = [self.expr(scope, t, False) for t, _ in terms]
+            for i, (t, sign) in enumerate(terms):
+                if sign == "-":  # a subtracted term passes a − box first: a - b - c = a + (−b) + (−c)
+                    node = self.add_node("neg", "op", "−", _box_html(["−"]), tooltip=_op_tooltip(t))
+                    self.inputs_to(node, vals[i])
+                    vals[i] = self.box_result(node, t, [vals[i]])
+            return self.operator_node(v, FIGURE["+"] if op_key(v) in ("+", "-") else rule, vals)
         a, b = v.args
         op = v.attrs["op"]
         va, vb = self.expr(scope, a, False), self.expr(scope, b, False)
@@ -669,23 +653,28 @@ class _Builder:
             node = self.add_node("scale", "op", text, _html_text(text), tooltip=_op_tooltip(v))
             self.inputs_to(node, tensor)
             return self.box_result(node, v, [tensor])
-        residual = self.is_residual(v, va, vb)
-        node = self.add_node("arith", "arith", sym, tooltip=_op_tooltip(v), group="spine" if residual else "")
-        self.inputs_to(node, va, kind="residual" if residual else "wire")
-        self.inputs_to(node, vb)
-        out = self.box_result(node, v, [va, vb])
+        return self.operator_node(v, rule, [va, vb])
+
+    def operator_node(self, v: V, rule: Drawing, vals: list) -> _Val:
+        """A small circle showing the operator, every operand's legs running into it."""
+        residual = self.is_residual(v, vals[0], vals[1:])
+        node = self.add_node("arith", "arith", rule.glyph, tooltip=_op_tooltip(v), group="spine" if residual else "")
+        self.inputs_to(node, vals[0], kind="residual" if residual else "wire")
+        for val in vals[1:]:
+            self.inputs_to(node, val)
+        out = self.box_result(node, v, vals)
         out.spine = residual
         return out
 
-    def is_residual(self, v: V, va: _Val, vb: _Val) -> bool:
-        """`Z = Z ± h`, or `x + f(x)`: the left operand is the stream, the right reads it."""
-        if v.attrs["op"] not in ("+", "-") or not va.legs or va.legs != tuple(v.type.legs):
+    def is_residual(self, v: V, first: _Val, others: list) -> bool:
+        """`Z = Z ± h`, or `x + f(x)`: the first operand is the stream, another reads it."""
+        if op_key(v) not in ("+", "-") or not first.legs or first.legs != tuple(v.type.legs):
             return False
-        if va.key is None:
+        if first.key is None:
             return False
-        # vb reads the stream: va itself, or an earlier version of the same name that va came from
-        stream = {va.key} | {k for k in va.deps if k[0] == va.key[0]}
-        return bool(stream & vb.deps)
+        # another operand reads the stream: the first itself, or an earlier version of the same name
+        stream = {first.key} | {k for k in first.deps if k[0] == first.key[0]}
+        return any(stream & val.deps for val in others)
 
     def inputs_to(self, node: str, val: _Val, kind="wire"):
         if val is None:
@@ -746,7 +735,7 @@ class _Builder:
 
 
 class _Scope:
-    """Names → values while a body is drawn; SSA versions count reassignments."""
+    """Names → values while a body is drawn; a value's key is its (name, SSA version)."""
 
     def __init__(self, body: Checked, env: dict, uses: dict, prefix: str, leaves=False):
         self.body = body
@@ -754,7 +743,6 @@ class _Scope:
         self.uses = uses
         self.prefix = prefix
         self.leaves = leaves
-        self.version: dict[str, int] = {}
         self.seen: dict = {}  # key -> how many times it has been read so far
         self.last_assign: dict[str, int] = {}
         n = 0
@@ -764,10 +752,6 @@ class _Scope:
                 for t in s.stmt.targets:
                     self.last_assign[t] = n
         self.n_assign = 0
-
-    def bump(self, name: str):
-        self.version[name] = self.version.get(name, 0) + 1
-        return (name, self.version[name])
 
     def is_last(self, name: str) -> bool:
         return self.last_assign.get(name) == self.n_assign
@@ -789,36 +773,6 @@ class _Scope:
         val = _Val([nid] * len(legs), legs, tuple(v.type.cls), nid, (name, 0), frozenset(), kind, name)
         self.env[name] = val
         return val
-
-
-def _count_uses(body: Checked) -> dict:
-    """(name, version) -> (uses as an einsum operand, other uses), statement by statement."""
-    uses: dict = {}
-    version: dict[str, int] = {}
-
-    def visit(v, in_einsum):
-        if not isinstance(v, V):
-            return
-        if v.op == "ref":
-            key = (v.attrs["name"], version.get(v.attrs["name"], 0))
-            e, o = uses.get(key, (0, 0))
-            uses[key] = (e + 1, o) if in_einsum else (e, o + 1)
-            return
-        for a in v.args:
-            visit(a, v.op == "einsum")
-
-    for s in body.stmts:
-        if s.value is not None:
-            visit(s.value, False)
-        if isinstance(s.stmt, ir.Assign):
-            for t in s.stmt.targets:
-                version[t] = version.get(t, 0) + 1
-        if isinstance(s.stmt, ir.Output):
-            for n in s.stmt.names:
-                key = (n, version.get(n, 0))
-                e, o = uses.get(key, (0, 0))
-                uses[key] = (e, o)
-    return uses
 
 
 def badge(step: int) -> str:
@@ -852,6 +806,22 @@ def _return_values(body: Checked):
 
 
 # ---- labels ------------------------------------------------------------------------------------
+
+
+def _chain(v: V) -> list:
+    """The terms of a + b - c ... (or the factors of a * b * c ...) between tensors, walking the
+    left spine without recursion, each with its operator ('+' for the first): [(a, '+'),
+    (b, '+'), (c, '-')]. A plain binary operation gives its two operands."""
+    key = op_key(v)
+    group = ("+", "-") if key in ("+", "-") else ("*",) if key == "*" else ()
+    rights = []
+    node = v
+    while op_key(node) in group and node.op == "binop" and all(x.type.dtype != "scalar" for x in node.args):
+        rights.append((node.args[1], op_key(node)))
+        node = node.args[0]
+    if not rights:
+        return [(x, "+") for x in v.args]
+    return [(node, "+")] + rights[::-1]
 
 
 def _caption(text: str) -> str:
@@ -893,7 +863,7 @@ def _short(v: V) -> str:
 
 
 def _op_tooltip(v: V) -> str:
-    return f"{v.op} → [{', '.join(v.type.legs)}]"
+    return f"{op_key(v) or v.op} → [{', '.join(v.type.legs)}]"
 
 
 def _name_html(name: str) -> str:
@@ -998,7 +968,7 @@ def to_dot(fig: Figure) -> str:
         attrs = [EDGE_STYLE[kind]]
         if n > 1:  # several legs between the same two nodes: parallel lines, one label
             ink = RESIDUAL if kind == "residual" else INK
-            attrs.append(f'color="{":transparent:".join([ink] * n)}"')
+            attrs.append(f'color="{":transparent:".join([ink] * min(n, MAX_PARALLEL))}"')
         if mark:
             text = '<BR/>'.join(html.escape(l) for l in label.split("\n"))
             attrs.append(f'label=<{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>>')
@@ -1024,11 +994,23 @@ def bundles(fig: Figure):
         groups[key].append(e)
     for key in order:
         es = groups[key]
-        label = ", ".join(e.label for e in es if e.label)
-        tooltip = "; ".join(e.tooltip for e in es if e.tooltip)
+        labels = [e.label for e in es if e.label]
+        tooltips = [e.tooltip for e in es if e.tooltip]
+        if len(es) > MAX_PARALLEL:  # x + x + ... 1,000 times: one count per leg, not 1,000 names
+            labels, tooltips = _counted(labels), _counted(tooltips)
+        label = ", ".join(labels)
+        tooltip = "; ".join(tooltips)
         mark = next((e.badge for e in es if e.badge), "")
         n = len(es) if es[0].kind in ("wire", "residual") else 1
         yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark
+
+
+def _counted(items: list) -> list:
+    """['e', 'e', 'e'] → ['e ×3'], first-seen order."""
+    counts: dict = {}
+    for x in items:
+        counts[x] = counts.get(x, 0) + 1
+    return [x if n == 1 else f"{x} ×{n:,}" for x, n in counts.items()]
 
 
 def _has_nodes(cid, by_cluster, children) -> bool:

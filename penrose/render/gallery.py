@@ -30,6 +30,8 @@ from pathlib import Path
 
 from penrose import ir
 from penrose.errors import PenroseError, PenroseRenderError, Span
+from penrose.views import legend as index_legend
+from penrose.views import statements
 
 GENERATOR = '<meta name="generator" content="penrose gallery">'
 
@@ -58,7 +60,7 @@ def zoo_root() -> Path:
         return here
     import importlib.util
 
-    spec = importlib.util.find_spec("zoo")
+    spec = importlib.util.find_spec("penrose_zoo")  # finds the installed folder, imports nothing
     if spec is not None and spec.submodule_search_locations:
         return Path(list(spec.submodule_search_locations)[0])
     raise PenroseRenderError("cannot find the zoo/ folder; pass the diagrams to draw", Span())
@@ -323,7 +325,6 @@ def _page(e: Entry, equations: dict) -> str:
     from penrose.compiler import generate_source
     from penrose.fmt import format_stmt
     from penrose.render.explain import statement_latex, statement_readings
-    from penrose.render.figure import index_legend, statements
     from penrose.report import plan_report
 
     c = e.checked
@@ -332,10 +333,10 @@ def _page(e: Entry, equations: dict) -> str:
     e.dots[f"figures/{slug}/thumb.svg"] = _dot(c, header=False)
     e.dots[f"figures/{slug}/plan.svg"] = _dot(c, show_plan=True, show_sizes=True)
     try:
-        source = generate_source(c)
+        source, source_map = generate_source(c, with_map=True)
     except PenroseError as err:
-        source = f"# cannot compile for the default sizes: {err.message}\n"
-    torch_lines = _torch_lines(source, c)
+        source, source_map = f"# cannot compile for the default sizes: {err.message}\n", []
+    torch_code = _torch_code(c, source, source_map)
     plan = plan_report(c).splitlines()
     plan[0] = plan[0].replace(c.diagram.file, e.display)
     legend = index_legend(c.diagram)
@@ -356,7 +357,7 @@ def _page(e: Entry, equations: dict) -> str:
 
     parts.append("<h2>Rosetta stone</h2>")
     parts.append('<p class="note">For every statement: its diagram, its line of PyTorch, its equation and its geometric reading.</p>')
-    parts.append(_rosetta(e, c, c, statements(c), torch_lines.get(None, {}), equations, f"figures/{slug}/s", "statement", format_stmt,
+    parts.append(_rosetta(e, c, c, statements(c), torch_code, equations, f"figures/{slug}/s", "statement", format_stmt,
                           statement_latex, statement_readings))
     for name, blk in c.blocks.items():
         bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
@@ -364,7 +365,7 @@ def _page(e: Entry, equations: dict) -> str:
         parts.append(f'<h2 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h2>')
         parts.append(f'<figure class="full"><img src="figures/{slug}/block-{bslug}.svg" alt="block {html.escape(name)}"></figure>')
         stmts = [s for s in statements(blk) if not _plain_return(s)]
-        parts.append(_rosetta(e, c, blk, stmts, torch_lines.get(name, {}), equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
+        parts.append(_rosetta(e, c, blk, stmts, torch_code, equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
                               format_stmt, statement_latex, statement_readings))
     parts.append("<h2>Generated PyTorch module</h2>")
     parts.append(f'<pre class="source">{html.escape(source)}</pre>')
@@ -386,10 +387,10 @@ def _plain_return(s) -> bool:
     return isinstance(s.stmt, ir.Return) and all(v.op == "ref" for v in s.value.args)
 
 
-def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
+def _rosetta(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
     from penrose.render.figure import to_dot
 
-    all_stmts = _all_statements(body)
+    all_stmts = statements(body)
     rows = []
     step = None
     for s in stmts:
@@ -404,7 +405,7 @@ def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, f
             e.dots[fig] = to_dot(_block_statement_figure(c, body, s, n))
         try:
             latex = statement_latex(c, s)
-        except Exception:  # an equation the printer cannot write: show the code only
+        except PenroseError:  # nested too deep to print: show the code only
             latex = ""
         eq_html = ""
         if latex:
@@ -414,7 +415,7 @@ def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, f
         readings = statement_readings(c, s, body)
         rtext = "".join(f"<p><b>{html.escape(r.title)}.</b> {html.escape(r.text)}</p>" for r in readings)
         code = format_stmt(s.stmt)
-        torch = torch_lines.get(n, "")
+        torch = torch_code.get(s.stmt.span, "")
         rows.append(
             f'<tr id="{html.escape(view_kind.replace(":", "-"))}-{n}"><td class="n">{n}</td>'
             f'<td class="fig"><img src="{fig}" alt="diagram of statement {n}"></td>'
@@ -425,14 +426,8 @@ def _rosetta(e, c, body, stmts, torch_lines, equations, fig_prefix, view_kind, f
     return f'<table class="rosetta">{head}{"".join(rows)}</table>'
 
 
-def _all_statements(body):
-    from penrose.render.figure import statements
-
-    return statements(body)
-
-
 def _block_statement_figure(c, body, s, n):
-    from penrose.render.figure import Figure, Options, _Builder, _stmt_title, index_legend
+    from penrose.render.figure import Figure, Options, _Builder, _stmt_title
 
     fig = Figure(_stmt_title(s, n), "LR", index_legend(c.diagram), header="none")
     b = _Builder(c, Options(), fig)
@@ -440,61 +435,26 @@ def _block_statement_figure(c, body, s, n):
     return fig
 
 
-def _torch_lines(source: str, c) -> dict:
-    """{None or block name: {statement number: its line(s) of the generated forward()}}.
+def _torch_code(c, source: str, source_map: list) -> dict:
+    """{statement span: its lines of the generated PyTorch}, as the compiler's source map pairs
+    them (`generate_source(..., with_map=True)`), every line the statement produced: the
+    temporaries of a deep expression, each narrowed piece of a split.
 
-    The generated source writes each statement as a comment above its code; a statement the
-    compiler fuses into a later one (attention) is marked '(fused below)'. Without those
-    comments, statements are matched to assignments in order."""
-    import dataclasses
+    An assignment's code opens with the statement itself as a comment, which the row shows
+    already above it; a statement the compiler fuses into a later attention call has nothing
+    else, and says so."""
+    import textwrap
 
-    from penrose.compiler import _camel
-    from penrose.fmt import format_stmt
-    from penrose.render.figure import statements
+    from penrose.fuse import find_attention
 
-    classes: dict = {}
-    current = None
-    for line in source.splitlines():
-        m = re.match(r"class (\w+)\(torch\.nn\.Module\):", line)
-        if m:
-            current = m.group(1)
-            classes[current] = []
-            continue
-        if current is not None:
-            classes[current].append(line)
-    top_class = list(classes)[-1] if classes else None  # the diagram's class comes last
-    bodies = [(None, c, top_class)] + [(name, blk, _camel(name) + "Block") for name, blk in c.blocks.items()]
+    fused = {a.stmt.span for body in (c, *c.blocks.values()) for att in find_attention(body).values() for a in att.absorbed}
+    lines = source.splitlines()
     out = {}
-    for key, body, cls in bodies:
-        lines = classes.get(cls, [])
-        start = next((i for i, l in enumerate(lines) if l.strip().startswith("def forward(")), None)
-        if start is None:
-            out[key] = {}
-            continue
-        fwd = [l.strip() for l in lines[start + 1 :]]
-        found = {}
-        pos = 0
-        for n, s in enumerate(statements(body), 1):
-            st = dataclasses.replace(s.stmt, note="") if hasattr(s.stmt, "note") else s.stmt
-            text = " ".join(format_stmt(st).split())
-            hit = next((i for i in range(pos, len(fwd)) if fwd[i].startswith("#") and " ".join(fwd[i][1:].split()).startswith(text)), None)
-            if hit is not None:
-                rest = " ".join(fwd[hit][1:].split())[len(text):].strip()
-                code = []
-                for l in fwd[hit + 1 : hit + 2]:  # a statement is one line of code
-                    if l and not l.startswith("#") and not l.startswith("def "):
-                        code.append(l)
-                found[n] = "\n".join(code) or rest
-                if rest.startswith("(fused"):
-                    found[n] = f"# {rest[1:-1] if rest.endswith(')') else rest}"
-                pos = hit + 1
-                continue
-            prefix = (", ".join(s.stmt.targets) + " = ") if isinstance(s.stmt, ir.Assign) else "return "
-            hit = next((i for i in range(pos, len(fwd)) if fwd[i].startswith(prefix)), None)
-            if hit is not None:
-                found[n] = fwd[hit]
-                pos = hit + 1
-        out[key] = found
+    for _cls, span, first, last in source_map:
+        code = lines[first - 1 : last]
+        if code and code[0].lstrip().startswith("#"):
+            code = code[1:]  # the statement, as the diagram writes it
+        out[span] = "# fused below" if span in fused and not code else textwrap.dedent("\n".join(code))
     return out
 
 

@@ -1,7 +1,7 @@
 """Steerling-8B, full, from diagrams: the released model (steerling 0.2.0) compiled from
 zoo/steerling/*.pen. See docs/steerling.md."""
 
-from zoo.steerling.model import (
+from penrose_zoo.steerling.model import (
     CONCEPT_DEFAULTS,
     MODEL_DEFAULTS,
     RELEASE_NAMES,

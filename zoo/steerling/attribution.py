@@ -3,7 +3,7 @@
 Index legend: b batch, t position, v vocabulary, e embedding, n known concept, m unknown
 concept, j target token slot, k active-concept slot, s interpolation step.
 
-The protocol (what an adapter around zoo.steerling.Steerling implements; tests use a stand-in)
+The protocol (what an adapter around penrose_zoo.steerling.Steerling implements; tests use a stand-in)
 --------------------------------------------------------------------------------------------
 ConceptLM, a torch.nn.Module with:
 
@@ -15,11 +15,11 @@ ConceptLM, a torch.nn.Module with:
       omit the ones it does not support. Interventions in the form of Steerling.forward:
       intervene_known / intervene_unknown {concept id: value} replace that concept's
       post-top-k weight at `positions` ((b, t) bool, default every position). A value is a
-      float, or a (b, t) tensor of per-position values (zoo.steerling.steer needs this form
+      float, or a (b, t) tensor of per-position values (penrose_zoo.steerling.steer needs this form
       only for scale factors and for switching ε off around an unknown-only edit). Whenever
       intervene_known is non-empty, ε is switched off (epsilon None) and the LM head reads
       k̂ + û, as in the release.
-      known_gt_features (b, t, e): teacher-forced k̂_gt (zoo.steerling.losses), optional.
+      known_gt_features (b, t, e): teacher-forced k̂_gt (penrose_zoo.steerling.losses), optional.
   concept_embeddings(kind: 'known' | 'unknown', ids: int64 (...) | None = None) -> (..., e)
       rows of the concept embedding table (K: n × e, U: m × e); ids None gives the whole
       table. (Factorised heads return coef[ids] @ basisᵀ, never the full table unless asked.)
@@ -72,7 +72,7 @@ from typing import Callable, Protocol, runtime_checkable
 import torch
 from torch import Tensor
 
-from zoo.steerling.losses import get_field
+from penrose_zoo.steerling.losses import get_field
 
 __all__ = [
     "ConceptLM",

@@ -120,8 +120,8 @@ def main(argv=None) -> int:
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
         return 1
-    except ValueError as e:  # zoo.data.DataError (corpus problems) is a ValueError
-        from zoo.data import DataError
+    except ValueError as e:  # penrose_zoo.data.DataError (corpus problems) is a ValueError
+        from penrose_zoo.data import DataError
 
         if not isinstance(e, DataError):
             raise
@@ -146,8 +146,8 @@ def _generate(args) -> int:
     import torch
 
     from penrose.errors import PenroseError
-    from zoo.steerling.generate import ByteTokenizer, generate
-    from zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.generate import ByteTokenizer, generate
+    from penrose_zoo.steerling.model import Steerling
 
     model = Steerling.load(args.checkpoint).eval()
     tok = ByteTokenizer()
@@ -174,7 +174,7 @@ def _generate(args) -> int:
 
 
 def _init(args) -> int:
-    from zoo.steerling.model import RELEASE_VOCAB_SIZE, Steerling
+    from penrose_zoo.steerling.model import RELEASE_VOCAB_SIZE, Steerling
 
     m, c = (TINY_MODEL, TINY_CONCEPTS) if args.tiny else ({}, {})
     vocab = args.vocab_size or (260 if args.tiny else RELEASE_VOCAB_SIZE)
@@ -185,7 +185,7 @@ def _init(args) -> int:
 
 
 def _info(args) -> int:
-    from zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.model import Steerling
 
     model = Steerling.load(args.checkpoint)
     print(json.dumps({"variant": model.variant, "parameters": model.num_parameters(), "sizes": model.sizes,
@@ -196,7 +196,7 @@ def _info(args) -> int:
 def _train(args) -> int:
     import torch
 
-    from zoo.steerling.train import TrainConfig, train
+    from penrose_zoo.steerling.train import TrainConfig, train
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -231,8 +231,8 @@ def _explain(args) -> int:
 
     import torch
 
-    from zoo.steerling.attribution import LogitTarget, concept_attribution, forward_ids, integrated_gradients
-    from zoo.steerling.train import load_checkpoint
+    from penrose_zoo.steerling.attribution import LogitTarget, concept_attribution, forward_ids, integrated_gradients
+    from penrose_zoo.steerling.train import load_checkpoint
 
     model, tok, names, _ = load_checkpoint(args.checkpoint)
     model.eval()
@@ -307,9 +307,9 @@ def _steer(args) -> int:
     import torch
 
     from penrose.errors import PenroseError
-    from zoo.steerling.attribution import forward_ids
-    from zoo.steerling.steer import Intervention, concept_top_tokens, intervention_kwargs
-    from zoo.steerling.train import concept_id, load_checkpoint
+    from penrose_zoo.steerling.attribution import forward_ids
+    from penrose_zoo.steerling.steer import Intervention, concept_top_tokens, intervention_kwargs
+    from penrose_zoo.steerling.train import concept_id, load_checkpoint
 
     if (args.scale is None) == (args.value is None):
         raise PenroseError("give exactly one of --scale S or --value V")
@@ -358,7 +358,7 @@ def _steer(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from zoo.steerling.train import evaluate_checkpoint
+    from penrose_zoo.steerling.train import evaluate_checkpoint
 
     r = evaluate_checkpoint(args.checkpoint, max_batches=args.max_batches)
     if args.json:

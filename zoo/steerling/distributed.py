@@ -1,5 +1,5 @@
 """Steerling training under PyTorch's distributed engine: DDP, or FSDP2 (`fully_shard`), one
-process per device, started by torchrun. zoo.steerling.train calls `setup()`; outside torchrun it
+process per device, started by torchrun. penrose_zoo.steerling.train calls `setup()`; outside torchrun it
 returns None and training is the single-process loop, untouched.
 
     torchrun --nproc_per_node 2 -m penrose.cli steerling train --preset tiny --data fortunes --steps 200 --out run
@@ -143,7 +143,7 @@ class _Local:
 
 
 class TrainForward(torch.nn.Module):
-    """Steerling's training forward pass (zoo.steerling.attribution.forward_ids) as one module call,
+    """Steerling's training forward pass (penrose_zoo.steerling.attribution.forward_ids) as one module call,
     returning the fields the losses read as a dict of tensors, and k̂_gt = labels · K (b, t, e) of
     the chunk labels (fed to the LM head under teacher forcing; the reconstruction target)."""
 
@@ -152,8 +152,8 @@ class TrainForward(torch.nn.Module):
         self.model = model
 
     def forward(self, input_ids, chunk_index, chunk_labels, teacher_forcing: float = 0.0) -> dict:
-        from zoo.steerling.attribution import forward_ids
-        from zoo.steerling.losses import known_gt_features
+        from penrose_zoo.steerling.attribution import forward_ids
+        from penrose_zoo.steerling.losses import known_gt_features
 
         kgt = known_gt_features(chunk_index, chunk_labels, self.model.concept_embeddings("known"))
         kw = dict(known_gt_features=kgt, teacher_forcing=teacher_forcing) if teacher_forcing > 0 else {}
@@ -210,7 +210,7 @@ class Distributed:
     # -- set-up --------------------------------------------------------------------------------
     def tokenizer(self, make):
         """make() on rank 0, broadcast (a BPE trained on the corpus is then the same everywhere)."""
-        from zoo.steerling.tokenizer import BPETokenizer, ByteTokenizer
+        from penrose_zoo.steerling.tokenizer import BPETokenizer, ByteTokenizer
 
         box = [None]
         if self.is_main:
@@ -256,14 +256,13 @@ class Distributed:
                 opt.state[p][k] = v.to(self.device).clone()
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save_checkpoint(self, out: Path, model, tok, concept_names, opt, cfg, step: int, history: dict) -> None:
-        """train.save_checkpoint from rank 0. FSDP: every rank takes part in gathering each
-        parameter and optimizer tensor to the CPU; rank 0 writes them through an unsharded copy."""
-        from zoo.steerling import train as T
-
+    def save_checkpoint(self, write, out: Path, model, tok, concept_names, opt, cfg, step: int, history: dict) -> None:
+        """`write` (train.save_checkpoint, which calls this) from rank 0. FSDP: every rank takes part
+        in gathering each parameter and optimizer tensor to the CPU; rank 0 writes them through an
+        unsharded copy."""
         if not self.fsdp:
             if self.is_main:
-                T.save_checkpoint(out, model, tok, concept_names, opt, cfg, step, history)
+                write(out, model, tok, concept_names, opt, cfg, step, history)
             return
         from torch.distributed.tensor import DTensor
 
@@ -282,11 +281,11 @@ class Distributed:
         host = self._unsharded_copy(model)
         for name, p in host.net.named_parameters():
             p.data.copy_(weights[name])
-        T.save_checkpoint(out, host, tok, concept_names, opt, cfg, step, history, optimizer_tensors=opt_tensors)
+        write(out, host, tok, concept_names, opt, cfg, step, history, optimizer_tensors=opt_tensors)
 
     def _unsharded_copy(self, model):
         if self._host is None:
-            from zoo.steerling.model import Steerling
+            from penrose_zoo.steerling.model import Steerling
 
             host = Steerling(model.model_config, model.concept_config, model.vocab_size,
                              causal=model.variant == "causal", large_concept_threshold=model.large_concept_threshold)
@@ -300,8 +299,8 @@ class Distributed:
         """(this rank's loss, parts of the global batch's loss) for a global LMBatch; the
         averaged gradient of the ranks' losses is the single-process gradient (module docstring).
         local=True: this process runs the whole batch alone (validation)."""
-        from zoo.steerling.losses import (chunk_log_absence, diffusion_noise, independence_loss, presence_bce,
-                                          teacher_forcing_alpha)
+        from penrose_zoo.steerling.losses import (chunk_log_absence, diffusion_noise, independence_loss, presence_bce,
+                                                  teacher_forcing_alpha)
 
         comm = _Local if local else self
         W = comm.world

@@ -1,13 +1,14 @@
 """The base-vs-concept-module experiment of docs/experiments.md, in one command:
 
-    python -m zoo.steerling.experiment [--steps 1500] [--out build/experiment] [--figures docs/figures/experiments]
+    python -m penrose_zoo.steerling.experiment [--steps 1500] [--out build/experiment]
+                                               [--figures docs/figures/experiments]
 
 Two models with the same backbone (preset `small`), data (fortunes), seed and steps:
   base     ε on and every concept loss at λ = 0: the LM head reads h, so this is a plain LM
            (the concept heads are carried along untrained; they do not touch the logits);
   concept  the pure bottleneck of the post (ε off: the head reads k̂ + û) with the concept,
            independence and reconstruction losses (λ = 0.1, 1, 0.1).
-Each is trained (resumable: rerunning continues), evaluated with zoo.steerling.train.
+Each is trained (resumable: rerunning continues), evaluated with penrose_zoo.steerling.train.
 evaluate_checkpoint, and the results go to FIGURES/results.json, FIGURES/val_loss.png and
 FIGURES/metrics.png; a markdown table is printed.
 """
@@ -32,9 +33,9 @@ METRICS = ("val_loss", "concept_auc", "token_control", "hsic_linear", "hsic_rbf"
 def main(argv=None) -> int:
     import torch
 
-    from zoo.steerling.train import TrainConfig, evaluate_checkpoint, train
+    from penrose_zoo.steerling.train import TrainConfig, evaluate_checkpoint, train
 
-    p = argparse.ArgumentParser(prog="python -m zoo.steerling.experiment")
+    p = argparse.ArgumentParser(prog="python -m penrose_zoo.steerling.experiment")
     p.add_argument("--steps", type=int, default=1500)
     p.add_argument("--preset", default="small")
     p.add_argument("--max-chunks", type=int, default=0)

@@ -17,7 +17,7 @@ Chunks and labels
     Concept ids index `ConceptCorpus.concept_names`, which is sorted.
 
 Split
-    Fixed and documented: `zoo.data.is_validation(text, val_fraction, salt)` on the chunk text
+    Fixed and documented: `penrose_zoo.data.is_validation(text, val_fraction, salt)` on the chunk text
     (SHA-256, so identical on every machine; duplicates land on the same side). Default
     val_fraction 0.2, salt ''.
 
@@ -31,11 +31,11 @@ Sequences (`pack_chunks`)
     `PackedData.chunk_labels`), or −1 for <|bos|> and <|pad|>; the <|eoc|> token belongs to the
     chunk it closes. Attention may cross chunk boundaries (ordinary packed pre-training).
 
-Errors (zoo.data.DataError, naming the file or directory): everything read_category_corpus
+Errors (penrose_zoo.data.DataError, naming the file or directory): everything read_category_corpus
 rejects (missing/empty directory, empty files, broken '%' separators, over-long entries), a
 corpus in which no chunk has a concept label, and a split that leaves one side empty.
 
-    >>> from zoo.steerling.tokenizer import ByteTokenizer
+    >>> from penrose_zoo.steerling.tokenizer import ByteTokenizer
     >>> corpus = load_concept_corpus()                                    # doctest: +SKIP
     >>> train = pack_chunks(corpus.train, ByteTokenizer(), seq_len=256, n_concepts=corpus.n_concepts)  # doctest: +SKIP
     >>> batch = next(iterate_lm_batches(train, batch_size=8))            # doctest: +SKIP
@@ -53,7 +53,7 @@ from typing import Iterable, Iterator, Mapping, Sequence
 
 import torch
 
-from zoo.data import FORTUNES_DIR, DataError, is_validation, read_category_corpus
+from penrose_zoo.data import FORTUNES_DIR, DataError, is_validation, read_category_corpus
 
 __all__ = [
     "LabelledChunk",
@@ -205,7 +205,7 @@ def pack_chunks(
     """Tokenise chunks (each + <|eoc|>) and pack them whole into rows of `seq_len` (see module doc).
 
     tokenizer: anything with encode_batch(texts) -> list of id lists, and pad_id, bos_id,
-    eoc_id (zoo.steerling.tokenizer). shuffle_seed: order of chunks before packing (None keeps
+    eoc_id (penrose_zoo.steerling.tokenizer). shuffle_seed: order of chunks before packing (None keeps
     the given order).
     """
     room = seq_len - (1 if add_bos else 0)

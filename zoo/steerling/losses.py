@@ -22,11 +22,11 @@ Index legend: b batch, t position, v vocabulary, e embedding, n known concept, c
 Teacher forcing: `known_gt_features` gives k̂_gt (b, t, e) from chunk labels and the known
 embedding table; `teacher_forced_features(k_pred, k_gt, alpha)` mixes them and
 `teacher_forcing_alpha(step, ...)` anneals alpha linearly from 1 to 0. A model that accepts
-`known_gt_features=` in forward_from_embeddings (protocol in zoo.steerling.attribution) reads it.
+`known_gt_features=` in forward_from_embeddings (protocol in penrose_zoo.steerling.attribution) reads it.
 
 `steerling_loss(out, batch, ...)` assembles the four terms from a model output (fields `logits`,
 `hidden`, `known_features`, `unknown_features`, `known_logits`; see the protocol) and an
-`LMBatch` (zoo.steerling.lm_data), with the weights in `LossWeights`.
+`LMBatch` (penrose_zoo.steerling.lm_data), with the weights in `LossWeights`.
 """
 
 from __future__ import annotations

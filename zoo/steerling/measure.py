@@ -2,25 +2,25 @@
 
 Index legend: b batch, t position, v vocabulary, e embedding, n known concept, c chunk.
 
-Model protocol: `ConceptLM` in zoo.steerling.attribution (embed, forward_from_embeddings,
+Model protocol: `ConceptLM` in penrose_zoo.steerling.attribution (embed, forward_from_embeddings,
 concept_embeddings, lm_head_weight; output fields logits, known_logits, known_features,
-unknown_features, epsilon and the concept weights). Data: LMBatch from zoo.steerling.lm_data.
+unknown_features, epsilon and the concept weights). Data: LMBatch from penrose_zoo.steerling.lm_data.
 
   concept detection AUC   per known concept, ROC-AUC of the chunk-level presence
-                          P = 1 − ∏_t(1 − σ(z_t)) (log space, zoo.steerling.losses) against the
+                          P = 1 − ∏_t(1 − σ(z_t)) (log space, penrose_zoo.steerling.losses) against the
                           chunk labels; the mean over concepts whose labels have both classes
-                          (zoo.metrics.concept_aucs). Chunks cut across batches count per piece.
+                          (penrose_zoo.metrics.concept_aucs). Chunks cut across batches count per piece.
   token control           per concept, the probability mass softmax(v_c Wᵀ) puts on its 10
                           most likely tokens: the concept embedding read by the LM head alone.
                           1.0 = all on ten tokens; 10/|V| = spread uniformly.
   HSIC                    between the concept pathway k̂ and the residual pathway û over a sample
                           of tokens, biased estimator, linear kernel and RBF with median-heuristic
-                          bandwidths (zoo.metrics.hsic, float64). Lower = more independent.
+                          bandwidths (penrose_zoo.metrics.hsic, float64). Lower = more independent.
   probing gap             per concept, a logistic-regression probe (scikit-learn, standardised
                           inputs) on chunk-mean k̂ and on chunk-mean û, fit on training chunks,
                           ROC-AUC on validation chunks; gap = AUC(k̂) − AUC(û), averaged.
   logit share             per position and target token, from the exact attribution
-                          (zoo.steerling.attribution): share_concept = (|K| + |U|)/(|K| + |U| + |ε|)
+                          (penrose_zoo.steerling.attribution): share_concept = (|K| + |U|)/(|K| + |U| + |ε|)
                           and share_known = |K|/(|K| + |U| + |ε|), K, U, ε the summed known,
                           unknown and ε parts of the logit. 1.0 = fully explained by concepts.
 
@@ -36,9 +36,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from zoo.metrics import concept_aucs, hsic
-from zoo.steerling.attribution import ConceptLM, concept_attribution, forward_ids
-from zoo.steerling.losses import chunk_log_absence, chunk_presence, get_field
+from penrose_zoo.metrics import concept_aucs, hsic
+from penrose_zoo.steerling.attribution import ConceptLM, concept_attribution, forward_ids
+from penrose_zoo.steerling.losses import chunk_log_absence, chunk_presence, get_field
 
 __all__ = [
     "ChunkStats",

@@ -1,6 +1,6 @@
 """Steerling-8B as released (steerling 0.2.0), compiled from the diagrams in this folder.
 
-    from zoo.steerling import Steerling
+    from penrose_zoo.steerling import Steerling
     model = Steerling.from_release(state_dict, model_config, concept_config, vocab_size)
     out = model(input_ids)                      # out.logits, out.hidden, out.known_features, ...
     out = model(input_ids, intervene_known={concept_id: value})
@@ -62,7 +62,7 @@ HIDDEN_DIAGRAMS = {"block_causal": HERE / "steerling_hidden.pen", "causal": HERE
 READOUT_DIAGRAM = HERE / "steerling_readout.pen"
 # The concept heads of concepts.pen (the released 8B); other configs swap in another file per head.
 DEFAULT_HEADS = ("concepts_known.pen", "concepts_unknown.pen")
-BYTE_MASK_ID = 259  # the byte tokenizer's [MASK] (zoo.steerling.tokenizer / generate)
+BYTE_MASK_ID = 259  # the byte tokenizer's [MASK] (penrose_zoo.steerling.tokenizer / generate)
 
 # Field names as in steerling.configs; values are the released Steerling-8B.
 MODEL_DEFAULTS: dict = {
@@ -497,7 +497,7 @@ class Steerling(torch.nn.Module):
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.contiguous().cpu() for k, v in self.release_state_dict().items()}
         tmp = path / "model.safetensors.tmp"
-        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "penrose zoo.steerling"})
+        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "penrose_zoo.steerling"})
         os.replace(tmp, path / "model.safetensors")
         atomic_write_text(path / "config.json", json.dumps(self.config_dict(), indent=2) + "\n")
         return path
@@ -699,7 +699,7 @@ class Steerling(torch.nn.Module):
         dense logits and weights (a diagram's), features, and for a blocked head its reported
         top-k (logits, ids), the (ids, weights) its features are built from, and (unknown head)
         a function k -> its top-k (logits, ids)."""
-        from zoo.steerling.blocked import large_head, select_topk
+        from penrose_zoo.steerling.blocked import large_head, select_topk
 
         sz, blk = self.sizes, self.concept_block
         net = self.intervention_net()
@@ -761,7 +761,7 @@ class Steerling(torch.nn.Module):
         net.train(self.training)
         return net
 
-    # -- the ConceptLM protocol (zoo.steerling.attribution) -----------------------------------
+    # -- the ConceptLM protocol (penrose_zoo.steerling.attribution) -----------------------------------
     def embed(self, input_ids: Tensor) -> Tensor:
         """Token embeddings (rows of the tied table), the backbone's input: (..., t) -> (..., t, e)."""
         self.check_input_ids(input_ids)

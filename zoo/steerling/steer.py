@@ -2,7 +2,7 @@
 
 Index legend: b batch, t position, v vocabulary, e embedding.
 
-Model protocol: `ConceptLM` in zoo.steerling.attribution. This module uses embed,
+Model protocol: `ConceptLM` in penrose_zoo.steerling.attribution. This module uses embed,
 forward_from_embeddings with intervene_known / intervene_unknown / positions (the form of
 Steerling.forward), concept_embeddings and lm_head_weight; output fields logits and the
 known/unknown weights.
@@ -42,8 +42,8 @@ from typing import Mapping
 import torch
 from torch import Tensor
 
-from zoo.steerling.attribution import ConceptLM, active_concepts, forward_ids
-from zoo.steerling.losses import get_field
+from penrose_zoo.steerling.attribution import ConceptLM, active_concepts, forward_ids
+from penrose_zoo.steerling.losses import get_field
 
 __all__ = [
     "Intervention",

@@ -15,7 +15,7 @@ Nothing here downloads anything. Two kinds, one interface (`encode`, `decode`, `
 
 The special tokens are never part of the text-to-ids mapping: `encode` cannot produce them, so a
 text that happens to contain the string "<|eoc|>" is encoded as ordinary bytes, and no chunk can
-end early. Callers append them (see zoo.steerling.lm_data). `decode` renders them as their names,
+end early. Callers append them (see penrose_zoo.steerling.lm_data). `decode` renders them as their names,
 or drops them with skip_special=True.
 
 Saving: one JSON file (conventionally `tokenizer.json` next to a checkpoint), holding

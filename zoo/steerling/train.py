@@ -2,13 +2,13 @@
 the concept-module post, checkpoints that resume exactly, validation, and the metrics.
 
     penrose steerling train --preset tiny --data fortunes --steps 200 --out runs/tiny
-    python -m zoo.steerling.train ...            (the same)
+    python -m penrose_zoo.steerling.train ...    (the same)
 
 Index legend: b batch, t position, v vocabulary, e embedding, n known concept.
 
 A checkpoint (the folder --out, rewritten every --save-every steps and at the end):
   model.safetensors, config.json   Steerling.save (release keys; configs, variant, mask id)
-  tokenizer.json                   zoo.steerling.tokenizer (byte-level or corpus BPE)
+  tokenizer.json                   penrose_zoo.steerling.tokenizer (byte-level or corpus BPE)
   concepts.json                    the known concept names, id order
   optimizer.safetensors            AdamW moments and step counts, one entry per parameter
   train.json                       the training configuration, the step reached, the history
@@ -21,7 +21,7 @@ order of epoch k is randperm(seed, k), the diffusion noise of step s uses a gene
 with (seed, s). So an interrupted run that resumes ends bit-identical to an uninterrupted one
 (the test checks this with --stop-after).
 
-Objective (zoo.steerling.losses.steerling_loss): L_token + λ_concept L_concept + λ_indep L_indep
+Objective (penrose_zoo.steerling.losses.steerling_loss): L_token + λ_concept L_concept + λ_indep L_indep
 + λ_rec L_rec; token loss next-token CE for the causal variant, masked diffusion (mean over
 masked tokens, t ~ U(0,1) per diffusion block) for the block-causal one. --epsilon keeps the
 release's residual ε (the LM head reads h; the concept module is then a side branch); without
@@ -33,6 +33,7 @@ steps (only has an effect with ε off).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -105,7 +106,7 @@ class TrainConfig:
 
 
 def data_dir(data: str) -> str:
-    from zoo.data import FORTUNES_DIR
+    from penrose_zoo.data import FORTUNES_DIR
 
     return FORTUNES_DIR if data == "fortunes" else data
 
@@ -116,10 +117,10 @@ def data_dir(data: str) -> str:
 
 
 def load_corpus(cfg: TrainConfig):
-    """The labelled corpus (zoo.steerling.lm_data), with max_chunks applied to the train side
+    """The labelled corpus (penrose_zoo.steerling.lm_data), with max_chunks applied to the train side
     (a fixed sample by seed) and to the validation side (a quarter as many)."""
-    from zoo.data import DataError
-    from zoo.steerling.lm_data import ConceptCorpus, load_concept_corpus
+    from penrose_zoo.data import DataError
+    from penrose_zoo.steerling.lm_data import ConceptCorpus, load_concept_corpus
 
     path = data_dir(cfg.data)
     if not Path(path).is_dir():
@@ -134,7 +135,7 @@ def load_corpus(cfg: TrainConfig):
 
 
 def make_tokenizer(cfg: TrainConfig, corpus):
-    from zoo.steerling.tokenizer import BPETokenizer, ByteTokenizer
+    from penrose_zoo.steerling.tokenizer import BPETokenizer, ByteTokenizer
 
     if cfg.tokenizer == "byte":
         return ByteTokenizer()
@@ -142,7 +143,7 @@ def make_tokenizer(cfg: TrainConfig, corpus):
 
 
 def make_model(cfg: TrainConfig, n_concepts: int, vocab_size: int, mask_id: int):
-    from zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.model import Steerling
 
     p = PRESETS[cfg.preset]
     m = dict(p["model"], block_size=max(p["model"]["block_size"], cfg.seq_len))
@@ -156,7 +157,7 @@ def make_model(cfg: TrainConfig, n_concepts: int, vocab_size: int, mask_id: int)
 
 
 def packed(cfg: TrainConfig, corpus, tok):
-    from zoo.steerling.lm_data import pack_chunks
+    from penrose_zoo.steerling.lm_data import pack_chunks
 
     train = pack_chunks(corpus.train, tok, cfg.seq_len, n_concepts=corpus.n_concepts, shuffle_seed=cfg.seed)
     val = pack_chunks(corpus.val, tok, cfg.seq_len, n_concepts=corpus.n_concepts, shuffle_seed=0)
@@ -165,7 +166,7 @@ def packed(cfg: TrainConfig, corpus, tok):
 
 def batch_of(data, rows: torch.Tensor):
     """An LMBatch of the given rows of PackedData (chunk indices made local)."""
-    from zoo.steerling.lm_data import PackedData, iterate_lm_batches
+    from penrose_zoo.steerling.lm_data import PackedData, iterate_lm_batches
 
     sub = PackedData(data.input_ids[rows], data.chunk_index[rows], data.chunk_labels, pad_id=data.pad_id)
     batch = next(iterate_lm_batches(sub, len(rows)))
@@ -181,7 +182,7 @@ def train_rows(n_rows: int, batch_size: int, seed: int, step: int) -> torch.Tens
 
 
 def val_batches(val, cfg: TrainConfig, limit: int | None = None) -> list:
-    from zoo.steerling.lm_data import iterate_lm_batches
+    from penrose_zoo.steerling.lm_data import iterate_lm_batches
 
     out = list(iterate_lm_batches(val, cfg.batch_size))
     return out if limit is None else out[:limit]
@@ -197,9 +198,9 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 
 def batch_loss(model, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True):
     """(loss, parts) of one batch; the token loss by the variant's objective."""
-    from zoo.steerling.attribution import forward_ids
-    from zoo.steerling.losses import (LossWeights, diffusion_noise, known_gt_features, steerling_loss,
-                                      teacher_forcing_alpha)
+    from penrose_zoo.steerling.attribution import forward_ids
+    from penrose_zoo.steerling.losses import (LossWeights, diffusion_noise, known_gt_features, steerling_loss,
+                                              teacher_forcing_alpha)
 
     weights = LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec)
     K = model.concept_embeddings("known")
@@ -294,8 +295,8 @@ def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
 
 def load_checkpoint(path: str | os.PathLike):
     """(model, tokenizer, concept names, train state) of a training checkpoint folder."""
-    from zoo.steerling.model import Steerling
-    from zoo.steerling.tokenizer import load_tokenizer
+    from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.tokenizer import load_tokenizer
 
     path = Path(path)
     if not path.is_dir():
@@ -332,10 +333,10 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
     stop_after: stop (with a checkpoint) after this many steps of this call, as an interruption.
 
     Under torchrun (or in a process group the caller initialised) every process is one rank of a
-    data-parallel run (zoo.steerling.distributed): DDP, or FSDP2 with fsdp=True; each global
+    data-parallel run (penrose_zoo.steerling.distributed): DDP, or FSDP2 with fsdp=True; each global
     batch is split over the ranks, and the weights equal the single-process run's up to float32
     reduction order. Only rank 0 writes the checkpoint, the log and the progress bar."""
-    from zoo.steerling import distributed
+    from penrose_zoo.steerling import distributed
 
     ddp = distributed.setup(fsdp=fsdp)  # None: one process (the loop below, unchanged)
     try:
@@ -349,8 +350,8 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
 def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress, log, ddp) -> dict:
     from tqdm import tqdm
 
-    from zoo.steerling.model import Steerling
-    from zoo.steerling.tokenizer import load_tokenizer
+    from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.tokenizer import load_tokenizer
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
     main = ddp is None or ddp.is_main
@@ -399,7 +400,8 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
     if ddp is not None:
         log(f"{'FSDP2' if ddp.fsdp else 'DDP'}: {ddp.world} processes ({ddp.device.type}), "
             f"{cfg.batch_size} rows per step split over them")
-    save = save_checkpoint if ddp is None else ddp.save_checkpoint
+    # under DDP/FSDP the ranks gather the weights and rank 0 writes them with save_checkpoint
+    save = save_checkpoint if ddp is None else functools.partial(ddp.save_checkpoint, save_checkpoint)
     model.train()
     end = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="train", dynamic_ncols=True, file=sys.stderr)
@@ -446,14 +448,14 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
 
 
 def evaluate_checkpoint(path: str | os.PathLike, *, max_batches: int = 16, steering_concepts: int = 5) -> dict:
-    """Validation loss and the metrics of zoo.steerling.measure on a training checkpoint:
+    """Validation loss and the metrics of penrose_zoo.steerling.measure on a training checkpoint:
     detection AUC per concept and mean, token control, HSIC (linear, RBF), probing gap, logit
     share, and the steering effect (suppress / boost) of the most frequent concepts."""
     import numpy as np
 
-    from zoo.steerling import measure
-    from zoo.steerling.attribution import forward_ids
-    from zoo.steerling.steer import steering_effect
+    from penrose_zoo.steerling import measure
+    from penrose_zoo.steerling.attribution import forward_ids
+    from penrose_zoo.steerling.steer import steering_effect
 
     model, tok, names, state = load_checkpoint(path)
     model.eval()
@@ -506,6 +508,6 @@ def evaluate_checkpoint(path: str | os.PathLike, *, max_batches: int = 16, steer
 
 
 if __name__ == "__main__":  # pragma: no cover
-    from zoo.steerling.cli import main
+    from penrose_zoo.steerling.cli import main
 
     sys.exit(main(["train", *sys.argv[1:]]))

@@ -1,0 +1,147 @@
+"""The checked IR: what `penrose.check` returns and every back end reads.
+
+A few small records, torch-free. Their invariants, all established by the checker:
+
+- **One body per `Checked`.** The diagram's top level and each block body is a `Checked`; they
+  share one `Sizes` (size classes), one `dims` table (dim name -> class) and one `blocks` dict
+  (block name -> its `Checked`, callees before their callers). `is_block` tells them apart.
+- **Statements in source order.** `stmts` holds one `CStmt` per statement of the body, comments
+  included (captions need them); the top level's dims, blocks and includes are collected by the
+  checker and are not among them (a block's own dims are). `CStmt.value` is the checked `V` of an assignment or a return
+  and None for every other statement; `types` are the types of its results (one per target of
+  an assignment, one per returned value); `step` is the `# N) caption` step it belongs to.
+- **SSA versions.** `CStmt.versions[i]` numbers the definitions of `targets[i]` in the body: 0
+  for a name's first definition, one more for each reassignment (`Z = Z + h` over an input `Z`
+  makes version 1). A `ref` value records the version it reads, so (name, version) identifies a
+  tensor; an output reads the last version of its name.
+- **Values are trees compared by identity.** `V` is frozen with `eq=False`: `id(v)` is a key,
+  and a value read twice is two `ref`s. `V.op` is one of the checker's op codes — atoms `num`,
+  `dimsize`, `ref`; plain-number arithmetic `neg`, `sbin`, `sfunc`; the operations of
+  `penrose.ops` (`unary`, `binop`, `einsum`, `softmax`, ... refined to table names by
+  `ops.key`); `block` (a call of a block instance) and `return`. Its `attrs` carry what the
+  op needs (leg positions already resolved to axes, keyword values already validated).
+- **Types.** `TType.legs` and `TType.cls` are parallel: each leg's name and size class. `dtype`
+  is float, int, bool, or `scalar` for a plain number (then legs are empty: `SCALAR`). `batched`
+  means the tensor may carry leading batch dims at run time (an input's `...`). A value that
+  yields several tensors (`split`, a block returning several) lists them in `outs`.
+- **Declarations.** `decls` maps each input, param, buffer and block formal to its `Decl`
+  (the IR tensor and its type); `outputs` is [(name, type)] (a block's are out0, out1, ...);
+  `instances` maps each block instance to its block and `repeat` count.
+
+>>> from penrose.check import check
+>>> from penrose.parse import parse
+>>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\ny = y + x\\noutput y"))
+>>> [(s.targets, s.versions, s.value.op) for s in c.stmts if s.value is not None]
+[(('y',), (0,), 'binop'), (('y',), (1,), 'binop')]
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from penrose import ir
+from penrose.errors import Span
+from penrose.sizes import Sizes
+
+
+@dataclass(frozen=True)
+class TType:
+    legs: tuple[str, ...]
+    cls: tuple[int, ...]
+    dtype: str = "float"  # float | int | bool | scalar
+    batched: bool = False
+
+
+SCALAR = TType((), (), "scalar", False)
+
+
+@dataclass(frozen=True, eq=False)
+class V:
+    """One checked operation: its operator, arguments, attributes and result type."""
+
+    op: str
+    args: tuple = ()
+    attrs: dict = field(default_factory=dict)
+    type: TType = SCALAR
+    outs: tuple = ()  # result types when the op yields several (split, block calls)
+    span: Span = field(default_factory=Span)
+
+    @property
+    def legs(self):
+        return self.type.legs
+
+
+@dataclass
+class CStmt:
+    stmt: object  # the ir statement
+    targets: tuple[str, ...] = ()
+    value: V | None = None
+    types: tuple = ()
+    step: int | None = None
+    versions: tuple = ()  # SSA version of each target (0 for its first definition)
+
+
+@dataclass
+class Decl:
+    tensor: ir.Tensor
+    type: TType
+
+
+@dataclass
+class Instance:
+    name: str
+    block: str
+    repeat: int | None
+    span: Span
+
+
+@dataclass
+class Checked:
+    """A checked diagram (or block body): values typed, sizes resolved."""
+
+    diagram: ir.Diagram
+    name: str
+    sizes: Sizes
+    dims: dict  # name -> class
+    decls: dict  # name -> Decl (inputs, params, buffers, formals)
+    stmts: list  # CStmt, in order (comments included, for captions)
+    outputs: list  # (name, TType)
+    blocks: dict  # name -> Checked
+    instances: dict  # name -> Instance
+    labels: dict
+    warnings: list  # (message, Span)
+    is_block: bool = False
+    captions: dict = field(default_factory=dict)  # step -> text
+
+    @property
+    def inputs(self):
+        return [d for d in self.decls.values() if d.tensor.kind in ("input", "formal")]
+
+    @property
+    def params(self):
+        return [d for d in self.decls.values() if d.tensor.kind == "param"]
+
+    @property
+    def buffers(self):
+        return [d for d in self.decls.values() if d.tensor.kind == "buffer"]
+
+    def size(self, cls: int) -> int | None:
+        return self.sizes.size(cls)
+
+    def dim_sizes(self) -> dict:
+        return {n: self.sizes.size(c) for n, c in self.dims.items()}
+
+    def param_count(self) -> int:
+        """Learnable parameters, blocks and repeats included."""
+        total = sum(math.prod(self.size(c) or 0 for c in d.type.cls) for d in self.params)
+        for inst in self.instances.values():
+            total += self.blocks[inst.block].param_count() * (inst.repeat or 1)
+        return total
+
+
+    def _repr_svg_(self):
+        """The figure, for notebooks."""
+        from penrose import display  # a hook the package binds to the renderer
+
+        return display.svg(self)

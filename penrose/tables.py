@@ -1,0 +1,114 @@
+"""The checker's tables: reserved names, inits, dtypes, number ranges and size limits.
+
+Data the checker (`penrose.check`) checks a diagram against, kept apart from the rules that
+use it, the way the table of operations (`penrose.ops`) keeps the functions of the language:
+
+- IDENT: what a name of the language looks like (a letter, then letters, digits, '_');
+- MODULE_ATTRS: attributes of `torch.nn.Module` a param, buffer or instance may not shadow
+  (tests keep it in sync with `dir(torch.nn.Module)`), GENERATED: names the generated module
+  itself uses, PEN_KEYWORDS: the keywords of `.pen`;
+- FUNCTIONS: the functions of the language (`ops.FUNCTIONS`); INITS: each initialiser's keywords
+  with their defaults and rules (`ops.RULES`); DTYPES: the tensor dtypes;
+- FLOAT32_MAX, INT64_MAX: the largest numbers torch takes as a scalar;
+- LIMITS: the sizes the checker refuses as too big (`Limits`), also `penrose.check.LIMITS`.
+
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from dataclasses import dataclass
+
+from penrose import ops
+from penrose.errors import PenroseCheckError
+
+IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+# Attributes of torch.nn.Module and names the generated source uses (tests keep this list in sync
+# with dir(torch.nn.Module)); a param, buffer or instance with one of these names would clash.
+MODULE_ATTRS = frozenset(
+    """T_destination add_module apply bfloat16 buffers call_super_init children compile cpu cuda
+    double dump_patches eval extra_repr float forward get_buffer get_extra_state get_parameter
+    get_submodule half ipu load_state_dict modules mtia named_buffers named_children named_modules
+    named_parameters parameters register_backward_hook register_buffer register_forward_hook
+    register_forward_pre_hook register_full_backward_hook register_full_backward_pre_hook
+    register_load_state_dict_post_hook register_load_state_dict_pre_hook register_module
+    register_parameter register_state_dict_post_hook register_state_dict_pre_hook requires_grad_
+    set_extra_state set_submodule share_memory smart_apply state_dict to to_empty train training
+    type xpu zero_grad reset_parameters""".split()
+)
+GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
+PEN_KEYWORDS = frozenset({"dim", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
+
+# the functions of the language and their arguments: the table of operations (penrose/ops.py)
+FUNCTIONS = ops.FUNCTIONS
+# init -> keyword -> (default, rule); the rules are those of the table of operations (ops.RULES)
+INITS = {
+    "normal": {"mean": (0.0, "finite"), "std": (0.02, "nonneg")},
+    "zeros": {},
+    "ones": {},
+    "constant": {"value": (0.0, "finite")},
+    "uniform": {"a": (0.0, "finite"), "b": (1.0, "finite")},
+    "xavier": {"gain": (1.0, "nonneg")},
+    "eye": {},
+}
+DTYPES = ("float", "int", "bool")
+FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)
+INT64_MAX = 2**63 - 1
+
+
+@dataclass
+class Limits:
+    """What the checker refuses as too big; raise a limit here or with its environment variable.
+
+    A field left at None reads its environment variable, else the built-in default:
+
+    - tensor_bytes: the largest param or buffer, in bytes as float32 (PENROSE_MAX_TENSOR_BYTES;
+      default 2**34, 16 GiB). A size override (`penrose.compile(text, d=...)`) meets it too.
+    - total_bytes: all params and buffers together, blocks and repeats counted
+      (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
+    - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
+
+    >>> from penrose.check import LIMITS
+    >>> LIMITS.value("repeat")
+    10000
+    """
+
+    tensor_bytes: int | None = None
+    total_bytes: int | None = None
+    repeat: int | None = None
+
+    _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT"}
+    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000}
+
+    def value(self, name: str) -> int:
+        set_here = getattr(self, name)
+        if set_here is not None:
+            return int(set_here)
+        env = self._ENV[name]
+        text = os.environ.get(env, "").strip()
+        if not text:
+            return self._DEFAULT[name]
+        try:
+            n = int(text.replace("_", ""))
+        except ValueError:
+            try:
+                f = float(text)
+            except ValueError:
+                f = math.nan
+            if not (math.isfinite(f) and f == int(f)):
+                raise PenroseCheckError(f"{env} must be a whole number, got {text!r}") from None
+            n = int(f)
+        if n < 1:
+            raise PenroseCheckError(f"{env} must be at least 1, got {text!r}")
+        return n
+
+    @staticmethod
+    def how_to_raise(name: str) -> str:
+        return f"raise it with {Limits._ENV[name]}=N or penrose.check.LIMITS.{name} = N"
+
+
+LIMITS = Limits()
