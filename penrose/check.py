@@ -804,11 +804,17 @@ class _Checker:
                 raise PenroseCheckError(
                     f"einsum operand {i + 1} {_describe(a)} is {_a(v.type.dtype)} tensor; use gather(E, ids) for ids", a.span
                 )
-        ein = parse_einsum(
-            spec_node.value, spec_node.span, [len(v.legs) for v in operands],
-            batched=[v.type.batched for v in operands], names=[_describe(a) for a in e.args[1:]],
-            legs=[v.legs for v in operands],
-        )
+        key = (spec_node.value, tuple(v.legs for v in operands), tuple(v.type.batched for v in operands))
+        ein = _EINSUM_SPECS.get(key)
+        if ein is None:  # a spec read once per operand shapes; an error is raised (and positioned) afresh each time
+            ein = parse_einsum(
+                spec_node.value, spec_node.span, [len(v.legs) for v in operands],
+                batched=[v.type.batched for v in operands], names=[_describe(a) for a in e.args[1:]],
+                legs=[v.legs for v in operands],
+            )
+            if len(_EINSUM_SPECS) > 4096:
+                _EINSUM_SPECS.clear()
+            _EINSUM_SPECS[key] = ein
         size = self.S.size
         label_cls: dict[str, int] = {}  # the class each label takes in the result: a size-1 one only if all are
         label_leg: dict[str, str] = {}  # the leg name a synthetic '...k' label gives the result
@@ -816,8 +822,8 @@ class _Checker:
         for i, (term, v, a) in enumerate(zip(ein.terms, operands, e.args[1:])):
             in_term: dict[str, tuple[int, str]] = {}
             for j, (label, c, leg) in enumerate(zip(term, v.type.cls, v.legs)):
-                where = f"operand {i + 1} {_describe(a)} leg {leg!r}"
-                here = spec_span(spec_node.span, *ein.where[i][j])
+                where = _Where(i, a, leg)  # message text and position, built only for an error
+                here = _Here(spec_node.span, ein.where[i][j])
                 if label in in_term:  # a diagonal: torch needs equal sizes, 1 does not broadcast here
                     c0, where0 = in_term[label]
                     va, vb = size(c0), size(c)
@@ -825,9 +831,9 @@ class _Checker:
                         raise PenroseCheckError(
                             f"einsum label {label_text(label)} is repeated in operand {i + 1} {_describe(a)} "
                             f"but its legs differ in size: {where0} ({va}), leg {leg!r} ({vb})",
-                            here,
+                            here.span,
                         )
-                    self.S.unify(c0, c, (f"einsum label {label_text(label)}", here))
+                    self.S.unify(c0, c, (f"einsum label {label_text(label)}", here.span))
                     continue
                 in_term[label] = (c, where)
                 if label not in label_cls:
@@ -842,9 +848,10 @@ class _Checker:
                 if va is not None and vb is not None and va != vb:
                     raise PenroseCheckError(
                         f"size of label {label_text(label)} for {where} ({vb}) does not match {label_origin[label]} ({va})",
-                        here,
+                        here.span,
                     )
-                self.S.unify(label_cls[label], c, (f"einsum label {label_text(label)}", here))
+                if self.S.find(label_cls[label]) != self.S.find(c):
+                    self.S.unify(label_cls[label], c, (f"einsum label {label_text(label)}", here.span))
         legs = tuple(label_leg[l] if is_ellipsis_label(l) else l for l in ein.out)
         batched = any(v.type.batched for v in operands) and not ein.sum_batch
         ty = TType(legs, tuple(label_cls[l] for l in ein.out), "float", batched)
@@ -1304,6 +1311,36 @@ def _bytes(n: int) -> str:
         if n >= size:
             return f"{n / size:.3g} {unit}" if n < 1024 * 2**60 else f"{n:.3g} bytes"
     return f"{n} bytes"
+
+
+_EINSUM_SPECS: dict = {}  # (spec, operand legs, batched) -> einsum_spec.Einsum, for specs read without error
+
+
+class _Where:
+    """'operand 2 'W' leg 'd'', formatted only when a message needs it."""
+
+    __slots__ = ("i", "a", "leg")
+
+    def __init__(self, i, a, leg):
+        self.i, self.a, self.leg = i, a, leg
+
+    def __str__(self):
+        return f"operand {self.i + 1} {_describe(self.a)} leg {self.leg!r}"
+
+    __format__ = lambda self, spec: format(str(self), spec)  # noqa: E731
+
+
+class _Here:
+    """The span of one leg's characters in the spec, built only when needed."""
+
+    __slots__ = ("base", "at")
+
+    def __init__(self, base, at):
+        self.base, self.at = base, at
+
+    @property
+    def span(self):
+        return spec_span(self.base, *self.at)
 
 
 def _a(word: str) -> str:

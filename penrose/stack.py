@@ -16,6 +16,7 @@ run inline). Past even that room, a RecursionError becomes a positioned `Penrose
 from __future__ import annotations
 
 import contextvars
+import gc
 import functools
 import sys
 import threading
@@ -42,10 +43,16 @@ def deep(fn):
 
         def run():
             _local.deep = True
+            paused = gc.isenabled()
+            if paused:  # a stage builds many small records at once: collect after it, not during it
+                gc.disable()
             try:
                 result.append(context.run(fn, *args, **kwargs))
             except BaseException as e:  # re-raised on the caller's thread
                 error.append(e)
+            finally:
+                if paused:
+                    gc.enable()
 
         with _lock:
             _active[0] += 1
