@@ -29,7 +29,8 @@ from penrose.check import Checked, V, check
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
-from penrose.plan import plan_einsum
+from penrose.plan import TooManyLegs, letters_for
+from penrose.report import einsum_plan
 from penrose.stack import deep
 from penrose.views import labels_agree, read_counts
 
@@ -246,19 +247,14 @@ class _Emitter:
             if tree is not None:
                 return tree
         if len(ops_) <= 2:
-            letters = _letters(terms, out, v.span)
+            try:
+                letters = letters_for(terms, out)
+            except TooManyLegs as e:
+                raise PenroseCompileError(f"einsum: {e}", v.span) from None
             spec = ",".join(("..." if bt else "") + "".join(letters[l] for l in t) for t, bt in zip(terms, batched))
             spec += "->" + ("..." if v.type.batched else "") + "".join(letters[l] for l in out)
             return P.call(P.path("torch.einsum"), P.const(spec), *[self.expr(o) for o in ops_])
-        sizes = {}
-        for t, o in zip(terms, ops_):
-            for l, c in zip(t, o.type.cls):
-                s = self.S.size(c)
-                sizes[l] = max(sizes.get(l, 1), s if s is not None else 64)
-        try:
-            plan = plan_einsum(terms, out, sizes)
-        except ValueError as e:  # a single step with more legs than torch.einsum has letters
-            raise PenroseCompileError(f"einsum: {e}", v.span) from None
+        plan = einsum_plan(self.c, v)  # the plan `penrose plan` prints
         work = [(self.expr(o), b) for o, b in zip(ops_, batched)]
         for i, step in enumerate(plan.steps):
             picked = [work.pop(j) for j in step.operands]
@@ -270,10 +266,7 @@ class _Emitter:
             spec = ",".join(("..." if b else "") + p for p, (_, b) in zip(parts, picked))
             spec += "->" + ("..." if keep and any_batch else "") + rhs
             work.append((P.call(P.path("torch.einsum"), P.const(spec), *[t for t, _ in picked]), any_batch))
-        tree, any_batch = work[0]
-        if any_batch and not v.type.batched and not plan.steps:  # pragma: no cover - a lone operand
-            raise PenroseCompileError("einsum: cannot sum batch legs of a lone operand", v.span)
-        return tree
+        return work[0][0]
 
     def grouped_matmul_form(self, terms, out, ops_, exprs):
         """A product over several legs at once: X[..., a, b, c, d] Y[c, d, e, f] -> [..., a, b, e, f]
@@ -381,10 +374,10 @@ class _Emitter:
             else:
                 body.append(f"        return self.Outputs({', '.join(names)})")
         head = []
+        ref = self.reference_tensor()  # inputs match its dtype and device; masks may be made where it lives
         if self.top:
             sig = ", ".join(f"{n}=None" for n in inputs)
             head.append(f"    def forward(self, {sig}{', ' if sig else ''}*extra, **unexpected):")
-            ref = self.reference_tensor()
             head.append(f"        _sizes = _check_inputs(self._INPUTS, ({''.join(n + ', ' for n in inputs)}), unexpected, extra{', ' + ref if ref else ''})")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
@@ -396,12 +389,11 @@ class _Emitter:
             if inputs:
                 head.append(f"        _device = {inputs[0]}.device")
             else:
-                ref = self.reference_tensor()
                 head.append(f"        _device = {ref}.device" if ref else "        _device = None  # the default device")
         if self.uses_dtype:  # a where() of two plain numbers takes the model's floating dtype
             floats = [d.tensor.name for d in c.inputs if d.tensor.dtype == "float"]
-            ref = floats[0] if floats else self.reference_tensor()
-            head.append(f"        _dtype = {ref}.dtype" if ref else "        _dtype = torch.get_default_dtype()")
+            source = floats[0] if floats else ref
+            head.append(f"        _dtype = {source}.dtype" if source else "        _dtype = torch.get_default_dtype()")
         self.source_map = [(span, a + len(head), b + len(head)) for span, a, b in self.source_map]
         return head + body
 
@@ -544,22 +536,6 @@ class _Emitter:
 
 
 _INTERNAL = frozenset({"sizes", "device", "split"})  # locals of forward: a free dim so named gets a suffix
-
-
-def _letters(terms, out, span) -> dict:
-    """One letter per einsum label, in order of appearance (torch.einsum has 52)."""
-    letters: dict = {}
-    alphabet = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-    for t in list(terms) + [out]:
-        for l in t:
-            if l not in letters:
-                if len(letters) == len(alphabet):
-                    raise PenroseCompileError(
-                        f"einsum: {len({x for t in terms for x in t})} distinct legs in one contraction; torch.einsum has 52 letters",
-                        span,
-                    )
-                letters[l] = alphabet[len(letters)]
-    return letters
 
 
 def _reorder(tree, order: list[int]):

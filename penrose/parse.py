@@ -905,8 +905,7 @@ def parse(text: str, file: str = "<string>") -> ir.Diagram:
 
 
 def _too_deep(lines: _Lines):
-    err = too_deep(Span(lines.file, 1, 1, 1, 2, lines.line(1)))
-    return PenroseSyntaxError(err.message, err.span)
+    return too_deep(Span(lines.file, 1, 1, 1, 2, lines.line(1)), kind=PenroseSyntaxError)
 
 
 def _normalise(text: str) -> str:

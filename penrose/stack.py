@@ -83,11 +83,12 @@ def deep(fn):
 _saved = [sys.getrecursionlimit()]
 
 
-def too_deep(span, what: str = "expression"):
-    """The error for a program deeper than even `deep` gives room for."""
+def too_deep(span, what: str = "expression", kind=None):
+    """The error for a program deeper than even `deep` gives room for (`kind`: the PenroseError
+    subclass of the stage that met it)."""
     from penrose.errors import PenroseError
 
-    return PenroseError(
+    return (kind or PenroseError)(
         f"this {what} nests more than about {RECURSION_LIMIT // 20:,} levels deep; split it into several statements",
         span,
     )

@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import sympy
 from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
-from penrose.render._keys import op_key
+from penrose.ops import key as op_key
 from penrose.render.readings import ELLIPSIS, Contraction
 
 __all__ = [

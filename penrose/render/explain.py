@@ -25,7 +25,7 @@ import sympy
 from penrose import ir
 from penrose.check import Checked, CStmt, V
 from penrose.render import equations as eq
-from penrose.render._keys import op_key
+from penrose.ops import key as op_key
 from penrose.render.figure import _fmt, _scalar_text
 from penrose.render.readings import Contraction, Operand, classify, read_normalisation
 from penrose.stack import deep, too_deep

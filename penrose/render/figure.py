@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from penrose import ir
 from penrose.checked import Checked, V
 from penrose.errors import PenroseRenderError, Span
-from penrose.render._keys import op_key
+from penrose.ops import key as op_key
 from penrose.stack import deep, too_deep
 from penrose.views import NOT_READ, statements, uses
 from penrose.views import legend as index_legend  # the name tests and the gallery know
