@@ -41,16 +41,21 @@ from __future__ import annotations
 import keyword
 import math
 import os
+from dataclasses import replace
 
 from penrose import ir, ops
 from penrose.blocks import order as block_order
 from penrose.checked import SCALAR, Checked, CStmt, Decl, Instance, TType, V
 from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
 from penrose.einsum_spec import parse as parse_einsum
-from penrose.errors import PenroseCheckError, Span, suggest
+from penrose.einops_pattern import REDUCTIONS
+from penrose.einops_pattern import parse as parse_pattern
+from penrose.errors import NOWHERE, PenroseCheckError, Span, suggest
+from penrose.fmt import format_expr
 from penrose.ops import ELEMENTWISE, OPS
 from penrose.sizes import Sizes
 from penrose.stack import deep, too_deep
+from penrose.views import legend_warnings
 from penrose.tables import (
     DTYPES,
     FLOAT32_MAX,
@@ -132,22 +137,27 @@ class _Checker:
         self.at = Span(self.file)  # the statement being checked, for an error without a better place
         self.consts: dict[int, tuple] = {}  # id(V) -> (V, value, ((dim, size), ...)) of plain-number values
         self.dim_named_refs: dict[int, V] = {}  # id(V) -> V: reads of a computed tensor named like a dim
+        self.constants: dict[str, tuple] = {}  # const name -> (value, declaration span)
+        self._static_scope = _Scope(self, "<const>", False)  # no tensors: where a const's value is read
 
     # -- entry
     def run(self) -> Checked:
         top = self._collect(self.diagram)
-        unknown = [k for k in self.overrides if k not in self.dims]
+        unknown = [k for k in self.overrides if k not in self.dims and k not in self.constants]
         if unknown:
+            known = {**self.dims, **self.constants}
+            consts = f" and consts {', '.join(sorted(self.constants))}" if self.constants else ""
             raise PenroseCheckError(
-                f"unknown dim {unknown[0]!r} in sizes{suggest(unknown[0], self.dims)}; the diagram declares "
-                + (", ".join(sorted(self.dims)) or "no dims"),
+                f"unknown dim {unknown[0]!r} in sizes{suggest(unknown[0], known)}; the diagram declares "
+                + (", ".join(sorted(self.dims)) or "no dims") + consts,
                 Span(self.file),
             )
         for name in block_order({n: blk for n, (blk, _) in self.block_defs.items()}):  # callees first
             blk, _ = self.block_defs[name]
             self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
         result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
-        result.warnings = self.warnings + result.warnings
+        found = self.warnings + list(legend_warnings(self.diagram)) + result.warnings
+        result.warnings = sorted(found, key=lambda w: (w[1].file != self.file, w[1].line, w[1].col))  # in file order
         self._allocations_ok([self.blocks[n] for n in self.block_defs] + [result])
         self._total_ok(result)
         return result
@@ -210,6 +220,8 @@ class _Checker:
         for s in diagram.body:
             if isinstance(s, ir.Dim):
                 self._declare_dim(s)
+            elif isinstance(s, ir.Const):
+                self._declare_const(s)
             elif isinstance(s, ir.Block):
                 self._name_ok(s.name, s.span, "block")
                 if s.name in self.block_defs:
@@ -221,6 +233,8 @@ class _Checker:
                 for inner in s.body:
                     if isinstance(inner, ir.Dim):
                         self._declare_dim(inner)
+                    elif isinstance(inner, ir.Const):
+                        self._declare_const(inner)
                     elif isinstance(inner, ir.Block):
                         raise PenroseCheckError("blocks are defined at the top level, not inside other blocks", inner.span)
             elif isinstance(s, ir.Include):
@@ -249,6 +263,8 @@ class _Checker:
     def _declare_dim(self, d: ir.Dim):
         self.at = d.span
         self._name_ok(d.name, d.span, "dim", module_attr=False)
+        if d.name in self.constants:
+            raise PenroseCheckError(f"{d.name!r} is already a const", d.span, notes=(("the const is declared here", self.constants[d.name][1]),))
         if d.name in self.dims:
             prev = self.dim_decl[d.name].span
             raise PenroseCheckError(f"dim {d.name!r} is declared twice", d.span, notes=(("first declared here", prev),))
@@ -273,6 +289,11 @@ class _Checker:
                 raise PenroseCheckError(f"dim {d.name!r} would have a negative size ({e.value})", e.span)
             self._literal_ok(e)
             return e.value
+        if isinstance(e, ir.Name) and e.id in self.constants:
+            value = self.constants[e.id][0]
+            if not isinstance(value, int):
+                raise PenroseCheckError(f"const {e.id!r} is {value!r}, not a whole number; dim sizes are integers", e.span)
+            return value
         if isinstance(e, ir.Name):
             if e.id not in self.dims:
                 raise PenroseCheckError(f"unknown dim {e.id!r} in the size of {d.name!r}{suggest(e.id, self.dims)}", e.span)
@@ -296,6 +317,52 @@ class _Checker:
                 raise PenroseCheckError(f"{a} / {b} is not a whole number; dim sizes are integers", e.span)
             return a // b
         raise PenroseCheckError("a dim size is a whole number or an integer expression of other dims (+ - * // /)", getattr(e, "span", d.span))
+
+    def _declare_const(self, d):
+        """`const alpha = 8`, `const scale = alpha / r`: a named number, evaluated at the declared
+        sizes (or given as compile(..., alpha=16)); usable wherever a number is."""
+        self.at = d.span
+        self._name_ok(d.name, d.span, "const", module_attr=False)
+        if d.name in self.dims or d.name in self.constants:
+            prev = self.dim_decl[d.name].span if d.name in self.dims else self.constants[d.name][1]
+            what = "dim" if d.name in self.dims else "const"
+            raise PenroseCheckError(f"{d.name!r} is already declared as a {what}", d.span, notes=(("first declared here", prev),))
+        if d.name in FUNCTIONS:
+            raise PenroseCheckError(f"const name {d.name!r} is a built-in function", d.span)
+        if d.name in self.overrides:
+            value = self.overrides[d.name]
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                raise PenroseCheckError(f"value for const {d.name!r} must be a finite number, got {value!r}", d.span)
+            if isinstance(value, int) and abs(value) > INT64_MAX:
+                raise PenroseCheckError(f"value for const {d.name!r} does not fit in 64 bits", d.span)
+            if isinstance(value, float) and abs(value) > FLOAT32_MAX:
+                raise PenroseCheckError(f"value for const {d.name!r} is beyond float32's range", d.span)
+        else:
+            value = self._static(d.value, f"const {d.name!r}")
+            if isinstance(value, float) and not math.isfinite(value):
+                raise PenroseCheckError(f"const {d.name!r} must be finite, got {value}", d.value.span)
+        self.constants[d.name] = (value, d.span)
+
+    def _static(self, node, what: str, integer: bool = False):
+        """The value of a number expression of numbers, dims and consts, known when compiling."""
+        bad = next((n for n in _names(node) if n not in self.dims and n not in self.constants and n != "inf"), None)
+        if bad is not None:
+            hint = "" if bad not in self._static_scope.vars else ""
+            raise PenroseCheckError(f"{what} is a number (of dims and consts), but {bad!r} is neither a dim nor a const{suggest(bad, {**self.dims, **self.constants})}{hint}",
+                                    _name_span(node, bad))
+        v = self._expr(self._static_scope, node)
+        if v.type.dtype != "scalar":  # pragma: no cover - only names of dims and consts are read
+            raise PenroseCheckError(f"{what} must be a number", getattr(node, "span", self.at))
+        known = self._const(v)
+        if known is None:
+            raise PenroseCheckError(f"{what} reads a size known only at run time; give the dim a size", getattr(node, "span", self.at))
+        value = known[0]
+        if integer:
+            if isinstance(value, float) and value.is_integer():
+                value = int(value)
+            if not isinstance(value, int):
+                raise PenroseCheckError(f"{what} must be a whole number, got {value:g}", getattr(node, "span", self.at))
+        return value
 
     def _name_ok(self, name: str, span: Span, what: str, module_attr=True):
         if not IDENT.match(name):
@@ -369,7 +436,7 @@ class _Checker:
                 sc.labels[s.name] = s.text
                 sc.label_at[s.name] = s.span
                 sc.stmts.append(CStmt(s, step=step))
-            elif isinstance(s, ir.Dim):
+            elif isinstance(s, (ir.Dim, ir.Const)):  # declared in the first pass
                 sc.stmts.append(CStmt(s, step=step))
             else:  # pragma: no cover - the parser produces nothing else
                 raise PenroseCheckError(f"unexpected statement {type(s).__name__}", getattr(s, "span", span))
@@ -424,7 +491,9 @@ class _Checker:
             self.S.mark(c, fixed=t.kind in ("param", "buffer"), fed=t.kind == "input")
             cls.append(c)
         if t.init is not None:
-            self._init_ok(t)
+            init = self._init_ok(t)
+            if init != t.init:  # a const argument: the compiler reads numbers
+                t = replace(t, init=init)
         batched = t.kind in ("input", "formal")
         ty = TType(tuple(t.legs), tuple(cls), t.dtype, batched)
         sc.decls[t.name] = Decl(t, ty)
@@ -436,6 +505,7 @@ class _Checker:
             raise PenroseCheckError(f"unknown init {init.name!r}{suggest(init.name, INITS)}; one of {', '.join(INITS)}", init.span)
         spec = INITS[init.name]
         given = {}
+        resolved = []  # the arguments as numbers: consts read at their values
         for k, v in init.kwargs:
             if k not in spec:
                 allowed = ", ".join(sorted(spec)) or "no arguments"
@@ -445,12 +515,15 @@ class _Checker:
             elif isinstance(v, ir.Number):
                 self._literal_ok(v)
                 value = v.value
+            elif _names(v) and all(n in self.constants or n in self.dims for n in _names(v)):
+                value = self._static(v, f"init argument {k!r}")
             else:
-                raise PenroseCheckError(f"init argument {k!r} must be a number", v.span)
+                raise PenroseCheckError(f"init argument {k!r} must be a number (or a const)", v.span)
             text, ok = ops.RULES[spec[k][1]]
             if not ok(value):
                 raise PenroseCheckError(f"{init.name}: {k} must be {text}, got {value:g}", v.span)
             given[k] = (value, v.span)
+            resolved.append((k, v if isinstance(v, ir.Number) else ir.Number(value, span=v.span)))
         if init.name == "uniform":
             (a, a_at), (b, b_at) = (given.get(k, (spec[k][0], None)) for k in ("a", "b"))
             at = b_at or a_at or init.span
@@ -461,9 +534,14 @@ class _Checker:
                 raise PenroseCheckError(f"uniform: the range from a={a:g} to b={b:g} is wider than float32 holds", at)
         if init.name == "eye" and len(t.legs) != 2:
             raise PenroseCheckError("eye initialises a tensor with two legs", init.span)
+        return replace(init, kwargs=tuple(resolved))
 
     def _not_a_dim(self, name: str, span: Span):
         # a declared tensor's legs name dims beside it: `param d[d]`, then `x * d` would be misread
+        if name in self.constants:
+            raise PenroseCheckError(
+                f"tensor name {name!r} is already a const", span, notes=(("the const is declared here", self.constants[name][1]),)
+            )
         if name in self.dims:
             raise PenroseCheckError(
                 f"tensor name {name!r} is already a dim; a tensor and a dim cannot share a name",
@@ -515,6 +593,9 @@ class _Checker:
                 raise PenroseCheckError(f"{t!r} is a {'function' if t in FUNCTIONS else 'block'} name", s.span)
             if t in sc.instances:
                 raise PenroseCheckError(f"{t!r} is a block instance name", s.span)
+            if t in self.constants:
+                raise PenroseCheckError(f"{t!r} is a const; give the tensor another name", s.span,
+                                        notes=(("the const is declared here", self.constants[t][1]),))
             if any(t == o[0] for o in sc.outputs):  # forward returns one value per output name
                 raise PenroseCheckError(
                     f"{t!r} is assigned again after 'output {t}'; output its final value (move 'output' last) "
@@ -560,6 +641,8 @@ class _Checker:
         if isinstance(e, ir.Name):
             if e.id == "inf":
                 return V("num", attrs={"value": math.inf}, span=e.span)
+            if e.id in self.constants:
+                return V("const", attrs={"name": e.id, "value": self.constants[e.id][0]}, span=e.span)
             if e.id in self.dims and e.id not in sc.vars:
                 return V("dimsize", attrs={"cls": self.dims[e.id], "name": e.id}, span=e.span)
             ty = self._lookup(sc, e.id, e.span)
@@ -577,7 +660,7 @@ class _Checker:
             c = ty.cls[e.index]
             return V("dimsize", attrs={"cls": c, "name": ty.legs[e.index]}, span=e.span)
         if isinstance(e, ir.String):
-            raise PenroseCheckError("a string is only allowed as an einsum spec", e.span)
+            raise PenroseCheckError("a string is only allowed as an einsum spec, an einops pattern or a reduction", e.span)
         if isinstance(e, ir.ListExpr):
             raise PenroseCheckError("a list is only allowed as an argument of split or concat", e.span)
         if isinstance(e, ir.Neg):
@@ -609,6 +692,8 @@ class _Checker:
         """(value, ((dim, size), ...)) of a plain-number value known at the declared sizes, else None."""
         if v.op == "num":
             return v.attrs["value"], ()
+        if v.op == "const":
+            return v.attrs["value"], ((v.attrs["name"], v.attrs["value"]),)
         if v.op == "dimsize":
             n = self.S.size(v.attrs["cls"])
             return None if n is None else (n, ((v.attrs["name"], n),))
@@ -718,6 +803,16 @@ class _Checker:
                 hint = f"; {f!r} is a tensor, not a function"
             raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
         self._arity(e)  # arity and keywords as the table of operations says
+        v = self._builtin(sc, e)
+        shown = {k: self._expr(self._static_scope, node) for k, node in e.kwargs
+                 if OPS[f].keyword(k).kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM) and _names(node)}
+        if shown:  # keyword values written with consts or dims: figures and equations show the names
+            v.attrs["shown"] = shown
+            v.attrs["shown_text"] = {k: format_expr(node) for k, node in e.kwargs if k in shown}
+        return v
+
+    def _builtin(self, sc, e: ir.Call) -> V:
+        f = e.func
         if f in ELEMENTWISE:
             a = self._expr(sc, e.args[0])
             if a.type.dtype == "scalar":
@@ -781,6 +876,9 @@ class _Checker:
             if size is None:
                 raise PenroseCheckError(f"{e.func}: dim {node.id!r} has no size", node.span)
             return sign * size
+        names = _names(v)
+        if names and all(n in self.constants or (allow_dim and n in self.dims) for n in names):
+            return self._static(v, f"{e.func}: {key}", integer=integer)  # consts (and dims where allowed)
         if not isinstance(v, ir.Number) or (integer and not isinstance(v.value, int)):
             kind = "a whole number" if integer else "a number"
             raise PenroseCheckError(f"{e.func}: {key} must be {kind}{' or a dim' if allow_dim else ''}", v.span)
@@ -837,9 +935,11 @@ class _Checker:
                     label_cls[label], label_leg[label], label_origin[label] = c, leg, where
                     continue
                 va, vb = size(label_cls[label]), size(c)
-                if vb == 1:  # broadcasts against the label's other legs
+                if vb == 1 and va != 1:  # broadcasts against the label's other legs: it must stay 1
+                    self._baked(c)
                     continue
-                if va == 1:
+                if va == 1 and vb != 1:
+                    self._baked(label_cls[label])
                     label_cls[label], label_leg[label], label_origin[label] = c, leg, where
                     continue
                 if va is not None and vb is not None and va != vb:
@@ -1138,6 +1238,269 @@ class _Checker:
         self._baked(v.type.cls[axis])
         return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
 
+    # einops: rearrange, reduce, repeat -------------------------------------------------------------
+    def _einop(self, sc, e: ir.Call) -> V:
+        """einops' pattern language (penrose/einops_pattern.py) over the diagram's dims.
+
+        The left side names the operand's legs in order (`...` the ones it skips); a group
+        `(h d)` splits a leg into declared dims whose sizes multiply to the leg's; the right side
+        gives the result's legs, a group merging legs into a declared dim (the one declared as
+        that product, `dim hd = h * d`). Batch legs stay outermost, as in einsum; in `reduce` an
+        ellipsis on the left only also reduces them."""
+        kind = e.func
+        x = self._tensor_arg(sc, e, 0, allow=("float",) if kind == "reduce" else ("float", "int", "bool"))
+        node = e.args[1]
+        if not isinstance(node, ir.String):
+            raise PenroseCheckError(f"{kind}'s second argument is its pattern, as {kind}(x, 't (h d) -> h t d')", node.span)
+        reduction = None
+        if kind == "reduce":
+            r = e.args[2]
+            if not isinstance(r, ir.String) or r.value not in REDUCTIONS:
+                got = f" {r.value!r}" if isinstance(r, ir.String) else ""
+                hint = suggest(r.value, REDUCTIONS) if isinstance(r, ir.String) else ""
+                raise PenroseCheckError(
+                    f"reduce: the reduction{got} is one of {', '.join(repr(n) for n in REDUCTIONS)}{hint}", r.span
+                )
+            reduction = r.value
+        pat = parse_pattern(node.value, node.span, kind)
+
+        def at(a, b=None):
+            return spec_span(node.span, a, b)
+
+        legs, lcls = x.legs, x.type.cls
+        left, right = pat.left, pat.right
+        named = len(left.groups) - (left.ellipsis is not None)
+        if named > len(legs) or (left.ellipsis is None and named != len(legs)):
+            raise PenroseCheckError(
+                f"{kind}: the left side of the pattern has {named} leg(s){' and ...' if left.ellipsis is not None else ''} "
+                f"but {_describe(e.args[0])} has {len(legs)}: [{', '.join(legs)}]",
+                at(left.start, left.end),
+            )
+        axes: dict[str, tuple] = {}  # axis id -> (size class, leg name); '...0' ... for the ellipsis' legs
+        left_groups: list[tuple] = []
+        li = 0
+        for gi, g in enumerate(left.groups):
+            if gi == left.ellipsis:
+                if g.paren:
+                    raise PenroseCheckError(f"{kind}: '...' inside parentheses on the left", at(g.start, g.end))
+                for j in range(len(legs) - named):
+                    axes[f"...{j}"] = (lcls[li], legs[li])
+                    left_groups.append((f"...{j}",))
+                    li += 1
+                continue
+            leg, c = legs[li], lcls[li]
+            li += 1
+            if g.unit:
+                n = self.S.size(c)
+                if n is not None and n != 1:
+                    raise PenroseCheckError(f"{kind}: {node.value[g.start:g.end]!r} is a leg of size 1, but leg {leg!r} has size {n}", at(g.start, g.end))
+                self.S.unify(c, self.S.new("1", 1, ("a leg of size 1", at(g.start, g.end))), (f"{kind}: leg {leg!r}", at(g.start, g.end)))
+                self._baked(c)  # squeezed: an input carrying it is checked to have size 1
+                left_groups.append(())
+                continue
+            for a in g.axes:
+                if a.name is not None:
+                    self._pattern_dim(a, kind, at)
+            names = g.names
+            if len(names) == 1:
+                self.S.unify(c, self.dims[names[0]], (f"{kind}: {names[0]!r} for leg {leg!r} of {_describe(e.args[0])}", at(g.start, g.end)))
+                axes[names[0]] = (c, names[0])
+            else:
+                sizes = [self.S.size(self.dims[n]) for n in names]
+                n = self.S.size(c)
+                group_span = at(g.start, g.end)
+                if sizes.count(None) == 1 and n is not None:  # one factor unknown: the leg's size over the others'
+                    missing = names[sizes.index(None)]
+                    known = math.prod(s for s in sizes if s is not None)
+                    if known == 0 or n % known:
+                        raise PenroseCheckError(
+                            f"{kind}: leg {leg!r} of size {n} does not split into {node.value[g.start:g.end]} "
+                            f"with the other sizes multiplying to {known}", group_span)
+                    self.S.unify(self.dims[missing], self.S.new(missing, n // known, (f"dim {missing!r} (from the group)", group_span)),
+                                 (f"{kind}: dim {missing!r}", group_span))
+                    sizes = [self.S.size(self.dims[nm]) for nm in names]
+                elif None not in sizes and n is None:  # a leg only inputs carry: the group fixes its size
+                    self.S.unify(c, self.S.new(leg, math.prod(sizes), (f"leg {leg!r} (split by the group)", group_span)),
+                                 (f"{kind}: leg {leg!r}", group_span))
+                    n = math.prod(sizes)
+                if None not in sizes and n is not None and math.prod(sizes) != n:
+                    raise PenroseCheckError(
+                        f"{kind}: the group {node.value[g.start:g.end]} holds {' * '.join(map(str, sizes))} = {math.prod(sizes)} "
+                        f"entries but leg {leg!r} of {_describe(e.args[0])} has size {n}",
+                        at(g.start, g.end),
+                    )
+                if sum(s is None for s in sizes) > 1 or (None in sizes and n is None):
+                    missing = next(nm for nm, sz in zip(names, sizes) if sz is None)
+                    raise PenroseCheckError(f"{kind}: dim {missing!r} in a group needs a size", at(g.start, g.end))
+                for nm in names:
+                    axes[nm] = (self.dims[nm], nm)
+                self._baked(c, *(self.dims[nm] for nm in names))
+            left_groups.append(names)
+
+        if right.ellipsis is not None and left.ellipsis is None:
+            g = right.groups[right.ellipsis]
+            raise PenroseCheckError(f"{kind}: '...' on the right but not on the left", at(g.start, g.end))
+        if left.ellipsis is not None and right.ellipsis is None and kind != "reduce":
+            g = left.groups[left.ellipsis]
+            raise PenroseCheckError(f"{kind}: '...' on the left but not on the right (only reduce drops legs)", at(g.start, g.end))
+        right_groups, out_legs, out_cls, new = [], [], [], []
+        for gi, g in enumerate(right.groups):
+            if gi == right.ellipsis:
+                if g.paren:
+                    raise PenroseCheckError(
+                        f"{kind}: '(...)' would merge legs into one without a name; name the legs and merge them into a declared dim",
+                        at(g.start, g.end),
+                    )
+                for aid in (a for a in axes if a.startswith("...")):
+                    right_groups.append((aid,))
+                    out_legs.append(axes[aid][1])
+                    out_cls.append(axes[aid][0])
+                continue
+            if g.unit:  # a new leg of size 1, named '1'
+                right_groups.append(())
+                out_legs.append("1")
+                out_cls.append(self.S.new("1", 1, ("a leg of size 1", at(g.start, g.end))))
+                continue
+            for a in g.axes:
+                if a.name is None:
+                    continue
+                if a.name not in axes:
+                    self._pattern_dim(a, kind, at)
+                    if kind != "repeat":
+                        hint = " (repeat adds legs)" if kind == "rearrange" else " (reduce only removes legs; repeat adds them)"
+                        raise PenroseCheckError(f"{kind}: {a.name!r} is on the right but not on the left{hint}", at(a.start, a.end))
+                    if self.S.size(self.dims[a.name]) is None:
+                        raise PenroseCheckError(f"repeat: the new leg {a.name!r} needs a size", at(a.start, a.end))
+                    axes[a.name] = (self.dims[a.name], a.name)
+                    self._baked(self.dims[a.name])
+                    new.append(a.name)
+            names = g.names
+            if len(names) == 1:
+                out_legs.append(names[0])
+                out_cls.append(axes[names[0]][0])
+            else:
+                merged = self._merged_dim(names, [axes[n][0] for n in names], kind, at(g.start, g.end))
+                out_legs.append(merged)
+                out_cls.append(self.dims[merged])
+                self._baked(self.dims[merged], *(axes[n][0] for n in names))
+            right_groups.append(names)
+        kept = {a for grp in right_groups for a in grp}
+        reduced = [a for grp in left_groups for a in grp if a not in kept]
+        if reduced and kind != "reduce":
+            first = reduced[0]
+            where = next((a for a in left.axes() if a.name == first), None)
+            label = axes[first][1] if first.startswith("...") else first
+            span = at(where.start, where.end) if where is not None else at(left.start, left.end)
+            raise PenroseCheckError(f"{kind}: {label!r} is on the left but not on the right (reduce removes legs)", span)
+        if reduction in ("max", "min", "mean"):
+            for a in reduced:
+                if self.S.size(axes[a][0]) == 0:
+                    raise PenroseCheckError(f"reduce: {reduction} over leg {axes[a][1]!r}, which has size 0: there are no entries to reduce", e.span)
+        sum_batch = kind == "reduce" and left.ellipsis is not None and right.ellipsis is None and x.type.batched
+        dtype = "float" if kind == "reduce" else x.type.dtype
+        ty = TType(tuple(out_legs), tuple(out_cls), dtype, x.type.batched and not sum_batch)
+        attrs = {
+            "kind": kind, "pattern": node.value, "reduction": reduction,
+            "left": tuple(left_groups), "right": tuple(right_groups),
+            "axes": tuple((a, c, leg) for a, (c, leg) in axes.items()), "new": tuple(new), "reduced": tuple(reduced),
+            "sum_batch": sum_batch,
+        }
+        return V("einop", (x,), attrs, ty, span=e.span)
+
+    _fn_rearrange = _fn_reduce = _fn_repeat = _einop
+
+    def _pattern_dim(self, a, kind, at):
+        if a.name not in self.dims:
+            hint = suggest(a.name, self.dims) or f"; declare it with 'dim {a.name} = SIZE'"
+            raise PenroseCheckError(f"{kind}: unknown dim {a.name!r} in the pattern{hint}", at(a.start, a.end))
+
+    def _merged_dim(self, names, classes, kind, span) -> str:
+        """The declared dim a group of legs merges into: the one declared as their product in
+        order (`dim hd = h * d`), else the one named by their names run together (`hd`), else
+        the only dim of that size."""
+        sizes = [self.S.size(c) for c in classes]
+        group = "(" + " ".join(names) + ")"
+        if None in sizes:
+            raise PenroseCheckError(f"{kind}: every leg merged by {group} needs a size", span)
+        total = math.prod(sizes)
+        for name, d in self.dim_decl.items():
+            if _product_of(d.size) == tuple(names) and self.S.size(self.dims[name]) == total:
+                return name
+        joined = "".join(names)
+        if joined in self.dims and self.S.size(self.dims[joined]) == total:
+            return joined
+        same = [n for n in self.dims if n not in names and self.S.size(self.dims[n]) == total]
+        if len(same) == 1:
+            return same[0]
+        if same:
+            raise PenroseCheckError(
+                f"{kind}: {group} merges into a leg of size {total}, and dims {', '.join(same)} all have that size; "
+                f"declare which: dim {joined} = {' * '.join(names)}",
+                span,
+            )
+        raise PenroseCheckError(f"{kind}: {group} merges into a leg of size {total}; declare it: dim {joined} = {' * '.join(names)}", span)
+
+    # select and slice ------------------------------------------------------------------------------
+    def _fn_select(self, sc, e):
+        v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
+        axis = self._leg_arg(v, e.args[1], e)
+        i = self._static(e.args[2], "select: the index", integer=True)
+        n = self.S.size(v.type.cls[axis])
+        if n is not None and not -n <= i < n:
+            raise PenroseCheckError(f"select: index {i} is out of range for leg {v.legs[axis]!r} of size {n}", e.args[2].span)
+        legs = v.legs[:axis] + v.legs[axis + 1 :]
+        cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
+        return V("select", (v,), {"axis": axis, "index": i}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+
+    def _fn_slice(self, sc, e):
+        v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
+        axis = self._leg_arg(v, e.args[1], e)
+        leg = v.legs[axis]
+        start = self._static(e.args[2], "slice: the start", integer=True)
+        length_node = e.args[3]
+        into = e.kwarg("into")
+        if len(e.args) > 4:
+            if into is not None:
+                raise PenroseCheckError("slice: the result's dim is given twice, by position and as into=", into.span)
+            into = e.args[4]
+        if isinstance(length_node, ir.Name) and length_node.id in self.dims:
+            length = self.S.size(self.dims[length_node.id])
+            if length is None:
+                raise PenroseCheckError(f"slice: dim {length_node.id!r} has no size", length_node.span)
+            into = into or length_node
+        else:
+            length = self._static(length_node, "slice: the length", integer=True)
+        if length < 0:
+            raise PenroseCheckError(f"slice: the length must be at least 0, got {length}", length_node.span)
+        if into is None:
+            same = [d for d in self.dims if self.S.size(self.dims[d]) == length and self.S.find(self.dims[d]) != self.S.find(v.type.cls[axis])]
+            if len(same) != 1:
+                which = f"dims {', '.join(same)} all have size {length}" if same else f"no dim has size {length}"
+                raise PenroseCheckError(
+                    f"slice: {which}; name the result's leg: slice(x, {leg}, {start}, {length}, into=DIM)", e.span
+                )
+            into_name = same[0]
+        else:
+            if not isinstance(into, ir.Name) or into.id not in self.dims:
+                raise PenroseCheckError("slice: the result's leg is a declared dim, as into=s", into.span)
+            into_name = into.id
+            size = self.S.size(self.dims[into_name])
+            if size != length:
+                raise PenroseCheckError(
+                    f"slice: {length} indices do not fit dim {into_name!r} of size {size}", into.span
+                )
+        n = self.S.size(v.type.cls[axis])
+        if n is not None:
+            first = start + n if start < 0 else start
+            if not 0 <= first <= n or first + length > n:
+                raise PenroseCheckError(
+                    f"slice: indices {start} to {start + length - 1} are outside leg {leg!r} of size {n}", e.span
+                )
+        self._baked(self.dims[into_name])
+        legs = v.legs[:axis] + (into_name,) + v.legs[axis + 1 :]
+        cls = v.type.cls[:axis] + (self.dims[into_name],) + v.type.cls[axis + 1 :]
+        return V("slice", (v,), {"axis": axis, "start": start, "length": length}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+
     # blocks ---------------------------------------------------------------------------------------
     def _block_call(self, sc, e: ir.Call) -> V:
         blk = self.blocks[e.func]
@@ -1222,6 +1585,47 @@ class _Checker:
         if n > limit:
             raise PenroseCheckError(f"{what} is beyond the limit of {limit:,}; {Limits.how_to_raise('repeat')}", node.span)
         return n
+
+
+def _product_of(expr) -> tuple | None:
+    """The names of a dim size written as a product of dims (`h * d` -> ('h', 'd')), else None."""
+    if isinstance(expr, ir.Name):
+        return (expr.id,)
+    if isinstance(expr, ir.BinOp) and expr.op == "*":
+        a, b = _product_of(expr.left), _product_of(expr.right)
+        return None if a is None or b is None else a + b
+    return None
+
+
+def _names(node) -> list:
+    """The names an expression reads (`alpha / r` reads alpha and r); calls' function names excluded."""
+    out, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ir.Name):
+            out.append(n.id)
+        elif isinstance(n, ir.BinOp):
+            stack += [n.left, n.right]
+        elif isinstance(n, ir.Neg):
+            stack.append(n.operand)
+        elif isinstance(n, ir.Call):
+            stack += list(n.args) + [v for _, v in n.kwargs]
+    return out
+
+
+def _name_span(node, name: str) -> Span:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if isinstance(n, ir.Name) and n.id == name:
+            return n.span
+        if isinstance(n, ir.BinOp):
+            stack += [n.right, n.left]
+        elif isinstance(n, ir.Neg):
+            stack.append(n.operand)
+        elif isinstance(n, ir.Call):
+            stack += [v for _, v in reversed(n.kwargs)] + list(reversed(n.args))
+    return getattr(node, "span", NOWHERE)
 
 
 def _is_inf(node) -> bool:

@@ -15,6 +15,7 @@ examples:
   penrose fmt model.pen                             print canonical formatting (--write to rewrite)
   penrose render zoo/paper/self_attention.pen -o attention.svg
   penrose gallery -o gallery/                       build the HTML gallery of every zoo diagram
+  penrose serve model.pen                           a live page of the diagram, updated on every save
   penrose zoo list                                  the zoo's models and their parameter counts
 """
 
@@ -25,9 +26,14 @@ def _sizes(items) -> dict:
     out = {}
     for item in items or []:
         name, _, value = item.partition("=")
-        if not value.strip().isdigit():
-            raise PenroseError(f"--size expects NAME=INTEGER, got {item!r}")
-        out[name.strip()] = int(value)
+        value = value.strip()
+        try:  # a dim's size (a whole number) or a const's value (any finite number)
+            number = int(value) if value.lstrip("+-").isdigit() else float(value)
+        except ValueError:
+            number = None
+        if not name.strip() or number is None or number != number or number in (float("inf"), float("-inf")):
+            raise PenroseError(f"--size expects NAME=NUMBER (a dim's size or a const's value), got {item!r}")
+        out[name.strip()] = number
     return out
 
 
@@ -86,7 +92,7 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
 
     c = add("check", "check a diagram and print its tensors and legs", "penrose check zoo/paper/mlp.pen")
     c.add_argument("files", nargs="+")
-    c.add_argument("--size", action="append", metavar="NAME=N", help="override a dim's size")
+    c.add_argument("--size", action="append", metavar="NAME=N", help="override a dim's size or a const's value")
     _include_path_option(c)
 
     c = add("compile", "write the diagram as standalone PyTorch source", "penrose compile zoo/paper/mlp.pen -o mlp.py")
@@ -105,9 +111,14 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c.add_argument("--write", action="store_true", help="rewrite the files in place")
     c.add_argument("--check", action="store_true", help="exit 1 if a file is not formatted")
 
-    c = add("render", "draw a diagram as a Penrose figure (svg, png or pdf)", "penrose render zoo/paper/mlp.pen -o mlp.svg")
+    c = add("render", "draw a diagram as a Penrose figure (svg, png, pdf or TikZ for LaTeX)", "penrose render zoo/paper/mlp.pen -o mlp.svg\n  penrose render zoo/paper/mlp.pen -o mlp.tex --snippet --max-width 340")
     c.add_argument("file")
-    c.add_argument("-o", "--output", required=True)
+    c.add_argument("-o", "--output", help="the figure file; its extension picks the format (.svg .png .pdf, .tex for TikZ). "
+                   "Without -o, svg or TikZ text is printed")
+    c.add_argument("--format", metavar="FORMAT", help="svg | png | pdf | tikz (default: from the -o file's extension, else svg)")
+    c.add_argument("--snippet", action="store_true", help="TikZ: only the tikzpicture environment, to \\input into a paper")
+    c.add_argument("--max-width", type=float, metavar="N", dest="max_width",
+                   help="scale the figure down (never up) to at most N wide: pixels for svg and png, points for pdf and TikZ")
     c.add_argument("--view", default="diagram", help="diagram | statement:N | block:NAME (default: diagram)")
     c.add_argument("--direction", choices=["LR", "TB"], default="LR", help="left to right (default) or top-down")
     c.add_argument("--sizes", action="store_true", help="label each wire with its size")
@@ -119,6 +130,18 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c = add("gallery", "build the static HTML gallery", "penrose gallery -o gallery/")
     c.add_argument("paths", nargs="*", help="diagrams or folders (default: the zoo)")
     c.add_argument("-o", "--output", default="gallery")
+
+    c = add("lsp", "the language server for editors (LSP over stdio; needs the editor extra)", "penrose lsp")
+    c.add_argument("--stdio", action="store_true", help="speak over stdin/stdout (the default)")
+    _include_path_option(c)
+
+    c = add("serve", "a live page of a diagram: figure, Rosetta stone, PyTorch and errors, updated on every save",
+            "penrose serve zoo/paper/mlp.pen --port 8000")
+    c.add_argument("path", help="a .pen file, or a folder of them")
+    c.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    c.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    c.add_argument("--size", action="append", metavar="NAME=N")
+    _include_path_option(c)
 
     p.built_in = set(sub.choices)
     for name, ep in sorted((discovered or {}).items()):
@@ -224,14 +247,24 @@ def _run(args) -> int:
                 sys.stdout.write(text)
         return bad
     if args.command == "render":
-        from penrose.render import render_file
+        from penrose.errors import PenroseRenderError
+        from penrose.render import TEXT_FORMATS, figure_format, render, render_file
 
-        _output(args.output, args.file)
+        # the format first (a bad one is refused before any work), then the place to write
+        fmt = figure_format(args.format, args.output) if args.output else figure_format(args.format or "svg")
+        if args.output:
+            _output(args.output, args.file)
+        elif fmt not in TEXT_FORMATS:
+            raise PenroseRenderError(f"a {fmt} figure is binary: write it to a file with -o FILE")
+        if args.snippet and fmt != "tikz":
+            raise PenroseRenderError(f"--snippet is for TikZ figures (--format tikz or a .tex file), not {fmt}")
         c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
-        out = render_file(
-            c, args.output, view=args.view, direction=args.direction, show_sizes=args.sizes,
-            show_plan=args.plan, unfold=args.unfold,
-        )
+        options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
+                       unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
+        if not args.output:
+            sys.stdout.write(render(c, fmt, **options))
+            return 0
+        out = render_file(c, args.output, fmt=fmt, **options)
         print(f"wrote {out}")
         return 0
     if args.command == "gallery":
@@ -240,6 +273,14 @@ def _run(args) -> int:
         out = build_gallery(args.paths or None, args.output)
         print(f"wrote {out}")
         return 0
+    if args.command == "lsp":
+        from penrose.lsp import run_stdio
+
+        return run_stdio(args.include_paths)
+    if args.command == "serve":
+        from penrose.serve import serve
+
+        return serve(args.path, host=args.host, port=args.port, include_paths=args.include_paths, sizes=_sizes(args.size))
     return 2
 
 

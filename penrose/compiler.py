@@ -75,7 +75,7 @@ def _comment(text: str) -> str:
 def _fixed_number(S, v: V):
     """The value of a scalar expression known when compiling, or None (it reads a run-time size)."""
     op = v.op
-    if op == "num":
+    if op in ("num", "const"):
         return v.attrs["value"]
     if op == "dimsize":
         return None if S.is_free(v.attrs["cls"]) else S.size(v.attrs["cls"])
@@ -740,7 +740,7 @@ def _lower_where(em: _Emitter, v: V):
     if kept is not None:
         return kept
     # a float result: where(m, 1, 0) of two whole numbers would otherwise be an int64 tensor
-    parts = [P.const(float(x.attrs["value"])) if x.op == "num" else em.aligned(x, al, v)
+    parts = [P.const(float(x.attrs["value"])) if x.op in ("num", "const") else em.aligned(x, al, v)
              for x, al in zip(v.args, v.attrs["align"])]
     tree = P.call(P.path("torch.where"), *parts)
     if v.args[1].type.dtype == v.args[2].type.dtype == "scalar":  # no tensor to take the dtype from
@@ -792,6 +792,91 @@ def _lower_rope(em: _Emitter, v: V):
     return P.call(P.name("_rope"), em.expr(x), em.dim_of(x, v.attrs["pos"]), em.dim_of(x, v.attrs["axis"]), v.attrs["base"])
 
 
+def _lower_einop(em: _Emitter, v: V):
+    """rearrange / reduce / repeat: split legs (unflatten), reduce, reorder (movedim), add legs
+    (unsqueeze, expand), merge legs (flatten); every leg counted from the end, so batch legs
+    ride along in front."""
+    x, a = v.args[0], v.attrs
+    cls = {aid: c for aid, c, _ in a["axes"]}
+    tree = em.expr(x)
+    m = len(x.legs)
+    for i, grp in enumerate(a["left"]):  # first leg to last: the later legs keep their indices
+        if not grp:
+            tree = P.method(tree, "squeeze", i - m)
+        elif len(grp) > 1:
+            tree = P.method(tree, "unflatten", i - m, P.tuple_([em.size_node(cls[g], v.span) for g in grp]))
+    elem = [g for grp in a["left"] for g in grp]
+    k = len(elem)
+    dims = [j - k for j, g in enumerate(elem) if g in a["reduced"]]
+    if a["reduction"] in ("max", "min"):  # a maximum of nothing: legs whose size 0 only the run time can show
+        what = P.const(f"reduce {a['reduction']!r} of {a['pattern']!r}")
+        free = [d for d in dims if em.S.is_free(cls[elem[d + k]])]
+        if free:
+            tree = P.call(P.name("_nonempty"), tree, P.tuple_(free), what)
+        if a["sum_batch"]:
+            tree = P.call(P.name("_nonempty"), tree, k, what)
+    if a["sum_batch"]:  # an ellipsis reduced: the batch legs too, as one leading leg
+        tree = P.call(P.name("_batch_first"), tree, k)
+        dims = [-k - 1] + dims
+    if dims:
+        tree = _reduction(tree, a["reduction"], dims)
+        elem = [g for g in elem if g not in a["reduced"]]
+        k = len(elem)
+    final = [g for grp in a["right"] for g in grp]
+    order = [elem.index(g) for g in final if g not in a["new"]]
+    if order != list(range(k)):
+        tree = _reorder(tree, order)
+    if a["new"]:
+        for j, g in enumerate(final):
+            if g in a["new"]:  # unsqueeze where the new leg stands, counted from the end
+                after = sum(1 for h in final[j + 1 :] if h not in a["new"])
+                tree = P.method(tree, "unsqueeze", -after - 1)
+        sizes = [em.size_node(cls[g], v.span) if g in a["new"] else P.const(-1) for g in final]
+        if x.type.batched:
+            tree = P.call(P.name("_expand_legs"), tree, P.tuple_(sizes))
+        else:
+            tree = P.method(tree, "expand", *sizes)
+    for gi, grp in enumerate(a["right"]):  # first group to last: the later ones keep their indices
+        if len(grp) > 1:
+            tail = sum(len(g) for g in a["right"][gi:])
+            tree = P.method(tree, "flatten", -tail, -tail + len(grp) - 1)
+    for gi, grp in enumerate(a["right"]):  # legs of size 1 ('1', '()'), counted from the end
+        if not grp:
+            tree = P.method(tree, "unsqueeze", -sum(1 for g in a["right"][gi + 1 :] if g) - 1)
+    return tree
+
+
+def _reduction(tree, reduction: str, dims: list):
+    """`reduction` over the given legs (counted from the end)."""
+    if reduction == "prod":  # one leg at a time, the outermost first: the inner ones keep their indices
+        for d in sorted(dims):
+            tree = P.method(tree, "prod", d)
+        return tree
+    meth = {"sum": "sum", "mean": "mean", "max": "amax", "min": "amin"}[reduction]
+    return P.method(tree, meth, dims[0] if len(dims) == 1 else P.tuple_(dims))
+
+
+def _lower_select(em: _Emitter, v: V):
+    x = v.args[0]
+    axis, i = v.attrs["axis"], v.attrs["index"]
+    return P.method(_within(em, x, axis, i, 1, "select"), "select", em.dim_of(x, axis), i)
+
+
+def _lower_slice(em: _Emitter, v: V):
+    x = v.args[0]
+    axis, start, length = v.attrs["axis"], v.attrs["start"], v.attrs["length"]
+    return P.method(_within(em, x, axis, start, length, "slice"), "narrow", em.dim_of(x, axis), start, length)
+
+
+def _within(em: _Emitter, x: V, axis: int, start: int, length: int, what: str):
+    """x's ast, checked at run time to hold the indices when its leg's size is known only then."""
+    tree = em.expr(x)
+    if not em.S.is_free(x.type.cls[axis]):
+        return tree  # the checker saw the size
+    label = P.const(f"{what} of leg {x.legs[axis]!r}")
+    return P.call(P.name("_within"), tree, em.dim_of(x, axis), start, length, label)
+
+
 def _lower_einsum(em: _Emitter, v: V):
     return em.einsum_code(v)
 
@@ -822,10 +907,19 @@ LOWER = {
     "flatten": _lower_flatten,
     "unflatten": _lower_unflatten,
     "rope": _lower_rope,
+    "rearrange": _lower_einop,
+    "reduce": _lower_einop,
+    "repeat": _lower_einop,
+    "select": _lower_select,
+    "slice": _lower_slice,
 }
 
 
 def _atom_num(em: _Emitter, v: V):
+    return P.const(v.attrs["value"])
+
+
+def _atom_const(em: _Emitter, v: V):
     return P.const(v.attrs["value"])
 
 
@@ -847,7 +941,7 @@ def _atom_block(em: _Emitter, v: V):
 
 
 # values that are not operations of the table: atoms, and calls of the diagram's own blocks
-_ATOMS = {"num": _atom_num, "dimsize": _atom_dimsize, "ref": _atom_ref, "block": _atom_block}
+_ATOMS = {"num": _atom_num, "const": _atom_const, "dimsize": _atom_dimsize, "ref": _atom_ref, "block": _atom_block}
 
 
 @deep

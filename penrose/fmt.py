@@ -13,7 +13,8 @@ The canonical form is the one the zoo and the paper's listings are written in:
 
 - one statement per line, single spaces around `=` and binary operators, none inside brackets;
   `**` hugs simple operands (`asqn**0.5`, as the paper writes it; `(x + 1) ** 2` otherwise);
-- dims declared together on one line (`dim f = 30, r = 1`) stay together (`Dim.grouped`);
+- dims declared together on one line (`dim f = 30, r = 1`) stay together (`Dim.grouped`), and
+  so do consts (`const a = 1, b = 2.5`, `Const.grouped`);
 - `h.detach()` and `detach(h)` stay as written (`Call.method`);
 - strings in expressions (einsum specs) take single quotes, `label` and `include` strings
   double quotes, unless the text holds that quote;
@@ -206,7 +207,9 @@ def _init(i: ir.Init | None) -> str:
     return f" ~ {i.name}(" + ", ".join(f"{k}={_expr(v, 0)}" for k, v in i.kwargs) + ")"
 
 
-def _dim_item(s: ir.Dim) -> str:
+def _dim_item(s: ir.Dim | ir.Const) -> str:
+    if isinstance(s, ir.Const):
+        return f"{s.name} = {_expr(s.value, 0)}"
     return s.name + (f" = {_expr(s.size, 0)}" if s.size is not None else "")
 
 
@@ -216,6 +219,8 @@ def _code(s) -> str:
         return f"# {s.text}".rstrip()
     if isinstance(s, ir.Dim):
         return f"dim {_dim_item(s)}"
+    if isinstance(s, ir.Const):
+        return f"const {_dim_item(s)}"
     if isinstance(s, ir.Tensor):
         dtype = f" : {s.dtype}" if s.dtype != "float" else ""
         return f"{s.kind} {s.name}{_legs(s)}{dtype}{_init(s.init)}"
@@ -294,8 +299,8 @@ def _body(stmts, indent: str) -> list[str]:
     for i, s in enumerate(stmts):
         if _closes(stmts, i):
             continue  # printed on the `}` line of the block before it
-        if isinstance(s, ir.Dim) and s.grouped and not s.note and isinstance(prev, ir.Dim) and isinstance(rows[-1], _Row):
-            rows[-1].code += f", {_dim_item(s)}"  # `dim f = 30, r = 1` stays one line
+        if isinstance(s, (ir.Dim, ir.Const)) and s.grouped and not s.note and type(prev) is type(s) and isinstance(rows[-1], _Row):
+            rows[-1].code += f", {_dim_item(s)}"  # `dim f = 30, r = 1` (and `const a = 1, b = 2`) stays one line
         else:
             if prev is not None and (_blank_between(prev, end, s, _start(stmts, i)) or _parts_block(prev, stmts, i)):
                 rows.append(None)

@@ -34,6 +34,7 @@ import collections
 import math
 import os
 import re
+import sys
 
 import torch
 
@@ -629,6 +630,62 @@ def _flatten(fr, v, args):
     return x.reshape(*x.shape[:a], -1 if x.numel() else math.prod(x.shape[a : b + 1]), *x.shape[b + 1 :])
 
 
+def _einop(fr, v, args):
+    """rearrange / reduce / repeat by full shapes: batch legs flattened into one leading axis,
+    one reshape to the elementary axes, one permute (reduced axes last, then flattened into one
+    and reduced), new axes broadcast by expand, one reshape to the result, the batch restored."""
+    (x,) = args
+    a = v.attrs
+    n = len(v.args[0].legs)
+    batch = list(x.shape[: x.dim() - n])
+    nb = math.prod(batch)
+    leg_sizes = list(x.shape[x.dim() - n :])
+    cls = {aid: c for aid, c, _ in a["axes"]}
+    size = {}
+    for grp, s in zip(a["left"], leg_sizes):
+        if len(grp) == 1:
+            size[grp[0]] = s
+        for g in grp if len(grp) > 1 else ():
+            size[g] = fr.size(cls[g], v.span)
+    for g in a["new"]:
+        size[g] = fr.size(cls[g], v.span)
+    elem = [g for grp in a["left"] for g in grp]
+    y = x.reshape([nb] + [size[g] for g in elem])
+    final = [g for grp in a["right"] for g in grp]
+    kept = [g for g in final if g not in a["new"]]
+    reduced = [g for g in elem if g not in kept]
+    y = y.permute([0] + [1 + elem.index(g) for g in kept + reduced])
+    r = math.prod(size[g] for g in reduced)
+    if a["sum_batch"]:  # the batch axis is reduced with the rest: move it last too
+        y = y.movedim(0, -1).reshape(*[size[g] for g in kept], r * nb)
+    elif reduced:
+        y = y.reshape(nb, *[size[g] for g in kept], r)
+    if reduced or a["sum_batch"]:
+        y = {"sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1), "max": lambda t: t.amax(-1),
+             "min": lambda t: t.amin(-1), "prod": lambda t: t.prod(-1)}[a["reduction"]](y)
+    lead = [] if a["sum_batch"] else [nb]
+    if a["new"]:
+        y = y.reshape(lead + [1 if g in a["new"] else size[g] for g in final]).expand(lead + [size[g] for g in final])
+    out = [math.prod(size[g] for g in grp) for grp in a["right"]]
+    return y.reshape(([] if a["sum_batch"] else batch) + out)
+
+
+def _select(fr, v, args):
+    (x,) = args
+    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
+    return x[(slice(None),) * dim + (v.attrs["index"],)]
+
+
+def _slice(fr, v, args):
+    (x,) = args
+    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
+    start, length = v.attrs["start"], v.attrs["length"]
+    start = start + x.shape[dim] if start < 0 else start
+    if start + length > x.shape[dim]:
+        raise PenroseShapeError(f"slice: indices {start} to {start + length - 1} are outside a leg of size {x.shape[dim]}", v.span)
+    return x[(slice(None),) * dim + (slice(start, start + length),)]
+
+
 def _rope(fr, v, args):
     """Rotate-half rotary embedding in float32: entry i of the rotated leg pairs with i + n/2,
     and position p along the position leg turns the pair by p * base**(-2i/n)."""
@@ -729,9 +786,14 @@ OPERATIONS = {
     "flatten": _flatten,
     "unflatten": _unflatten,
     "rope": _rope,
+    "rearrange": _einop,
+    "reduce": _einop,
+    "repeat": _einop,
+    "select": _select,
+    "slice": _slice,
 }
 
-ATOMS = {"num": _num, "dimsize": _dimsize, "ref": _ref, "block": _block}
+ATOMS = {"num": _num, "const": _num, "dimsize": _dimsize, "ref": _ref, "block": _block}
 
 
 def evaluator(v):
@@ -741,3 +803,15 @@ def evaluator(v):
     if fn is None:  # pragma: no cover - a new operation without an evaluator (a test keeps the tables equal)
         raise PenroseError(f"the interpreter cannot evaluate operation {name or v.op!r}", v.span)
     return fn
+
+
+class _CallableModule(type(collections)):
+    """`penrose.interpret(...)` keeps working after this submodule is imported: importing
+    `penrose.interpret` rebinds the package attribute from the facade function to the module,
+    so the module itself calls `interpret`."""
+
+    def __call__(self, *args, **kwargs):
+        return interpret(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

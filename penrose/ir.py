@@ -4,6 +4,7 @@ The term syntax (docs/language.md has the full language):
 
     diagram   ::= stmt*
     stmt      ::= Dim(name, size?)                       dim t = 16
+                | Const(name, value)                    const alpha = 8, scale = alpha / r
                 | Tensor(kind, name, legs, dtype, init?)  input Z[t, e] / param W[e, d] ~ init / buffer
                 | Assign(targets, value, instance?, repeat?)   h = expr [as inst] [repeat N]
                 | Output(names) | Return(values)
@@ -18,9 +19,9 @@ Every record carries its source `span`, excluded from equality, so the same diag
 with different spacing compares equal; a Tensor also keeps one span per leg (`leg_spans`,
 parallel to `legs`, also excluded), so errors about a leg point at the leg itself. The layout
 that `penrose fmt` keeps is recorded the same way, outside equality: a statement's `note_span`
-(where its trailing comment starts), a Dim's `grouped` (declared after a comma, as the `r` of
-`dim f = 30, r = 1`) and a Call's `method` (`h.detach()`, not `detach(h)`); blank lines are
-read from the spans' line numbers. Derived
+(where its trailing comment starts), a Dim's or Const's `grouped` (declared after a comma, as
+the `r` of `dim f = 30, r = 1` or the `b` of `const a = 1, b = 2.5`) and a Call's `method`
+(`h.detach()`, not `detach(h)`); blank lines are read from the spans' line numbers. Derived
 views (bonds, free legs, graphs) are functions elsewhere, never stored state. Rewrites use
 `dataclasses.replace`.
 """
@@ -176,6 +177,20 @@ class Dim:
 
 
 @dataclass(frozen=True)
+class Const:
+    """`const alpha = 8`: a named number, usable wherever a number is (its value any expression
+    of numbers, dims and other consts); laid out like a Dim."""
+
+    name: str
+    value: Expr
+    note: str = ""
+    span: Span = _span()
+    note_span: Span = _note_span()
+    # declared after a comma, on the 'const' line of the Const before it (layout only)
+    grouped: bool = field(default=False, compare=False, repr=False, kw_only=True)
+
+
+@dataclass(frozen=True)
 class Init:
     name: str = "normal"
     kwargs: tuple = ()  # ((name, expr), ...)
@@ -263,7 +278,7 @@ class Comment:
     span: Span = _span()
 
 
-Stmt = Dim | Tensor | Assign | Output | Return | Block | Include | Label | Comment
+Stmt = Dim | Const | Tensor | Assign | Output | Return | Block | Include | Label | Comment
 
 
 @dataclass(frozen=True)

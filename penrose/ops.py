@@ -30,6 +30,7 @@ INT = "int"  # a whole number, or a dim (its size)
 NUMBER_OR_DIM = "number_or_dim"  # a number, or a dim (its size)
 LEG = "leg"  # a leg of the operand: a name, or dim=i
 PARAM = "param"  # a declared one-leg param or buffer
+DIM = "dim"  # a declared dim (the leg a result takes)
 
 # keyword rules
 RULES = {
@@ -172,6 +173,17 @@ _ROWS = [
        "merge adjacent legs into one"),
     Op("unflatten", "shape", ("x", "leg", "parts"), 3, 3, (), "the leg split into the given dims",
        "split one leg into several"),
+    Op("rearrange", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
+       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says"),
+    Op("reduce", "shape", ("x", "pattern", "reduction"), 3, 3, (), "the right side of the pattern, a leg per entry",
+       "reduce the legs the right side leaves out ('sum', 'mean', 'max', 'min' or 'prod'), as einops.reduce"),
+    Op("repeat", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
+       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat"),
+    Op("select", "index", ("x", "leg", "index"), 3, 3, (), "its operand's legs without the selected leg",
+       "pick one index of a leg (a contraction with a basis vector); the leg disappears"),
+    Op("slice", "index", ("x", "leg", "start", "length", "into"), 4, 5, (Kw("into", DIM),),
+       "its operand's legs, the sliced leg replaced by `into`",
+       "keep `length` consecutive indices of a leg from `start` (torch.narrow) as a smaller declared dim"),
     Op("rope", "shape", ("x", "pos", "leg"), 3, 3, (Kw("base", NUMBER_OR_DIM, 10000.0, "positive"),), SAME,
        "rotary position embedding (rotate-half) of a leg by the position leg"),
 ]
@@ -187,7 +199,7 @@ def key_of(code: str, attrs: dict) -> str | None:
     None for atoms (numbers, references, sizes) and for statements (block calls, return)."""
     if code in ("unary", "sfunc", "reduce"):
         return attrs["name"]
-    if code == "mask":
+    if code in ("mask", "einop"):
         return attrs["kind"]
     if code in ("binop", "sbin"):
         return attrs["op"]

@@ -96,7 +96,7 @@ _TOKENS = re.compile(
 _OPEN, _CLOSE = frozenset("(["), frozenset(")]")
 _COMPARE = frozenset(("<=", ">=", "==", "!=", "<", ">"))
 _BINARY = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}  # binding power; all left-associative
-_KEYWORDS = frozenset(("dim", "input", "param", "buffer", "output", "return", "block", "include", "label"))
+_KEYWORDS = frozenset(("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label"))
 
 
 class _Slow(Exception):
@@ -238,6 +238,9 @@ class _Fast:
         if word == "dim":
             self.dims(body)
             return
+        if word == "const":
+            self.consts(body)
+            return
         if word in ("input", "param", "buffer"):
             node = self.tensor(word, first)
         elif word == "block":
@@ -277,6 +280,19 @@ class _Fast:
                 return
             self.i += 1
             grouped = True  # `dim f = 30, r = 1` stays one line under fmt
+
+    def consts(self, body: list):
+        """`const NAME = expr (, NAME = expr)*`: laid out like `dims`, a value required."""
+        grouped = False
+        while True:
+            n = self.name()
+            self.expect("=")
+            item = self.expr()
+            body.append(ir.Const(self.v[n], _plain(item), span=self.span_from(n, (item[3], item[4])), grouped=grouped))
+            if self.k[self.i] != ",":
+                return
+            self.i += 1
+            grouped = True
 
     def tensor(self, kind: str, first: int) -> ir.Tensor:
         """`input NAME legs [: NAME]`, `param|buffer NAME legs [~ init]`, or a block's formal."""
@@ -718,6 +734,12 @@ class _ToIR:
         # `dim f = 30, r = 1` stays one line under fmt: every Dim after the first is `grouped`
         return [ch[0]] + [replace(d, grouped=True) for d in ch[1:]]
 
+    def const_item(self, meta, ch):
+        return ir.Const(str(ch[0]), self._expr(ch[1]), span=self.L.span(meta))
+
+    def const_decl(self, meta, ch):
+        return [ch[0]] + [replace(c, grouped=True) for c in ch[1:]]
+
     def legs(self, meta, ch):
         toks = [c for c in ch if c is not None]
         legs = [str(c) for c in toks]
@@ -858,7 +880,10 @@ def _syntax_error(e, lines: _Lines) -> PenroseSyntaxError:
     if tok.type == "$END":
         shown = "end of file"
     msg = f"unexpected {shown!r}" if tok.type not in ("_NL", "$END") else f"unexpected {shown}"
-    if tok.type == "EQUAL" and "COLON" not in (e.expected or ()):
+    before = lines.line(line)[: col - 1].strip()
+    if tok.type == "EQUAL" and before in _KEYWORDS:  # `const = 3`: a keyword where a name was meant
+        msg += f"; {before!r} is a keyword, not a name"
+    elif tok.type == "EQUAL" and "COLON" not in (e.expected or ()):
         msg += "; statements are 'name = expression', one per line"
     if 0 < len(expected) <= 6:
         msg += f"; expected {', '.join(expected)}"

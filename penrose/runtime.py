@@ -181,6 +181,37 @@ def _concat(parts, dim, n):
     return torch.cat([x.expand(*lead, *x.shape[x.dim() - n:]) for x in parts], dim=dim)
 
 
+def _batch_first(x, n):
+    """x with its batch legs (all but its last n) flattened into one leading leg, of size 1 when
+    there are none: a reduction over the batch legs then reduces that one leg."""
+    lead = x.shape[: x.dim() - n]
+    return x.reshape(lead.numel(), *x.shape[x.dim() - n:])
+
+
+def _nonempty(x, dims, what):
+    """x, after checking that the reduced legs (or, for dims None, the batch legs) hold entries:
+    a maximum or minimum of nothing has no value."""
+    empty = x.shape[: x.dim() - dims].numel() == 0 if isinstance(dims, int) else any(x.shape[d] == 0 for d in dims)
+    if empty:
+        raise ShapeError(f"{what} reduces legs with no entries (size 0)")
+    return x
+
+
+def _within(x, dim, start, length, what):
+    """x, after checking that indices start .. start + length - 1 of leg `dim` exist."""
+    n = x.shape[dim]
+    first = start + n if start < 0 else start
+    if first < 0 or first + length > n:
+        span = f"index {start}" if length == 1 else f"indices {start} to {start + length - 1}"
+        raise ShapeError(f"{what}: {span} outside a leg of size {n}")
+    return x
+
+
+def _expand_legs(x, sizes):
+    """x.expand over its last len(sizes) legs (-1 keeps a leg), its batch legs kept."""
+    return x.expand(*x.shape[: x.dim() - len(sizes)], *sizes)
+
+
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""

@@ -41,7 +41,7 @@ MODULE_ATTRS = frozenset(
     type xpu zero_grad reset_parameters""".split()
 )
 GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
-PEN_KEYWORDS = frozenset({"dim", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
+PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)
 FUNCTIONS = ops.FUNCTIONS

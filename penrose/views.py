@@ -4,7 +4,8 @@ The IR and the checked IR store only what the source says and what the checker r
 everything read off them is a function here, shared by the compiler, the figure, the
 explanations and the gallery (STYLE.md, "The IR": derived views are functions, not state):
 
-- `legend(diagram)`: the index legend comment, leg -> meaning;
+- `legend(diagram)`: the index legend comment, leg -> meaning; `legend_warnings(diagram)`:
+  the declared dims it leaves out;
 - `statements(c)`: the statements of a body that compute something (or of any kind);
 - `values(v)`: every value of a checked value tree; `refs(v)`: the names it reads;
   `labels_agree(sizes, v)`: an einsum binds each label to one size class;
@@ -26,72 +27,164 @@ Torch-free; imports the IR and the checked IR only.
 
 from __future__ import annotations
 
+import re
 from typing import NamedTuple
 
 from penrose import ir
 from penrose.checked import Checked, CStmt, V
+from penrose.errors import Span
 
 COMPUTING = (ir.Assign, ir.Return)  # the statements with a value: the units figures and pages count
 
 
 # ---- the index legend ------------------------------------------------------------------------
 
-LEGEND_HEAD = "index legend:"
+LEGEND_HEAD = "index legend:"  # the canonical header; `_HEAD` also reads 'Index legend -' and the like
+_HEAD = re.compile(r"\s*index[ \t]+legend\s*(?:[:=\-\u2013\u2014]|$)\s*(.*)", re.IGNORECASE | re.DOTALL)
+_BULLET = re.compile(r"\A(?:[-*\u2022\u2013\u2014]\s+)+")  # '- t: token', '* t token', '• t token'
+# an item: a leg name, an optional separator (':', '=', ' - ', ' — '), then its meaning
+_ITEM = re.compile(r"([^\W\d]\w*)(?:\s*[:=]|\s+[-\u2013\u2014](?=\s)|\s*[\u2013\u2014])?\s*(.*)", re.DOTALL)
+_FIRST_WORD = re.compile(r"[^\W\d]\w*")
+_DASH = re.compile(r"\s*[-\u2013\u2014]\s")
 
 
 def legend(diagram: ir.Diagram) -> dict[str, str]:
-    """The index legend: the top-level comment '# index legend: t token, e embedding', with its
-    continuation lines (comments right below it that start with two spaces after the '#').
+    """The index legend: the top-level comment '# index legend: t token, e embedding' (the
+    header in any case, ':' or '-' after it), with its continuation lines.
 
-    Items are separated by commas outside parentheses. An item is a leg name and its meaning;
-    names listed alone share the meaning of the next item ('i, j, k input feature factors'
-    gives all three that meaning); an item that does not start with a name and a meaning in
-    words ('k >> d') is a remark, not an entry. The first meaning given a leg stands.
+    Continuation lines are comments on the very next lines: indented ('#   e embedding'), or
+    unindented when their first word is a dim the diagram declares ('# e embedding'); any other
+    comment, a blank line or a statement ends the legend. Each continuation line starts items of
+    its own (the one-leg-per-line form), except where it continues an item cut in the middle:
+    inside parentheses, or after a line of the comma form that does not end in a comma, when
+    the line does not itself start with a leg (a dim, a bullet, 'e: ...', 'e  ...').
+
+    Items are separated by commas outside parentheses. An item is a leg name and its meaning,
+    parted by spaces, ':', '=', ' - ' or ' — ', optionally after a bullet ('- t: token'); names
+    listed alone share the meaning of the next item ('i, j, k input feature factors' gives all
+    three that meaning); an item that does not start with a name and a meaning in words
+    ('k >> d') is a remark, not an entry. The first meaning given a leg stands.
 
     >>> legend(ir.Diagram((ir.Comment("index legend: t token, p key token (the paper's t_p),"), ir.Comment("  e embedding"))))
     {'t': 'token', 'p': "key token (the paper's t_p)", 'e': 'embedding'}
     >>> legend(ir.Diagram((ir.Comment("index legend: i, j, k input feature factors, d latent, k >> d"),)))
     {'i': 'input feature factors', 'j': 'input feature factors', 'k': 'input feature factors', 'd': 'latent'}
+    >>> legend(ir.Diagram((ir.Comment("Index legend -"), ir.Comment("  t: token"), ir.Comment("  - e = embedding (width)"))))
+    {'t': 'token', 'e': 'embedding (width)'}
     """
     body = diagram.body
     for i, s in enumerate(body):
-        if isinstance(s, ir.Comment) and s.text.lstrip().lower().startswith(LEGEND_HEAD):
-            text = s.text.lstrip()[len(LEGEND_HEAD) :]
-            prev = s
-            for nxt in body[i + 1 :]:
-                if not (isinstance(nxt, ir.Comment) and _continues(prev, nxt)):
-                    break
-                text += " " + nxt.text.strip()
-                prev = nxt
-            return _legend_items(text)
+        m = _HEAD.match(s.text) if isinstance(s, ir.Comment) else None
+        if not m:
+            continue
+        reader = _LegendReader(diagram, m.group(1).strip())
+        prev = s
+        for nxt in body[i + 1 :]:
+            if not (isinstance(nxt, ir.Comment) and _adjacent(prev, nxt) and reader.read(nxt.text)):
+                break
+            prev = nxt
+        return _legend_items(reader.items)
     return {}
 
 
-def _continues(prev: ir.Comment, nxt: ir.Comment) -> bool:
-    """`nxt` continues the legend: indented ('#   e embedding'), on the very next line."""
-    adjacent = not (prev.span.line and nxt.span.line) or nxt.span.line == prev.span.line + 1
-    return adjacent and nxt.text.startswith(" ") and bool(nxt.text.strip())
+def _adjacent(prev: ir.Comment, nxt: ir.Comment) -> bool:
+    """`nxt` is on the line right after `prev` (or the positions are not known)."""
+    return not (prev.span.line and nxt.span.line) or nxt.span.line == prev.span.line + 1
 
 
-def _legend_items(text: str) -> dict[str, str]:
-    items, item, depth = [], "", 0
-    for ch in text:  # split at commas outside parentheses
-        depth += (ch == "(") - (ch == ")")
-        if ch == "," and depth <= 0:
-            items.append(item)
-            item = ""
-        else:
-            item += ch
-    items.append(item)
+class _LegendReader:
+    """The items of a legend, read line by line (`legend` says how lines continue items)."""
+
+    def __init__(self, diagram: ir.Diagram, head: str):
+        self.diagram, self._dims = diagram, None
+        self.items: list[str] = []
+        self.depth = 0  # parentheses left open by the last item
+        self.comma = False  # the text so far ends with a comma (the next line starts an item)
+        self.comma_form = bool(head)  # items on the header line: a comma list, maybe wrapped
+        self._add(head, join=False)
+
+    @property
+    def dims(self) -> dict:
+        if self._dims is None:  # read only when a line needs them (most legends never do)
+            self._dims = _declared_dims(self.diagram)
+        return self._dims
+
+    def read(self, text: str) -> bool:
+        """Take one continuation comment; False where it is no part of the legend."""
+        line = text.strip()
+        if not line:
+            return False
+        if not text[:1].isspace() and not self._leads_with_dim(_BULLET.sub("", line, count=1)):
+            return False  # unindented and not about a dim of the diagram: the legend has ended
+        join = bool(self.items) and (
+            self.depth > 0 or (self.comma_form and not self.comma and not self._starts_item(line))
+        )
+        self._add(line, join)
+        return True
+
+    def _leads_with_dim(self, line: str) -> bool:
+        m = _FIRST_WORD.match(line)
+        return bool(m) and m.group() in self.dims and line[m.end() : m.end() + 1] in ("", " ", "\t", ":", "=", ",")
+
+    def _starts_item(self, line: str) -> bool:
+        """A line that starts a new item rather than going on with a cut meaning: a bullet, a
+        name then ':' / '=' / ' - ' / two spaces, or a dim of the diagram."""
+        if _BULLET.match(line):
+            return True
+        m = _FIRST_WORD.match(line)
+        if not m:
+            return False
+        rest = line[m.end() :]
+        if rest[:1] in (":", "=") or rest.startswith("  ") or _DASH.match(rest):
+            return True
+        return self._leads_with_dim(line)
+
+    def _add(self, text: str, join: bool):
+        if join:
+            text = self.items.pop() + " " + text
+        item, depth = "", 0
+        for ch in text:  # split at commas outside parentheses
+            depth += (ch == "(") - (ch == ")")
+            if ch == "," and depth <= 0:
+                self.items.append(item)
+                item = ""
+            else:
+                item += ch
+        self.comma = not item.strip() and text.rstrip().endswith(",")
+        if item.strip():
+            self.items.append(item)
+        self.depth = max(depth, 0)
+
+
+def _declared_dims(diagram: ir.Diagram) -> dict[str, ir.Dim]:
+    """The dims the diagram's own file declares, at the top level and in block bodies, in order."""
+    out: dict[str, ir.Dim] = {}
+    stack = list(reversed(diagram.body))
+    while stack:
+        s = stack.pop()
+        if isinstance(s, ir.Dim):
+            if not s.span.line or s.span.file == diagram.file:
+                out.setdefault(s.name, s)
+        elif isinstance(s, ir.Block):
+            stack.extend(reversed(s.body))
+    return out
+
+
+def _legend_items(items: list[str]) -> dict[str, str]:
     out: dict[str, str] = {}
     pending: list[str] = []  # names listed alone, waiting for the meaning they share
     for it in items:
-        name, _, meaning = it.strip().partition(" ")
-        meaning = meaning.strip()
-        if not name.isidentifier():
+        it = _BULLET.sub("", it.strip(), count=1).strip()
+        m = _ITEM.fullmatch(it)
+        if not m:
             pending = []  # a remark
-        elif not meaning:
-            pending.append(name)
+            continue
+        name, meaning = m.group(1), " ".join(m.group(2).split())
+        if not meaning:
+            if it == name:
+                pending.append(name)
+            else:
+                pending = []  # 't:' with nothing after it
         elif meaning[0].isalnum() or meaning[0] in "('\"":
             for n in pending + [name]:
                 out.setdefault(n, meaning)
@@ -99,6 +192,26 @@ def _legend_items(text: str) -> dict[str, str]:
         else:
             pending = []  # 'k >> d': a remark about legs already named
     return out
+
+
+def legend_warnings(diagram: ir.Diagram) -> list[tuple[str, Span]]:
+    """A warning for each dim the diagram's own file declares (top level and blocks, not
+    included files) that its index legend does not explain, at the dim's declaration; without
+    a legend, one for every dim.
+
+    >>> from penrose.parse import parse
+    >>> [m for m, _ in legend_warnings(parse("# index legend: t token\\ndim t, e = 4"))]
+    ["dim 'e' is not in the index legend (# index legend: e <meaning>)"]
+    """
+    dims = _declared_dims(diagram)
+    if not dims:
+        return []
+    known = legend(diagram)
+    return [
+        (f"dim {name!r} is not in the index legend (# index legend: {name} <meaning>)", d.span)
+        for name, d in dims.items()
+        if name not in known
+    ]
 
 
 # ---- statements and values -------------------------------------------------------------------

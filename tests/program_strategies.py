@@ -17,7 +17,12 @@ element-wise function, einsum (compact and spaced forms, 1-4 operands, contracte
 renamed legs, diagonals, size-1 broadcasting, implicit output, '...' kept, summed, or covering
 declared legs anywhere in a term), softmax, log_softmax, layernorm and rmsnorm (with
 weights and biases), topk, topk_mask, sum/mean/max, dropout, detach (both spellings), clamp,
-where, causal and block_causal masks, gather, split, concat, unflatten, flatten, rope, blocks
+where, causal and block_causal masks, gather, split, concat, unflatten, flatten, rope, the einops
+calls (rearrange, reduce with the five reductions, repeat: permutations, merges on the right
+into product dims, splits on the left, `1`/`()` legs, `...` on both sides or, in reduce, on the
+left only, new legs alone and inside merges), select and slice (by name or position, negative
+indices, a length as a dim, a number with into= or positional), consts (numbers and expressions
+of dims and consts, read as scalars, indices, keyword values and init arguments), blocks
 (calls in expressions, `as`, `repeat`, several results, blocks calling blocks), attention
 sequences the compiler fuses, reassignment (SSA), labels, captions and notes.
 
@@ -29,6 +34,7 @@ statements, and backslash continuations; the formatter must keep every comment.
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
@@ -42,6 +48,8 @@ ATOM, POW, UNARY, MUL, ADD, CMP = 6, 5, 4, 3, 2, 1
 BINPREC = {"**": POW, "*": MUL, "/": MUL, "//": MUL, "+": ADD, "-": ADD}
 UNARY_FUNCS = ["sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "abs", "softplus", "leaky_relu", "log", "sqrt"]
 COMPARE = ["<", "<=", ">", ">=", "==", "!="]
+CONST_NAMES = ["alpha", "beta", "gamma"]
+REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
 
 
 @dataclass
@@ -89,9 +97,10 @@ def _wrap(e, need):
 
 
 class _Gen:
-    def __init__(self, draw, decorate: bool):
+    def __init__(self, draw, decorate: bool, consts: bool = False):
         self.draw = draw
         self.decorate = decorate
+        self.force_consts = consts
         self.counter = itertools.count(1)
         self.comment_no = itertools.count(1)
         self.dims: dict = {}
@@ -100,6 +109,9 @@ class _Gen:
         self.inputs: dict = {}
         self.ops: set = set()
         self.blocks: list = []
+        self.consts: dict = {}  # const name -> value (at the declared sizes)
+        self.const_lines: list = []
+        self.const_dims: set = set()  # the dims the consts' values read
 
     # -- small draws
     def coin(self, p=0.5) -> bool:
@@ -154,7 +166,46 @@ class _Gen:
                 row = []
         if row:
             lines.append("dim " + ", ".join(row))
+        if self.force_consts or self.coin(0.4):
+            self.draw_consts(small)
         return lines
+
+    def draw_consts(self, small: list):
+        """`const` declarations: numbers, and expressions of dims and earlier consts (`alpha / b`)."""
+        for name in CONST_NAMES[: self.draw(st.integers(1, len(CONST_NAMES)))]:
+            ints = [c for c, v in self.consts.items() if isinstance(v, int)]
+            form = self.pick(["int", "int", "float", "neg", "of_dim", "of_const"])
+            if form == "int":
+                value = self.draw(st.integers(0, 3))
+                text = str(value)
+            elif form == "float":
+                text = self.pick(["0.5", "1.5", "0.25", "2.0", "1e-3"])
+                value = float(text)
+            elif form == "neg":
+                value = -self.draw(st.integers(1, 3))
+                text = str(value)
+            elif form == "of_dim" and small:
+                d = self.pick(small)
+                self.const_dims.add(d)
+                op = self.pick(["/", "*", "-", "//"])
+                k = self.draw(st.integers(1, 2))
+                text = f"{d} {op} {k}"
+                n = self.dims[d]
+                value = {"/": n / k, "*": n * k, "-": n - k, "//": n // k}[op]
+            elif form == "of_const" and ints:
+                c = self.pick(ints)
+                value = self.consts[c] * 2 + 1
+                text = f"{c} * 2 + 1"
+            else:
+                value = 1
+                text = "1"
+            self.consts[name] = value
+            self.const_lines.append(f"const {name} = {text}")
+        self.ops.add("const")
+
+    def const_in(self, lo, hi, integer=True) -> list:
+        """The consts whose value lies in [lo, hi] (whole numbers only, unless integer=False)."""
+        return sorted(c for c, v in self.consts.items() if (isinstance(v, int) or not integer) and lo <= v <= hi)
 
     def same_size(self, size: int) -> list:
         return [n for n, s in self.dims.items() if s == size]
@@ -202,6 +253,8 @@ class _Gen:
                    " ~ constant(value=0.7)", " ~ ones", "", " ~ xavier(gain=2)"]
         if len(legs) == 2:
             options.append(" ~ eye")
+        options += [f" ~ normal(std={c})" for c in self.const_in(0, 3, integer=False)]
+        options += [f" ~ constant(value={c})" for c in sorted(self.consts)[:1]]
         return self.pick(options)
 
     def leaf(self, sc: _Scope, T: tuple, unbatched: bool):
@@ -225,7 +278,12 @@ class _Gen:
         """A plain number (of dims, shapes, literals); positive=True: never zero or negative."""
         dims = sorted(sc.size_dims)
         shaped = [(n, i) for n, t in sc.tensors.items() for i, l in enumerate(t.legs) if l in sc.size_dims]
-        choice = self.pick(["num", "dim", "sqrt", "shape", "sfunc", "sbin"][: 6 if depth > 0 else 5])
+        choice = self.pick(["num", "dim", "sqrt", "shape", "sfunc", "const", "sbin"][: 7 if depth > 0 else 6])
+        usable = self.const_in(0.25, 10, integer=False) if positive else sorted(self.consts)
+        if choice == "const" and usable:
+            self.ops.add("const")
+            c = self.pick(usable)
+            return (f"({c})" if self.consts[c] < 0 and self.coin(0.5) else c), ATOM
         if choice == "dim" and dims:
             self.ops.add("dimsize")
             return self.pick(dims), ATOM
@@ -265,6 +323,10 @@ class _Gen:
             options += ["softmax", "norm", "topk", "rope"]
         if not sc.is_block and unique:
             options += ["gather"]
+        if unique:
+            options += ["rearrange", "einreduce", "select"]
+        if T and unique:
+            options += ["einrepeat", "slice"]
         if any(l in self.sums for l in T) and unique:
             options += ["concat", "concat"]  # rare shapes: take them when they come
         if any(l in self.prods for l in T) and unique:
@@ -294,7 +356,7 @@ class _Gen:
         if f == "sqrt":
             return self.call("sqrt", [f"abs({x[0]}) + 0.5"])[0], ATOM, x[2]
         if f == "leaky_relu":
-            parts = [x[0]] + (["slope=0.2"] if self.coin(0.5) else [])
+            parts = [x[0]] + ([self.pick(["slope=0.2"] + [f"slope={c}" for c in sorted(self.consts)])] if self.coin(0.5) else [])
             return self.call(f, parts)[0], ATOM, x[2]
         return self.call(f, [x[0]])[0], ATOM, x[2]
 
@@ -324,6 +386,8 @@ class _Gen:
         if dims:
             d = self.pick(dims)
             bounds.append(f"min=-{d}, max={d}")
+        for c in self.const_in(0, 10, integer=False)[:1]:
+            bounds.append(f"min=-{c}, max={c}")
         return f"clamp({x[0]}, {self.pick(bounds)})", ATOM, x[2]
 
     def subset(self, T: tuple, proper=False) -> tuple:
@@ -417,7 +481,7 @@ class _Gen:
         if f == "layernorm" and self.coin(0.4):
             parts.append(f"bias={self.norm_param(sc, T[i])}")
         if self.coin(0.3):
-            parts.append(self.pick(["eps=1e-5", "eps=0.001", "eps=1e-6"]))
+            parts.append(self.pick(["eps=1e-5", "eps=0.001", "eps=1e-6"] + [f"eps={c}" for c in self.const_in(1e-6, 10, integer=False)]))
         return self.call(f, parts)[0], ATOM, x[2]
 
     def _topk(self, sc, T, depth, unbatched):
@@ -428,6 +492,10 @@ class _Gen:
 
     def k_arg(self, sc, leg) -> str:
         n = self.dims[leg]
+        consts = self.const_in(1, n)
+        if consts and self.coin(0.3):
+            self.ops.add("const")
+            return f"k={self.pick(consts)}"
         smaller = [d for d in sc.size_dims if self.dims[d] <= n]
         if smaller and self.coin(0.3):
             return f"k={self.pick(sorted(smaller))}"
@@ -455,6 +523,148 @@ class _Gen:
         inner = T[:i] + (extra,) + T[i:]
         x = self.expr(sc, inner, depth, unbatched)
         return self.call(f, [x[0], self.leg_arg(inner, i)])[0], ATOM, x[2]
+
+    # einops: rearrange, reduce, repeat -------------------------------------------------------------
+    def _only_product(self, ab) -> str | None:
+        """The product dim declared as exactly `a * b` when there is one only (a merge names it)."""
+        found = [m for m, xy in self.prods.items() if xy == ab]
+        return found[0] if len(found) == 1 else None
+
+    def einops_pattern(self, T: tuple, kind: str):
+        """(inner legs, pattern, drops_batch) for kind(x, pattern) whose result has legs T: merges on
+        the right (product dims), splits on the left, `1`/`()` legs, `...` on both sides or (reduce)
+        on the left only, new legs (repeat, alone or inside a merge), reduced legs (reduce)."""
+        used = set(T)
+        right = []  # ["names", [axes]] or ["dots"]
+        for l in T:
+            ab = self.prods.get(l)
+            if ab and self._only_product(ab) == l and not (set(ab) & used) and self.coin(0.35):
+                right.append(["names", list(ab)])
+                used |= set(ab)
+            else:
+                right.append(["names", [l]])
+        # '...' over a run of single legs of the right side (empty runs too)
+        dots = []
+        if self.coin(0.3):
+            singles = [i for i, e in enumerate(right) if len(e[1]) == 1]
+            i = self.pick(singles + [len(right)]) if singles else len(right)
+            j = i
+            while j < len(right) and len(right[j][1]) == 1 and self.coin(0.5):
+                j += 1
+            dots = [e[1][0] for e in right[i:j]]
+            right[i:j] = [["dots"]]
+        axes = [a for e in right if e[0] == "names" for a in e[1]]
+        new = []
+        if kind == "repeat":
+            new = list(self.draw(st.permutations(axes)))[: self.draw(st.integers(1, min(2, len(axes))))] if axes else []
+        left_axes = [a for a in axes if a not in new]
+        drops = False
+        left_dots = list(dots) if dots or any(e[0] == "dots" for e in right) else None
+        if kind == "reduce":
+            spare = [d for d in self.dims if d not in used and d not in dots]
+            extra = list(self.draw(st.permutations(spare)))[: self.draw(st.integers(0, min(2, len(spare))))] if spare else []
+            left_axes += extra
+            used |= set(extra)
+            if left_dots is None and self.coin(0.25):  # '...' on the left only: reduced, batch legs too
+                spare = [d for d in self.dims if d not in used]
+                left_dots = list(self.draw(st.permutations(spare)))[: self.draw(st.integers(0, min(2, len(spare))))] if spare else []
+                drops = True
+        order = list(self.draw(st.permutations(left_axes)))
+        left = []  # ["names", [axes], leg] | ["unit", text, leg] | ["dots", legs]
+        i = 0
+        while i < len(order):
+            pair = tuple(order[i:i + 2])
+            splits = [m for m, xy in self.prods.items() if xy == pair] if len(pair) == 2 else []
+            if splits and self.coin(0.5):
+                left.append(["names", list(pair), self.pick(splits)])
+                i += 2
+            else:
+                left.append(["names", [order[i]], order[i]])
+                i += 1
+        ones = [d for d, n in self.dims.items() if n == 1]
+        if ones and self.coin(0.25):
+            left.insert(self.draw(st.integers(0, len(left))), ["unit", self.pick(["1", "()", "(1)"]), self.pick(ones)])
+        if left_dots is not None:
+            left.insert(self.draw(st.integers(0, len(left))), ["dots", left_dots])
+        if not left and not right:
+            return None
+        inner = []
+        for e in left:
+            inner += e[1] if e[0] == "dots" else [e[2]]
+
+        def group(names):
+            if len(names) == 1 and not self.coin(0.1):
+                return names[0]
+            return "(" + " ".join(names) + ")"
+
+        lhs = " ".join("..." if e[0] == "dots" else e[1] if e[0] == "unit" else group(e[1]) for e in left)
+        rhs = " ".join("..." if e[0] == "dots" else group(e[1]) for e in right)
+        return tuple(inner), f"{lhs} -> {rhs}".strip(), drops
+
+    def _einops(self, sc, T, depth, unbatched, kind):
+        built = self.einops_pattern(T, kind)
+        if built is None:
+            return None
+        inner, pattern, drops = built
+        self.ops.add(kind)
+        x = self.expr(sc, inner, depth, unbatched)
+        parts = [x[0], repr(pattern)]
+        if kind == "reduce":
+            parts.append(repr(self.pick(REDUCTIONS)))
+        return self.call(kind, parts)[0], ATOM, x[2] and not drops
+
+    def _rearrange(self, sc, T, depth, unbatched):
+        return self._einops(sc, T, depth, unbatched, "rearrange")
+
+    def _einreduce(self, sc, T, depth, unbatched):
+        return self._einops(sc, T, depth, unbatched, "reduce")
+
+    def _einrepeat(self, sc, T, depth, unbatched):
+        return self._einops(sc, T, depth, unbatched, "repeat")
+
+    # select and slice ------------------------------------------------------------------------------
+    def index_arg(self, sc, lo, hi) -> str:
+        """A whole number in [lo, hi]: a literal, a const or a dim's size."""
+        consts = self.const_in(lo, hi)
+        dims = [d for d in sorted(sc.size_dims) if lo <= self.dims[d] <= hi]
+        choice = self.pick(["num", "num", "num", "const", "dim"])
+        if choice == "const" and consts:
+            self.ops.add("const")
+            return self.pick(consts)
+        if choice == "dim" and dims:
+            return self.pick(dims)
+        return str(self.draw(st.integers(lo, hi)))
+
+    def _select(self, sc, T, depth, unbatched):
+        self.ops.add("select")
+        l = self.pick(list(self.dims))
+        n = self.dims[l]
+        i = self.draw(st.integers(0, len(T)))
+        inner = T[:i] + (l,) + T[i:]
+        x = self.expr(sc, inner, depth, unbatched)
+        index = self.index_arg(sc, 0, n - 1) if self.coin(0.7) else str(self.draw(st.integers(-n, -1)))
+        return self.call("select", [x[0], self.leg_arg(inner, i, keyword=False), index])[0], ATOM, x[2]
+
+    def _slice(self, sc, T, depth, unbatched):
+        j = self.draw(st.integers(0, len(T) - 1))
+        k = T[j]
+        m = self.dims[k]
+        sources = [d for d, n in self.dims.items() if n >= m]
+        l = self.pick(sources)
+        n = self.dims[l]
+        self.ops.add("slice")
+        inner = T[:j] + (l,) + T[j + 1:]
+        x = self.expr(sc, inner, depth, unbatched)
+        start = self.index_arg(sc, 0, n - m) if self.coin(0.7) else str(self.draw(st.integers(0, n - m)) - n)
+        leg = self.leg_arg(inner, j, keyword=False)
+        form = self.pick(["dim", "into", "positional"])
+        if form == "dim":
+            parts = [x[0], leg, start, k]
+        elif form == "into":
+            parts = [x[0], leg, start, str(m), f"into={k}"]
+        else:
+            parts = [x[0], leg, start, str(m), k]
+        return self.call("slice", parts)[0], ATOM, x[2]
 
     def _gather(self, sc, T, depth, unbatched):
         if unbatched:
@@ -868,8 +1078,9 @@ class _Gen:
             floats = [n for n, t in sc.tensors.items() if t.dtype == "float" and t.kind not in ("param", "buffer")]
         recent = floats[-3:]
         outs = self.draw(st.lists(st.sampled_from(recent), min_size=1, max_size=2, unique=True))
-        lines = head[:]
-        late_dim = self.coin(0.2) and len(dims) > 1 and not blocks
+        lines = head[:] + self.const_lines
+        late = set(re.findall(r"(\w+) =", dims[-1])) if dims else set()
+        late_dim = self.coin(0.2) and len(dims) > 1 and not blocks and not (late & self.const_dims)
         if late_dim:
             lines.pop(len(dims) - 1)
         if self.decorate and self.coin(0.3):
@@ -898,9 +1109,10 @@ class _Gen:
 
 
 @st.composite
-def programs(draw, decorate: bool = False) -> Program:
-    """A whole random `.pen` program that type-checks by construction."""
-    return _Gen(draw, decorate).program()
+def programs(draw, decorate: bool = False, consts: bool = False) -> Program:
+    """A whole random `.pen` program that type-checks by construction (consts=True: it declares
+    at least one const)."""
+    return _Gen(draw, decorate, consts).program()
 
 
 DEEP_WRAPPERS = [

@@ -85,6 +85,11 @@ w = concat([u, v], f, f2)
 q = unflatten(x, e, [h, d])
 k = flatten(q, [h, d], e)
 z = rope(x, t, e)
+n1 = rearrange(x, 't (h d) -> h t d')
+n2 = reduce(x, 't (h d) -> h', 'max')
+n3 = repeat(x, 't e -> t p e')
+n4 = select(x, t, 0)
+n5 = slice(x, t, 1, h)
 output a1
 """
 

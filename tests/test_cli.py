@@ -13,6 +13,7 @@ from penrose.cli import main
 
 # GOOD checks and compiles but is not in canonical form ('x,W'), for the fmt tests
 GOOD = """\
+# index legend: t token, e embedding, f feature
 dim t = 4, e = 3
 input x[t, e]
 input unused[t]
@@ -48,7 +49,7 @@ def test_check_ok(files, capsys):
     code, out, err = run(capsys, "check", files / "good.pen")
     assert code == 0
     assert out == f"{files / 'good.pen'}: ok — 2 input(s), 9 parameter(s), outputs y[t, f]\n"
-    assert err == f"{files / 'good.pen'}:3:1: warning: input 'unused' is never used\n"
+    assert err == f"{files / 'good.pen'}:4:1: warning: input 'unused' is never used\n"
 
 
 def test_check_with_size_override(files, capsys):
@@ -88,7 +89,7 @@ def test_check_missing_file(files, capsys):
 
 def test_bad_size_option(files, capsys):
     code, _, err = run(capsys, "check", files / "good.pen", "--size", "e=x")
-    assert code == 1 and err == "error: --size expects NAME=INTEGER, got 'e=x'\n"
+    assert code == 1 and err == "error: --size expects NAME=NUMBER (a dim's size or a const's value), got 'e=x'\n"
     code, _, err = run(capsys, "check", files / "good.pen", "--size", "q=3")
     assert code == 1 and "unknown dim 'q' in sizes" in err
 
@@ -197,7 +198,7 @@ def test_plan_error(files, capsys):
 def test_fmt_prints(files, capsys):
     code, out, _ = run(capsys, "fmt", files / "good.pen")
     assert code == 0
-    assert out.startswith("dim t = 4, e = 3\ninput x[t, e]\n")
+    assert out.startswith("# index legend: t token, e embedding, f feature\ndim t = 4, e = 3\ninput x[t, e]\n")
     assert (files / "good.pen").read_text(encoding="utf-8") == GOOD  # untouched
 
 

@@ -8,7 +8,6 @@ masks, norms, dropout, gather, topk, split/concat, detach, dtypes, torch.compile
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import math
 import tempfile
@@ -23,6 +22,7 @@ from hypothesis import strategies as st
 
 import penrose
 from penrose.errors import PenroseShapeError
+from sources import imported_modules
 from strategies import Case, einsum_cases, elementwise_cases
 
 F64 = dict(rtol=1e-9, atol=1e-11)
@@ -81,17 +81,6 @@ def import_source(source: str, folder: Path):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def imported_modules(source: str) -> set:
-    """Top-level names of every module the source imports (read with ast, not by running it)."""
-    out = set()
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            out |= {a.name.split(".")[0] for a in node.names}
-        elif isinstance(node, ast.ImportFrom):
-            out.add((node.module or "").split(".")[0])
-    return out
 
 
 def assert_standalone_same(text, inputs: dict):

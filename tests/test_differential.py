@@ -10,14 +10,15 @@ in every argument position, nesting) and each one runs three ways, in float64:
                          torch.einsum and plain torch ops (no code shared with the compiler)
 
 and the outputs and the gradients (with respect to every float input and every parameter)
-must agree; batch dims lead every input, or some inputs only (they broadcast). Legs that only
+must agree, also with the programs' consts overridden (compile(text, alpha=...)); batch dims lead every input, or some inputs only (they broadcast). Legs that only
 inputs carry may take other sizes at run time: then the compiled module and the interpreter
 agree, or both raise PenroseShapeError. The formatter must keep each program's meaning (the
 re-parsed IR compares equal) and every comment, and the renderer and the explanations must
 raise nothing but PenroseError and never give an empty equation or reading. Deep programs (a
 thousand nested calls, thousands of terms) go through every stage.
 
-Every bug the fuzzer found is a named case in REGRESSIONS (a program, a one-line comment), as
+A coverage test asserts that the strategy reaches every operation of penrose.ops.OPS (read
+from the checked programs). Every bug the fuzzer found is a named case in REGRESSIONS (a program, a one-line comment), as
 opt_einsum keeps its regression strings; each is checked by the same three-way comparison, by
 fmt and by the renderer; RESIZED_REGRESSIONS hold the ones that need other run-time sizes.
 """
@@ -40,6 +41,8 @@ import penrose
 from penrose import ir
 from penrose.errors import PenroseError, PenroseShapeError, PenroseWarning
 from penrose.interpret import Interpreter
+from penrose.ops import OPS
+from penrose.ops import key as op_key
 from penrose.parse import parse
 
 from program_strategies import deep_programs, programs
@@ -58,20 +61,25 @@ RENDER = settings(max_examples=100, **_FAST)
 MANY = settings(max_examples=300, **_FAST) if REDUCED else settings(max_examples=3000)
 DEEP = settings(max_examples=3, **_FAST)
 FREE = settings(max_examples=100, **_FAST)
+CONSTS = settings(max_examples=60 if REDUCED else 150, **_FAST)
+COVERAGE = 1200  # programs drawn (checked only, derandomized) to see every operation of the table
 
 
 # ---- running one program three ways ------------------------------------------------------------
 
 
-def _load_quiet(text):
+def _load_quiet(text, **sizes):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PenroseWarning)
-        return penrose.load(text), penrose.compile(text, seed=0)
+        return penrose.load(text, **sizes), penrose.compile(text, seed=0, **sizes)
 
 
-def _standalone(text, state):
+def _standalone(text, state, **sizes):
     namespace = {"__name__": "penrose_standalone_test"}
-    exec(compile(penrose.source(text), "<standalone>", "exec"), namespace)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PenroseWarning)
+        source = penrose.source(text, **sizes)
+    exec(compile(source, "<standalone>", "exec"), namespace)
     module = namespace["Model"]().double().eval()
     module.load_state_dict(state)
     return module
@@ -162,11 +170,11 @@ def run(fn, inputs, params: dict, weights=None):
     return outs, grads
 
 
-def _stable(what, fn, *args):
+def _stable(what, fn, *args, **kwargs):
     """fn(*args); a failure becomes one AssertionError raised here, so hypothesis sees the same
     bug however the generated module's file is named (its name holds a counter)."""
     try:
-        return fn(*args)
+        return fn(*args, **kwargs)
     except Exception as e:  # noqa: BLE001
         where = "".join(traceback.format_exception(e)[-3:]).strip()
         raise AssertionError(f"{what} raised {type(e).__name__}: {e}\n{where}") from None
@@ -182,12 +190,14 @@ def free_roots(checked):
     return sorted({S.find(c) for d in checked.inputs for c in d.type.cls if S.is_free(c)})
 
 
-def three_way(text, batch=(2,), seed=0, uniform=True, reject=None, resize=None):
+def three_way(text, batch=(2,), seed=0, uniform=True, reject=None, resize=None, sizes=None):
     """Compiled module == standalone source == interpreter, in values and gradients.
-    `reject` (hypothesis' assume) discards programs whose values are not finite."""
-    checked, compiled = _stable("checking and compiling", _load_quiet, text)
+    `reject` (hypothesis' assume) discards programs whose values are not finite; `sizes` are
+    compile(..., **sizes) overrides (dims and consts), given to all three."""
+    sizes = sizes or {}
+    checked, compiled = _stable("checking and compiling", _load_quiet, text, **sizes)
     compiled = compiled.double().eval()
-    standalone = _stable("the standalone source", _standalone, text, compiled.state_dict())
+    standalone = _stable("the standalone source", _standalone, text, compiled.state_dict(), **sizes)
     inputs = make_inputs(checked, batch, seed, uniform, resize or {})
 
     def params_of(module):
@@ -327,6 +337,47 @@ def check_render(text):
 @given(programs(), st.sampled_from([(), (2,), (1, 2)]), st.booleans())
 def test_programs_agree_three_ways(program, batch, uniform):
     three_way(program.text, batch, uniform=uniform, reject=assume)
+
+
+@CONSTS
+@given(programs(consts=True), st.data())
+def test_const_overrides_agree_three_ways(program, data):
+    """compile(text, alpha=...) overrides a const like a dim size: the three implementations
+    agree at the new values too (a value the program's rules refuse, an index out of range, is
+    discarded)."""
+    consts = sorted(set(re.findall(r"^const (\w+) =", program.text, re.M)))
+    assume(consts)
+    sizes = {}
+    for c in consts:
+        sizes[c] = data.draw(st.one_of(st.integers(-3, 4), st.sampled_from([0.5, 2.5, 1e-3, -1.5])), label=c)
+    try:
+        _load_quiet(program.text, **sizes)
+    except PenroseError:
+        assume(False)
+    three_way(program.text, (2,), reject=assume, sizes=sizes)
+
+
+def test_every_operation_is_drawn():
+    """The program strategy reaches every operation of the table (penrose.ops.OPS), read from
+    the checked programs, not from what the strategy says it drew; and consts."""
+    seen, atoms = set(), set()
+
+    @settings(max_examples=COVERAGE, deadline=None, database=None, derandomize=True)
+    @given(programs())
+    def collect(program):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", PenroseWarning)
+            checked = penrose.load(program.text)
+        for v in _all_values(checked):
+            k = op_key(v)
+            if k is not None:
+                seen.add(k)
+            atoms.add(v.op)
+
+    collect()
+    missing = sorted(set(OPS) - seen)
+    assert not missing, f"operations the fuzzer never draws: {missing}"
+    assert "const" in atoms, "the fuzzer never reads a const"
 
 
 @pytest.mark.slow
@@ -499,6 +550,32 @@ RESIZED_REGRESSIONS = [
         "dim h = 2, f = 4\ndim m = h + f\ninput x[m]\na, b = split(x, m, [h, f])\noutput b\n",
         {"m": 7},
         "the compiled module narrows a 7-entry leg into parts of 2 and 4 and silently drops an entry",
+    ),
+    (
+        "rearrange_split_of_a_sizeless_free_leg",
+        "dim t, m, h = 2, d = 3\ninput x[t, m]\ny = rearrange(x, 't (h d) -> t h d')\noutput y\n",
+        {"t": 3, "m": 7},
+        "m has no size: a 7-entry leg cannot be split into (h d) = 6; the compiled module raises torch's "
+        "unflatten RuntimeError (the interpreter a PenroseShapeError)",
+    ),
+    (
+        "slice_past_the_end_of_a_sizeless_free_leg",
+        "dim t, e = 3, k = 2\ninput x[t, e]\ny = slice(x, t, 3, k)\noutput y\n",
+        {"t": 4},
+        "slice(x, t, 3, k) of a 4-entry leg: the compiled module raises torch's narrow RuntimeError",
+    ),
+    (
+        "select_out_of_range_of_a_sizeless_free_leg",
+        "dim t, e = 3\ninput x[t, e]\ny = select(x, t, -3)\noutput y\n",
+        {"t": 2},
+        "select(x, t, -3) of a 2-entry leg: the compiled module raises torch's select IndexError",
+    ),
+    (
+        "einsum_broadcast_of_a_free_size_one_leg",
+        "dim f = 3, e = 1\nparam W[f]\ninput X[e]\ny = einsum('x,x->', W, X)\noutput y\n",
+        {"e": 2},
+        "e (size 1) broadcasts against f (size 3); at size 2 the compiled module raises torch's einsum "
+        "RuntimeError (the interpreter a PenroseShapeError)",
     ),
     (
         "flatten_against_a_free_leg_of_another_size",

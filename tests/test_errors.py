@@ -316,14 +316,20 @@ def test_notes_point_at_both_places():
 
 
 def test_unused_input_and_param_are_warnings():
-    c = penrose.load("dim t = 2\ninput x[t]\ninput unused[t]\nparam W[t]\noutput x")
+    c = penrose.load("# index legend: t token\ndim t = 2\ninput x[t]\ninput unused[t]\nparam W[t]\noutput x")
     got = [(msg, span.line, span.col) for msg, span in c.warnings]
-    assert got == [("input 'unused' is never used", 3, 1), ("param 'W' is never used", 4, 1)]
+    assert got == [("input 'unused' is never used", 4, 1), ("param 'W' is never used", 5, 1)]
 
 
 def test_unused_argument_in_a_block_is_a_warning():
-    c = penrose.load("dim t = 2\nblock f(x[t], y[t]) {\n  return x\n}\ninput z[t]\nw = f(z, z)\noutput w")
-    assert [(m, s.line) for m, s in c.warnings] == [("formal 'y' is never used", 2)]
+    c = penrose.load("# index legend: t token\ndim t = 2\nblock f(x[t], y[t]) {\n  return x\n}\ninput z[t]\nw = f(z, z)\noutput w")
+    assert [(m, s.line) for m, s in c.warnings] == [("formal 'y' is never used", 3)]
+
+
+def test_dims_missing_from_the_legend_are_warnings():
+    c = penrose.load("# index legend: t token\ndim t = 2, e = 3\ninput x[t, e]\noutput x")
+    assert [(m, s.line, s.col) for m, s in c.warnings] == [
+        ("dim 'e' is not in the index legend (# index legend: e <meaning>)", 2, 12)]
 
 
 def test_include_cycle(tmp_path):

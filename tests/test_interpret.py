@@ -365,7 +365,7 @@ def test_deep_and_long_programs_need_no_recursion():
 
 def test_the_interpreter_evaluates_exactly_the_operations_of_the_table():
     assert set(OPERATIONS) == set(ops.OPS)
-    assert set(ATOMS) == {"num", "dimsize", "ref", "block"}
+    assert set(ATOMS) == {"num", "const", "dimsize", "ref", "block"}
 
 
 def test_the_interpreter_shares_no_code_with_the_compiler():

@@ -49,7 +49,7 @@ def test_rows_are_complete():
         assert op.min_args >= 0 and (op.max_args is None or op.max_args >= op.min_args)
         assert len({k.name for k in op.keywords}) == len(op.keywords)
         for k in op.keywords:
-            assert k.rule in ops.RULES and k.kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM, ops.LEG, ops.PARAM)
+            assert k.rule in ops.RULES and k.kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM, ops.LEG, ops.PARAM, ops.DIM)
 
 
 def test_key_of_every_checked_value_is_a_row():
@@ -62,7 +62,9 @@ b = exp(x) + log(abs(x) + 1) + sqrt(abs(x)) + softplus(x) + sigma(x) + -x ** 2 /
 c = einsum('te,ef->tf', a, W) + softmax(b, e) + log_softmax(b, e) + layernorm(b, e)
 d = rmsnorm(c, e) + topk(c, e, k=2) + dropout(c, p=0.1) + c.detach() + clamp(c, min=0)
 m = where(c > 0, d, 0) + where(causal(t, e), 1.0, 0.0)
-output m
+r = rearrange(m, 't e -> e t') + repeat(reduce(m, 't e -> e', 'max'), 'e -> e t')
+s = select(r, e, 0) + select(slice(m, t, 0, 4, into=t), e, 1)
+output m, r, s
 """.replace("'te,ef->tf'", "'te,ee->te'"))
     seen = set()
 
@@ -77,7 +79,8 @@ output m
     for s in c.stmts:
         if s.value is not None:
             visit(s.value)
-    assert {"sigmoid", "einsum", "where", "causal", "neg", "**", "//", ">", "clamp", "detach", "topk"} <= seen
+    assert {"sigmoid", "einsum", "where", "causal", "neg", "**", "//", ">", "clamp", "detach", "topk",
+            "rearrange", "reduce", "repeat", "select", "slice"} <= seen
 
 
 @pytest.mark.parametrize(

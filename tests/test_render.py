@@ -14,33 +14,13 @@ from penrose.render import dot_source, render, render_file
 from penrose.render.explain import statement_latex, statement_readings, statements
 from penrose.render.figure import index_legend
 from penrose.render.testing import crossings, figure_structure, overlaps
+from sources import ATTENTION
 
 ROOT = Path(__file__).resolve().parents[1]
 PAPER = ROOT / "zoo" / "paper"
 
 pytestmark = pytest.mark.skipif(not __import__("shutil").which("dot"), reason="Graphviz 'dot' is not installed")
 
-# the paper's self-attention figure (section 3), written inline so the tests do not depend on the zoo
-ATTENTION = """\
-# index legend: t query token, p key token, d embedding, e attention dim
-dim t = 6, d = 8, e = 4
-input Z[t, d]
-param W_q[d, e]
-param W_k[d, e]
-param W_v[d, e]
-label Z "token embeddings Z"
-# 1) Affinity of each token embedding Z with slices of W matrices. Yields: q, k, v.
-q = einsum('td,de->te', Z, W_q)
-k = einsum('pd,de->pe', Z, W_k)
-v = einsum('pd,de->pe', Z, W_v)
-# 2) For pair of tokens (t, tp), affinity query embedding q and key k.
-l = einsum('te,pe->tp', q, k) / sqrt(e)
-# 3) Turn affinity into probabilities.
-probs = softmax(l, dim=-1)
-# 4) Convex combination of token embeddings v and token probabilities.
-h = einsum('tp,pe->te', probs, v)
-output h
-"""
 
 LINEAR = """\
 # index legend: j input feature, i output unit

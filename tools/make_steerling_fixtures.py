@@ -29,6 +29,23 @@ Regenerate (needs the release environment described in docs/steerling-release.md
     /work/release-venv/bin/python tools/make_steerling_fixtures.py
 
 The output is deterministic for a given release/torch pair (seeded generators, CPU, float32).
+
+`--only steering` writes just the steering fixtures, `--only parity` just the forward-pass ones
+above (default: both). The steering fixtures (`tests/fixtures/steerling_release/`, read by
+`tests/test_steerling_steering.py`) run the release's own generator
+(`SteerlingGenerator.generate_full` with `SteeringConfig`, `concept_top_tokens`,
+`FaithfulConceptAttributor` and its `AttributionAccumulator` / `DiffusionTrace`) on one tiny
+random model:
+
+    tiny/config.json, tiny/model.safetensors   the model in the published layout (what
+                         `Steerling.from_pretrained` and the release's `from_pretrained` read)
+    steering.safetensors  prompts, per run the final sequence, the commit trace (positions,
+                         token ids, denoising step, commit order), the injection alpha of every
+                         step, the prepared steering (direction, base alpha, relu suppression
+                         vector) and, for attributed runs, every attribution tensor (and top_k)
+    steering.json        the special token ids, the runs (generation and steering configs),
+                         verify() / coverage / chunk attribution numbers, concept_top_tokens,
+                         and the decision margins (so that no greedy choice rests on a near-tie)
 """
 
 from __future__ import annotations
@@ -436,13 +453,363 @@ def release_defaults() -> None:
     print("release_defaults:", meta["param_count"])
 
 
-def main() -> None:
+# ----------------------------------------------------------------------------------------------
+# Steering fixtures: the release's generator, steering recipes and concept attribution
+# ----------------------------------------------------------------------------------------------
+
+STEERING_DIR = Path(__file__).resolve().parents[1] / "tests" / "fixtures" / "steerling_release"
+STEERING_SEED = 5
+STEERING_MODEL = dict(n_layers=4, n_head=4, n_kv_heads=2, n_embd=32, block_size=64, diff_block_size=4,
+                      intermediate_size=48, clip_qkv=3.0, interpretable=True)
+STEERING_CONCEPT = dict(n_concepts=37, n_unknown_concepts=53, concept_dim=32, topk_known=5,
+                        topk_known_features=5, factorize_rank=16, unknown_topk=7, block_size=16)
+# A vocabulary laid out like the release's: base ids 0..59 with "<|endoftext|>" (eos) among them,
+# then pad, bos, end-of-chunk and mask (the release: 100257; 100277 ... 100280).
+STEERING_VOCAB = 64
+SPECIAL = {"eos": 50, "pad": 60, "bos": 61, "eoc": 62, "mask": 63}
+PROMPT_LENGTHS = {"a": 5, "b": 7}
+GREEDY = dict(temperature=0.0, use_entropy_sampling=False)
+# Decisions must clear these margins (ours and the release's logits differ by ~1e-6).
+DECISION_MARGIN = 1e-4  # confidence ranking (probability) and greedy argmax (logit)
+TOPK_CUT_MARGIN = 1e-5  # every concept top-k cut of every forward pass of a generation
+
+# name: prompt, GenerationConfig fields, steering (preset or plain SteeringConfig fields), how
+# attribution is recorded ("attributor": FaithfulConceptAttributor.attribute, unsteered only;
+# "callback": the attributor's own commit callback threaded through generate_full with steering).
+STEERING_RUNS: dict[str, dict] = {
+    "plain": dict(prompt="a", gen=dict(max_new_tokens=8, **GREEDY), attribute="attributor"),
+    "plain_two_per_step": dict(prompt="b", gen=dict(max_new_tokens=8, steps=4, **GREEDY), attribute="callback"),
+    "inject": dict(prompt="a", gen=dict(max_new_tokens=8, **GREEDY), attribute="callback",
+                   steering=("injection", dict(concept_ids=3, mai_lm_target=8.0, inject_layer=2, cutoff_tokens=5))),
+    "inject_group_every_layer": dict(prompt="b", gen=dict(max_new_tokens=8, steps=4, **GREEDY), attribute="callback",
+                                     steering=("injection", dict(concept_ids=[3, 20], mai_lm_target=-6.0, inject_layer=1))),
+    "unlearn": dict(prompt="a", gen=dict(max_new_tokens=8, **GREEDY), attribute="callback",
+                    steering=("injection_relu", dict(concept_id=11, group_concept_ids=[25, 11], mai_lm_target=-7.0,
+                                                     relu_strength=20.0))),
+    "unlearn_no_repetition_penalty": dict(prompt="b", gen=dict(max_new_tokens=8, repetition_penalty=1.0, **GREEDY),
+                                          steering=("injection_relu", dict(concept_id=30, mai_lm_target=-3.0,
+                                                                           inject_layer=3, relu_strength=4.0))),
+    "relu_mask_only": dict(prompt="b", gen=dict(max_new_tokens=8, **GREEDY),
+                           steering=("config", dict(relu_logit_mask={11: 5.0, 30: 2.5}))),
+    "raw_alpha_layer3": dict(prompt="a", gen=dict(max_new_tokens=8, **GREEDY),
+                             steering=("config", dict(concept_ids=[7], mai_lm_target=1.5, normalize_mai_lm_target=False,
+                                                      inject_layer=3))),
+    "inject_layer_past_the_stack": dict(prompt="a", gen=dict(max_new_tokens=8, **GREEDY),
+                                        steering=("config", dict(concept_ids=[7], mai_lm_target=4.0, inject_layer=5))),
+    "inject_layer_zero_cutoff": dict(prompt="b", gen=dict(max_new_tokens=12, steps=6, **GREEDY), attribute="callback",
+                                     steering=("config", dict(concept_ids=[9], mai_lm_target=3.0, inject_layer=0,
+                                                              inject_alpha_schedule="hard_cutoff", cutoff_tokens=3))),
+    "stop_token": dict(prompt="a", gen=dict(max_new_tokens=12, **GREEDY), stop_from="plain"),
+    "cfg_inject": dict(prompt="a", gen=dict(max_new_tokens=8, cfg_scale=1.5, **GREEDY),
+                       steering=("injection", dict(concept_ids=3, mai_lm_target=8.0, inject_layer=2))),
+    "sampled_entropy_inject": dict(prompt="a", gen=dict(max_new_tokens=8, seed=3), sampled=True,
+                                   steering=("injection", dict(concept_ids=3, mai_lm_target=8.0, inject_layer=2))),
+    "sampled_temperature": dict(prompt="b", gen=dict(max_new_tokens=8, temperature=0.9, top_p=0.9,
+                                                     use_entropy_sampling=False, seed=11), sampled=True),
+}
+TOP_TOKEN_CONCEPTS = (3, 11, 20, 36)
+
+
+class TinyTokenizer:
+    """The tokenizer interface SteerlingGenerator and FaithfulConceptAttributor read, for the tiny
+    vocabulary (the release's tokenizer downloads its ranks). Text is ids separated by spaces."""
+
+    vocab_size = STEERING_VOCAB
+    eos_token_id = SPECIAL["eos"]
+    pad_token_id = SPECIAL["pad"]
+    bos_token_id = SPECIAL["bos"]
+    endofchunk_token_id = SPECIAL["eoc"]
+    mask_token_id = SPECIAL["mask"]
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        return [int(w) for w in text.split()]
+
+    def decode(self, ids, skip_special_tokens: bool = True) -> str:
+        return " ".join(str(int(i)) for i in ids)
+
+
+def _steering_config(spec):
+    from steerling.configs.steering import SteeringConfig
+
+    if spec is None:
+        return None
+    kind, kw = spec
+    return SteeringConfig(**kw) if kind == "config" else getattr(SteeringConfig, kind)(**kw)
+
+
+class _Recorder:
+    """Hooks on the release's model and generator: the injection alpha of every forward pass, and
+    the smallest gap at every concept top-k cut of every position of every pass."""
+
+    def __init__(self, generator, model):
+        self.alphas: list[float] = []
+        self.min_cut = {"known": math.inf, "unknown": math.inf}
+        orig = generator._forward
+
+        def forward(input_ids, injection=None, inject_layer=None, inject_alpha=1.0, return_outputs=False):
+            self.alphas.append(float(inject_alpha) if injection is not None and inject_layer is not None else 0.0)
+            return orig(input_ids, injection, inject_layer, inject_alpha, return_outputs)
+
+        generator._forward = forward
+        kh, uh = model.known_head, model.unknown_head
+
+        def known_hook(_m, args, _out):
+            vals = head_rank_values(kh, args[0].detach(), False)  # ranked by sigmoid
+            self._cut("known", vals, kh.topk)
+
+        def unknown_hook(_m, args, _out):
+            vals = head_rank_values(uh, args[0].detach(), True)  # factorised: ranked by logit
+            self._cut("unknown", vals, uh.topk)
+
+        self.hooks = [kh.register_forward_hook(known_hook), uh.register_forward_hook(unknown_hook)]
+
+    def _cut(self, head, vals, k):
+        srt = vals.sort(dim=-1, descending=True).values
+        self.min_cut[head] = min(self.min_cut[head], float((srt[..., k - 1] - srt[..., k]).min()))
+
+    def reset(self):
+        self.alphas = []
+        self.min_cut = {"known": math.inf, "unknown": math.inf}
+
+    def close(self):
+        for h in self.hooks:
+            h.remove()
+
+
+def _replay_margins(generator, trace, gen_cfg, steering, alphas, prepared) -> dict:
+    """Replay every commit of a greedy generation from its trace with the release's own model and
+    logit processing: check that it reproduces the commits, and return the decision margins (the
+    confidence gap at each unmasking cut, the top-1 − top-2 logit gap of each greedy choice)."""
+    blk = generator.diff_block_size
+    mask = generator.mask_token_id
+    direction = prepared["direction"]
+    conf_gap, logit_gap = math.inf, math.inf
+    for g in trace.groups:
+        x = trace.reconstruct(g.commit_order)[None]
+        alpha = alphas[g.denoising_step]
+        inj = generator._position_injection(x, direction if alpha != 0.0 else None)
+        logits = generator._forward(x, inj, prepared["inject_layer"], alpha)
+        start = trace.prompt_len + (int(g.positions[0]) - trace.prompt_len) // blk * blk
+        masked = (x[0, start:start + blk] == mask).nonzero().squeeze(1) + start
+        rows = logits[0, masked].float()
+        if prepared["relu"] is not None:
+            rows = rows - prepared["relu"]
+        if gen_cfg.repetition_penalty != 1.0:
+            rep = x[0].unique()
+            rep = rep[(rep >= 0) & (rep < rows.shape[-1])]
+            vals = rows[:, rep]
+            rows[:, rep] = torch.where(vals > 0, vals / gen_cfg.repetition_penalty, vals * gen_cfg.repetition_penalty)
+        rows[:, generator.eos_token_id] = float("-inf")
+        rows.index_fill_(-1, generator._banned_ids, float("-inf"))
+        conf = torch.softmax(rows, -1).max(-1).values
+        k = g.positions.numel()
+        order = conf.argsort(descending=True)
+        picked = masked[order[:k]]
+        if not torch.equal(picked, g.positions) or not torch.equal(rows[order[:k]].argmax(-1), g.token_ids):
+            raise SystemExit(f"replay of commit {g.commit_order} does not reproduce the release's generation")
+        if k < masked.numel():
+            srt = conf.sort(descending=True).values
+            conf_gap = min(conf_gap, float(srt[k - 1] - srt[k]))
+        top2 = rows[order[:k]].topk(2, dim=-1).values
+        logit_gap = min(logit_gap, float((top2[:, 0] - top2[:, 1]).min()))
+    return {"confidence": conf_gap, "greedy_logit": logit_gap}
+
+
+def build_steering() -> None:
+    """Write tests/fixtures/steerling_release/ (see the module docstring)."""
+    from safetensors.torch import load_file
+
+    from steerling.attribution.concept_attribution import (AttributionAccumulator, FaithfulConceptAttributor,
+                                                           _compute_unknown_topk, chunk_attribution, ConceptLabels)
+    from steerling.attribution.trace import CommitRecord, DiffusionTrace
+    from steerling.attribution.utils import find_chunk_boundaries
+    from steerling.configs.generation import GenerationConfig
+    from steerling.inference.causal_diffusion import SteerlingGenerator
+
+    torch.manual_seed(STEERING_SEED)
+    mcfg = CausalDiffusionConfig(**STEERING_MODEL)
+    ccfg = ConceptConfig(**STEERING_CONCEPT)
+    model = InterpretableCausalDiffusionLM(mcfg, ccfg, STEERING_VOCAB).eval()
+    gen = torch.Generator().manual_seed(STEERING_SEED)
+    randomize(model, dict(attn=1.5, pred=1.5), gen)
+    base_ids = [i for i in range(SPECIAL["pad"]) if i != SPECIAL["eos"]]
+    prompts = {k: [base_ids[int(i)] for i in torch.randint(0, len(base_ids), (n,), generator=gen)]
+               for k, n in PROMPT_LENGTHS.items()}
+
+    # the model, in the published layout (the release's loader reads it back: checked below)
+    tiny = STEERING_DIR / "tiny"
+    tiny.mkdir(parents=True, exist_ok=True)
+    save_file(state_dict_for_saving(model, tied=True), str(tiny / "model.safetensors"), metadata={"format": "pt"})
+    config = {**mcfg.model_dump(), "concept": ccfg.model_dump(), "vocab_size": STEERING_VOCAB, "instruct": False,
+              "architectures": ["SteerlingForCausalLM"]}
+    (tiny / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    again = InterpretableCausalDiffusionLM(mcfg, ccfg, STEERING_VOCAB)
+    again.load_state_dict(load_file(str(tiny / "model.safetensors")), strict=False)
+    again.transformer._restore_weight_tying()
+    assert all(torch.equal(a, b) for a, b in zip(model.state_dict().values(), again.state_dict().values()))
+
+    tok = TinyTokenizer()
+    generator = SteerlingGenerator(model, tok, mcfg, is_interpretable=True, device="cpu")
+    rec = _Recorder(generator, model)
+    labels_path = STEERING_DIR / "no_such_labels.parquet"  # the release falls back to "Known: #id" labels
+    tensors: dict[str, torch.Tensor] = {f"prompt.{k}": torch.tensor(v) for k, v in prompts.items()}
+    runs_meta: dict[str, dict] = {}
+    margins_all = {"confidence": math.inf, "greedy_logit": math.inf, "known_cut": math.inf, "unknown_cut": math.inf}
+
+    for name, run in STEERING_RUNS.items():
+        rec.reset()
+        gen_kw = dict(run["gen"])
+        if "stop_from" in run:  # a token of the first generated block of another run: generation stops after it
+            src = runs_meta[run["stop_from"]]
+            gen_kw["stop_tokens"] = [src["generated"][1]]
+        gen_cfg = GenerationConfig(**gen_kw)
+        steering = _steering_config(run.get("steering"))
+        prompt = prompts[run["prompt"]]
+        prepared = {"direction": None, "inject_layer": None, "relu": None}
+        if steering is not None and steering.has_injection:
+            d, a, layer = generator._prepare_steering(steering)
+            prepared.update(direction=d, inject_layer=layer)
+            tensors[f"{name}.direction"] = d.clone()
+            prepared["base_alpha"] = a
+        if steering is not None and steering.has_logit_mask:
+            prepared["relu"] = generator._build_relu_mask(steering.relu_logit_mask)
+            tensors[f"{name}.relu_suppression"] = prepared["relu"].clone()
+        meta: dict = {"prompt": run["prompt"], "generation": gen_cfg.model_dump(),
+                      "steering": None if steering is None else steering.model_dump(mode="json"),
+                      "steering_recipe": None if run.get("steering") is None else run["steering"][0],
+                      "base_alpha": prepared.get("base_alpha"), "inject_layer": prepared["inject_layer"]}
+
+        accumulator = None
+        records: list = []
+        how = run.get("attribute")
+        if how == "attributor":
+            assert steering is None
+            attributor = FaithfulConceptAttributor(generator, concepts_path=labels_path)
+            out, chunks = attributor.attribute(" ".join(map(str, prompt)), gen_cfg)
+            attr, trace = attributor.last_attribution, attributor.last_trace
+            coverage = float(attr.committed.float().mean())
+            records = trace.groups
+        else:
+            prompt_t = torch.tensor([prompt])
+            seq_len = len(prompt) + gen_cfg.max_new_tokens
+            if how == "callback":  # FaithfulConceptAttributor.attribute's own commit callback, with steering
+                accumulator = AttributionAccumulator(seq_len, model.known_head.topk, model.unknown_head.topk,
+                                                     torch.device("cpu"), model.transformer.lm_head.weight,
+                                                     model.known_head, model.unknown_head)
+
+            def on_commit(info):
+                pos, tids = info.committed_positions, info.committed_token_ids
+                target = info.logits[0, pos].gather(-1, tids.unsqueeze(-1)).squeeze(-1)
+                u_idx, u_lgt = _compute_unknown_topk(model.unknown_head, info.outputs.hidden[:, pos, :],
+                                                     k=model.unknown_head.topk)
+                r = CommitRecord(commit_order=len(records), denoising_step=info.step, positions=pos, token_ids=tids,
+                                 target_logits=target, known_indices=info.outputs.known_topk_indices[0, pos],
+                                 known_logits=info.outputs.known_topk_logits[0, pos],
+                                 unk_indices=u_idx[0], unk_logits=u_lgt[0])
+                if accumulator is not None:
+                    accumulator.commit(r)
+                records.append(r)
+
+            out = generator.generate_full(prompt_t, gen_cfg, steering=steering, step_callback=on_commit)
+            trace = DiffusionTrace(prompt_ids=prompt_t[0], prompt_len=len(prompt), seq_length=seq_len,
+                                   mask_id=SPECIAL["mask"], eos_id=SPECIAL["eos"], device=torch.device("cpu"),
+                                   groups=records)
+            if accumulator is not None:
+                attr, coverage = accumulator.result(), accumulator.coverage
+                spans = find_chunk_boundaries(out.tokens.tolist(), eoc_id=SPECIAL["eoc"], start_index=out.prompt_tokens,
+                                              stop_ids=None, include_final_chunk=True)
+                labels = ConceptLabels(labels_path)
+                chunks = [chunk_attribution(attr, a, b, concept_labels=labels, num_known_concepts=ccfg.n_concepts)
+                          for a, b in spans]
+
+        tensors[f"{name}.tokens"] = out.tokens.clone()
+        tensors[f"{name}.alphas"] = torch.tensor(rec.alphas, dtype=torch.float64)
+        meta.update(prompt_len=out.prompt_tokens, generated=out.tokens[out.prompt_tokens:].tolist(),
+                    final_tokens=[int(t) for t in out.text.split()] if out.text else [],
+                    generated_tokens=out.generated_tokens, forward_passes=len(rec.alphas))
+        if records:
+            tensors[f"{name}.trace.positions"] = torch.cat([g.positions for g in records])
+            tensors[f"{name}.trace.token_ids"] = torch.cat([g.token_ids for g in records])
+            tensors[f"{name}.trace.group_sizes"] = torch.tensor([g.positions.numel() for g in records])
+            tensors[f"{name}.trace.denoising_steps"] = torch.tensor([g.denoising_step for g in records])
+            tensors[f"{name}.trace.committed_tokens"] = trace.committed_tokens().clone()
+            for o in (0, len(records) // 2, len(records) - 1):
+                tensors[f"{name}.trace.reconstruct.{o}"] = trace.reconstruct(o).clone()
+            meta["position_types"] = [str(t) for t in trace.position_types()]
+        if accumulator is not None or how == "attributor":
+            for field in ("target_token_ids", "target_logits", "known_indices", "known_weights", "known_contributions",
+                          "unk_indices", "unk_weights", "unk_contributions", "epsilon_contribution", "committed"):
+                tensors[f"{name}.attr.{field}"] = getattr(attr, field).clone()
+            top = attr.top_k(3)
+            for field in ("known_indices", "known_weights", "known_contributions", "unk_indices", "unk_weights",
+                          "unk_contributions"):
+                tensors[f"{name}.attr.top_k3.{field}"] = getattr(top, field).clone()
+            v = attr.verify()
+            meta["attribution"] = {
+                "verify": {"passed": v.passed, "max_abs_error": v.max_abs_error, "error_percentiles": v.error_percentiles},
+                "verify_atol_1e-9": attr.verify(atol=1e-9).passed,
+                "coverage": coverage,
+                "chunks": [{"entries": [dict(e) for e in entries], "eps_pct": eps} for entries, eps in chunks],
+            }
+        if not run.get("sampled") and records:
+            m = _replay_margins(generator, trace, gen_cfg, steering, rec.alphas, prepared)
+            meta["margins"] = {**m, "known_cut": rec.min_cut["known"], "unknown_cut": rec.min_cut["unknown"]}
+            for k, val in meta["margins"].items():
+                margins_all[k] = min(margins_all[k], val)
+        else:
+            meta["margins"] = {"known_cut": rec.min_cut["known"], "unknown_cut": rec.min_cut["unknown"]}
+            for k in ("known_cut", "unknown_cut"):
+                margins_all[k] = min(margins_all[k], meta["margins"][k])
+        runs_meta[name] = meta
+        print(f"{name}: {meta['generated']} alphas={[round(a, 3) for a in rec.alphas]} margins={meta['margins']}")
+    rec.close()
+
+    bad = [k for k, v in margins_all.items() if v <= (TOPK_CUT_MARGIN if k.endswith("cut") else DECISION_MARGIN)]
+    if bad:
+        raise SystemExit(f"near-tie in {bad}: {margins_all}; change STEERING_SEED")
+
+    top_tokens = {}
+    for cid in TOP_TOKEN_CONCEPTS:
+        pairs = generator.concept_top_tokens(cid, k=10)
+        top_tokens[str(cid)] = {"ids": [int(t) for t, _ in pairs], "scores": [v for _, v in pairs]}
+    top_tokens["default_k"] = len(generator.concept_top_tokens(3))
+
+    meta = {
+        "generated_by": "tools/make_steerling_fixtures.py --only steering",
+        "release": {"steerling": "0.2.0", "torch": torch.__version__, "python": sys.version.split()[0]},
+        "seed": STEERING_SEED,
+        "model": "tiny (published layout: config.json, model.safetensors)",
+        "special_ids": SPECIAL,
+        "prompts": prompts,
+        "runs": runs_meta,
+        "concept_top_tokens": top_tokens,
+        "margins": margins_all,
+        "decision_margin": DECISION_MARGIN,
+        "topk_cut_margin": TOPK_CUT_MARGIN,
+    }
+    save_file({k: v.contiguous() for k, v in tensors.items()}, str(STEERING_DIR / "steering.safetensors"))
+    (STEERING_DIR / "steering.json").write_text(json.dumps(meta, indent=1) + "\n")
+    total = sum(f.stat().st_size for f in STEERING_DIR.rglob("*") if f.is_file())
+    print(f"steering fixtures: {total / 1024:.1f} KiB in {STEERING_DIR}; margins {margins_all}")
+
+
+def main(argv=None) -> None:
+    import argparse
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--only", choices=["parity", "steering"], default=None,
+                   help="write only the forward-pass fixtures (tests/fixtures/steerling) or only the "
+                        "steering ones (tests/fixtures/steerling_release); default both")
+    args = p.parse_args(argv)
     assert steerling.__file__ and torch.__version__.startswith("2.8"), "run with the release venv"
     torch.set_default_dtype(torch.float32)
     torch.use_deterministic_algorithms(True)
-    for spec in SPECS:
-        build(spec)
-    release_defaults()
+    if args.only in (None, "parity"):
+        for spec in SPECS:
+            build(spec)
+        release_defaults()
+    if args.only in (None, "steering"):
+        build_steering()
 
 
 if __name__ == "__main__":

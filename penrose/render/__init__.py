@@ -6,8 +6,11 @@
     True
 
 `render` takes `.pen` text, a path, a parsed `ir.Diagram` or a `Checked` diagram; `render_file`
-writes svg, png or pdf (chosen by the extension) atomically. Views: 'diagram' (the whole figure),
-'statement:N' (the N-th computing statement, 1-based), 'block:NAME' (a block's body).
+writes svg, png, pdf or TikZ (chosen by the extension: .svg .png .pdf .tex, or by `fmt`)
+atomically. Views: 'diagram' (the whole figure), 'statement:N' (the N-th computing statement,
+1-based), 'block:NAME' (a block's body). `fmt="tikz"` gives a LaTeX document (or, with
+`snippet=True`, only its tikzpicture) with Graphviz's layout of the same figure
+(`penrose.render.tikz`); `max_width` scales a figure down, never up.
 """
 
 from __future__ import annotations
@@ -18,7 +21,36 @@ from pathlib import Path
 from penrose.errors import PenroseError, PenroseRenderError, Span
 from penrose.stack import deep
 
-__all__ = ["dot_source", "render", "render_file"]
+__all__ = ["FORMATS", "dot_source", "figure_format", "render", "render_file"]
+
+FORMATS = ("svg", "png", "pdf", "tikz")
+EXTENSIONS = {".svg": "svg", ".png": "png", ".pdf": "pdf", ".tex": "tikz", ".tikz": "tikz"}
+TEXT_FORMATS = ("svg", "tikz")  # render returns str for these, bytes for the others
+
+
+def figure_format(fmt=None, out_path=None) -> str:
+    """The format a figure is written in: `fmt` when given (it must be one of FORMATS), else the
+    extension of `out_path` (.svg .png .pdf, .tex or .tikz for TikZ). Raises PenroseRenderError."""
+    if fmt is not None:
+        if fmt not in FORMATS:
+            raise PenroseRenderError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
+        return fmt
+    ext = Path(str(out_path)).suffix.lower()
+    if ext not in EXTENSIONS:
+        raise PenroseRenderError(
+            f"cannot tell the figure format from {str(out_path)!r}; use a .svg, .png or .pdf file name "
+            "(.tex for TikZ), or give the format", Span(str(out_path))
+        )
+    return EXTENSIONS[ext]
+
+
+def _max_width(max_width):
+    if max_width is None:
+        return None
+    ok = isinstance(max_width, (int, float)) and not isinstance(max_width, bool)
+    if not ok or not (0 < max_width < float("inf")):
+        raise PenroseRenderError(f"max_width (--max-width) must be a positive number (pixels for svg and png, points for pdf and tikz), got {max_width!r}")
+    return float(max_width)
 
 
 def _checked(obj, sizes):
@@ -58,45 +90,73 @@ def _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes):
 
 
 @deep
-def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
-    """Draw a diagram: SVG text for fmt='svg', bytes for 'png' and 'pdf'.
+def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None,
+           max_width=None, snippet=False):
+    """Draw a diagram: SVG text for fmt='svg', LaTeX text for 'tikz', bytes for 'png' and 'pdf'.
+
+    `max_width` scales the figure down (never up) to at most that wide, keeping its aspect ratio:
+    CSS pixels for svg (its width and height change, its viewBox stays), pixels for png, points
+    (1/72 in) for pdf and tikz. `snippet` (tikz only) gives just the tikzpicture environment.
 
     >>> svg = render("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y", view="statement:1")
     >>> 'sigmoid' in svg
     True
     """
     from penrose.render.figure import to_dot
-    from penrose.render.graphviz import FORMATS, run_dot
+    from penrose.render import graphviz
 
-    if fmt not in FORMATS:
-        raise PenroseRenderError(f"unknown figure format {fmt!r}; use one of {', '.join(FORMATS)}")
+    fmt = figure_format(fmt)
+    if snippet and fmt != "tikz":
+        raise PenroseRenderError(f"snippet is for TikZ figures (fmt='tikz'), not {fmt}")
+    width = _max_width(max_width)
     fig = _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes)
+    dot = to_dot(fig)
     try:
-        data = run_dot(to_dot(fig), fmt)
+        if fmt == "tikz":
+            from penrose.render.tikz import to_tikz
+
+            return to_tikz(dot, snippet=snippet, max_width=width)
+        if width is None or fmt == "svg":
+            data = graphviz.run_dot(dot, fmt)
+            if width is not None:
+                data = graphviz.limit_svg_width(data.decode("utf-8"), width).encode("utf-8")
+        else:
+            data = _scaled(dot, fmt, width)
     except PenroseRenderError as e:  # a layout too slow: point at the statement that drew the most
         raise e.with_span(fig.span) from None
     return data.decode("utf-8") if fmt == "svg" else data
 
 
+def _scaled(dot: str, fmt: str, width: float) -> bytes:
+    """png or pdf bytes at most `width` wide (Graphviz's size attribute; for png, whose width
+    Graphviz rounds to whole pixels, tried again a pixel narrower if it came out too wide)."""
+    from penrose.render import graphviz
+
+    target = width
+    for _ in range(3):
+        data = graphviz.run_dot(dot, fmt, graph_attrs=graphviz.max_width_attrs(fmt, target))
+        if fmt != "png" or graphviz.png_size(data)[0] <= width:
+            return data
+        target -= 1
+    return data
+
+
 @deep
-def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None):
-    """Render the `.pen` file at `path` to `out_path` (svg, png or pdf by extension); returns out_path.
+def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None,
+                max_width=None, fmt=None, snippet=False):
+    """Render the `.pen` file at `path` to `out_path` (svg, png, pdf or TikZ by extension, or
+    `fmt`); returns out_path. `max_width` and `snippet` are as for `render`.
 
     Nothing is written when anything fails: an invalid diagram raises the checker's positioned
     error, an unknown format or an unwritable place a `PenroseRenderError`.
     """
     from penrose.io import atomic_write_bytes
-    from penrose.render.graphviz import FORMATS
 
-    ext = Path(str(out_path)).suffix.lower().lstrip(".")
-    if ext not in FORMATS:
-        raise PenroseRenderError(
-            f"cannot tell the figure format from {str(out_path)!r}; use a .svg, .png or .pdf file name", Span(str(out_path))
-        )
+    fmt = figure_format(fmt, out_path)
     folder = Path(str(out_path)).parent
     if str(folder) and not folder.is_dir():
         raise PenroseRenderError(f"cannot write {out_path}: folder {folder} does not exist", Span(str(out_path)))
-    data = render(path, ext, view, direction, show_sizes, show_plan, unfold, sizes)
+    data = render(path, fmt, view, direction, show_sizes, show_plan, unfold, sizes, max_width=max_width, snippet=snippet)
     if isinstance(data, str):
         data = data.encode("utf-8")
     try:

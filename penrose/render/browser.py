@@ -10,6 +10,13 @@ minimal WebSocket client and a handful of DevTools commands.
 `visit` loads a page, waits for its load event, then lists every <img> that did not load, every
 console error or uncaught exception, and every URL the page requested (an offline site requests
 only file: and data: URLs), and optionally saves a full-page PNG screenshot.
+
+Real input for the page's scripts (the gallery's pan and zoom), as a person would give it:
+
+    browser.drag((400, 300), (250, 280))           # left button down, move, up
+    browser.wheel(400, 300, -240, ctrl=True)       # Ctrl + wheel (a trackpad pinch reads the same)
+    browser.key("+")                               # to the focused element
+    browser.scripts(False)                         # the next pages load without JavaScript
 """
 
 from __future__ import annotations
@@ -265,3 +272,61 @@ class Chromium:
             Path(screenshot).write_bytes(base64.b64decode(shot["data"]))
             report.screenshot = screenshot
         return report
+
+    # ---- input, as a person gives it (CSS pixels of the viewport) -------------------------------
+
+    def mouse(self, kind: str, x: float, y: float, button: str = "left", buttons: int = 0, clicks: int = 0,
+              modifiers: int = 0) -> None:
+        """One mouse event: kind is mousePressed, mouseReleased or mouseMoved."""
+        self.call("Input.dispatchMouseEvent", {"type": kind, "x": x, "y": y, "button": button, "buttons": buttons,
+                                               "clickCount": clicks, "modifiers": modifiers})
+
+    def click(self, x: float, y: float, clicks: int = 1) -> None:
+        for n in range(1, clicks + 1):
+            self.mouse("mousePressed", x, y, buttons=1, clicks=n)
+            self.mouse("mouseReleased", x, y, clicks=n)
+
+    def drag(self, start: tuple, end: tuple, steps: int = 8) -> None:
+        """Press the left button at `start`, move to `end` in `steps`, release."""
+        (x0, y0), (x1, y1) = start, end
+        self.mouse("mouseMoved", x0, y0)
+        self.mouse("mousePressed", x0, y0, buttons=1, clicks=1)
+        for i in range(1, steps + 1):
+            t = i / steps
+            self.mouse("mouseMoved", x0 + (x1 - x0) * t, y0 + (y1 - y0) * t, buttons=1)
+        self.mouse("mouseReleased", x1, y1, clicks=1)
+
+    def wheel(self, x: float, y: float, delta_y: float, ctrl: bool = False) -> None:
+        """A wheel turn over (x, y): a negative delta scrolls up (zooms in with Ctrl)."""
+        self.call("Input.dispatchMouseEvent", {"type": "mouseWheel", "x": x, "y": y, "deltaX": 0, "deltaY": delta_y,
+                                               "modifiers": 2 if ctrl else 0})
+        self.settle()
+
+    def settle(self, frames: int = 3) -> None:
+        """Wait a few animation frames: a wheel reaches the page asynchronously, after its command returns."""
+        self.evaluate("new Promise(r => { let n = %d; const f = () => --n > 0 ? requestAnimationFrame(f) : r(1); "
+                      "requestAnimationFrame(f); })" % max(1, frames))
+
+    _KEY_CODES = {"ArrowLeft": 37, "ArrowUp": 38, "ArrowRight": 39, "ArrowDown": 40, "Tab": 9, "Enter": 13, " ": 32,
+                  "+": 187, "=": 187, "-": 189, "_": 189, "0": 48, "1": 49}
+
+    def key(self, key: str, shift: bool = False) -> None:
+        """Press and release one key, sent to the focused element."""
+        code = self._KEY_CODES.get(key, ord(key.upper()[0]) if len(key) == 1 else 0)
+        text = key if len(key) == 1 else ""
+        base = {"key": key, "windowsVirtualKeyCode": code, "nativeVirtualKeyCode": code, "modifiers": 8 if shift else 0}
+        self.call("Input.dispatchKeyEvent", {**base, "type": "keyDown" if text else "rawKeyDown", "text": text})
+        self.call("Input.dispatchKeyEvent", {**base, "type": "keyUp"})
+
+    def resize(self, width: int | None = None, height: int | None = None) -> None:
+        """Make the window `width` × `height` CSS pixels (no arguments: back to the window's own)."""
+        if width is None:
+            self.call("Emulation.clearDeviceMetricsOverride")
+        else:
+            self.call("Emulation.setDeviceMetricsOverride", {"width": width, "height": height or self.height,
+                                                              "deviceScaleFactor": 1, "mobile": False})
+        self.settle()
+
+    def scripts(self, enabled: bool) -> None:
+        """Turn the page's JavaScript off (or back on) for the pages visited next."""
+        self.call("Emulation.setScriptExecutionDisabled", {"value": not enabled})

@@ -193,6 +193,8 @@ FUNCTION_LATEX = {
     "clamp": r"\mathrm{clamp}",
     "mean": r"\mathrm{mean}",
     "max": r"\max",
+    "min": r"\min",
+    "prod": r"\prod",
     "where": r"\mathrm{where}",
     "leakyrelu": r"\mathrm{LeakyReLU}",
     "rank": r"\mathrm{rank}",
@@ -290,11 +292,31 @@ def _atom(v, names: tuple) -> sympy.Expr:
         return number(v.attrs["value"])
     if v.op == "dimsize":
         return dim_size(v.attrs["name"])
+    if v.op == "const":  # a named const: its name (alpha prints α), never its value
+        return const_symbol(v.attrs["name"])
     if v.op == "block":
         name = v.attrs["block"]
         latex = _roman(name) + (rf"^{{\times {v.attrs['repeat']}}}" if v.attrs["repeat"] else "")
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
+
+
+def const_symbol(name: str) -> sympy.Symbol:
+    """A named const (`const alpha = 8`) as a scalar, printed by its name: alpha as α.
+
+    It is a real symbol, so sympy keeps it apart from an index or a dim's size of that name.
+
+    >>> to_latex(elementwise('*', tensor_entry('x', 'e'), const_symbol('alpha')))
+    'x_{e} \\\\, \\\\alpha'
+    """
+    return sympy.Symbol(name, real=True)
+
+
+def keyword_number(v, key: str) -> sympy.Expr:
+    """A keyword's value as the diagram writes it: by the names of its consts and dims
+    (`clamp(x, min=-alpha)` shows -α), else the number."""
+    shown = v.attrs.get("shown", {}).get(key)
+    return value_entry(shown, ()) if shown is not None else number(v.attrs[key])
 
 
 def number(x) -> sympy.Expr:
@@ -339,7 +361,7 @@ def _function(name: str):
 
 def _leaky_relu(v, names):
     latex = FUNCTION_LATEX["leakyrelu"]
-    return _function_class("leakyrelu", latex)(_same(v, names), number(v.attrs["slope"]))
+    return _function_class("leakyrelu", latex)(_same(v, names), keyword_number(v, "slope"))
 
 
 def _sum_chain(v, names):
@@ -379,7 +401,7 @@ def _over_leg(name: str):
 def _topk_mask(v, names):
     """rank_u(x) ≤ k: true at the k largest entries along the leg (rank 1 is the largest)."""
     rank = apply_function("rank", _same(v, names), names[v.attrs["axis"]])
-    return sympy.LessThan(rank, number(v.attrs["k"]), evaluate=False)
+    return sympy.LessThan(rank, keyword_number(v, "k"), evaluate=False)
 
 
 def _reduce(v, names):
@@ -395,9 +417,9 @@ def _clamp(v, names):
     """clamp(x, lo, hi) = min(max(x, lo), hi)."""
     out = _same(v, names)
     if v.attrs["min"] is not None:
-        out = call(r"\max", out, number(v.attrs["min"]))
+        out = call(r"\max", out, keyword_number(v, "min"))
     if v.attrs["max"] is not None:
-        out = call(r"\min", out, number(v.attrs["max"]))
+        out = call(r"\min", out, keyword_number(v, "max"))
     return out
 
 
@@ -414,7 +436,7 @@ def _causal(v, names):
 def _block_causal(v, names):
     """block_causal(t, p, block=B): ⌊p/B⌋ ≤ ⌊t/B⌋, bidirectional inside a block, causal across."""
     t, p = (leg_symbol(n) for n in names)
-    b = number(v.attrs["block"])
+    b = keyword_number(v, "block")
     return sympy.LessThan(sympy.floor(p / b, evaluate=False), sympy.floor(t / b, evaluate=False), evaluate=False)
 
 
@@ -467,6 +489,147 @@ def _unflatten(v, names):
         i = leg_symbol(name)
         joined = i if joined is None else sympy.Add(sympy.Mul(joined, _leg_size(leg), evaluate=False), i, evaluate=False)
     return value_entry(x, names[:axis] + (joined,) + names[axis + n:])
+
+
+class Group(sympy.Function):
+    """The index of a leg that merges several (einops' `(h d)`): h, then d running fastest.
+    Printed as (h d); never evaluated."""
+
+    @classmethod
+    def eval(cls, *args):
+        return None
+
+    def _latex(self, printer, exp=None):
+        return "(" + r"\,".join(printer._print(a) for a in self.args) + ")"
+
+
+class _Paren(sympy.Function):
+    """An index expression in parentheses, so a subscript reads as one index: x_{(1 + k),e}."""
+
+    @classmethod
+    def eval(cls, *args):
+        return None
+
+    def _latex(self, printer, exp=None):
+        return f"({printer._print(self.args[0])})"
+
+
+def einop_names(v) -> tuple:
+    """The index names of an einops result, a merged leg written as the group of its axes
+    ((h d) for `-> t (h d)`): what the left side of its statement shows."""
+    shown = {aid: leg for aid, _, leg in v.attrs["axes"]}
+    return tuple(Group(*(leg_symbol(shown[aid]) for aid in group)) if len(group) > 1 else leg
+                 for group, leg in zip(v.attrs["right"], v.type.legs))
+
+
+# operations whose equation indexes their one tensor operand with their own index names
+_SAME_NAMES = frozenset({"sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "log", "sqrt", "abs", "softplus",
+                         "leaky_relu", "neg", "softmax", "log_softmax", "layernorm", "rmsnorm", "topk", "dropout",
+                         "detach", "clamp"})
+
+
+def entry_names(v) -> tuple:
+    """The index names a statement writes a value's entries with: its legs, a leg that an
+    einops pattern merges as the group of its axes (also through the element-wise steps after
+    it: ReLU of a merge is m_{t,(h d)} = ReLU(a_{htd}))."""
+    node = v
+    while op_key(node) in _SAME_NAMES and node.args and node.args[0].type.legs == v.type.legs:
+        node = node.args[0]
+    if op_key(node) in ("rearrange", "reduce", "repeat") and node.type.legs == v.type.legs:
+        return einop_names(node)
+    return tuple(v.type.legs)
+
+
+def _einop(v, names):
+    """rearrange, reduce, repeat: the operand's entry at the pattern's left side, written with
+    the result's indices: y_{htd} = x_{t,(h d)} (a split leg's index is the group of its axes),
+    y_{htkd} = x_{htd} (a repeat's new leg k is in no index), y_{h} = max_{t,d} x_{t,(h d)}
+    (the reduced axes get indices of their own)."""
+    a = v.attrs
+    shown = {aid: leg for aid, _, leg in a["axes"]}
+    taken = {n for n in names if isinstance(n, str)}
+    for n in names:
+        if isinstance(n, sympy.Basic):
+            taken |= {str(x) for x in n.free_symbols}
+    idx = {}
+    for group, name in zip(a["right"], names):
+        if len(group) == 1:
+            idx[group[0]] = name
+        elif isinstance(name, Group) and len(name.args) == len(group):
+            idx.update(zip(group, name.args))
+        else:  # a merged index from outside: h = ⌊hd / n_d⌋, d = hd mod n_d
+            joined = leg_symbol(name)
+            legs = [shown[aid] for aid in group]
+            for i, aid in enumerate(group):
+                rest = legs[i + 1:]
+                stride = sympy.Mul(*[_leg_size(l) for l in rest], evaluate=False) if rest else sympy.S.One
+                part = joined if stride == 1 else sympy.floor(joined / stride, evaluate=False)
+                idx[aid] = part if i == 0 else sympy.Mod(part, _leg_size(legs[i]), evaluate=False)
+    summed = []
+    for aid in a["reduced"]:
+        idx[aid] = fresh(shown[aid], taken)
+        taken.add(idx[aid])
+        summed.append(idx[aid])
+    sub = []
+    for group in a["left"]:
+        if not group:  # a leg of size 1: its only index
+            sub.append(sympy.S.Zero)
+        elif len(group) == 1:
+            sub.append(idx[group[0]])
+        else:
+            sub.append(Group(*(leg_symbol(idx[aid]) for aid in group)))
+    body = value_entry(v.args[0], tuple(sub))
+    if a["kind"] != "reduce" or not summed:
+        return body
+    if a["reduction"] == "sum":
+        return _sum(body, summed)
+    key = a["reduction"]
+    return _function_class(key, FUNCTION_LATEX[key])(body, *(leg_symbol(n) for n in summed))
+
+
+def _select(v, names):
+    """select(x, t, 0): y_{e} = x_{0,e}, the leg's index fixed."""
+    axis = v.attrs["axis"]
+    return value_entry(v.args[0], names[:axis] + (sympy.Integer(v.attrs["index"]),) + names[axis:])
+
+
+def _slice_index(v, name):
+    """The operand's index along a sliced leg: start + k (k itself from 0)."""
+    start = v.attrs["start"]
+    k = leg_symbol(name)
+    return k if start == 0 else _Paren(sympy.Add(sympy.Integer(start), k, evaluate=False))
+
+
+def _slice(v, names):
+    """slice(x, t, 1, k): y_{ke} = x_{(1 + k),e}, the new leg's index shifted by the start."""
+    axis = v.attrs["axis"]
+    return value_entry(v.args[0], names[:axis] + (_slice_index(v, names[axis]),) + names[axis + 1:])
+
+
+def basis_contraction(v, names):
+    """select and slice written as the contraction they are: Σ_t x_{te} δ_{t,0} (the basis
+    vector e_0), Σ_t x_{te} δ_{t,(1 + k)} (a selection matrix)."""
+    axis = v.attrs["axis"]
+    x = v.args[0]
+    taken = {n for n in names if isinstance(n, str)}
+    t = fresh(x.type.legs[axis], taken)
+    if op_key(v) == "select":
+        inner, at = names[:axis] + (t,) + names[axis:], sympy.Integer(v.attrs["index"])
+    else:
+        inner, at = names[:axis] + (t,) + names[axis + 1:], _slice_index(v, names[axis])
+    delta = sympy.IndexedBase("delta")[(leg_symbol(t), at)]
+    return _sum(sympy.Mul(value_entry(x, inner), delta, evaluate=False), [t])
+
+
+class Chain(sympy.Function):
+    """Equal expressions side by side: a = b = c."""
+
+    @classmethod
+    def eval(cls, *args):
+        return None
+
+    def _latex(self, printer, exp=None):
+        return " = ".join(printer._print(a) for a in self.args)
 
 
 def _rope(v, names):
@@ -538,6 +701,13 @@ EQUATION: dict = {
     "flatten": _flatten,
     "unflatten": _unflatten,
     "rope": _rope,
+    # einops patterns
+    "rearrange": _einop,
+    "reduce": _einop,
+    "repeat": _einop,
+    # picking indices
+    "select": _select,
+    "slice": _slice,
 }
 
 
@@ -561,7 +731,7 @@ class _Printer(LatexPrinter):
     def _print_Indexed(self, expr: sympy.Indexed) -> str:
         base, subs = _split_name(expr.base.label.name)
         indices = [self._print(i) for i in expr.indices]
-        if all(_is_one_glyph(i) for i in indices):  # Z_{td}; a command needs a space after it
+        if all(_is_one_glyph(i) and not i.isdigit() for i in indices):  # Z_{td}; a command needs a space after it
             packed = "".join(f"{i} " if i.startswith("\\") else i for i in indices).strip()
         else:
             packed = ",".join(indices)

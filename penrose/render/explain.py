@@ -26,7 +26,7 @@ from penrose import ir
 from penrose.check import Checked, CStmt, V
 from penrose.render import equations as eq
 from penrose.ops import key as op_key
-from penrose.render.figure import _fmt, _scalar_text
+from penrose.render.figure import _fmt, _scalar_text, subscript
 from penrose.render.readings import Contraction, Operand, classify, read_normalisation
 from penrose.stack import deep, too_deep
 from penrose.views import legend, producers, refs, statements
@@ -51,20 +51,26 @@ class Reading:
 def statement_equation(c: Checked, s: CStmt) -> sympy.Eq:
     """The equation of one computing statement: target entries = the value's expression
     (a block's `return` is written as the entries of `out`); each operation by its rule in
-    `equations.EQUATION`."""
+    `equations.EQUATION`. A merged leg of an einops result is indexed by its group
+    (y_{t,(h d)} = x_{htd}); a statement that is one select or slice also shows the
+    contraction it is (y_{e} = x_{0,e} = Σ_t x_{te} δ_{t,0})."""
     st = s.stmt
     try:
         if isinstance(st, ir.Return):
             vals = list(s.value.args)
-            rhs = [eq.value_entry(v, tuple(v.type.legs)) for v in vals]
-            lhs = [eq.tensor_entry("out" if len(vals) == 1 else f"out{i}", v.type.legs) for i, v in enumerate(vals)]
+            rhs = [eq.value_entry(v, eq.entry_names(v)) for v in vals]
+            lhs = [eq.tensor_entry("out" if len(vals) == 1 else f"out{i}", eq.entry_names(v)) for i, v in enumerate(vals)]
             if len(vals) == 1:
                 return sympy.Eq(lhs[0], rhs[0], evaluate=False)
             return sympy.Eq(sympy.Tuple(*lhs), sympy.Tuple(*rhs), evaluate=False)
         v = s.value
         types = s.types
         if len(st.targets) == 1:
-            return eq.assign(st.targets[0], types[0].legs, eq.value_entry(v, tuple(types[0].legs)))
+            names = eq.entry_names(v)
+            rhs = eq.value_entry(v, names)
+            if op_key(v) in ("select", "slice"):
+                rhs = eq.Chain(rhs, eq.basis_contraction(v, names))
+            return sympy.Eq(eq.tensor_entry(st.targets[0], names), rhs, evaluate=False)
         lhs = sympy.Tuple(*[eq.tensor_entry(t, ty.legs) for t, ty in zip(st.targets, types)])
         return sympy.Eq(lhs, eq.value_entry(v, tuple(types[0].legs)), evaluate=False)
     except RecursionError:
@@ -188,7 +194,7 @@ def _norm_pair(v: V, producers: dict):
     inner = b
     if op_key(inner) == "sqrt":
         inner = inner.args[0]
-    elif op_key(inner) == "**" and inner.args[1].op == "num" and inner.args[1].attrs["value"] == 0.5:
+    elif op_key(inner) == "**" and inner.args[1].op in ("num", "const") and inner.args[1].attrs["value"] == 0.5:
         inner = inner.args[0]
     else:
         return None
@@ -239,7 +245,7 @@ def _activation(sentence: str, title: str = "Activation"):
 
 
 def _leaky_relu(r, v):
-    slope = v.attrs["slope"]
+    slope = _written(v, "slope")
     return Reading("activation", "Activation", f"Keep the positive entries and scale the negative ones by {slope} (leaky ReLU), entry by entry.")
 
 
@@ -424,6 +430,110 @@ def _rope(r, v):
                    f"vectors depends on how far apart their positions {t} are.")
 
 
+def _legs_of(legs, legend) -> str:
+    """'t (token) and d' — legs with their legend meanings."""
+    return _and([f"{l} ({legend[l]})" if l in legend else l for l in legs]) if legs else "no leg"
+
+
+def _regroup(v: V, fastest: bool = True, sg: str = "") -> list[str]:
+    """What an einops pattern does to the legs, in words: splits, dropped unit legs, merges
+    (imperative; `sg='s'` for the third person)."""
+    a = v.attrs
+    x = v.args[0]
+    shown = {aid: leg for aid, _, leg in a["axes"]}
+    parts = []
+    for group, leg in zip(a["left"], x.type.legs):
+        if not group:
+            parts.append(f"drop{sg} the size-1 leg {leg}")
+        elif len(group) > 1:
+            axes = [shown[aid] for aid in group]
+            parts.append(f"split{sg} leg {leg} into {_and(axes)}" + (f" ({axes[-1]} running fastest)" if fastest else ""))
+    for group, leg in zip(a["right"], v.type.legs):
+        if len(group) > 1:
+            axes = [shown[aid] for aid in group]
+            parts.append(f"merge{sg} {_and(axes)} into one leg {leg}" + (f" ({axes[-1]} running fastest)" if fastest else ""))
+    renamed = [(leg, shown[g[0]]) for g, leg in zip(a["left"], x.type.legs) if len(g) == 1 and shown[g[0]] != leg]
+    for old, new in renamed:
+        parts.append(f"rename{sg} leg {old} to {new}")
+    return parts
+
+
+def _rearrange(r, v):
+    x = v.args[0]
+    a = v.attrs
+    parts = _regroup(v)
+    order = ", ".join(v.type.legs)
+    if not parts:
+        if tuple(x.type.legs) == tuple(v.type.legs):
+            return Reading("reshape", "Rearrange", f"Leave the legs of {_name(x)} as they are ({order}): the same tensor.")
+        title = "Transpose" if len(v.type.legs) == 2 else "Permutation"
+        return Reading("reshape", title, f"Reorder the legs of {_name(x)} from ({', '.join(x.type.legs)}) to ({order}): "
+                       "the same entries, only the legs rewired (pattern '" + a["pattern"] + "').")
+    return Reading("reshape", "Rearrange", f"Regroup the legs of {_name(x)}: {_and(parts)}, giving the legs ({order}); "
+                   "the same entries, rewired (pattern '" + a["pattern"] + "').")
+
+
+_REDUCTION_WORDS = {
+    "sum": ("Sum", "the sum over"),
+    "mean": ("Mean", "the mean over"),
+    "max": ("Maximum", "the maximum over"),
+    "min": ("Minimum", "the minimum over"),
+    "prod": ("Product", "the product over"),
+}
+
+
+def _einops_reduce(r, v):
+    x = v.args[0]
+    a = v.attrs
+    shown = {aid: leg for aid, _, leg in a["axes"]}
+    title, words = _REDUCTION_WORDS[a["reduction"]]
+    over = [shown[aid] for aid in a["reduced"]]
+    what = _legs_of(over, r.legend) + (" and the batch legs" if a["sum_batch"] else "")
+    each = _each(v.type.legs, r.legend)
+    regroup = _regroup(v, fastest=False, sg="s")
+    first = f"; the pattern first {_and(regroup)}" if regroup else ""
+    rest = f", {each}" if each else ""
+    return Reading("reduce", f"Reduction: {title.lower()}",
+                   f"Take {words} {what} of {_name(x)}{rest}: those legs are reduced away (pattern '{a['pattern']}'{first}).")
+
+
+def _repeat(r, v):
+    x = v.args[0]
+    a = v.attrs
+    shown = {aid: leg for aid, _, leg in a["axes"]}
+    new = [shown[aid] for aid in a["new"]]
+    regroup = _regroup(v, fastest=False, sg="s")
+    then = f"; the pattern also {_and(regroup)}" if regroup else ""
+    slices = "slice" if len(new) == 1 else "slice along them"
+    return Reading("repeat", "Repeat",
+                   f"Copy {_name(x)} along the new leg{'s' if len(new) > 1 else ''} {_legs_of(new, r.legend)}: every {'-'.join(new)}-{slices} "
+                   f"is the same {_name(x)} (an outer product with a vector of ones){then}.")
+
+
+def _select(r, v):
+    x = v.args[0]
+    leg = x.type.legs[v.attrs["axis"]]
+    i = v.attrs["index"]
+    which = f"index {i}" if i >= 0 else f"index {i} (counted from the end)"
+    return Reading("select", "Select",
+                   f"Pick {which} of leg {leg} of {_name(x)} (a contraction with the basis vector e{subscript(i)}): the leg {leg} disappears.")
+
+
+def _slice(r, v):
+    x = v.args[0]
+    axis = v.attrs["axis"]
+    leg, into = x.type.legs[axis], v.type.legs[axis]
+    start, n = v.attrs["start"], v.attrs["length"]
+    if n <= 0:
+        keep = f"Keep no index of leg {leg} of {_name(x)}: leg {into} is empty"
+    elif n == 1:
+        keep = f"Keep index {start} of leg {leg} of {_name(x)} as leg {into}"
+    else:
+        keep = f"Keep indices {start} to {start + n - 1} of leg {leg} of {_name(x)} as leg {into}"
+    shift = f"{start} + i" if start else "i"
+    return Reading("slice", "Slice", f"{keep} (a contraction with a selection matrix: index i of {into} is index {shift} of {leg}).")
+
+
 READING: dict = {
     # element-wise functions
     "sigmoid": _activation("Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."),
@@ -461,7 +571,7 @@ READING: dict = {
     # element-wise with options
     "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs['p']} and rescale the rest; the identity at evaluation.")),
     "detach": _after_args(lambda r, v: Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")),
-    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs['min'], '−∞')}, {_bound(v.attrs['max'], '∞')}].")),
+    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs['min'], '−∞', v, 'min')}, {_bound(v.attrs['max'], '∞', v, 'max')}].")),
     "where": _after_args(lambda r, v: Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")),
     # masks
     "causal": _after_args(_causal),
@@ -473,10 +583,23 @@ READING: dict = {
     "flatten": _after_args(_flatten),
     "unflatten": _after_args(_unflatten),
     "rope": _after_args(_rope),
+    # einops patterns
+    "rearrange": _after_args(_rearrange),
+    "reduce": _after_args(_einops_reduce),
+    "repeat": _after_args(_repeat),
+    # picking indices
+    "select": _after_args(_select),
+    "slice": _after_args(_slice),
 }
 
 
-def _bound(x, infinite: str) -> str:
+def _bound(x, infinite: str, v=None, key=None) -> str:
     if x is None:
         return infinite
-    return _fmt(x)
+    return _written(v, key) if v is not None else _fmt(x)
+
+
+def _written(v, key: str) -> str:
+    """A keyword's value as the diagram writes it (`min=-alpha`: -alpha), else the number."""
+    text = v.attrs.get("shown_text", {}).get(key)
+    return text if text is not None else _fmt(v.attrs[key])

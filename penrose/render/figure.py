@@ -12,16 +12,42 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     operation   a labelled box on the wires it acts on (softmax, sigmoid, top-k, norms, masks,
                 dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷); a
                 sum of three or more terms is one + that every term runs into (a subtracted
-                term through a − box), however long the sum
-    reuse       a tensor used by several contractions branches into copies (Z feeding q, k, v)
-    residual    an update `Z = Z + h` (or one whose other operand depends on Z) is drawn thick
-                and blue, along a straight spine, so a residual model shows at a glance
-    block       a call is one box (`layer ×4` for `repeat 4`); `unfold` draws one copy inline
+                term through a − box), however long the sum; a number is written in its box,
+                a named const by its name (`× scale`)
+    reshape     einops' rearrange: legs that merge into one leg run into a small black
+                triangle whose one wire carries the merged dim (`h, d` → `hd`), a leg that
+                splits leaves one (`hd` → `h, d`); a pure permutation is the legs rewired,
+                nothing drawn; reduce is a box `max / over t, d` on the wires, repeat a box
+                `repeat / copy along k` that the new legs leave
+    indexing    select is a contraction with a basis vector: the picked leg ends in a small
+                circle `e₀`; slice with a selection matrix: the leg runs into a small box
+                `slice / 1…4` that the smaller leg leaves
+    reuse       a tensor used by several contractions branches into copies (Z feeding q, k, v);
+                one read by more than TIE_READS (5) statements (a weight tied along a chain) is
+                drawn once per use with a dashed outline, no wire between the copies, and the
+                header says `tied: W (100×) ... the copies are one tensor`
+    batch dots  legs that three or more tensors share meet at a black dot; batch legs that the
+                same tensors share meet at one dot, their wires bundled
+    residual    an update `Z = Z + h` (or one whose other operand depends on Z, or `f(Z) + Z`)
+                is drawn thick and blue, along a straight spine, so a residual model shows at a
+                glance
+    block       a call is one box (`layer ×4` for `repeat 4`); `unfold` draws one copy inline,
+                framed; an argument the body reads twice enters the frame at one small node
+                named after it, so its wires (a residual's first) stay inside the frame
+    rows        a figure of more than FOLD_NODES nodes, or a block view longer than
+                BLOCK_RANKS columns, is folded into rows (columns for TB) between top-level
+                statements; a row starts with the values the row above ended with, again under
+                their names, and the legs are written on the wires
     steps       '# 3) ...' captions become numbered, dashed frames around their statements
 
 `build_figure` returns a `Figure` (plain records); `to_dot` writes Graphviz DOT. Node and edge
 ids are sequential in statement order, so the same diagram gives the same DOT text. How each
 operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS`.
+
+Layout: Graphviz lays the DOT text out; a diagram or block view that Graphviz draws with
+crossing wires is laid out again in a few other (seeded, fixed) orders and the first with the
+fewest crossings is kept (`to_dot`, counted by `penrose.render.crossings`); each row of a folded
+figure is laid out on its own (`pack`), so long chains cost time linear in their length.
 
 Limits: a figure of more than `MAX_NODES` (5,000) nodes is refused with a `PenroseRenderError`
 at the statement that crosses it (Graphviz takes about 7 s for 5,000 nodes and minutes beyond);
@@ -34,6 +60,7 @@ from __future__ import annotations
 
 import html
 import math
+import re
 import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -52,7 +79,7 @@ from penrose.views import legend as index_legend  # the name tests and the galle
 @dataclass
 class FNode:
     id: str
-    kind: str  # input param buffer formal value output copy junction sum op arith block mask scalar note
+    kind: str  # input param buffer formal value output copy junction sum op arith block mask scalar note merge split basis projector
     text: str  # the label as plain text (lines joined by '\n')
     html: str = ""  # the Graphviz HTML-like label ('' means: text)
     cluster: str | None = None
@@ -61,6 +88,10 @@ class FNode:
     group: str = ""
     step: int | None = None  # the numbered step (caption) that drew it
     badge: str = ""  # the step's number, shown on the first box of the step
+    attrs: str = ""  # extra DOT attributes (the orientation of a merge or split triangle)
+    tied: str = ""  # 'tied': one of the copies of a tensor drawn once per use; 'continued': a
+    #                 value carried over from the row above (a folded figure)
+    row: int = 0  # the row of a folded figure
 
 
 @dataclass
@@ -94,6 +125,9 @@ class Figure:
     captions: dict = field(default_factory=dict)  # step number -> caption text, in order
     header: str = "full"  # full (title, legend, captions) | title | none
     span: Span = field(default_factory=Span)  # the statement that drew the most nodes (for layout errors)
+    notes: list = field(default_factory=list)  # lines of the header under the legend (tied tensors, rows)
+    untangle: bool = False  # lay it out in the order with the fewest crossings (see to_dot)
+    rows: int = 1  # a long figure is folded into rows, laid out one under the other
 
     def node(self, node_id: str) -> FNode:
         return next(n for n in self.nodes if n.id == node_id)
@@ -128,7 +162,10 @@ class Drawing:
 
     `draw` names the builder step: 'contraction' (the shared legs become wires between the
     tensors), 'arith' (a small circle showing `glyph` between two tensors; a box with the
-    number when one side is a plain number), 'box' (a labelled box on the wires it acts on).
+    number when one side is a plain number), 'box' (a labelled box on the wires it acts on),
+    'einop' (einops' patterns: merge and split triangles, and for reduce and repeat a box),
+    'select' (the picked leg ends in a basis vector e₀), 'slice' (the leg passes a selection
+    matrix onto the smaller dim).
     `kind` is the node kind of a box ('op', or 'mask' for bool masks). `lines(v)` gives the
     label: the operation's name, then what it acts over; `glyph` alone when there is no rule.
     `scalar(parts)` writes the operation applied to plain numbers, as in a rescale box.
@@ -159,9 +196,15 @@ def _over(name: str):
     return lambda v: [name, f"over {_leg_of(v, v.attrs['axis'])}"]
 
 
+def _written(v: V, key: str) -> str:
+    """A keyword's value as the diagram writes it: by its consts and dims (`min=-alpha`), else the number."""
+    shown = v.attrs.get("shown", {}).get(key)
+    return _scalar_text(shown) if shown is not None else _fmt(v.attrs[key])
+
+
 def _clamp_lines(v: V) -> list[str]:
     lo, hi = v.attrs["min"], v.attrs["max"]
-    return ["clamp", f"[{'−∞' if lo is None else _fmt(lo)}, {'∞' if hi is None else _fmt(hi)}]"]
+    return ["clamp", f"[{'−∞' if lo is None else _written(v, 'min')}, {'∞' if hi is None else _written(v, 'max')}]"]
 
 
 def _where_lines(v: V) -> list[str]:
@@ -171,7 +214,7 @@ def _where_lines(v: V) -> list[str]:
 
 def _block_causal_lines(v: V) -> list[str]:
     t, p = v.type.legs
-    b = v.attrs["block"]
+    b = _written(v, "block")
     return ["block-causal mask", f"⌊{p}/{b}⌋ ≤ ⌊{t}/{b}⌋"]
 
 
@@ -185,6 +228,48 @@ def _unflatten_lines(v: V) -> list[str]:
     axis = v.attrs["axis"]
     n = len(v.type.legs) - len(v.args[0].type.legs) + 1
     return ["unflatten", f"{_leg_of(v, axis)} → {', '.join(v.type.legs[axis:axis + n])}"]
+
+
+_REDUCTION_NAME = {"sum": "Σ", "prod": "Π", "mean": "mean", "max": "max", "min": "min"}
+
+
+def _einop_axes(v: V) -> dict:
+    """axis id -> (size class, the leg name it is drawn with)."""
+    return {aid: (cls, leg) for aid, cls, leg in v.attrs["axes"]}
+
+
+def _einop_lines(v: V) -> list[str]:
+    a = v.attrs
+    axes = _einop_axes(v)
+    if a["kind"] == "reduce":
+        over = ", ".join(axes[aid][1] for aid in a["reduced"]) or "no leg"
+        if a["sum_batch"]:
+            over += " and the batch legs"
+        return [_REDUCTION_NAME[a["reduction"]], f"over {over}"]
+    if a["kind"] == "repeat":
+        return ["repeat", f"copy along {', '.join(axes[aid][1] for aid in a['new'])}"]
+    return ["rearrange", a["pattern"]]
+
+
+def subscript(n: int) -> str:
+    """An integer in subscript digits: 0 → '₀', -1 → '₋₁'."""
+    return str(n).translate(str.maketrans("-0123456789", "₋₀₁₂₃₄₅₆₇₈₉"))
+
+
+def _select_lines(v: V) -> list[str]:
+    return [f"e{subscript(v.attrs['index'])}"]
+
+
+def slice_range(v: V) -> str:
+    """The indices a slice keeps: '1…4' (both ends kept), '2' for one, '∅' for none."""
+    start, n = v.attrs["start"], v.attrs["length"]
+    if n <= 0:
+        return "∅"
+    return str(start) if n == 1 else f"{start}…{start + n - 1}"
+
+
+def _slice_lines(v: V) -> list[str]:
+    return ["slice", slice_range(v)]
 
 
 def _rope_lines(v: V) -> list[str]:
@@ -216,7 +301,7 @@ FIGURE: dict[str, Drawing] = {
     "sqrt": _box("√", scalar=_sqrt_text),
     "abs": _box("|·|", scalar=lambda parts: f"|{parts[0]}|"),
     "softplus": _box("softplus"),
-    "leaky_relu": _box("leaky ReLU", lambda v: ["leaky ReLU", f"slope {_fmt(v.attrs['slope'])}"]),
+    "leaky_relu": _box("leaky ReLU", lambda v: ["leaky ReLU", f"slope {_written(v, 'slope')}"]),
     # operators: a small circle between the two tensors
     "+": _arith("+"),
     "-": _arith("−"),
@@ -238,13 +323,13 @@ FIGURE: dict[str, Drawing] = {
     "log_softmax": _box("log-softmax", _over("log-softmax")),
     "layernorm": _box("layer norm", _over("layer norm")),
     "rmsnorm": _box("RMS norm", _over("RMS norm")),
-    "topk": _box("top-k", lambda v: ["top-k", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"]),
-    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={v.attrs['k']} over {_leg_of(v, v.attrs['axis'])}"], kind="mask"),
+    "topk": _box("top-k", lambda v: ["top-k", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs['axis'])}"]),
+    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs['axis'])}"], kind="mask"),
     "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs['axis'])}"]),
     "mean": _box("mean", _over("mean")),
     "max": _box("max", _over("max")),
     # element-wise with options
-    "dropout": _box("dropout", lambda v: ["dropout", f"p={v.attrs['p']}"]),
+    "dropout": _box("dropout", lambda v: ["dropout", f"p={_written(v, 'p')}"]),
     "detach": _box("detach"),
     "clamp": _box("clamp", _clamp_lines),
     "where": _box("where", _where_lines),
@@ -258,12 +343,39 @@ FIGURE: dict[str, Drawing] = {
     "flatten": _box("flatten", _flatten_lines),
     "unflatten": _box("unflatten", _unflatten_lines),
     "rope": _box("RoPE", _rope_lines),
+    # einops patterns: merge and split triangles (a permutation is the legs rewired); a box
+    # for a reduction or a repeat
+    "rearrange": Drawing("einop", "rearrange", _einop_lines),
+    "reduce": Drawing("einop", "reduce", _einop_lines),
+    "repeat": Drawing("einop", "repeat", _einop_lines),
+    # picking indices: a contraction with a basis vector e_i, or with a selection matrix
+    "select": Drawing("select", "e", _select_lines, kind="basis"),
+    "slice": Drawing("slice", "slice", _slice_lines, kind="projector"),
 }
 
 # A figure with more nodes is refused, at the statement that crosses the limit: Graphviz takes
 # about 7 s for a flat sum of 2,500 rescaled terms (5,000 nodes), 30 s for twice that.
 MAX_NODES = 5000
 MAX_PARALLEL = 6  # parallel lines drawn for the legs between two nodes; more are counted in the label
+# A tensor read by more than TIE_READS statements (a weight tied across a long chain, the same Z
+# feeding many statements) is drawn once per use, each copy with a dashed outline, and the header
+# says the copies are one tensor: wires from one node to uses spread along a chain make
+# Graphviz's layout cost grow quadratically or worse (a 30-step tied residual chain took 9 s
+# with one W branching to 30 copies, 50 steps more than 60 s; one copy per use keeps 1,000
+# steps linear). Up to TIE_READS uses branch off one node, as in the paper (Z feeding q, k, v).
+TIE_READS = 5
+# A figure of more than FOLD_NODES nodes is folded into rows of about ROW_NODES nodes, cut
+# between top-level statements where at most MAX_CUT values run on; each row is laid out on
+# its own (Graphviz's `pack`), so the cost grows linearly with the length and the figure stays
+# readable (a 1,000-step chain is 40 rows, not one line 200,000 points long).
+FOLD_NODES = 240
+ROW_NODES = 60
+MAX_CUT = 3
+# A block view whose longest path has more than BLOCK_RANKS nodes (an attention block: 16) is
+# folded the same way, into rows of about ROW_RANKS columns: in one row it was 1,500 points
+# wide, its text tiny on a page.
+BLOCK_RANKS = 10
+ROW_RANKS = 7
 
 
 @dataclass(frozen=True)
@@ -273,6 +385,7 @@ class Options:
     show_plan: bool = False
     unfold: bool = False
     header: bool = True  # the title block: name, leg legend and step captions
+    fold: bool = True  # fold a long figure (more than FOLD_NODES nodes) into rows
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -294,9 +407,7 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
     legend = index_legend(c.diagram)
     header = "full" if options.header else "none"
     if kind == "diagram" and not arg:
-        b = _Builder(c, options, Figure(_title(c), options.direction, legend, header=header))
-        b.draw_body(c, {}, prefix="", top=True)
-        return b.fig
+        return _whole(c, c, _title(c), options, legend, header)
     if kind == "statement":
         stmts = statements(c)
         try:
@@ -317,12 +428,49 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
         if arg not in c.blocks:
             names = ", ".join(sorted(c.blocks)) or "none"
             raise PenroseRenderError(f"view {view!r}: no block {arg!r} (blocks: {names})", Span(c.diagram.file))
-        blk = c.blocks[arg]
-        fig = Figure(f"block {arg}", options.direction, legend, header=header)
-        b = _Builder(c, options, fig)
-        b.draw_body(blk, {}, prefix="", top=True)
-        return fig
+        return _whole(c, c.blocks[arg], f"block {arg}", options, legend, header, wide=BLOCK_RANKS)
     raise PenroseRenderError(f"unknown view {view!r}; use 'diagram', 'statement:N' or 'block:NAME'", Span(c.diagram.file))
+
+
+def _whole(c: Checked, body: Checked, title: str, options: Options, legend: dict, header: str, wide: int = 0) -> Figure:
+    """A diagram's or a block's body, folded into rows when it is long: more than FOLD_NODES
+    nodes, or (a block view) a path of more than `wide` nodes."""
+    b = _Builder(c, options, Figure(title, options.direction, legend, header=header, untangle=True))
+    b.draw_body(body, {}, prefix="", top=True)
+    n = len(b.fig.nodes)
+    if not options.fold:
+        return b.fig
+    if n > FOLD_NODES:
+        rows = -(-n // ROW_NODES)
+    elif wide and ranks(b.fig) > wide:
+        rows = -(-ranks(b.fig) // ROW_RANKS)
+    else:
+        return b.fig
+    per_row = n / rows  # rows of about equal length: the last one not a stub
+    folded = _Builder(c, options, Figure(title, options.direction, legend, header=header), fold=per_row)
+    folded.max_rows = rows
+    folded.extra_nodes = 2 * MAX_CUT * rows
+    try:
+        folded.draw_body(body, {}, prefix="", top=True)
+    except PenroseRenderError:  # the continued values took it past MAX_NODES: one row, as it was
+        return b.fig
+    return folded.fig if folded.fig.rows > 1 else b.fig
+
+
+def ranks(fig: Figure) -> int:
+    """The number of nodes on the longest path of wires (forward in drawing order): about the
+    number of columns Graphviz gives a left-to-right figure."""
+    index = {n.id: i for i, n in enumerate(fig.nodes)}
+    nexts: dict = {}
+    for e in fig.edges:
+        a, b = index.get(e.tail), index.get(e.head)
+        if a is not None and b is not None and a < b:
+            nexts.setdefault(a, []).append(b)
+    depth = [1] * len(fig.nodes)
+    for i in range(len(fig.nodes) - 1, -1, -1):
+        for j in nexts.get(i, ()):
+            depth[i] = max(depth[i], depth[j] + 1)
+    return max(depth, default=0)
 
 
 def _title(c: Checked) -> str:
@@ -339,7 +487,14 @@ def _stmt_title(s, n: int) -> str:
 
 
 class _Builder:
-    def __init__(self, top: Checked, options: Options, fig: Figure):
+    def __init__(self, top: Checked, options: Options, fig: Figure, fold: float = 0):
+        self.fold = fold  # nodes per row of a folded figure (0: one row)
+        self.max_rows = 0
+        self.extra_nodes = 0  # room past MAX_NODES for the names a folded figure draws again
+        self.row = 0
+        self.node_row: dict = {}  # node id -> its row
+        self.nodes_by_id: dict = {}
+        self.tied: dict = {}  # name -> how many copies of a tensor drawn once per use
         self.top = top
         self.opt = options
         self.fig = fig
@@ -364,8 +519,8 @@ class _Builder:
         self.ids.add(f"{base}_{i}")
         return f"{base}_{i}"
 
-    def add_node(self, base, kind, text, html_label="", cluster="current", tooltip="", xlabel="", group="") -> str:
-        if len(self.fig.nodes) >= MAX_NODES:
+    def add_node(self, base, kind, text, html_label="", cluster="current", tooltip="", xlabel="", group="", attrs="") -> str:
+        if len(self.fig.nodes) >= MAX_NODES + self.extra_nodes:
             raise PenroseRenderError(
                 f"the figure would have more than {MAX_NODES:,} nodes, more than Graphviz lays out in reasonable time; "
                 "split this statement into several, or draw a smaller view (statement:N, block:NAME)",
@@ -376,7 +531,9 @@ class _Builder:
         if self.drawn[self.span] > self.drawn.get(self.fig.span, 0):
             self.fig.span = self.span
         cl = self.cluster if cluster == "current" else cluster
-        self.fig.nodes.append(FNode(nid, kind, text, html_label, cl, tooltip, xlabel, group, self.step))
+        self.fig.nodes.append(FNode(nid, kind, text, html_label, cl, tooltip, xlabel, group, self.step, attrs=attrs, row=self.row))
+        self.node_row[nid] = self.row
+        self.nodes_by_id[nid] = self.fig.nodes[-1]
         return nid
 
     def add_edge(self, tail, head, label="", kind="wire", tooltip="") -> FEdge:
@@ -418,6 +575,13 @@ class _Builder:
             try:
                 if isinstance(st, ir.Assign):
                     self.assign(scope, s, outputs)
+                    if (top and self.fold and len(self.fig.nodes) >= (self.row + 1) * self.fold
+                            and (not self.max_rows or self.row + 1 < self.max_rows)):
+                        live = self.cut(scope)
+                        if live is not None:
+                            for name, val in live:  # what runs on into the next row ends in one node
+                                scope.env[name] = self.value_node(val, name)
+                            self.row += 1
                 elif isinstance(st, ir.Return):
                     returned = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
             except RecursionError:
@@ -425,11 +589,53 @@ class _Builder:
         self.step = base_step
         if top:
             _badge_steps(self.fig)
+            self.fig.rows = 1 + max((n.row for n in self.fig.nodes), default=0)
+            self.fig.notes = self.notes()
         if top and body.is_block:  # the block view: what the block returns is its result
             for i, (val, v) in enumerate(zip(returned, _return_values(body))):
                 name = v.attrs["name"] if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
                 self.result_node(val, name)
         return returned
+
+    def cut(self, scope: "_Scope"):
+        """Whether a row may end here: None, or the (name, value) pairs that must first be
+        drawn as one node each (they are read later, and their legs still dangle from several
+        nodes). At most MAX_CUT computed values may run on into the next row, where each
+        starts again as its name; inputs and parameters are drawn again where it reads them."""
+        live, loose = 0, []
+        for name, val in scope.env.items():
+            key = val.key
+            if key is None or val.kind in LEAF_KINDS:
+                continue
+            if scope.uses.get(key, NOT_READ).in_statements - scope.seen.get(key, 0) <= 0:
+                continue
+            if not val.legs:
+                return None
+            node = self.nodes_by_id.get(val.anchor) if val.anchor is not None else None
+            if node is None or any(p != val.anchor for p in val.ports) or node.kind not in TENSOR_KINDS:
+                loose.append((name, val))  # the row ends in its name, as the next one starts
+            live += 1
+        return loose if live <= MAX_CUT else None
+
+    def notes(self) -> list:
+        lines = []
+        if self.tied:
+            names = ", ".join(f"{n} ({k:,}×)" for n, k in self.tied.items())
+            lines.append(f"tied: {names}: drawn once per use, dashed; the copies are one tensor")
+        rows = 1 + max((n.row for n in self.fig.nodes), default=0)
+        if rows > 1:
+            lines.append(f"folded into {rows} rows, read top to bottom; a name in a dashed circle at a row's "
+                         "start continues the row above")
+        return lines
+
+    def continued(self, scope: "_Scope", name: str, val: _Val) -> _Val:
+        """A value drawn in an earlier row of a folded figure: the same name again, in this row."""
+        kind = val.kind if val.kind in LEAF_KINDS else "value"
+        nid = self.add_node(f"{name}_row{self.row}", kind, name, _name_html(name), tooltip=f"{name}, continued from the row above")
+        self.fig.nodes[-1].tied = "continued"
+        new = _Val([nid] * len(val.legs), val.legs, val.cls, nid, val.key, val.deps, val.kind, name, val.spine)
+        scope.env[name] = new
+        return new
 
     def new_cluster(self, base, label, parent) -> str:
         cid = self.new_id("cluster_" + base)
@@ -513,9 +719,21 @@ class _Builder:
         name = v.attrs["name"]
         val = scope.lookup(self, name, v)
         key = val.key
-        n_einsum = scope.uses.get(key, NOT_READ).einsum if key else 0
+        reads = scope.uses.get(key, NOT_READ) if key else NOT_READ
+        n_einsum = reads.einsum
         earlier = scope.seen.get(key, 0)
         scope.seen[key] = earlier + 1
+        tied = reads.in_statements > TIE_READS and val.anchor is not None and not scope.leaves
+        if tied and earlier > 0:
+            return self.tied_copy(name, val)
+        if self.row and val.anchor is not None and self.node_row.get(val.anchor, self.row) < self.row:
+            val = self.continued(scope, name, val)
+        if tied:  # its first use: the tensor itself (a leaf is marked as one of the copies)
+            node = self.nodes_by_id[val.anchor]
+            if node.kind in LEAF_KINDS and not node.tied:
+                node.tied = "tied"
+                self.tied[name] = self.tied.get(name, 0) + 1
+            return val
         # a tensor several contractions read, or a declared tensor read again by a contraction
         # (tied weights): one copy per contraction, branching off it
         reused = n_einsum >= 2 or (earlier > 0 and (val.kind in LEAF_KINDS or scope.leaves))
@@ -526,6 +744,15 @@ class _Builder:
             self.add_edge(base, cid, kind="branch", tooltip=f"{name} is reused: a copy")
             return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name)
         return val
+
+    def tied_copy(self, name: str, val: _Val) -> _Val:
+        """A tensor read by many statements: each read after the first draws it again (dashed,
+        'tied'), with no wire back to one node."""
+        kind = val.kind if val.kind in ("input", "param", "buffer", "formal") else "copy"
+        cid = self.add_node(f"{name}_tied", kind, name, _name_html(name), tooltip=f"{name} (tied: one tensor, drawn once per use)")
+        self.fig.nodes[-1].tied = "tied"
+        self.tied[name] = self.tied.get(name, 0) + 1
+        return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name, val.spine)
 
     def contraction(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         terms, out = v.attrs["terms"], v.attrs["out"]
@@ -545,6 +772,7 @@ class _Builder:
         anchor = None
         contracted = [l for l in occ if l not in out]
         edges_made = []
+        batch_dots: dict = {}  # the tensors a batch leg joins -> its dot
         for letter, places in occ.items():
             names = {p[1] for p in places}
             label_leg = places[0][1] if len(names) == 1 else letter
@@ -568,8 +796,18 @@ class _Builder:
                 if extra:
                     e.label += "\n" + extra
                 continue
-            # a leg three or more tensors share (or a closed contraction's result): a junction
-            j = self.add_node("junction", "junction", "", tooltip=f"leg {label_leg} shared")
+            # a leg three or more tensors share (or a closed contraction's result): a junction;
+            # batch legs the same tensors share meet at one dot, their wires bundled (two dots
+            # joined to the same two tensors cannot be drawn left to right without a crossing)
+            sharers = tuple(port for port, _, _ in places)
+            j = batch_dots.get(sharers) if in_out else None
+            if j is None:
+                j = self.add_node("junction", "junction", "", tooltip=f"leg {label_leg} shared")
+                if in_out:
+                    batch_dots[sharers] = j
+            else:
+                node = self.nodes_by_id[j]
+                node.tooltip = node.tooltip.replace("leg ", "legs ", 1).replace(" shared", f", {label_leg} shared")
             for port, leg, pcl in places:
                 e = self.wire(port, j, leg if len(names) == 1 else letter, pcl)
                 edges_made.append(e)
@@ -657,11 +895,17 @@ class _Builder:
 
     def operator_node(self, v: V, rule: Drawing, vals: list) -> _Val:
         """A small circle showing the operator, every operand's legs running into it."""
-        residual = self.is_residual(v, vals[0], vals[1:])
+        stream = 0 if self.is_residual(v, vals[0], vals[1:]) else None
+        if stream is None and op_key(v) == "+":  # f(x) + x: the stream is a later term
+            stream = next((i for i in range(1, len(vals)) if vals[i] is not None
+                           and self.is_residual(v, vals[i], vals[:i] + vals[i + 1:])), None)
+        residual = stream is not None
         node = self.add_node("arith", "arith", rule.glyph, tooltip=_op_tooltip(v), group="spine" if residual else "")
-        self.inputs_to(node, vals[0], kind="residual" if residual else "wire")
-        for val in vals[1:]:
-            self.inputs_to(node, val)
+        first = stream or 0
+        self.inputs_to(node, vals[first], kind="residual" if residual else "wire")
+        for i, val in enumerate(vals):
+            if i != first:
+                self.inputs_to(node, val)
         out = self.box_result(node, v, vals)
         out.spine = residual
         return out
@@ -674,7 +918,7 @@ class _Builder:
             return False
         # another operand reads the stream: the first itself, or an earlier version of the same name
         stream = {first.key} | {k for k in first.deps if k[0] == first.key[0]}
-        return any(stream & val.deps for val in others)
+        return any(val is not None and stream & val.deps for val in others)
 
     def inputs_to(self, node: str, val: _Val, kind="wire"):
         if val is None:
@@ -705,6 +949,100 @@ class _Builder:
             return [_Val([node] * len(t.legs), tuple(t.legs), tuple(t.cls), node, deps=deps) for t in v.outs]
         return self.box_result(node, v, vals)
 
+    # -- einops patterns, select and slice
+    def triangle(self, kind: str, legs: list, one: str) -> str:
+        """A merge (several legs in, `one` out) or split (`one` in, several out) node: a small
+        black triangle whose point faces the side of the one wire."""
+        lr = self.opt.direction == "LR"
+        if kind == "merge":
+            attrs = "orientation=-90" if lr else "orientation=180"
+            tip = f"merge {', '.join(legs)} into {one}"
+        else:
+            attrs = "orientation=90" if lr else ""
+            tip = f"split {one} into {', '.join(legs)}"
+        return self.add_node(kind, kind, "", tooltip=tip, attrs=attrs)
+
+    def einop(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
+        """rearrange, reduce, repeat: each operand leg a group splits runs into a split
+        triangle that its axes leave; a reduction or a repeat is a box every axis runs
+        through (the new legs of a repeat leave it); each result leg a group merges leaves a
+        merge triangle its axes run into. Plain legs are only rewired."""
+        a = v.attrs
+        val = self.expr(scope, v.args[0], False)
+        axes = _einop_axes(v)
+        deps = val.deps | ({val.key} if val.key else set())
+        made: list[str] = []
+        port: dict = {}  # axis id -> the node its leg dangles from
+        for group, p, leg, cl in zip(a["left"], val.ports, val.legs, val.cls):
+            if len(group) == 1:
+                port[group[0]] = p
+                continue
+            if not group:  # a leg of size 1 that the pattern drops: its one index, e₀
+                node = self.add_node("unit", "basis", "e₀", tooltip=f"leg {leg} of size 1 dropped: its only index, 0")
+            else:
+                node = self.triangle("split", [axes[aid][1] for aid in group], leg)
+                for aid in group:
+                    port[aid] = node
+            self.after(node, val)
+            self.wire(p, node, leg, cl)
+            made.append(node)
+        box = None
+        if a["kind"] in ("reduce", "repeat"):
+            lines = rule.label(v)
+            box = self.add_node(a["kind"], "op", "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
+            if not made:
+                self.after(box, val)
+            for aid in dict.fromkeys(aid for group in a["left"] for aid in group):
+                self.wire(port[aid], box, axes[aid][1], axes[aid][0])
+            for aid in list(port) + list(a["new"]):
+                port[aid] = box
+            made.append(box)
+        out_ports = []
+        for j, group in enumerate(a["right"]):
+            if len(group) == 1:
+                out_ports.append(port[group[0]])
+                continue
+            node = self.triangle("merge", [axes[aid][1] for aid in group], v.type.legs[j])
+            for aid in group:
+                self.wire(port[aid], node, axes[aid][1], axes[aid][0])
+            out_ports.append(node)
+            made.append(node)
+        anchor = box
+        if not v.type.legs and anchor is None and made:  # '() ->': what stands for the scalar
+            anchor = made[-1]
+        hidden = list(val.hidden) + [n for n in made if n not in out_ports and n not in val.hidden]
+        return _Val(out_ports, tuple(v.type.legs), tuple(v.type.cls), anchor, deps=deps, hidden=tuple(hidden))
+
+    def select(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
+        """select(x, t, i): the leg t ends in the basis vector e_i (a contraction picks index i)."""
+        val = self.expr(scope, v.args[0], False)
+        axis, i = v.attrs["axis"], v.attrs["index"]
+        leg = val.legs[axis]
+        text = rule.label(v)[0]
+        node = self.add_node("basis", "basis", text, tooltip=f"basis vector e{subscript(i)} on leg {leg}: picks index {i}")
+        self.after(node, val)
+        self.wire(val.ports[axis], node, leg, val.cls[axis])
+        ports = list(val.ports[:axis]) + list(val.ports[axis + 1:])
+        deps = val.deps | ({val.key} if val.key else set())
+        hidden = tuple(val.hidden) + (node,)
+        return _Val(ports, tuple(v.type.legs), tuple(v.type.cls), None if v.type.legs else node, deps=deps, hidden=hidden)
+
+    def slice(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
+        """slice(x, t, start, k): the leg t passes a selection matrix onto the smaller leg k."""
+        val = self.expr(scope, v.args[0], False)
+        axis = v.attrs["axis"]
+        leg, into = val.legs[axis], v.type.legs[axis]
+        lines = rule.label(v)
+        keeps = slice_range(v)
+        node = self.add_node("slice", "projector", "\n".join(lines), _box_html(lines),
+                             tooltip=f"selection matrix: indices {keeps} of leg {leg} become leg {into}")
+        self.after(node, val)
+        self.wire(val.ports[axis], node, leg, val.cls[axis])
+        ports = list(val.ports)
+        ports[axis] = node
+        deps = val.deps | ({val.key} if val.key else set())
+        return _Val(ports, tuple(v.type.legs), tuple(v.type.cls), None, deps=deps, hidden=tuple(val.hidden))
+
     def block(self, scope, v: V, multi=False):
         name, inst, rep = v.attrs["block"], v.attrs["instance"], v.attrs["repeat"]
         vals = [self.expr(scope, a, False) for a in v.args]
@@ -715,8 +1053,20 @@ class _Builder:
             saved = self.cluster
             self.cluster = self.new_cluster(f"block_{inst}", label, saved)
             env = {}
+            body_uses = uses(blk)
             for f, val in zip([d for d in blk.decls.values() if d.tensor.kind == "formal"], vals):
-                env[f.tensor.name] = _Val(val.ports, tuple(f.tensor.legs), val.cls, val.anchor, None, val.deps, val.kind, f.tensor.name)
+                fname, legs = f.tensor.name, tuple(f.tensor.legs)
+                if val is not None and legs and body_uses.get((fname, 0), NOT_READ).in_statements >= 2:
+                    # an argument read twice enters the frame at one node, so that its wires (a
+                    # residual's first of all) run inside the frame, not around it
+                    nid = self.add_node(f"{inst}.{fname}", "value", fname, _name_html(fname),
+                                        tooltip=f"{fname}[{', '.join(legs)}]: the argument of {inst}",
+                                        group="spine" if val.spine else "")
+                    self.inputs_to(nid, val, kind="residual" if val.spine else "wire")
+                    deps = val.deps | ({val.key} if val.key else set())
+                    env[fname] = _Val([nid] * len(legs), legs, val.cls, nid, (fname, 0), deps, "value", fname, val.spine)
+                    continue
+                env[fname] = _Val(val.ports, legs, val.cls, val.anchor, None, val.deps, val.kind, fname)
             outs = self.draw_body(blk, env, prefix=f"{inst}.", top=False)
             self.cluster = saved
             res = []
@@ -840,7 +1190,7 @@ def _scalar_text(v: V) -> str:
         if isinstance(x, float) and x.is_integer() and abs(x) < 1e6:
             return str(x)
         return repr(x).replace("-", "−")
-    if op == "dimsize":
+    if op in ("dimsize", "const"):  # a dim's size, a named const: by its name, never its value
         return v.attrs["name"]
     key = op_key(v)
     if key is None:
@@ -917,12 +1267,16 @@ NODE_STYLE = {
     "mask": 'shape=box style="rounded,filled" fillcolor="#eeeeee" color="#222222" fontsize=11 margin="0.08,0.04" height=0.3',
     "arith": 'shape=circle fixedsize=true width=0.3 fontsize=15 style=filled fillcolor="#ffffff" color="#222222"',
     "block": 'shape=box style="rounded,filled,bold" fillcolor="#e7eef8" color="#2c4a70" fontsize=13 margin="0.14,0.08" peripheries=2',
+    "merge": 'shape=triangle fixedsize=true width=0.2 height=0.2 style=filled fillcolor="#222222" color="#222222"',
+    "split": 'shape=triangle fixedsize=true width=0.2 height=0.2 style=filled fillcolor="#222222" color="#222222"',
+    "basis": 'shape=circle fixedsize=true width=0.3 fontsize=11 style=filled fillcolor="#f2f2f2" color="#222222" margin=0',
+    "projector": 'shape=box style=filled fillcolor="#f2f2f2" color="#222222" fontsize=10 margin="0.05,0.02" height=0.28 width=0.3',
     "note": 'shape=plaintext fontsize=9 fontcolor="#8a3b12"',
 }
 EDGE_STYLE = {
     "wire": f'color="{INK}" penwidth=1.1',
     "residual": f'color="{RESIDUAL}" penwidth=2.6 weight=8',
-    "branch": 'color="#555555:#ffffff:#555555" penwidth=1.3 weight=2',
+    "branch": 'color="#555555:#ffffff:#555555" penwidth=1.3 weight=4',
     "scalar": 'color="#777777" style=dashed',
     "note": 'color="#8a3b12" style=dotted',
     "order": "style=invis",
@@ -933,26 +1287,76 @@ def _q(text: str) -> str:
     return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
 
 
+# Graphviz's ordering heuristic leaves crossings in some figures that can be drawn without: a
+# whole diagram or block view of at most UNTANGLE_NODES nodes whose layout crosses is laid out
+# again with the nodes and wires listed in other (fixed, seeded) orders and more ordering
+# passes, and the first layout with the fewest crossings is kept (measured over the zoo: every
+# figure that can be drawn without crossings then is, in at most a dozen tries).
+UNTANGLE_NODES = 150
+UNTANGLE_TRIES = (("", 0), ("mclimit=4", 0), ("remincross=true mclimit=4", 0)) + tuple(("", seed) for seed in range(1, 6))
+_untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
+
+
 def to_dot(fig: Figure) -> str:
-    """Graphviz DOT text for a figure (deterministic: statement order, sequential ids)."""
+    """Graphviz DOT text for a figure (deterministic: statement order, sequential ids); a
+    figure marked `untangle` is emitted in the order whose layout crosses the fewest wires."""
+    text = _dot_text(fig)
+    if not fig.untangle or fig.rows > 1 or len(fig.nodes) > UNTANGLE_NODES:
+        return text
+    if text not in _untangled:
+        if len(_untangled) > 512:
+            _untangled.clear()
+        _untangled[text] = _untangle(fig, text)
+    return _untangled[text]
+
+
+def _untangle(fig: Figure, text: str) -> str:
+    from penrose.render.crossings import crossings, layout
+
+    try:
+        best, fewest = text, len(crossings(layout(text)))
+        for extra, seed in UNTANGLE_TRIES[1:]:
+            if fewest == 0:
+                break
+            candidate = _dot_text(fig, extra, seed)
+            n = len(crossings(layout(candidate)))
+            if n < fewest:
+                best, fewest = candidate, n
+    except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is
+        return text
+    return best
+
+
+def _dot_text(fig: Figure, extra: str = "", seed: int = 0) -> str:
+    """The DOT text; `extra` graph attributes and a `seed` that shuffles the order in which
+    nodes (within their frame) and wires are listed (0: statement order)."""
+    import random
+
+    rng = random.Random(seed) if seed else None
     lines = [f"digraph {_q(fig.title[:60])} {{"]
     label = f" labelloc=t labeljust=l label=<{_title_html(fig)}>" if fig.header != "none" else ""
+    # a folded figure: each row is a component of its own, laid out alone and stacked in order
+    # (Graphviz 2.43 crashes on pack with newrank, which only clusters need)
+    packing = f' pack=20 packmode="{"array_uc1" if fig.direction == "LR" else f"array_u{fig.rows}"}"' if fig.rows > 1 else " newrank=true"
     lines.append(
         f'  graph [rankdir={fig.direction} fontname="{FONT}" fontsize=12 nodesep=0.22 ranksep=0.32 '
-        f"pad=0.25 newrank=true outputorder=edgesfirst{label}]"
+        f"pad=0.25{packing} outputorder=edgesfirst{' ' + extra if extra else ''}{label}]"
     )
     lines.append(f'  node [fontname="{FONT}" color="{INK}" penwidth=1.2]')
     lines.append(f'  edge [dir=none fontname="{LEG_FONT}" fontsize=11 fontcolor="{LEG_INK}" arrowhead=none]')
     by_cluster: dict = {}
     for n in fig.nodes:
         by_cluster.setdefault(n.cluster, []).append(n)
+    if rng is not None:
+        for members in by_cluster.values():
+            rng.shuffle(members)
     children: dict = {}
     for cid, cl in fig.clusters.items():
         children.setdefault(cl.parent, []).append(cid)
 
     def emit_nodes(cluster, indent):
         for n in by_cluster.get(cluster, []):
-            lines.append(indent + _node_dot(n))
+            lines.append(indent + _node_dot(n, fig))
         for cid in children.get(cluster, []):
             cl = fig.clusters[cid]
             if not _has_nodes(cid, by_cluster, children):
@@ -963,22 +1367,76 @@ def to_dot(fig: Figure) -> str:
             emit_nodes(cid, indent + "  ")
             lines.append(f"{indent}}}")
 
+    ties: list = []  # invisible edges that make each row of a folded figure one component
+    if fig.rows > 1:  # Graphviz stacks components from the bottom in the order it first meets them
+        firsts = {}
+        for n in fig.nodes:
+            firsts.setdefault(n.row, n.id)
+        for row in sorted(firsts, reverse=fig.direction == "LR"):
+            lines.append(f"  {_q(firsts[row])}")
+        ties = _row_ties(fig)
     emit_nodes(None, "  ")
-    for kind, tail, head, label, tooltip, n, mark in bundles(fig):
+    wires = list(bundles(fig))
+    if rng is not None and seed % 2:
+        rng.shuffle(wires)
+    inline = fig.rows > 1  # Graphviz 2.43 drops most edge labels of a packed layout: write them on the wire
+    for i, (kind, tail, head, label, tooltip, n, mark) in enumerate(wires):
         attrs = [EDGE_STYLE[kind]]
         if n > 1:  # several legs between the same two nodes: parallel lines, one label
             ink = RESIDUAL if kind == "residual" else INK
             attrs.append(f'color="{":transparent:".join([ink] * min(n, MAX_PARALLEL))}"')
         if mark:
             text = '<BR/>'.join(html.escape(l) for l in label.split("\n"))
-            attrs.append(f'label=<{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>>')
+            text = f'label=<{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>>'
         elif label:
-            attrs.append(f"label={_q(label)}")
+            text = f"label={_q(label)}"
+        else:
+            text = ""
         if tooltip:
             attrs.append(f"tooltip={_q(tooltip)}")
+        if inline and text and kind in ("wire", "residual"):
+            leg = _q(f"{tail}~{head}~{i}")
+            lines.append(f'  {leg} [shape=plaintext class="pen-leg" fontname="{LEG_FONT}" fontsize=11 '
+                         f'fontcolor="{LEG_INK}" width=0 height=0 margin=0.02 {text}]')
+            lines.append(f"  {_q(tail)} -> {leg} [{' '.join(attrs)}]")
+            lines.append(f"  {leg} -> {_q(head)} [{' '.join(attrs)}]")
+            continue
+        if text:
+            attrs.append(text)
         lines.append(f"  {_q(tail)} -> {_q(head)} [{' '.join(attrs)}]")
+    for a, b in ties:
+        lines.append(f"  {_q(a)} -> {_q(b)} [style=invis constraint=false]")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _row_ties(fig: Figure) -> list:
+    """(a, b) pairs joining the pieces of each row of a folded figure into one component (a row
+    may hold two chains that meet only in the next row)."""
+    parent = {n.id: n.id for n in fig.nodes}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for e in fig.edges:
+        if e.tail in parent and e.head in parent:
+            parent[find(e.tail)] = find(e.head)
+    ties: list = []
+    first_of: dict = {}
+    seen: set = set()
+    for n in fig.nodes:
+        root = find(n.id)
+        if root in seen:
+            continue
+        seen.add(root)
+        if n.row in first_of:
+            ties.append((first_of[n.row], n.id))
+        else:
+            first_of[n.row] = n.id
+    return ties
 
 
 def bundles(fig: Figure):
@@ -1017,11 +1475,20 @@ def _has_nodes(cid, by_cluster, children) -> bool:
     return bool(by_cluster.get(cid)) or any(_has_nodes(c, by_cluster, children) for c in children.get(cid, []))
 
 
-def _node_dot(n: FNode) -> str:
+def _dashed(style: str) -> str:
+    """A node style with a dashed outline (a tied copy, a continued value)."""
+    if "dashed" in style:
+        return style
+    return re.sub(r'style=("([^"]*)"|\w+)', lambda m: f'style="{(m.group(2) if m.group(2) is not None else m.group(1))},dashed"', style, count=1)
+
+
+def _node_dot(n: FNode, fig: Figure | None = None) -> str:
     style = NODE_STYLE[n.kind]
     if n.kind in TENSOR_KINDS and len(n.text) > 3:  # a long name: an oval, not a huge circle
         style = style.replace("shape=doublecircle", "shape=ellipse peripheries=2").replace("shape=circle", "shape=ellipse")
-    attrs = [style, f"class={_q('pen-' + n.kind)}"]
+    if n.tied:
+        style = _dashed(style)
+    attrs = [style, f"class={_q('pen-' + n.kind)}"] + ([n.attrs] if n.attrs else [])
     mark = f'<FONT COLOR="{BADGE}"><B>{n.badge}</B></FONT> ' if n.badge else ""
     if n.html or mark:
         attrs.append(f"label=<{mark}{n.html or html.escape(n.text)}>")
@@ -1043,6 +1510,9 @@ def _title_html(fig: Figure) -> str:
     if fig.legend:
         legend = " · ".join(f"{k} {v}" for k, v in fig.legend.items())
         for line in _wrap("legs: " + legend, 110):
+            parts.append(f'<FONT POINT-SIZE="9" COLOR="#555555">{html.escape(line)}</FONT>')
+    for note in fig.notes:
+        for line in _wrap(note, 110):
             parts.append(f'<FONT POINT-SIZE="9" COLOR="#555555">{html.escape(line)}</FONT>')
     for step, caption in fig.captions.items():
         text = caption

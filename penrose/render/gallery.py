@@ -3,7 +3,8 @@
     penrose gallery -o gallery/        # every .pen under zoo/
     penrose gallery zoo/paper -o out/  # some folders or files
 
-Layout of the output folder (all links relative, no scripts, no network):
+Layout of the output folder (all links relative, no network; the one script, inline in each
+diagram page, only pans and zooms its figures, and the pages work without it):
 
     index.html                 every diagram: thumbnail, parameter count, one-line description
     <slug>.html                one page per diagram: the figure, then for each statement its
@@ -182,22 +183,75 @@ def build_files(paths=None, equation_svg=None) -> dict:
     out: dict = {"style.css": STYLE.encode("utf-8")}
     equations: dict = {}
     dots: dict = {}
+    pages: dict = {}
     for e in entries:
         _load(e)
         if e.checked is None:  # a file of blocks for others to include: no figure of its own
             continue
-        page = _page(e, equations)
+        pages[f"{e.slug}.html"] = _page(e, equations)
         dots.update(e.dots)
-        out[f"{e.slug}.html"] = page.encode("utf-8")
     from penrose.render.graphviz import run_dot_many
 
     names = sorted(dots)
     out.update(zip(names, run_dot_many([dots[n] for n in names])))
+    for name in names:
+        if name.endswith("/thumb.svg"):
+            out[name] = thumbnail_svg(out[name])
     for latex, svg in zip(equations, _draw_all(list(equations), equation_svg)):
         if svg is not None:
             out[f"equations/{equations[latex]}"] = svg.encode("utf-8") if isinstance(svg, str) else svg
-    out["index.html"] = _index(entries).encode("utf-8")
+    pages["index.html"] = _index(entries)
+    for name, text in pages.items():  # figures are laid out now: give every <img> its size
+        out[name] = _fill_sizes(text, out).encode("utf-8")
     return out
+
+
+# ---- figure sizes and thumbnails ---------------------------------------------------------------
+
+_SIZE_MARK = re.compile(r"\x00size:([^\x00]+)\x00")
+
+
+def _size_mark(path: str) -> str:
+    """A placeholder for an <img>'s width and height, filled in once `path` is laid out."""
+    return f"\x00size:{path}\x00"
+
+
+def svg_size(svg) -> tuple | None:
+    """(width, height) in CSS pixels of an SVG that Graphviz wrote (its sizes are in points).
+
+    >>> svg_size(b'<svg width="3173pt" height="640pt" viewBox="0 0 3173 640">')
+    (4231, 853)
+    """
+    text = svg.decode("utf-8", "replace") if isinstance(svg, bytes) else svg
+    m = re.search(r"<svg\b[^>]*?\swidth=\"([\d.]+)(pt|px)?\"[^>]*?\sheight=\"([\d.]+)(pt|px)?\"", text[:4000])
+    if not m:
+        return None
+    scale = 4 / 3 if m.group(2) == "pt" else 1  # graphviz writes points; 1 pt = 4/3 px
+    return max(1, round(float(m.group(1)) * scale)), max(1, round(float(m.group(3)) * scale))
+
+
+def _fill_sizes(text: str, files: dict) -> str:
+    def size(m):
+        wh = svg_size(files.get(m.group(1), b""))
+        return f' width="{wh[0]}" height="{wh[1]}"' if wh else ""
+
+    return _SIZE_MARK.sub(size, text)
+
+
+THUMB_STYLE = (
+    "<style>/* penrose gallery thumbnail: strokes keep their width on screen when the figure is "
+    "scaled down */ path, polygon, polyline, ellipse, line { vector-effect: non-scaling-stroke; }</style>"
+)
+
+
+def thumbnail_svg(svg: bytes) -> bytes:
+    """A figure for the index: the whole figure, its strokes drawn at their width in screen pixels
+    however far it is scaled down, so a wide figure squeezed into its card keeps its wires."""
+    text = svg.decode("utf-8")
+    m = re.search(r"<svg\b[^>]*>", text)
+    if not m or THUMB_STYLE in text:
+        return svg
+    return (text[: m.end()] + "\n" + THUMB_STYLE + text[m.end() :]).encode("utf-8")
 
 
 def _draw_one(args):
@@ -350,7 +404,7 @@ def _page(e: Entry, equations: dict) -> str:
         f'<p class="meta"><code>{html.escape(e.display)}</code> · {c.param_count():,} parameters · '
         f"{len(c.inputs)} input(s) · outputs {html.escape(', '.join(n + '[' + ', '.join(t.legs) + ']' for n, t in c.outputs))}</p>"
     )
-    parts.append(f'<figure class="full"><img src="figures/{slug}.svg" alt="Penrose diagram of {html.escape(c.name)}"></figure>')
+    parts.append(_zoom_figure(f"figures/{slug}.svg", f"Penrose diagram of {c.name}"))
     if legend:
         rows = "".join(f"<tr><td><i>{html.escape(k)}</i></td><td>{html.escape(v)}</td><td>{_size(c, k)}</td></tr>" for k, v in legend.items())
         parts.append(f'<h2>Legs</h2><table class="legend"><tr><th>leg</th><th>meaning</th><th>size</th></tr>{rows}</table>')
@@ -363,7 +417,7 @@ def _page(e: Entry, equations: dict) -> str:
         bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
         e.dots[f"figures/{slug}/block-{bslug}.svg"] = _dot(c, view=f"block:{name}")
         parts.append(f'<h2 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h2>')
-        parts.append(f'<figure class="full"><img src="figures/{slug}/block-{bslug}.svg" alt="block {html.escape(name)}"></figure>')
+        parts.append(_zoom_figure(f"figures/{slug}/block-{bslug}.svg", f"block {name}"))
         stmts = [s for s in statements(blk) if not _plain_return(s)]
         parts.append(_rosetta(e, c, blk, stmts, torch_code, equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
                               format_stmt, statement_latex, statement_readings))
@@ -371,10 +425,30 @@ def _page(e: Entry, equations: dict) -> str:
     parts.append(f'<pre class="source">{html.escape(source)}</pre>')
     parts.append("<h2>Contraction plan</h2>")
     parts.append('<p class="note">Each wire carries its size; each contraction its number and FLOPs (one batch element).</p>')
-    parts.append(f'<figure class="full"><img src="figures/{slug}/plan.svg" alt="contraction plan of {html.escape(c.name)}"></figure>')
+    parts.append(_zoom_figure(f"figures/{slug}/plan.svg", f"contraction plan of {c.name}"))
     parts.append(f'<pre class="plan">{html.escape(chr(10).join(plan))}</pre>')
+    parts.append(f"<script>{ZOOM_SCRIPT}</script>")
     parts.append(_foot())
     return "\n".join(parts)
+
+
+def _zoom_figure(src: str, alt: str) -> str:
+    """A figure that fits its column: scaled down to the column's width (never up), panned and
+    zoomed by the page's script; without the script, the fitted image in a scrollable box."""
+    a = html.escape(alt)
+    return (
+        f'<figure class="full zoom"><div class="zoom-view" tabindex="0" aria-label="{a}: drag to pan, '
+        f'+ and \u2212 to zoom, 0 to fit, 1 for full size">'
+        f'<img src="{src}"{_size_mark(src)} alt="{a}"></div>'
+        '<figcaption class="zoom-bar"><span class="zoom-controls" hidden>'
+        '<button type="button" data-zoom="out" aria-label="zoom out" title="zoom out (\u2212)">\u2212</button>'
+        '<button type="button" data-zoom="in" aria-label="zoom in" title="zoom in (+)">+</button>'
+        '<button type="button" data-zoom="fit" title="fit to the page width (0)">fit</button>'
+        '<button type="button" data-zoom="1" title="full size (1)">1:1</button>'
+        '<output class="zoom-level" aria-live="polite"></output>'
+        '<span class="zoom-hint">drag to pan · Ctrl + wheel or pinch to zoom</span></span>'
+        f'<a class="zoom-open" href="{src}">open the SVG</a></figcaption></figure>'
+    )
 
 
 def _size(c, leg) -> str:
@@ -391,6 +465,7 @@ def _rosetta(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, fo
     from penrose.render.figure import to_dot
 
     all_stmts = statements(body)
+    called = any(torch_code.get(s.stmt.span) for s in stmts)  # an included block nobody calls has none
     rows = []
     step = None
     for s in stmts:
@@ -415,10 +490,12 @@ def _rosetta(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, fo
         readings = statement_readings(c, s, body)
         rtext = "".join(f"<p><b>{html.escape(r.title)}.</b> {html.escape(r.text)}</p>" for r in readings)
         code = format_stmt(s.stmt)
-        torch = torch_code.get(s.stmt.span, "")
+        torch = torch_code.get(s.stmt.span, "") or (
+            "# no PyTorch of its own (folded into its neighbours)" if called else
+            "# not called by this diagram: the compiler generates no code for it")
         rows.append(
             f'<tr id="{html.escape(view_kind.replace(":", "-"))}-{n}"><td class="n">{n}</td>'
-            f'<td class="fig"><img src="{fig}" alt="diagram of statement {n}"></td>'
+            f'<td class="fig"><img src="{fig}"{_size_mark(fig)} alt="diagram of statement {n}"></td>'
             f'<td class="code"><pre class="pen">{html.escape(code)}</pre><pre class="torch">{html.escape(torch)}</pre></td>'
             f'<td class="eq">{eq_html}</td><td class="reading">{rtext}</td></tr>'
         )
@@ -479,7 +556,8 @@ def _index(entries) -> str:
                 continue
             c = e.checked
             parts.append(
-                f'<a class="card" href="{e.slug}.html"><img src="figures/{e.slug}/thumb.svg" alt="{html.escape(c.name)}">'
+                f'<a class="card" href="{e.slug}.html"><span class="thumb">'
+                f'<img src="figures/{e.slug}/thumb.svg"{_size_mark(f"figures/{e.slug}/thumb.svg")} alt="{html.escape(c.name)}"></span>'
                 f'<span class="name">{html.escape(c.name)}</span>'
                 f'<span class="params">{c.param_count():,} parameters</span>'
                 f'<span class="desc">{html.escape(e.description)}</span></a>'
@@ -511,8 +589,24 @@ a { color: #1d4e89; }
 code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .85rem; }
 .lead { font-size: 1.05rem; color: #333; max-width: 60rem; }
 .meta, .note, .crumbs { color: #555; font-size: .9rem; }
-figure.full { margin: 1rem 0; overflow-x: auto; border: 1px solid #eee; padding: .5rem; }
-figure.full img { max-width: none; height: auto; }
+figure.full { margin: 1rem 0; border: 1px solid #eee; padding: .5rem; max-width: 100%; box-sizing: border-box; }
+.zoom-view { overflow: auto; max-width: 100%; }
+.zoom-view img { display: block; max-width: 100%; height: auto; }
+.zoom-view:focus-visible { outline: 2px solid #1d4e89; outline-offset: 2px; }
+.zoom-bar { display: flex; flex-wrap: wrap; align-items: center; gap: .4rem; margin-top: .35rem; font-size: .8rem; color: #666; }
+.zoom-controls { display: inline-flex; flex-wrap: wrap; align-items: center; gap: .3rem; }
+.zoom-controls[hidden] { display: none; }
+.zoom-controls button { font: inherit; font-size: .85rem; min-width: 2rem; padding: .1rem .45rem; color: #222;
+                        border: 1px solid #bbb; border-radius: 4px; background: #fafafa; cursor: pointer; }
+.zoom-controls button:hover { border-color: #1d4e89; }
+.zoom-controls button:focus-visible { outline: 2px solid #1d4e89; outline-offset: 1px; }
+.zoom-level { min-width: 3rem; text-align: right; font-variant-numeric: tabular-nums; }
+.zoom-open { margin-left: auto; }
+figure.zoom.js .zoom-view { position: relative; overflow: hidden; touch-action: pan-y; cursor: grab; }
+figure.zoom.js.zoomed .zoom-view { touch-action: none; }
+figure.zoom.js .zoom-view.dragging { cursor: grabbing; }
+figure.zoom.js .zoom-view img { position: absolute; left: 0; top: 0; max-width: none; transform-origin: 0 0;
+                                user-select: none; -webkit-user-drag: none; }
 table { border-collapse: collapse; }
 table.legend td, table.legend th { padding: .15rem .8rem .15rem 0; text-align: left; font-size: .9rem; }
 table.rosetta { width: 100%; margin-top: .5rem; }
@@ -530,9 +624,142 @@ pre.source, pre.plan { background: #f7f7f7; border: 1px solid #e4e4e4; padding: 
 .card { display: flex; flex-direction: column; border: 1px solid #ddd; border-radius: 6px; padding: .6rem;
         text-decoration: none; color: inherit; background: #fff; }
 .card:hover { border-color: #1d4e89; box-shadow: 0 1px 6px rgba(0,0,0,.08); }
-.card img { width: 100%; height: 150px; object-fit: contain; background: #fff; }
+.card .thumb { display: flex; align-items: center; justify-content: center; height: 160px; overflow: hidden;
+               background: #f3f4f6; border-radius: 3px; }
+.card .thumb img { display: block; width: auto; height: auto; max-width: 100%; max-height: 100%; min-width: 0;
+                   min-height: 0; background: #fff; }
 .card .name { font-weight: 600; margin-top: .4rem; }
 .card .params { color: #666; font-size: .85rem; }
 .card .desc { font-size: .88rem; color: #333; margin-top: .2rem; }
 footer { margin-top: 3rem; color: #888; font-size: .8rem; }
 """
+
+# The page's one script: pan and zoom for every figure.zoom (no libraries, nothing fetched). It
+# lays each figure's image out at its natural size and scales it with a CSS transform: 'fit'
+# (the start) is the column's width, never above 1:1; + / − buttons and keys, Ctrl + wheel or
+# pinch zoom about the pointer; a drag, or the arrow keys once zoomed in, pans; double-click
+# toggles fit and 1:1. Without JavaScript the controls stay hidden and the image is the fitted,
+# scrollable one of the stylesheet.
+ZOOM_SCRIPT = """
+(function () {
+  "use strict";
+  var MAX = 4, STEP = 1.5;
+  function setup(fig) {
+    var view = fig.querySelector(".zoom-view"), img = view && view.querySelector("img");
+    if (!img) return;
+    var nw = +img.getAttribute("width") || img.naturalWidth, nh = +img.getAttribute("height") || img.naturalHeight;
+    if (!nw || !nh) {
+      if (!img.complete) img.addEventListener("load", function () { setup(fig); }, {once: true});
+      return;
+    }
+    var bar = fig.querySelector(".zoom-controls"), level = fig.querySelector(".zoom-level");
+    var k = 1, tx = 0, ty = 0, fit = 1, fitted = true, pts = new Map();
+    fig.classList.add("js");
+    if (bar) bar.hidden = false;
+    img.style.width = nw + "px";
+    img.style.height = nh + "px";
+    img.draggable = false;
+    function apply() {
+      var vw = view.clientWidth, vh = view.clientHeight, w = nw * k, h = nh * k;
+      tx = w <= vw ? 0 : Math.min(0, Math.max(vw - w, tx));
+      ty = h <= vh ? 0 : Math.min(0, Math.max(vh - h, ty));
+      img.style.transform = "translate(" + tx + "px, " + ty + "px) scale(" + k + ")";
+      if (level) level.textContent = Math.round(k * 100) + "%";
+      fig.classList.toggle("zoomed", !fitted);
+    }
+    function layout() {
+      fit = Math.min(1, view.clientWidth / nw);
+      view.style.height = nh * fit + "px";
+      if (fitted || k < fit) { k = fit; fitted = true; }
+      apply();
+    }
+    function fitAll() { fitted = true; k = fit; tx = ty = 0; apply(); }
+    function zoomTo(k2, px, py) {
+      k2 = Math.max(fit, Math.min(MAX, k2));
+      if (px === undefined) { px = view.clientWidth / 2; py = view.clientHeight / 2; }
+      tx = px - (px - tx) * k2 / k;
+      ty = py - (py - ty) * k2 / k;
+      k = k2;
+      fitted = Math.abs(k - fit) < 1e-9;
+      apply();
+    }
+    function at(e) {
+      var r = view.getBoundingClientRect();
+      return [e.clientX - r.left, e.clientY - r.top];
+    }
+    if (bar) bar.addEventListener("click", function (e) {
+      var b = e.target.closest("button");
+      if (!b) return;
+      var z = b.getAttribute("data-zoom");
+      if (z === "in") zoomTo(k * STEP);
+      else if (z === "out") zoomTo(k / STEP);
+      else if (z === "fit") fitAll();
+      else if (z === "1") zoomTo(1);
+    });
+    view.addEventListener("wheel", function (e) {
+      if (!(e.ctrlKey || e.metaKey)) return;  /* a plain wheel scrolls the page */
+      e.preventDefault();
+      var d = e.deltaY * (e.deltaMode === 1 ? 16 : e.deltaMode === 2 ? 400 : 1), p = at(e);
+      zoomTo(k * Math.exp(-d * 0.002), p[0], p[1]);
+    }, {passive: false});
+    var gesture = 1;
+    view.addEventListener("gesturestart", function (e) { e.preventDefault(); gesture = k; });
+    view.addEventListener("gesturechange", function (e) {
+      e.preventDefault();
+      var p = at(e);
+      zoomTo(gesture * e.scale, p[0], p[1]);
+    });
+    view.addEventListener("pointerdown", function (e) {
+      if (e.pointerType === "mouse" && e.button !== 0) return;
+      e.preventDefault();
+      view.focus({preventScroll: true});
+      view.setPointerCapture(e.pointerId);
+      pts.set(e.pointerId, at(e));
+      view.classList.add("dragging");
+    });
+    view.addEventListener("pointermove", function (e) {
+      if (!pts.has(e.pointerId)) return;
+      var ids = Array.from(pts.keys()), before = ids.map(function (i) { return pts.get(i); });
+      pts.set(e.pointerId, at(e));
+      var after = ids.map(function (i) { return pts.get(i); });
+      if (ids.length === 1) {
+        tx += after[0][0] - before[0][0];
+        ty += after[0][1] - before[0][1];
+        apply();
+      } else {
+        var mid = function (q) { return [(q[0][0] + q[1][0]) / 2, (q[0][1] + q[1][1]) / 2]; };
+        var dist = function (q) { return Math.hypot(q[0][0] - q[1][0], q[0][1] - q[1][1]) || 1; };
+        var m0 = mid(before), m1 = mid(after);
+        tx += m1[0] - m0[0];
+        ty += m1[1] - m0[1];
+        zoomTo(k * dist(after) / dist(before), m1[0], m1[1]);
+      }
+    });
+    function release(e) {
+      pts.delete(e.pointerId);
+      if (!pts.size) view.classList.remove("dragging");
+    }
+    view.addEventListener("pointerup", release);
+    view.addEventListener("pointercancel", release);
+    view.addEventListener("dblclick", function (e) {
+      var p = at(e);
+      if (fitted) zoomTo(Math.max(1, 2 * fit), p[0], p[1]); else fitAll();
+    });
+    view.addEventListener("keydown", function (e) {
+      if (e.ctrlKey || e.metaKey || e.altKey) return;
+      var d = e.shiftKey ? 200 : 40;
+      var pan = {ArrowLeft: [d, 0], ArrowRight: [-d, 0], ArrowUp: [0, d], ArrowDown: [0, -d]}[e.key];
+      if (e.key === "+" || e.key === "=") zoomTo(k * STEP);
+      else if (e.key === "-" || e.key === "_") zoomTo(k / STEP);
+      else if (e.key === "0") fitAll();
+      else if (e.key === "1") zoomTo(1);
+      else if (pan && !fitted) { tx += pan[0]; ty += pan[1]; apply(); }
+      else return;
+      e.preventDefault();
+    });
+    window.addEventListener("resize", layout);
+    layout();
+  }
+  Array.prototype.forEach.call(document.querySelectorAll("figure.zoom"), setup);
+})();
+""".strip()

@@ -7,11 +7,18 @@
     penrose steerling explain --checkpoint run --text "Some text" [--json] [--heatmap out.png]
     penrose steerling steer --checkpoint run --concept computers --scale 4 --prompt "The"
     penrose steerling evaluate --checkpoint run [--json]
+    penrose steerling concepts --catalog labels.csv --search court   concept ids by name / description
 
 A checkpoint is a folder with model.safetensors (the release's keys, tied embedding once) and
 config.json (model_config / concept_config as differences from the release defaults,
-vocab_size, variant). Text goes through a byte-level tokenizer (bytes, then pad, bos,
-end-of-chunk and mask ids 256..259), so the vocabulary must have at least 260 entries.
+vocab_size, variant); --checkpoint also reads the published layout (config.json with the model
+fields at the top level, weights in model.safetensors or shards listed in
+model.safetensors.index.json; Steerling.from_pretrained), memory-mapped, in --dtype.
+Text goes through the tokenizer the checkpoint needs
+(penrose_zoo.steerling.tokenizer.tokenizer_for): its tokenizer.json, else the release's
+cl100k_base tokenizer for a vocabulary of 100,281 / 100,284, else bytes (260); a tokenizer whose
+vocabulary is not the model's is refused. A concept (--concept, --intervene) is an id, or a name:
+among the checkpoint's concept names, or in the labels file given by --catalog.
 """
 
 from __future__ import annotations
@@ -27,20 +34,62 @@ TINY_CONCEPTS = dict(n_concepts=40, n_unknown_concepts=56, concept_dim=64, topk_
                      factorize_rank=8, unknown_topk=6)
 
 
+CHECKPOINT_HELP = ("checkpoint folder: one written by `init` or `train`, or the published layout (config.json with "
+                   "the model fields at the top level, model.safetensors or shards listed in model.safetensors.index.json)")
+
+
+def _checkpoint_option(parser, *, device: bool = False) -> None:
+    """--checkpoint DIR (either layout, see Steerling.load), --dtype and, where the command can
+    run off the CPU, --device."""
+    parser.add_argument("--checkpoint", required=True, metavar="DIR", help=CHECKPOINT_HELP)
+    parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
+                        help="the weights' dtype (default: float32 for penrose checkpoints, as stored for the published layout)")
+    if device:
+        parser.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
+
+
+def _load_model(args):
+    """The model of --checkpoint in --dtype on --device (memory-mapped, checked before anything is read)."""
+    from penrose_zoo.steerling.model import Steerling
+
+    return Steerling.load(args.checkpoint, dtype=args.dtype, device=getattr(args, "device", None))
+
+
+def _open(args):
+    """(model, tokenizer, known concept names) of --checkpoint: a training checkpoint (train.json)
+    with its concepts.json names, or any other checkpoint folder (the published layout), its
+    tokenizer by its vocabulary and its known concepts named by their ids (names: --catalog)."""
+    from pathlib import Path
+
+    import torch
+
+    from penrose_zoo.steerling.train import load_checkpoint
+
+    if (Path(args.checkpoint) / "train.json").is_file():
+        model, tok, names, _ = load_checkpoint(args.checkpoint)
+        return (model if args.dtype is None else model.to(getattr(torch, args.dtype))), tok, names
+    from penrose_zoo.steerling.tokenizer import tokenizer_for
+
+    model = _load_model(args)
+    return model, tokenizer_for(args.checkpoint, vocab_size=model.vocab_size), [str(i) for i in range(model.sizes["c"])]
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="penrose steerling", description="Steerling-8B from diagrams (zoo/steerling).")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     g = sub.add_parser("generate", help="sample text from a checkpoint")
-    g.add_argument("--checkpoint", required=True, help="folder with model.safetensors and config.json")
+    _checkpoint_option(g, device=True)
     g.add_argument("--prompt", required=True)
     g.add_argument("--max-new-tokens", type=int, default=32)
     g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=0.9)
     g.add_argument("--steps-per-block", type=int, default=8, help="block diffusion: unmasking steps per block")
     g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--intervene", action="append", default=[], metavar="ID=WEIGHT",
-                   help="set known concept ID's weight at every position (repeatable)")
+    g.add_argument("--intervene", action="append", default=[], metavar="CONCEPT=WEIGHT",
+                   help="set a known concept's weight at every position (repeatable); CONCEPT is an id, "
+                        "or a name with --catalog")
+    g.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for names")
     g.add_argument("--show-concepts", action="store_true", help="print the top known concepts of the last position")
 
     i = sub.add_parser("init", help="write a randomly initialised checkpoint")
@@ -51,7 +100,7 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--seed", type=int, default=0)
 
     n = sub.add_parser("info", help="print a checkpoint's sizes and parameter count")
-    n.add_argument("--checkpoint", required=True)
+    _checkpoint_option(n, device=True)
 
     t = sub.add_parser("train", help="train on a labelled corpus (fortunes or a folder of category files)")
     t.add_argument("--preset", default="tiny", help="tiny | small")
@@ -83,16 +132,21 @@ def _parser() -> argparse.ArgumentParser:
                    help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
 
     x = sub.add_parser("explain", help="concepts per token, IG input attribution, heatmap")
-    x.add_argument("--checkpoint", required=True)
+    _checkpoint_option(x)
     x.add_argument("--text", required=True)
     x.add_argument("--json", action="store_true")
     x.add_argument("--heatmap", default=None, help="PNG path (default: CHECKPOINT/explain.png)")
     x.add_argument("--top", type=int, default=3, help="concepts shown per token")
     x.add_argument("--ig-steps", type=int, default=32)
+    x.add_argument("--concept", default=None, metavar="NAME|ID",
+                   help="also: this known concept's probability per token and its token attribution")
+    x.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for --concept")
 
     s = sub.add_parser("steer", help="generate with a known concept rescaled (or set)")
-    s.add_argument("--checkpoint", required=True)
-    s.add_argument("--concept", required=True, help="known concept name (or id)")
+    _checkpoint_option(s)
+    s.add_argument("--concept", required=True, metavar="NAME|ID", help="known concept name (or id)")
+    s.add_argument("--catalog", default=None, metavar="FILE",
+                   help="concept labels (CSV or parquet) to read NAME in (default: the checkpoint's names)")
     s.add_argument("--scale", type=float, default=None, help="multiply the concept's weight by S")
     s.add_argument("--value", type=float, default=None, help="set the concept's weight to V instead")
     s.add_argument("--prompt", required=True)
@@ -100,9 +154,21 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
 
     v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
-    v.add_argument("--checkpoint", required=True)
+    v.add_argument("--checkpoint", required=True, metavar="DIR",
+                   help="a checkpoint written by `train` (evaluation reads its training corpus and config)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--max-batches", type=int, default=16)
+
+    c = sub.add_parser("concepts", help="look concepts up in a catalog (labels file)")
+    c.add_argument("--catalog", default=os.environ.get("STEERLING_CONCEPTS_PATH"), metavar="FILE",
+                   help="CSV or parquet labels file (default: $STEERLING_CONCEPTS_PATH)")
+    c.add_argument("--search", default=None, metavar="TEXT", help="words to find in names and descriptions")
+    c.add_argument("--id", default=None, metavar="NAME|ID", help="show one concept")
+    c.add_argument("--group", type=int, default=None, metavar="GROUP_ID", help="the concepts of a group")
+    c.add_argument("--head", default=None, choices=["known", "unknown"])
+    c.add_argument("--steerable", action="store_true", help="steerable concepts only")
+    c.add_argument("--limit", type=int, default=50)
+    c.add_argument("--json", action="store_true")
     return p
 
 
@@ -116,7 +182,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
-                "steer": _steer, "evaluate": _evaluate}[args.command](args)
+                "steer": _steer, "evaluate": _evaluate, "concepts": _concepts}[args.command](args)
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
         return 1
@@ -129,34 +195,63 @@ def main(argv=None) -> int:
         return 1
 
 
-def _intervention(items) -> dict[int, float]:
+def _intervention(items, catalog: str | None = None) -> dict[int, float]:
+    """--intervene CONCEPT=WEIGHT items; CONCEPT is an id, or a name in the --catalog file."""
     from penrose.errors import PenroseError
 
+    cat = _catalog(catalog) if catalog and items else None
     out = {}
     for item in items:
-        cid, _, w = item.partition("=")
+        concept, eq, w = item.rpartition("=")
         try:
-            out[int(cid)] = float(w)
+            weight = float(w)
+            if not eq or not concept:
+                raise ValueError
         except ValueError:
-            raise PenroseError(f"--intervene expects ID=WEIGHT, got {item!r}") from None
+            raise PenroseError(f"--intervene expects CONCEPT=WEIGHT (an id, or a name with --catalog), got {item!r}") from None
+        if cat is not None:
+            out[cat.resolve(concept, head="known")] = weight
+        elif concept.strip().isdigit():
+            out[int(concept)] = weight
+        else:
+            raise PenroseError(f"--intervene {item!r}: {concept!r} is not a concept id; give --catalog FILE to use names")
     return out
+
+
+def _catalog(path: str):
+    from penrose_zoo.steerling.catalog import ConceptCatalog
+
+    return ConceptCatalog.load(path)
+
+
+def _concept_arg(args, names) -> tuple[int, str]:
+    """(id, name) of --concept NAME|ID: looked up in --catalog when given, else among the
+    checkpoint's known concept names; the id must be one of the checkpoint's known concepts."""
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.train import concept_id
+
+    if not args.catalog:
+        cid = concept_id(names, args.concept)
+        return cid, names[cid]
+    concept = _catalog(args.catalog).lookup(args.concept, head="known")
+    if concept.concept_id >= len(names):
+        raise PenroseError(f"--concept {args.concept!r} is known concept {concept.concept_id} in {args.catalog}, but this "
+                           f"checkpoint has {len(names)} known concepts (ids 0..{len(names) - 1})")
+    return concept.concept_id, concept.name
 
 
 def _generate(args) -> int:
     import torch
 
-    from penrose.errors import PenroseError
-    from penrose_zoo.steerling.generate import ByteTokenizer, generate
-    from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.generate import generate
+    from penrose_zoo.steerling.tokenizer import tokenizer_for
 
-    model = Steerling.load(args.checkpoint).eval()
-    tok = ByteTokenizer()
-    if model.vocab_size < tok.vocab_size:
-        raise PenroseError(f"the byte tokenizer needs vocab_size >= {tok.vocab_size}; the checkpoint has {model.vocab_size}")
+    model = _load_model(args).eval()
+    tok = tokenizer_for(args.checkpoint, vocab_size=model.vocab_size)  # the checkpoint's own
     gen = torch.Generator().manual_seed(args.seed)
-    prompt = tok.encode(args.prompt)
-    banned = [tok.pad_id, tok.bos_id, tok.mask_id] + list(range(tok.vocab_size, model.vocab_size))
-    intervene = _intervention(args.intervene)
+    prompt = tok.prompt_ids(args.prompt)
+    banned = [tok.pad_id, tok.bos_id, tok.mask_id]
+    intervene = _intervention(args.intervene, args.catalog)
     kw = dict(temperature=args.temperature, top_p=args.top_p, generator=gen, banned=banned,
               steps_per_block=args.steps_per_block)
     if intervene:
@@ -164,7 +259,7 @@ def _generate(args) -> int:
     if model.variant == "causal":
         kw["eos_id"] = tok.eos_id
     ids = generate(model, prompt, args.max_new_tokens, mask_id=tok.mask_id, **kw)
-    print(tok.decode(ids[len(prompt):]))
+    print(tok.decode(ids[len(prompt):], skip_special_tokens=True))
     if args.show_concepts:
         with torch.no_grad():
             out = model(ids[None])
@@ -185,11 +280,11 @@ def _init(args) -> int:
 
 
 def _info(args) -> int:
-    from penrose_zoo.steerling.model import Steerling
-
-    model = Steerling.load(args.checkpoint)
+    model = _load_model(args)
+    p = next(model.parameters())
     print(json.dumps({"variant": model.variant, "parameters": model.num_parameters(), "sizes": model.sizes,
-                      **model.config_dict()}, indent=2))
+                      "layout": model.checkpoint_layout, "dtype": str(p.dtype).removeprefix("torch."),
+                      "device": str(p.device), **model.config_dict()}, indent=2))
     return 0
 
 
@@ -218,7 +313,7 @@ def _train(args) -> int:
 def _prompt_ids(tok, text: str, model):
     import torch
 
-    ids = [tok.bos_id] + tok.encode(text)
+    ids = tok.prompt_ids(text)  # [bos] + ids (the release's tokenizer: no bos, as its generator)
     if len(ids) > model.model_config["block_size"]:
         from penrose.errors import PenroseError
 
@@ -231,11 +326,12 @@ def _explain(args) -> int:
 
     import torch
 
-    from penrose_zoo.steerling.attribution import LogitTarget, concept_attribution, forward_ids, integrated_gradients
-    from penrose_zoo.steerling.train import load_checkpoint
+    from penrose_zoo.steerling.attribution import (ConceptTarget, LogitTarget, concept_attribution, forward_ids,
+                                                   integrated_gradients)
 
-    model, tok, names, _ = load_checkpoint(args.checkpoint)
+    model, tok, names = _open(args)
     model.eval()
+    focus = _concept_arg(args, names) if args.concept is not None else None
     ids = _prompt_ids(tok, args.text, model)
     if model.variant == "block_causal":  # the next token is predicted at an appended [MASK]
         ids = torch.cat([ids, torch.tensor([[tok.mask_id]])], 1)
@@ -244,13 +340,14 @@ def _explain(args) -> int:
         out = forward_ids(model, ids)
     probs = torch.sigmoid(out.known_logits[0])  # (t, n), before the top-k cut
     w = out.known_weights[0]
-    pieces = [tok.decode([i]) for i in ids[0].tolist()]
+    pieces = [tok.decode([i], skip_special_tokens=False) for i in ids[0].tolist()]
     tokens = []
     for t in range(T):
         top = w[t].topk(min(args.top, w.shape[-1]))
         tokens.append({"token": pieces[t], "concepts": [{"name": names[int(i)], "weight": round(float(v), 4)}
                                                         for v, i in zip(top.values, top.indices) if v > 0]})
     pred = int(out.logits[0, -1].argmax())
+    pred_text = tok.decode([pred], skip_special_tokens=False)
     with torch.no_grad():
         attr = concept_attribution(model, out, torch.full((1, T), pred))
         kid, kval = attr.top_known(args.top)
@@ -273,13 +370,13 @@ def _explain(args) -> int:
     plt.close(fig)
     result = {
         "tokens": tokens,
-        "prediction": {"token": tok.decode([pred]), "logit": float(attr.logit[0, -1, 0]),
+        "prediction": {"token": pred_text, "logit": float(attr.logit[0, -1, 0]),
                        "known": [{"name": names[int(i)], "contribution": round(float(v), 5)}
                                  for i, v in zip(kid[0, -1, 0], kval[0, -1, 0])],
                        "known_total": float(attr.known_total[0, -1, 0]),
                        "unknown_total": float(attr.unknown_total[0, -1, 0]),
                        "epsilon": float(attr.epsilon[0, -1, 0]), "attribution_error": attr.error},
-        "integrated_gradients": {"target": f"logit of {tok.decode([pred])!r} at the last position",
+        "integrated_gradients": {"target": f"logit of {pred_text!r} at the last position",
                                  "per_token": [{"token": p, "attribution": round(float(a), 5)}
                                                for p, a in zip(pieces, ig.attributions[0])],
                                  "completeness_error": ig.max_completeness_error,
@@ -287,6 +384,17 @@ def _explain(args) -> int:
                                  "steps": ig.steps},
         "heatmap": str(heat),
     }
+    if focus is not None:  # --concept: σ(its logit) per token, its share of the prediction, IG token → concept
+        cid, cname = focus
+        cig = integrated_gradients(model, ids, ConceptTarget(T - 1, cid), steps=args.ig_steps, chunk_size=8)
+        share = (attr.known[0, -1, 0] * (attr.known_ids[0, -1] == cid)).sum()
+        result["concept"] = {"name": cname, "id": cid, "contribution": round(float(share), 5),
+                             "probability_per_token": [{"token": p, "probability": round(float(q), 4)}
+                                                       for p, q in zip(pieces, probs[:, cid])],
+                             "integrated_gradients": {"target": f"σ(logit of {cname!r}) at the last position",
+                                                      "per_token": [{"token": p, "attribution": round(float(a), 5)}
+                                                                    for p, a in zip(pieces, cig.attributions[0])],
+                                                      "completeness_error": cig.max_completeness_error}}
     if args.json:
         print(json.dumps(result, indent=1, ensure_ascii=False))
         return 0
@@ -299,6 +407,12 @@ def _explain(args) -> int:
     g = result["integrated_gradients"]
     print(f"integrated gradients ({g['steps']} steps, completeness error {g['completeness_error']:.2e}):")
     print("  " + " ".join(f"{a['token']!r}:{a['attribution']:+.3f}" for a in g["per_token"]))
+    if focus is not None:
+        c = result["concept"]
+        print(f"concept {c['name']!r} (id {c['id']}): contribution to the next token {c['contribution']:+.3f}; σ per token")
+        print("  " + " ".join(f"{q['token']!r}:{q['probability']:.2f}" for q in c["probability_per_token"]))
+        print("  integrated gradients to it: "
+              + " ".join(f"{a['token']!r}:{a['attribution']:+.3f}" for a in c["integrated_gradients"]["per_token"]))
     print(f"heatmap: {heat}")
     return 0
 
@@ -309,13 +423,12 @@ def _steer(args) -> int:
     from penrose.errors import PenroseError
     from penrose_zoo.steerling.attribution import forward_ids
     from penrose_zoo.steerling.steer import Intervention, concept_top_tokens, intervention_kwargs
-    from penrose_zoo.steerling.train import concept_id, load_checkpoint
 
     if (args.scale is None) == (args.value is None):
         raise PenroseError("give exactly one of --scale S or --value V")
-    model, tok, names, _ = load_checkpoint(args.checkpoint)
+    model, tok, names = _open(args)
     model.eval()
-    cid = concept_id(names, args.concept)
+    cid, cname = _concept_arg(args, names)
     spec = (Intervention(known_scale={cid: args.scale}) if args.scale is not None
             else Intervention(known_set={cid: args.value}))
     banned = torch.tensor([tok.pad_id, tok.bos_id, tok.mask_id])
@@ -337,20 +450,21 @@ def _steer(args) -> int:
                 logits[banned] = -float("inf")
                 nxt = int(logits.argmax())
                 ids = torch.cat([ids, torch.tensor([[nxt]])], 1)
-                if nxt == tok.eoc_id:
+                if nxt in (tok.eoc_id, tok.eos_id):
                     break
-        n0 = len(tok.encode(args.prompt)) + 1
-        return tok.decode(ids[0, n0:].tolist()), sum(mass) / max(len(mass), 1)
+        n0 = len(tok.prompt_ids(args.prompt))
+        return tok.decode(ids[0, n0:].tolist(), skip_special_tokens=False), sum(mass) / max(len(mass), 1)
 
     base, m0 = run(False)
     steered, m1 = run(True)
-    res = {"concept": names[cid], "id": cid, "scale": args.scale, "value": args.value,
-           "top_tokens": [tok.decode([int(i)]) for i in top], "unsteered": base, "steered": steered,
+    res = {"concept": cname, "id": cid, "scale": args.scale, "value": args.value,
+           "top_tokens": [tok.decode([int(i)], skip_special_tokens=False) for i in top],
+           "unsteered": base, "steered": steered,
            "top_token_mass_unsteered": m0, "top_token_mass_steered": m1}
     if args.json:
         print(json.dumps(res, indent=1, ensure_ascii=False))
     else:
-        print(f"concept {names[cid]!r} (id {cid}); its top tokens: {res['top_tokens']}")
+        print(f"concept {cname!r} (id {cid}); its top tokens: {res['top_tokens']}")
         print(f"unsteered: {args.prompt}{base!s}")
         print(f"steered:   {args.prompt}{steered!s}")
         print(f"mass on the concept's top tokens (greedy path mean): {m0:.4f} -> {m1:.4f}")
@@ -372,6 +486,42 @@ def _evaluate(args) -> int:
     print("  detection AUC per concept: " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(per.items())))
     print("  steering (suppress / boost vs null): " + ", ".join(
         f"{k} {v['suppress']:+.4f}/{v['boost']:+.4f}" for k, v in r["steering"].items()))
+    return 0
+
+
+def _concepts(args) -> int:
+    """`concepts --catalog FILE [--search TEXT | --id NAME|ID | --group G]`: print the matches."""
+    from dataclasses import asdict
+
+    from penrose.errors import PenroseError
+
+    if not args.catalog:
+        raise PenroseError("give --catalog FILE (a CSV or parquet concept labels file) or set STEERLING_CONCEPTS_PATH")
+    cat = _catalog(args.catalog)
+    if args.id is not None:
+        hits = [cat.lookup(args.id, head=args.head)]
+    elif args.group is not None:
+        hits = cat.group(args.group)
+    elif args.search is not None:
+        hits = cat.search(args.search, head=args.head, steerable_only=args.steerable)
+    else:
+        hits = list(cat)
+    hits = [c for c in hits if (args.head is None or c.head == args.head) and (c.is_steerable or not args.steerable)]
+    shown = hits[: args.limit] if args.limit > 0 else hits
+    if args.json:
+        print(json.dumps({"matches": len(hits), "concepts": [asdict(c) for c in shown]}, indent=1, ensure_ascii=False))
+        return 0 if hits else 1
+    if not hits:
+        what = f" matches {args.search!r}" if args.search is not None else " is listed"
+        print(f"no concept{what} in {args.catalog}", file=sys.stderr)
+        return 1
+    for c in shown:
+        flags = [f[3:] for f in ("is_steerable", "is_tone", "is_alignment", "is_demographic") if getattr(c, f)]
+        group = f", group {c.group_id} {c.group_name or ''}".rstrip() if c.group_id is not None else ""
+        print(f"{c.concept_id:>7}  {c.name}  [{c.head}{group}{', ' + ', '.join(flags) if flags else ''}]"
+              + (f"  {c.description}" if c.description else ""))
+    if len(shown) < len(hits):
+        print(f"... {len(hits) - len(shown)} more (--limit)", file=sys.stderr)
     return 0
 
 

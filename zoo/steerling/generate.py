@@ -1,9 +1,13 @@
 """Sampling from Steerling: autoregressive for the causal variant, block diffusion for the
-block-causal (released) one, and a byte-level tokenizer to drive both from text.
+block-causal (released) one. Text goes through the checkpoint's tokenizer
+(penrose_zoo.steerling.tokenizer; `tokenizer_for(folder)` picks it):
 
-    tok = ByteTokenizer()
-    ids = generate(model, tok.encode("Hello"), max_new_tokens=64, mask_id=tok.mask_id)
-    print(tok.decode(ids))
+    tok = tokenizer_for("ckpt")
+    ids = generate(model, tok.prompt_ids("Hello"), max_new_tokens=64, mask_id=tok.mask_id)
+    print(tok.decode(ids, skip_special_tokens=True))
+
+`ByteTokenizer()` here is the byte tokenizer of penrose_zoo.steerling.tokenizer with
+generation's defaults (encode prepends bos, decode drops special ids).
 
 Block diffusion (the release's generation order): the sequence is cut into blocks of
 `diff_block_size` positions, counted from the start of the sequence. The blocks after the prompt
@@ -23,22 +27,16 @@ import torch
 from torch import Tensor
 
 from penrose.errors import PenroseShapeError
+from penrose_zoo.steerling import tokenizer as _tokenizer
 
 
-class ByteTokenizer:
-    """Bytes 0..255 are tokens 0..255; then pad, bos, end-of-chunk and mask (as the release's
-    vocabulary ends with them). Needs vocab_size >= 260; ids beyond are never produced."""
-
-    n_bytes = 256
-    pad_id, bos_id, eos_id, mask_id = 256, 257, 258, 259
-    vocab_size = 260
-
-    def encode(self, text: str, bos: bool = True) -> list[int]:
-        return ([self.bos_id] if bos else []) + list(text.encode("utf-8"))
-
-    def decode(self, ids) -> str:
-        ids = ids.tolist() if isinstance(ids, Tensor) else list(ids)
-        return bytes(i for i in ids if 0 <= i < self.n_bytes).decode("utf-8", errors="replace")
+def ByteTokenizer(**kw) -> _tokenizer.ByteTokenizer:  # noqa: N802 - the name callers import
+    """penrose_zoo.steerling.tokenizer.ByteTokenizer with generation's defaults: encode prepends
+    bos, decode drops the special ids (keywords override them). There is one byte tokenizer;
+    this is it, configured."""
+    kw.setdefault("add_special_tokens", True)
+    kw.setdefault("skip_special_tokens", True)
+    return _tokenizer.ByteTokenizer(**kw)
 
 
 def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,

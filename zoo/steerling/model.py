@@ -2,6 +2,7 @@
 
     from penrose_zoo.steerling import Steerling
     model = Steerling.from_release(state_dict, model_config, concept_config, vocab_size)
+    model = Steerling.from_pretrained("steerling-8b/", dtype=torch.bfloat16)   # a published folder
     out = model(input_ids)                      # out.logits, out.hidden, out.known_features, ...
     out = model(input_ids, intervene_known={concept_id: value})
     with torch.device("meta"):
@@ -26,9 +27,10 @@ when the diagram computes the same thing. With a blocked head the model runs as 
 diagrams steerling[_causal]_hidden.pen (ids → h), the other head's block of the compiled diagram,
 and steerling_readout.pen (ε and the LM head), all sharing `self.net`'s parameters.
 
-Parameter names: the diagram's names map to the release's state_dict keys by `release_key`
-(one table, `RELEASE_NAMES`); the tied embedding / LM head is stored once, as
-`transformer.tok_emb.weight`.
+The pieces around the module live next to it: config.py (release fields and defaults → diagram
+sizes and head files), release.py (parameter names ↔ release keys, state-dict checks, checkpoint
+folders in penrose's and the published layout), outputs.py (`SteerlingOutput`). Every name they
+define is importable from here as before.
 """
 
 from __future__ import annotations
@@ -38,330 +40,44 @@ import functools
 import json
 import math
 import os
-from collections.abc import Callable
-from dataclasses import dataclass, fields
 from pathlib import Path
 
 import torch
 from torch import Tensor
 
 import penrose
-from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
-
-HERE = Path(__file__).resolve().parent
-DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_causal.pen"}
-# The same models without intervention inputs (no `where`s that would change nothing): `self.net`,
-# run when a forward pass has no intervention; DIAGRAMS run, tied to it, when one has.
-PLAIN_DIAGRAMS = {"block_causal": HERE / "steerling_plain.pen", "causal": HERE / "steerling_causal_plain.pen"}
-# The same networks from the token embeddings on (per-position intervention values, teacher
-# forcing): `Steerling.forward_from_embeddings`. Parameters are shared with `self.net`.
-EMBEDDING_DIAGRAMS = {"block_causal": HERE / "steerling_embeddings.pen",
-                      "causal": HERE / "steerling_causal_embeddings.pen"}
-# The stages around a blocked (large) concept head: ids → h, and (h, k̂, û) → ε, LM head.
-HIDDEN_DIAGRAMS = {"block_causal": HERE / "steerling_hidden.pen", "causal": HERE / "steerling_causal_hidden.pen"}
-READOUT_DIAGRAM = HERE / "steerling_readout.pen"
-# The concept heads of concepts.pen (the released 8B); other configs swap in another file per head.
-DEFAULT_HEADS = ("concepts_known.pen", "concepts_unknown.pen")
-BYTE_MASK_ID = 259  # the byte tokenizer's [MASK] (penrose_zoo.steerling.tokenizer / generate)
-
-# Field names as in steerling.configs; values are the released Steerling-8B.
-MODEL_DEFAULTS: dict = {
-    "model_type": "causal_diffusion", "interpretable": False,
-    "n_layers": 32, "n_head": 32, "n_embd": 4096, "block_size": 4096, "n_kv_heads": 4,
-    "diff_block_size": 64, "use_rms_norm": True, "norm_eps": 1e-5, "norm_order": "post",
-    "use_qk_norm": True, "use_rope": True, "rope_base": 500000.0, "rope_full_precision": True,
-    "mlp_type": "swiglu", "activation": "gelu", "mlp_ratio": 4, "intermediate_size": None,
-    "use_bias": False, "clip_qkv": 10.0, "weight_sharing": True,
-}
-CONCEPT_DEFAULTS: dict = {
-    "n_concepts": 33732, "n_unknown_concepts": 101196, "max_concepts": 16, "concept_dim": 4096,
-    "use_attention_known": False, "use_attention_unknown": False, "topk_known": 32,
-    "topk_known_features": 32, "use_unknown": True, "factorize_unknown": True,
-    "factorize_rank": 256, "unknown_topk": 128, "use_epsilon_correction": True,
-    "block_size": 4096, "pad_multiple": 16, "topk_on_logits": False,
-    "store_unknown_weights": False, "apply_topk_to_unknown": True, "inject_layer": 16,
-    "inject_alpha": 1.0,
-}
-RELEASE_VOCAB_SIZE = 100281
-LARGE_CONCEPT_THRESHOLD = 50000  # the release's cut between "small" and "large" concept heads
-NORM_EPS = 1e-5  # the eps written in the diagrams
-
-# What the diagrams draw, field by field: a config value outside this raises, naming the field.
-_REQUIRED = {
-    "use_rms_norm": (True, "the diagrams use RMSNorm (LayerNorm is not drawn)"),
-    "norm_order": ("post", "the diagrams draw post-norm residuals x + norm(f(x))"),
-    "use_qk_norm": (True, "the diagrams draw QK-norm"),
-    "use_rope": (True, "the diagrams draw RoPE"),
-    "mlp_type": ("swiglu", "the diagrams draw a SwiGLU MLP"),
-    "use_bias": (False, "the diagrams have no biases"),
-    "weight_sharing": (True, "the diagrams tie the token embedding and the LM head"),
-    "use_attention_known": (False, "the diagrams draw a linear known head, not an attention head"),
-    "use_attention_unknown": (False, "the diagrams draw a linear unknown head, not an attention head"),
-    "use_unknown": (True, "the diagrams draw an unknown head"),
-    "topk_on_logits": (False, "the diagrams apply top-k to the sigmoid weights"),
-    "apply_topk_to_unknown": (True, "the diagrams apply top-k to the unknown head"),
-}
-
-
-# ---------------------------------------------------------------------------------------------
-# Configs → diagram sizes
-# ---------------------------------------------------------------------------------------------
-
-
-def full_configs(model_config: dict, concept_config: dict) -> tuple[dict, dict]:
-    """The configs with release defaults filled in; unknown field names raise."""
-    for given, defaults, what in ((model_config, MODEL_DEFAULTS, "model_config"), (concept_config, CONCEPT_DEFAULTS, "concept_config")):
-        extra = sorted(set(given) - set(defaults))
-        if extra:
-            raise PenroseCompileError(f"{what}: unknown field(s) {', '.join(map(repr, extra))}")
-    return {**MODEL_DEFAULTS, **model_config}, {**CONCEPT_DEFAULTS, **concept_config}
-
-
-def _whole(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == int(value) and value > 0
-
-
-def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> dict[str, int]:
-    """The dims of dims.pen for a release config (defaults filled in). Raises PenroseCompileError
-    for anything the diagrams do not draw, naming every such config field."""
-    m, c = full_configs(model_config, concept_config)
-    bad: list[tuple[str, object, str]] = []
-    for field, (want, why) in _REQUIRED.items():
-        have = m[field] if field in m else c[field]
-        if have != want:
-            bad.append((field, have, why))
-    if m["norm_eps"] != NORM_EPS:
-        bad.append(("norm_eps", m["norm_eps"], f"the diagrams' RMSNorms use eps={NORM_EPS}"))
-    if not _whole(m["clip_qkv"]):
-        bad.append(("clip_qkv", m["clip_qkv"], "the diagrams clip q/k/v at ±clip, a dim (a positive whole number)"))
-    if not _whole(m["rope_base"]):
-        bad.append(("rope_base", m["rope_base"], "the diagrams take the RoPE base as a dim (a positive whole number)"))
-    if not _whole(m["diff_block_size"]):
-        bad.append(("diff_block_size", m["diff_block_size"], "the diffusion block is a dim (a positive whole number)"))
-    E, H = m["n_embd"], m["n_head"]
-    G = H if m["n_kv_heads"] is None else m["n_kv_heads"]
-    if not (_whole(E) and _whole(H) and _whole(G)) or E % H or H % G:
-        bad.append(("n_kv_heads", m["n_kv_heads"], f"n_embd ({E}) must split into n_head ({H}) heads of n_kv_heads groups"))
-    elif (E // H) % 2:
-        bad.append(("n_head", H, "RoPE needs an even head dim"))
-    if c["concept_dim"] != E:
-        bad.append(("concept_dim", c["concept_dim"], f"concept features are added to the hidden state, so concept_dim = n_embd ({E})"))
-    tk, tkf, tu = c["topk_known"], c["topk_known_features"], c["unknown_topk"]
-    if tk is None:
-        bad.append(("topk_known", None, "the diagrams keep the top-k known concepts"))
-    elif tkf is not None and tkf < tk:
-        bad.append(("topk_known_features", tkf, f"the diagrams build features from at least topk_known ({tk}) concepts"))
-    if tu is None:
-        bad.append(("unknown_topk", None, "the diagrams keep the top-k unknown concepts"))
-    if c["n_unknown_concepts"] is None and c["use_unknown"]:
-        bad.append(("n_unknown_concepts", None, "the unknown head needs a size"))
-    if bad:
-        raise PenroseCompileError("config not supported by the steerling diagrams: " + "; ".join(
-            f"field {f!r} = {v!r}: {why}" for f, v, why in bad))
-    F = m["intermediate_size"] if m["intermediate_size"] is not None else m["mlp_ratio"] * E
-    n, mu = c["n_concepts"], c["n_unknown_concepts"]
-    sizes = {
-        "e": E, "v": vocab_size, "g": G, "r": H // G, "d": E // H, "f": F, "L": m["n_layers"],
-        "blk": int(m["diff_block_size"]), "clip": int(m["clip_qkv"]), "theta": int(m["rope_base"]),
-        "pm": c["pad_multiple"], "c": n, "kc": min(tk, n), "kcf": min(tk if tkf is None else tkf, n),
-        "u": mu, "j": c["factorize_rank"], "ku": min(tu, mu),
-    }
-    for name, value in sizes.items():
-        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            raise PenroseCompileError(f"size {name}={value!r} derived from the configs (and vocab_size) must be a positive whole number")
-    return sizes
-
-
-def concept_parts(model_config: dict, concept_config: dict, vocab_size: int) -> tuple[str, str]:
-    """The files that draw the (known, unknown) heads for a config: concepts_known.pen, or
-    concepts_known_wide.pen when topk_known_features > topk_known; concepts_unknown.pen
-    (factorised), or concepts_unknown_dense.pen when factorize_unknown is off."""
-    sizes = diagram_sizes(model_config, concept_config, vocab_size)
-    _, c = full_configs(model_config, concept_config)
-    known = "concepts_known_wide.pen" if sizes["kcf"] > sizes["kc"] else "concepts_known.pen"
-    unknown = "concepts_unknown.pen" if c["factorize_unknown"] else "concepts_unknown_dense.pen"
-    return known, unknown
-
-
-def with_heads(path: Path, parts: tuple[str, str]):
-    """The diagram at `path` with its concept heads drawn by `parts` (file names, see
-    `concept_parts`): the same diagram, its `include "concepts.pen"` (= concepts_known.pen,
-    concepts_unknown.pen, concepts_compose.pen) replaced by those files. Returns `path` itself
-    for the release's own heads, else the parsed diagram (errors still name `path`)."""
-    if tuple(parts) == DEFAULT_HEADS:
-        return path
-    text = Path(path).read_text(encoding="utf-8")
-    include = 'include "concepts.pen"'
-    if text.count(include) != 1:
-        raise PenroseCompileError(f"{path}: expected one line {include} to swap concept heads into")
-    swapped = "\n".join(f'include "{name}"' for name in (*parts, "concepts_compose.pen"))
-    return penrose.parse(text.replace(include, swapped), file=str(path))
-
-
-# ---------------------------------------------------------------------------------------------
-# Diagram parameter names ↔ release state_dict keys
-# ---------------------------------------------------------------------------------------------
-
-# (diagram name, release key); "{i}" is the layer index. Every release weight is a `.weight`.
-RELEASE_NAMES: tuple[tuple[str, str], ...] = (
-    ("tok_emb", "transformer.tok_emb.weight"),  # = transformer.lm_head.weight (tied)
-    ("layers.{i}.ln_1", "transformer.blocks.{i}.ln_1.weight"),
-    ("layers.{i}.ln_2", "transformer.blocks.{i}.ln_2.weight"),
-    ("layers.{i}.attn.c_attn", "transformer.blocks.{i}.attn.c_attn.weight"),
-    ("layers.{i}.attn.c_proj", "transformer.blocks.{i}.attn.c_proj.weight"),
-    ("layers.{i}.attn.q_norm", "transformer.blocks.{i}.attn.q_norm.weight"),
-    ("layers.{i}.attn.k_norm", "transformer.blocks.{i}.attn.k_norm.weight"),
-    ("layers.{i}.mlp.c_fc", "transformer.blocks.{i}.mlp.c_fc.weight"),
-    ("layers.{i}.mlp.c_proj", "transformer.blocks.{i}.mlp.c_proj.weight"),
-    ("ln_f", "transformer.ln_f.weight"),
-    ("known_head.concept_predictor", "known_head.concept_predictor.weight"),
-    ("known_head.concept_embedding", "known_head.concept_embedding.weight"),
-    ("unknown_head.predictor_down", "unknown_head.predictor_down.weight"),
-    ("unknown_head.predictor_up", "unknown_head.predictor_up.weight"),
-    ("unknown_head.embedding_coef", "unknown_head.embedding_coef.weight"),
-    ("unknown_head.embedding_basis", "unknown_head.embedding_basis.weight"),
-    # the dense (not factorised) unknown head, concepts_unknown_dense.pen
-    ("unknown_head.concept_predictor", "unknown_head.concept_predictor.weight"),
-    ("unknown_head.concept_embedding", "unknown_head.concept_embedding.weight"),
+from penrose.errors import PenroseCompileError, PenroseShapeError
+from penrose_zoo.steerling.config import (  # re-exported (__all__)
+    BYTE_MASK_ID,
+    CONCEPT_DEFAULTS,
+    DEFAULT_HEADS,
+    DIAGRAMS,
+    EMBEDDING_DIAGRAMS,
+    HERE,
+    HIDDEN_DIAGRAMS,
+    LARGE_CONCEPT_THRESHOLD,
+    MODEL_DEFAULTS,
+    NORM_EPS,
+    PLAIN_DIAGRAMS,
+    READOUT_DIAGRAM,
+    RELEASE_INSTRUCT_VOCAB_SIZE,
+    RELEASE_MASK_ID,
+    RELEASE_VOCAB_SIZE,
+    concept_parts,
+    diagram_sizes,
+    full_configs,
+    with_heads,
 )
-TIED_KEY = "transformer.lm_head.weight"
-
-
-def release_names(n_layers: int) -> dict[str, str]:
-    """{diagram parameter name: release key} for a model with n_layers layers."""
-    out = {}
-    for name, key in RELEASE_NAMES:
-        if "{i}" in name:
-            for i in range(n_layers):
-                out[name.format(i=i)] = key.format(i=i)
-        else:
-            out[name] = key
-    return out
-
-
-def release_key(name: str) -> str:
-    """The release key of one diagram parameter name ('layers.3.attn.c_attn' → ...)."""
-    parts = name.split(".")
-    if parts[0] == "layers" and len(parts) > 2 and parts[1].isdigit():
-        return release_names(int(parts[1]) + 1)[name]
-    table = release_names(0)
-    if name not in table:
-        raise KeyError(f"no release key for diagram parameter {name!r}")
-    return table[name]
-
-
-# ---------------------------------------------------------------------------------------------
-# Outputs
-# ---------------------------------------------------------------------------------------------
-
-
-@dataclass
-class SteerlingOutput:
-    """Everything one forward pass yields. Shapes: (b, t, ·) for batched ids, (t, ·) otherwise.
-
-    known_* / unknown_*: clamped logits (·, n) and weights (·, n) after top-k and interventions,
-    features k̂, û (·, e). A large head (blocked) has no dense logits or weights (None).
-    epsilon is None when ε is off (config, or a known-concept intervention); composed is what the
-    LM head reads. The top-k ids, logits and weights (·, k) — known_topk_indices, ...,
-    unknown_topk_weights — come from the blocked head, or are read off the logits on first
-    access, ranked as the release ranks them (σ(logit) for dense heads, the logit for the
-    factorised unknown head), in descending order, before interventions.
-    """
-
-    logits: Tensor
-    hidden: Tensor
-    known_features: Tensor
-    unknown_features: Tensor
-    epsilon: Tensor | None
-    composed: Tensor
-    known_logits: Tensor | None = None
-    known_weights: Tensor | None = None
-    unknown_logits: Tensor | None = None
-    unknown_weights: Tensor | None = None
-    topk_known: int = 1
-    topk_unknown: int = 1
-    known_intervened: bool = False
-    unknown_intervened: bool = False
-    known_large: bool = False
-    unknown_large: bool = True
-    unknown_by_sigmoid: bool = False  # a dense (not factorised) unknown head ranks by σ(logit)
-    known_top: tuple[Tensor, Tensor] | None = None  # (logits, ids) from a blocked head
-    unknown_top: tuple[Tensor, Tensor] | None = None
-    unknown_select: Callable[[int], tuple[Tensor, Tensor]] | None = None  # k -> top-k of a blocked unknown head
-    known_active: tuple[Tensor, Tensor] | None = None  # (ids, weights) a blocked head's features are built from
-    unknown_active: tuple[Tensor, Tensor] | None = None
-
-    @functools.cached_property
-    def known_topk_indices(self) -> Tensor:
-        if self.known_top is not None:
-            return self.known_top[1]
-        return torch.sigmoid(self.known_logits).topk(self.topk_known, dim=-1).indices
-
-    @functools.cached_property
-    def known_topk_logits(self) -> Tensor:
-        if self.known_top is not None:
-            return self.known_top[0]
-        return self.known_logits.gather(-1, self.known_topk_indices)
-
-    @functools.cached_property
-    def known_topk_weights(self) -> Tensor:
-        return torch.sigmoid(self.known_topk_logits)
-
-    def _unknown_ranked(self, k: int) -> Tensor:
-        if self.unknown_logits is None:  # a blocked head: ranked block by block
-            return self.unknown_select(k)[1]
-        rank = torch.sigmoid(self.unknown_logits) if self.unknown_by_sigmoid else self.unknown_logits
-        return rank.topk(min(k, rank.shape[-1]), dim=-1).indices
-
-    @functools.cached_property
-    def unknown_topk_indices(self) -> Tensor:
-        if self.unknown_top is not None:
-            return self.unknown_top[1]
-        return self._unknown_ranked(self.topk_unknown)
-
-    @functools.cached_property
-    def unknown_topk_logits(self) -> Tensor:
-        if self.unknown_top is not None:
-            return self.unknown_top[0]
-        return self.unknown_logits.gather(-1, self.unknown_topk_indices)
-
-    @functools.cached_property
-    def unknown_topk_weights(self) -> Tensor:
-        return torch.sigmoid(self.unknown_topk_logits)
-
-    def as_release(self, unknown_topk: int = 64) -> dict[str, Tensor | None]:
-        """The release's `InterpretableOutput` fields (None where the release gives None).
-        `unknown_topk`: the release's forward argument, the size of the attribution list it
-        reports when a small unknown head was intervened on (its dense path gives no top-k)."""
-        kf, uf, h = self.known_features, self.unknown_features, self.hidden
-        u_idx, u_log = self.unknown_topk_indices, self.unknown_topk_logits
-        if self.unknown_intervened and not self.unknown_large:  # the release's attribution top-k
-            if self.unknown_logits is None:
-                u_log, u_idx = self.unknown_select(unknown_topk)
-            else:
-                u_idx = self._unknown_ranked(unknown_topk)
-                u_log = self.unknown_logits.gather(-1, u_idx)
-        return {
-            "hidden": h,
-            "known_features": kf,
-            "known_logits": None if self.known_large else self.known_logits,
-            "known_gt_features": None,
-            "known_predicted": kf,
-            "known_weights": None if self.known_large else self.known_weights,
-            "known_topk_indices": None if self.known_intervened and not self.known_large else self.known_topk_indices,
-            "known_topk_logits": None if self.known_intervened and not self.known_large else self.known_topk_logits,
-            "unk": h - kf,
-            "unk_hat": uf,
-            "unk_for_lm": uf if self.epsilon is None else uf + self.epsilon,
-            "unknown_logits": None if self.unknown_large else self.unknown_logits,
-            "unknown_weights": None if self.unknown_large else self.unknown_weights,
-            "unknown_topk_indices": u_idx,
-            "unknown_topk_logits": u_log,
-            "composed": self.composed,
-            "epsilon": self.epsilon,
-            "epsilon_true": h - (kf + uf),
-        }
-
+from penrose_zoo.steerling.outputs import OUTPUT_FIELDS, SteerlingOutput
+from penrose_zoo.steerling.release import (
+    EMBEDDING_KEY,
+    RELEASE_NAMES,
+    TIED_KEY,
+    CheckpointError,
+    check_release_state_dict,
+    release_key,
+    release_names,
+)
 
 # ---------------------------------------------------------------------------------------------
 # The model
@@ -413,6 +129,8 @@ class Steerling(torch.nn.Module):
         self._names = release_names(self.sizes["L"])
         self._none: dict = {}  # the inputs meaning "no intervention", per device
         self.mask_token_id: int | None = BYTE_MASK_ID if self.vocab_size > BYTE_MASK_ID else None
+        self.instruct = False  # config.json's `instruct` (chat tokens), for a loaded published checkpoint
+        self.checkpoint_layout: str | None = None  # "penrose" or "published" when read by load / from_pretrained
 
     # -- construction ------------------------------------------------------------------------
     @classmethod
@@ -439,38 +157,7 @@ class Steerling(torch.nn.Module):
         return {self._names[n]: tuple(p.shape) for n, p in self.net.named_parameters()}
 
     def _check_release_state_dict(self, state_dict, sizes) -> dict[str, Tensor]:
-        if not isinstance(state_dict, dict):
-            raise PenroseShapeError(f"state_dict must be a dict of tensors, got {type(state_dict).__name__}")
-        want = self.expected_release_shapes()
-        given = dict(state_dict)
-        tied = given.pop(TIED_KEY, None)
-        missing = [k for k in want if k not in given]
-        extra = [k for k in given if k not in want]
-        problems = []
-        if missing:
-            problems.append("missing key(s): " + ", ".join(missing[:8]) + (" ..." if len(missing) > 8 else ""))
-        if extra:
-            problems.append("unexpected key(s): " + ", ".join(extra[:8]) + (" ..." if len(extra) > 8 else ""))
-        for k, shape in want.items():
-            t = given.get(k)
-            if t is None:
-                continue
-            if not isinstance(t, Tensor):
-                problems.append(f"{k} is a {type(t).__name__}, not a tensor")
-            elif not t.is_floating_point():
-                problems.append(f"{k} has dtype {t.dtype}; weights are floating point")
-            elif tuple(t.shape) != shape:
-                problems.append(f"{k} has shape {tuple(t.shape)}, expected {shape}")
-        if tied is not None:
-            emb = given.get("transformer.tok_emb.weight")
-            if not isinstance(tied, Tensor) or (isinstance(emb, Tensor) and tuple(tied.shape) != tuple(emb.shape)):
-                problems.append(f"{TIED_KEY} must be the tied token embedding (shape {want['transformer.tok_emb.weight']})")
-            elif isinstance(emb, Tensor) and tied is not emb and not tied.is_meta and not torch.equal(tied, emb):
-                problems.append(f"{TIED_KEY} differs from transformer.tok_emb.weight, but the model ties them (weight_sharing)")
-        if problems:
-            raise PenroseShapeError("release state_dict does not fit the config: " + "; ".join(problems))
-        inverse = {v: k for k, v in self._names.items()}
-        return {inverse[k]: given[k].detach().to(torch.float32) for k in want}
+        return check_release_state_dict(state_dict, self.expected_release_shapes(), self._names)
 
     def release_state_dict(self) -> dict[str, Tensor]:
         """The weights under the release's keys; the tied embedding once (as tok_emb)."""
@@ -503,22 +190,33 @@ class Steerling(torch.nn.Module):
         return path
 
     @classmethod
-    def load(cls, path: str | os.PathLike, **kw) -> "Steerling":
-        """Read a checkpoint written by `save` (or any release-layout safetensors + config.json)."""
-        from safetensors.torch import load_file
+    def load(cls, path: str | os.PathLike, *, dtype: torch.dtype | str | None = None, device=None,
+             strict: bool = True, **kw) -> "Steerling":
+        """Read a checkpoint folder: one written by `save`, or the published layout (see
+        `from_pretrained`). dtype None: float32 for `save`'s layout, as stored for the published
+        one. `kw` (causal, large_concept_threshold) overrides what config.json says."""
+        from penrose_zoo.steerling.release import load_directory
 
-        path = Path(path)
-        for name in ("model.safetensors", "config.json"):
-            if not (path / name).is_file():
-                raise PenroseError(f"{path}: no {name}; a checkpoint is a folder with model.safetensors and config.json")
-        cfg = json.loads((path / "config.json").read_text())
-        opts = {"causal": cfg.get("variant") == "causal",
-                "large_concept_threshold": cfg.get("large_concept_threshold", LARGE_CONCEPT_THRESHOLD), **kw}
-        model = cls.from_release(load_file(str(path / "model.safetensors")), cfg.get("model_config", {}),
-                                 cfg.get("concept_config", {}), cfg.get("vocab_size", RELEASE_VOCAB_SIZE), **opts)
-        if "mask_token_id" in cfg:
-            model.mask_token_id = int(cfg["mask_token_id"])
-        return model
+        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, **kw)
+
+    @classmethod
+    def from_pretrained(cls, path: str | os.PathLike, dtype: torch.dtype | str | None = torch.bfloat16, device=None,
+                        *, strict: bool = True, **kw) -> "Steerling":
+        """The model of a checkpoint folder in the published layout (steerling 0.2.0's
+        `SteerlingGenerator.from_pretrained`): config.json with the model fields at the top level
+        plus `interpretable`, `concept`, `vocab_size`, `instruct` (the hub's keys are ignored), and
+        model.safetensors or shards listed in model.safetensors.index.json, the tied embedding once
+        under either name. A folder written by `save` loads too.
+
+        Everything (config, index, every shard's keys, shapes and dtypes) is checked before a
+        weight is read; errors are `CheckpointError` naming the file and the field or key. The
+        model is built on the meta device and its parameters are the files' memory-mapped tensors
+        (converted to `dtype` / moved to `device` one tensor at a time when they differ), so
+        loading holds one copy of the weights. Unknown weights raise, or with strict=False are
+        ignored with a warning. dtype None keeps the stored dtype."""
+        from penrose_zoo.steerling.release import load_directory
+
+        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, **kw)
 
     # -- forward -------------------------------------------------------------------------------
     @property
@@ -529,14 +227,21 @@ class Steerling(torch.nn.Module):
     def unknown_large(self) -> bool:
         return self.sizes["u"] > self.large_concept_threshold
 
+    @property
+    def weight_dtype(self) -> torch.dtype:
+        """The parameters' dtype (float32, or what from_pretrained / .to() made them): the dtype of
+        the intervention values the diagrams take."""
+        return self.net.tok_emb.dtype
+
     def _selection(self, spec, n: int, what: str, device) -> tuple[Tensor, Tensor]:
-        if not spec:  # no intervention: constant inputs, made once per device
-            key = (what, n, device)
+        dtype = self.weight_dtype
+        if not spec:  # no intervention: constant inputs, made once per device and dtype
+            key = (what, n, device, dtype)
             if key not in self._none:
-                self._none[key] = (torch.zeros(n, dtype=torch.bool, device=device), torch.zeros(n, device=device))
+                self._none[key] = (torch.zeros(n, dtype=torch.bool, device=device), torch.zeros(n, dtype=dtype, device=device))
             return self._none[key]
         sel = torch.zeros(n, dtype=torch.bool, device=device)
-        val = torch.zeros(n, dtype=torch.float32, device=device)
+        val = torch.zeros(n, dtype=dtype, device=device)
         if not isinstance(spec, dict):
             raise PenroseShapeError(f"intervene_{what} must be a dict {{concept id: weight}}, got {type(spec).__name__}")
         ids, vals = [], []
@@ -553,7 +258,7 @@ class Steerling(torch.nn.Module):
             vals.append(value)
         idx = torch.tensor(ids, dtype=torch.long, device=device)
         sel[idx] = True
-        val[idx] = torch.tensor(vals, dtype=torch.float32, device=device)
+        val[idx] = torch.tensor(vals, dtype=dtype, device=device)
         return sel, val
 
     def check_input_ids(self, input_ids) -> None:
@@ -794,7 +499,7 @@ class Steerling(torch.nn.Module):
     def _positional(self, spec, n: int, what: str, shape, device) -> tuple[Tensor, Tensor]:
         """(chosen (n,) bool, values (*shape, n)) from {id: float | (*shape) tensor}."""
         sel = torch.zeros(n, dtype=torch.bool, device=device)
-        val = torch.zeros(*shape, n, dtype=torch.float32, device=device)
+        val = torch.zeros(*shape, n, dtype=self.weight_dtype, device=device)
         if not spec:
             return sel, val
         if not isinstance(spec, dict):
@@ -808,7 +513,7 @@ class Steerling(torch.nn.Module):
             if isinstance(value, Tensor) and value.numel() != 1:
                 if tuple(value.shape) != tuple(shape):
                     raise PenroseShapeError(f"intervene_{what}: values for concept {cid} have shape {tuple(value.shape)}, expected {tuple(shape)} (the tokens)")
-                v = value.detach().to(device=device, dtype=torch.float32)
+                v = value.detach().to(device=device, dtype=self.weight_dtype)
                 if not torch.isfinite(v).all():
                     raise PenroseShapeError(f"intervene_{what}: the weights for concept {cid} are not all finite")
                 val[..., cid] = v
@@ -870,5 +575,10 @@ class Steerling(torch.nn.Module):
         return sum(p.numel() for p in self.net.parameters())
 
 
-OUTPUT_FIELDS = tuple(f.name for f in fields(SteerlingOutput)) + tuple(
-    f"{head}_topk_{what}" for head in ("known", "unknown") for what in ("indices", "logits", "weights"))
+__all__ = [  # the module's own names and those it re-exports from config, release and outputs
+    "BYTE_MASK_ID", "CONCEPT_DEFAULTS", "DEFAULT_HEADS", "DIAGRAMS", "EMBEDDING_DIAGRAMS", "EMBEDDING_KEY", "HERE",
+    "HIDDEN_DIAGRAMS", "LARGE_CONCEPT_THRESHOLD", "MODEL_DEFAULTS", "NORM_EPS", "OUTPUT_FIELDS", "PLAIN_DIAGRAMS",
+    "READOUT_DIAGRAM", "RELEASE_INSTRUCT_VOCAB_SIZE", "RELEASE_MASK_ID", "RELEASE_NAMES", "RELEASE_VOCAB_SIZE",
+    "TIED_KEY", "CheckpointError", "Steerling", "SteerlingOutput", "check_release_state_dict", "concept_parts",
+    "diagram_sizes", "full_configs", "release_key", "release_names", "with_heads",
+]

@@ -40,7 +40,7 @@ import os
 import random
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -296,14 +296,14 @@ def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
 def load_checkpoint(path: str | os.PathLike):
     """(model, tokenizer, concept names, train state) of a training checkpoint folder."""
     from penrose_zoo.steerling.model import Steerling
-    from penrose_zoo.steerling.tokenizer import load_tokenizer
+    from penrose_zoo.steerling.tokenizer import tokenizer_for
 
     path = Path(path)
     if not path.is_dir():
         raise PenroseError(f"--checkpoint: no folder {str(path)!r}")
     state = read_train_state(path)
     model = Steerling.load(path)
-    tok = load_tokenizer(path / "tokenizer.json")
+    tok = tokenizer_for(path, vocab_size=model.vocab_size)  # its tokenizer.json, vocabulary checked
     names = json.loads((path / "concepts.json").read_text())["known"]
     return model, tok, names, state
 
