@@ -422,6 +422,15 @@ def test_every_paper_listing_and_zoo_model_renders_to_tikz():
         check_structure(render(path, "tikz"), dot)
 
 
+@pytest.mark.skipif(not ZOO, reason="no zoo diagrams")
+def test_every_paper_listing_and_zoo_model_renders_to_svg_png_and_pdf():
+    # the "renders to SVG, PNG, PDF and TikZ": each format's own signature, every figure
+    for path in SAMPLE if REDUCED else ZOO:
+        assert render(path, "svg").startswith("<?xml"), path
+        assert render(path, "png").startswith(b"\x89PNG"), path
+        assert render(path, "pdf").startswith(b"%PDF"), path
+
+
 # ---- a real TeX engine, where there is one -----------------------------------------------------
 
 TEX = shutil.which("pdflatex") or shutil.which("lualatex")

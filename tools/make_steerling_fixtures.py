@@ -20,13 +20,14 @@ counts, taken from a meta-device instance of the release).
 The fixtures are read by `tests/test_steerling_reference.py`, which needs neither the release nor
 Python 3.13.
 
-Regenerate (needs the release environment described in docs/steerling-release.md):
+Regenerate (needs the release environment described in docs/steerling-release.md; outside the
+repository, e.g. under /tmp; the CPU wheel index is optional, PyPI's torch 2.8.0 runs on CPU too):
 
-    PYENV_VERSION=3.13.0 python3.13 -m venv /work/release-venv
-    /work/release-venv/bin/pip install torch==2.8.0 safetensors 'pydantic~=2.10.0' \
+    PYENV_VERSION=3.13.0 python3.13 -m venv /tmp/release-venv
+    /tmp/release-venv/bin/pip install torch==2.8.0 safetensors 'pydantic~=2.10.0' \
         'transformers<5' 'tiktoken~=0.8.0' huggingface-hub 'pandas~=2.2.3' pyarrow
-    /work/release-venv/bin/pip install --no-deps steerling==0.2.0
-    /work/release-venv/bin/python tools/make_steerling_fixtures.py
+    /tmp/release-venv/bin/pip install --no-deps steerling==0.2.0
+    HF_HUB_OFFLINE=1 /tmp/release-venv/bin/python tools/make_steerling_fixtures.py [--only steering]
 
 The output is deterministic for a given release/torch pair (seeded generators, CPU, float32).
 
@@ -564,7 +565,7 @@ class _Recorder:
         self.hooks = [kh.register_forward_hook(known_hook), uh.register_forward_hook(unknown_hook)]
 
     def _cut(self, head, vals, k):
-        srt = vals.sort(dim=-1, descending=True).values
+        srt = vals.detach().sort(dim=-1, descending=True).values
         self.min_cut[head] = min(self.min_cut[head], float((srt[..., k - 1] - srt[..., k]).min()))
 
     def reset(self):
@@ -677,6 +678,7 @@ def build_steering() -> None:
         meta: dict = {"prompt": run["prompt"], "generation": gen_cfg.model_dump(),
                       "steering": None if steering is None else steering.model_dump(mode="json"),
                       "steering_recipe": None if run.get("steering") is None else run["steering"][0],
+                      "steering_args": None if run.get("steering") is None else run["steering"][1],
                       "base_alpha": prepared.get("base_alpha"), "inject_layer": prepared["inject_layer"]}
 
         accumulator = None
@@ -761,7 +763,7 @@ def build_steering() -> None:
             for k in ("known_cut", "unknown_cut"):
                 margins_all[k] = min(margins_all[k], meta["margins"][k])
         runs_meta[name] = meta
-        print(f"{name}: {meta['generated']} alphas={[round(a, 3) for a in rec.alphas]} margins={meta['margins']}")
+        print(f"{name}: {meta['generated']} alphas={[round(float(a), 3) for a in tensors[f'{name}.alphas']]} margins={meta['margins']}")
     rec.close()
 
     bad = [k for k, v in margins_all.items() if v <= (TOPK_CUT_MARGIN if k.endswith("cut") else DECISION_MARGIN)]
@@ -788,6 +790,8 @@ def build_steering() -> None:
         "topk_cut_margin": TOPK_CUT_MARGIN,
     }
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(STEERING_DIR / "steering.safetensors"))
+    for f in (STEERING_DIR / "steering.safetensors", tiny / "model.safetensors"):
+        f.chmod(0o644)
     (STEERING_DIR / "steering.json").write_text(json.dumps(meta, indent=1) + "\n")
     total = sum(f.stat().st_size for f in STEERING_DIR.rglob("*") if f.is_file())
     print(f"steering fixtures: {total / 1024:.1f} KiB in {STEERING_DIR}; margins {margins_all}")

@@ -62,6 +62,20 @@ Integrated Gradients (`integrated_gradients`)
     returns a structured output rather than a tensor, and it keeps captum out of the runtime
     dependencies; the tests check it against captum's IntegratedGradients (riemann_right) when
     captum is installed.
+
+Faithful concept attribution of a generation (`attribute_generation`, the release's
+FaithfulConceptAttributor / AttributionAccumulator, steerling 0.2.0 attribution/concept_attribution.py)
+    Each generated token is attributed in the forward pass that committed it (the partly masked
+    input diffusion saw then, steering included), not in a pass over the finished text: during
+    penrose_zoo.steerling.generate.generate_full a step callback takes, at the committed
+    positions, the token's logit, the known top-k (ids, logits) and the unknown top-k computed
+    from the hidden state, and records C(c_i, y) = σ(l_i) · (v_iᵀ W_y) for each, the rest of the
+    logit (ε and the concepts outside the top-k) as the residual, so the parts sum to the logit.
+    `GenerationAttribution`: the (1, T, k) tensors, `verify(atol)`, `coverage` (the fraction of
+    the T positions committed: the prompt never is), `top_k(k)`, `chunk(start, end)` (the
+    release's chunk_attribution: per position each contribution over the position's total
+    absolute mass, summed per concept, over the chunk's length) and `to_rows()` /
+    `to_dataframe()`. The commit records (with their concept lists) are the output's trace.
 """
 
 from __future__ import annotations
@@ -84,6 +98,12 @@ __all__ = [
     "IGResult",
     "integrated_gradients",
     "forward_ids",
+    "VerificationResult",
+    "GenerationAttribution",
+    "FaithfulAttribution",
+    "attribute_generation",
+    "find_chunk_boundaries",
+    "unknown_topk",
 ]
 
 
@@ -313,3 +333,254 @@ def integrated_gradients(
         f_0 = target(model.forward_from_embeddings(x0, **tiled(1)), b)
     err = (attributions.sum(-1) - (f_x - f_0)).abs()
     return IGResult(attributions.detach(), f_x.detach(), f_0.detach(), err.detach(), steps)
+
+
+
+# ---------------------------------------------------------------------------------------------
+# Faithful concept attribution of a generation (the release's FaithfulConceptAttributor)
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class VerificationResult:
+    """Whether the contributions sum to the target logits (the release's VerificationResult)."""
+
+    passed: bool
+    max_abs_error: float
+    error_percentiles: dict
+    details: str
+
+    def __repr__(self) -> str:
+        return f"VerificationResult({'PASS' if self.passed else 'FAIL'}, {self.details})"
+
+
+@dataclass(frozen=True)
+class GenerationAttribution:
+    """Token-level attribution of a generation's committed logits to concepts (the release's
+    OutputToConceptAttribution), batch first (B = 1): target_token_ids, target_logits (1, T);
+    known_indices, known_weights (σ), known_contributions (1, T, k_known); unk_* likewise
+    (1, T, k_unk); epsilon_contribution (1, T) the rest of each logit; committed (1, T) bool;
+    commit_step (T,) the denoising step of each commit (−2: never). Uncommitted positions are 0."""
+
+    target_token_ids: Tensor
+    target_logits: Tensor
+    known_indices: Tensor
+    known_weights: Tensor
+    known_contributions: Tensor
+    unk_indices: Tensor
+    unk_weights: Tensor
+    unk_contributions: Tensor
+    epsilon_contribution: Tensor
+    committed: Tensor
+    commit_step: Tensor | None = None
+
+    def verify(self, atol: float = 1e-4) -> VerificationResult:
+        """Known + unknown + residual against the target logits, at every position."""
+        errors = (self.known_contributions.sum(-1) + self.unk_contributions.sum(-1) + self.epsilon_contribution
+                  - self.target_logits).abs()
+        return VerificationResult(
+            passed=bool((errors < atol).all()), max_abs_error=float(errors.max()),
+            error_percentiles={"p50": float(errors.median()), "p95": float(errors.quantile(0.95)),
+                               "p99": float(errors.quantile(0.99))},
+            details=f"Max error: {errors.max():.6f}, Mean: {errors.mean():.6f}")
+
+    @property
+    def coverage(self) -> float:
+        """The fraction of positions (prompt included) that were committed."""
+        return float(self.committed.float().mean())
+
+    def top_k(self, k: int) -> "GenerationAttribution":
+        """Only the k concepts of each kind with the largest |contribution| per position."""
+        parts = {}
+        for kind in ("known", "unk"):
+            idx, w, c = (getattr(self, f"{kind}_{f}") for f in ("indices", "weights", "contributions"))
+            kk = min(k, c.shape[-1])
+            if kk > 0:
+                sel = c.abs().topk(kk, dim=-1).indices
+                idx, w, c = idx.gather(-1, sel), w.gather(-1, sel), c.gather(-1, sel)
+            parts.update({f"{kind}_indices": idx, f"{kind}_weights": w, f"{kind}_contributions": c})
+        return GenerationAttribution(self.target_token_ids, self.target_logits, epsilon_contribution=self.epsilon_contribution,
+                                     committed=self.committed, commit_step=self.commit_step, **parts)
+
+    def to_rows(self) -> list[dict]:
+        """One dict per (committed position, concept): the release's to_dataframe rows."""
+        rows = []
+        B, T = self.target_token_ids.shape
+        for b in range(B):
+            for t in range(T):
+                if not self.committed[b, t]:
+                    continue
+                common = {"batch": b, "position": t, "target_token_id": int(self.target_token_ids[b, t]),
+                          "target_logit": float(self.target_logits[b, t])}
+                eps = float(self.epsilon_contribution[b, t])
+                for kind, label in (("known", "known"), ("unk", "discovered")):
+                    for i in range(getattr(self, f"{kind}_indices").shape[-1]):
+                        rows.append({**common, "concept_type": label,
+                                     "concept_id": int(getattr(self, f"{kind}_indices")[b, t, i]),
+                                     "weight": float(getattr(self, f"{kind}_weights")[b, t, i]),
+                                     "contribution": float(getattr(self, f"{kind}_contributions")[b, t, i]),
+                                     "epsilon": eps})
+        return rows
+
+    def to_dataframe(self):
+        """`to_rows()` as a pandas DataFrame (pandas needed)."""
+        import pandas as pd
+
+        return pd.DataFrame(self.to_rows())
+
+    def chunk(self, start: int, end: int, *, batch: int = 0, catalog=None, num_known_concepts: int = 0) -> tuple[list[dict], float]:
+        """The release's chunk_attribution over positions [start, end): per committed position each
+        contribution over that position's total |known| + |unknown| + |residual|, summed per
+        concept and divided by the chunk's length; entries {label, type, contribution,
+        concept_id, head} sorted by |contribution|, and the residual's mean share in percent.
+        Labels from `catalog` (a ConceptCatalog, per-head ids), else the release's fallback
+        ("Known: #id", "Discovered: #(id + num_known_concepts)")."""
+        mask = self.committed[batch, start:end]
+        k_idx, k_c = self.known_indices[batch, start:end][mask], self.known_contributions[batch, start:end][mask]
+        u_idx, u_c = self.unk_indices[batch, start:end][mask], self.unk_contributions[batch, start:end][mask]
+        eps = self.epsilon_contribution[batch, start:end][mask]
+        total = (k_c.abs().sum(-1) + u_c.abs().sum(-1) + eps.abs()).clamp(min=1e-8)
+
+        def aggregate(idx, contrib):
+            ids, inverse = idx.reshape(-1).unique(return_inverse=True)
+            mass = torch.zeros(len(ids), device=idx.device)
+            mass.scatter_add_(0, inverse, contrib.reshape(-1).to(mass.dtype))
+            return ids, mass
+
+        T = end - start
+        entries = []
+        for kind, head, idx, c in (("known", "known", k_idx, k_c), ("discovered", "unknown", u_idx, u_c)):
+            for cid, mass in zip(*(v.tolist() for v in aggregate(idx, c / total.unsqueeze(-1)))):
+                entries.append({"label": _label(catalog, int(cid), head, num_known_concepts), "type": kind,
+                                "contribution": float(mass) / T, "concept_id": int(cid), "head": head})
+        entries.sort(key=lambda e: abs(e["contribution"]), reverse=True)
+        return entries, float((eps / total).mean()) * 100
+
+
+def _label(catalog, cid: int, head: str, num_known: int) -> str:
+    prefix = "Known" if head == "known" else "Discovered"
+    if catalog is not None:
+        try:
+            return f"{prefix}: {catalog.get(cid, head=head).name}"
+        except LookupError:
+            pass
+    return f"{prefix}: #{cid if head == 'known' else cid + num_known}"
+
+
+def find_chunk_boundaries(token_ids: list[int], eoc_id: int, *, start_index: int = 0, stop_ids=None,
+                          include_final_chunk: bool = False) -> list[tuple[int, int]]:
+    """Half-open [start, end) chunks of token_ids split at end-of-chunk ids, from start_index,
+    cut at the first stop id (the release's find_chunk_boundaries): a chunk closed by a stop id
+    is kept; the trailing unterminated one only with include_final_chunk."""
+    stops = frozenset(stop_ids or ())
+    end, hit_stop = len(token_ids), False
+    for i in range(start_index, end):
+        if token_ids[i] in stops:
+            end, hit_stop = i, True
+            break
+    chunks, prev = [], start_index
+    for b in (i for i in range(start_index, end) if token_ids[i] == eoc_id):
+        chunks.append((prev, b))
+        prev = b + 1
+    if prev < end and (hit_stop or include_final_chunk):
+        chunks.append((prev, end))
+    return chunks
+
+
+def unknown_topk(out, k: int) -> tuple[Tensor, Tensor]:
+    """(logits, ids) (…, t, k) of the k best unknown concepts per position, ranked as the head
+    ranks them (the release's streaming top-k, `linear_features_topk_factorized`, for attribution)."""
+    if k == getattr(out, "topk_unknown", None):
+        return out.unknown_topk_logits, out.unknown_topk_indices
+    if getattr(out, "unknown_select", None) is not None and out.unknown_logits is None:
+        return out.unknown_select(k)
+    ids = out._unknown_ranked(k)
+    return out.unknown_logits.gather(-1, ids), ids
+
+
+@dataclass(frozen=True)
+class FaithfulAttribution:
+    """What attribute_generation returns: the generation (its trace's records carry the concept
+    lists), the attribution, and per chunk of the generation (entries, residual percent)."""
+
+    output: object
+    attribution: GenerationAttribution
+    chunks: list
+
+    @property
+    def trace(self):
+        return self.output.trace
+
+
+@torch.no_grad()
+def attribute_generation(model, prompt, config=None, *, steering=None, unknown_topk_k: int | None = None,
+                         tokenizer=None, catalog=None, mask_id: int | None = None, eos_id: int | None = None,
+                         pad_id: int | None = None, eot_id: int | None = None, eoc_id: int | None = None) -> FaithfulAttribution:
+    """Generate with penrose_zoo.steerling.generate.generate_full (the release's sampler, steering
+    optional) and attribute every committed token to concepts in the pass that committed it (see
+    the module docstring). unknown_topk_k: unknown concepts kept per token (default the head's
+    top-k, as the release). Chunks split at end-of-chunk (`eoc_id`, default the tokenizer's)."""
+    from penrose_zoo.steerling.generate import CommitRecord, DiffusionTrace, GenerationConfig, GenerationOutput, generate_full
+
+    config = GenerationConfig(max_new_tokens=128, steps=128) if config is None else config
+    ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
+    T = ids.numel() + config.max_new_tokens
+    k_known, k_unk = model.sizes["kc"], model.sizes["ku"] if unknown_topk_k is None else min(int(unknown_topk_k), model.sizes["u"])
+    if k_unk < 1:
+        raise ValueError(f"unknown_topk_k must be >= 1, got {unknown_topk_k}")
+    W = model.lm_head_weight()
+    device = W.device
+    buf = {
+        "target_token_ids": torch.zeros(1, T, dtype=torch.long, device=device),
+        "target_logits": torch.zeros(1, T, device=device),
+        "known_indices": torch.zeros(1, T, k_known, dtype=torch.long, device=device),
+        "known_weights": torch.zeros(1, T, k_known, device=device),
+        "known_contributions": torch.zeros(1, T, k_known, device=device),
+        "unk_indices": torch.zeros(1, T, k_unk, dtype=torch.long, device=device),
+        "unk_weights": torch.zeros(1, T, k_unk, device=device),
+        "unk_contributions": torch.zeros(1, T, k_unk, device=device),
+        "epsilon_contribution": torch.zeros(1, T, device=device),
+    }
+    committed = torch.zeros(T, dtype=torch.bool, device=device)
+    step_of = torch.full((T,), -2, dtype=torch.long, device=device)
+    records: list = []
+
+    def on_commit(info) -> None:
+        pos, tids, out = info.committed_positions, info.committed_token_ids, info.outputs
+        target = info.logits[0, pos].gather(-1, tids.unsqueeze(-1)).squeeze(-1).float()
+        k_idx, k_lgt = out.known_topk_indices[0, pos], out.known_topk_logits[0, pos]
+        u_lgt, u_idx = unknown_topk(out, k_unk)
+        u_lgt, u_idx = u_lgt[0, pos], u_idx[0, pos]
+        W_y = W[tids].float()  # (p, e)
+        k_w = torch.sigmoid(k_lgt.float())
+        k_c = k_w * torch.einsum("pkd,pd->pk", model.concept_embeddings("known", k_idx).float(), W_y)
+        u_w = torch.sigmoid(u_lgt.float())
+        u_c = u_w * torch.einsum("pkd,pd->pk", model.concept_embeddings("unknown", u_idx).float(), W_y)
+        for name, v in (("target_token_ids", tids), ("target_logits", target), ("known_indices", k_idx),
+                        ("known_weights", k_w), ("known_contributions", k_c), ("unk_indices", u_idx),
+                        ("unk_weights", u_w), ("unk_contributions", u_c),
+                        ("epsilon_contribution", target - k_c.sum(-1) - u_c.sum(-1))):  # the rest, exact by linearity
+            buf[name][0, pos] = v.to(buf[name].dtype)
+        committed[pos] = True
+        step_of[pos] = info.step
+        records.append(CommitRecord(len(records), info.step, pos, tids, target, k_idx, k_lgt, u_idx, u_lgt))
+
+    if tokenizer is None and None in (mask_id, eos_id, pad_id):
+        from penrose_zoo.steerling.tokenizer import tokenizer_for
+
+        tokenizer = tokenizer_for(model, vocab_size=model.vocab_size)
+    gen = generate_full(model, ids, config, steering=steering, tokenizer=tokenizer, mask_id=mask_id, eos_id=eos_id,
+                        pad_id=pad_id, eot_id=eot_id, step_callback=on_commit)
+    if config.cfg_scale == 0.0:  # the trace with each commit's concept lists
+        t = gen.trace
+        gen = GenerationOutput(gen.tokens, gen.prompt_tokens, gen.generated,
+                               DiffusionTrace(t.prompt_ids, t.prompt_len, t.seq_length, t.mask_id, t.eos_id, records),
+                               gen.alphas)
+    attr = GenerationAttribution(committed=committed.unsqueeze(0), commit_step=step_of, **buf)
+    if eoc_id is None:
+        eoc_id = getattr(tokenizer, "eoc_id", None) if tokenizer is not None else None
+    eot = eot_id if eot_id is not None else getattr(tokenizer, "eot_id", None) if tokenizer is not None else None
+    spans = find_chunk_boundaries(gen.tokens.tolist(), eoc_id if eoc_id is not None else -1, start_index=gen.prompt_tokens,
+                                  stop_ids=[eot] if eot is not None else None, include_final_chunk=True)
+    chunks = [attr.chunk(a, b, catalog=catalog, num_known_concepts=model.sizes["c"]) for a, b in spans]
+    return FaithfulAttribution(gen, attr, chunks)

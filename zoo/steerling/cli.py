@@ -6,6 +6,8 @@
     penrose steerling train --preset tiny --data fortunes --steps 200 --out run
     penrose steerling explain --checkpoint run --text "Some text" [--json] [--heatmap out.png]
     penrose steerling steer --checkpoint run --concept computers --scale 4 --prompt "The"
+    penrose steerling steer --checkpoint run --inject computers=8 --prompt "The"     the release's recipes:
+    penrose steerling steer --checkpoint run --unlearn computers=20 --prompt "The"   injection, unlearning
     penrose steerling evaluate --checkpoint run [--json]
     penrose steerling concepts --catalog labels.csv --search court   concept ids by name / description
 
@@ -17,8 +19,16 @@ model.safetensors.index.json; Steerling.from_pretrained), memory-mapped, in --dt
 Text goes through the tokenizer the checkpoint needs
 (penrose_zoo.steerling.tokenizer.tokenizer_for): its tokenizer.json, else the release's
 cl100k_base tokenizer for a vocabulary of 100,281 / 100,284, else bytes (260); a tokenizer whose
-vocabulary is not the model's is refused. A concept (--concept, --intervene) is an id, or a name:
-among the checkpoint's concept names, or in the labels file given by --catalog.
+vocabulary is not the model's is refused. A concept (--concept, --intervene, --inject, --unlearn)
+is an id, or a name: among the checkpoint's concept names, or in the labels file given by --catalog.
+
+Steering (`generate` and `steer`, the release's SteeringConfig recipes, penrose_zoo.steerling.steer):
+--inject CONCEPT=STRENGTH amplifies (SteeringConfig.injection: the concepts' summed direction
+injected at the masked positions, STRENGTH in logit units, hard cutoff after --cutoff-tokens);
+--unlearn CONCEPT=STRENGTH unlearns (SteeringConfig.injection_relu: negative injection of raw
+alpha --unlearn-alpha, default -7, plus the relu logit mask of strength STRENGTH; --unlearn-group
+adds the concept's catalog group to the direction); --inject-layer N (default: n_layers // 4 for
+--inject, the preset's 8 of 32 layers; n_layers // 2 for --unlearn), --schedule fixed|hard_cutoff.
 """
 
 from __future__ import annotations
@@ -36,6 +46,28 @@ TINY_CONCEPTS = dict(n_concepts=40, n_unknown_concepts=56, concept_dim=64, topk_
 
 CHECKPOINT_HELP = ("checkpoint folder: one written by `init` or `train`, or the published layout (config.json with "
                    "the model fields at the top level, model.safetensors or shards listed in model.safetensors.index.json)")
+
+
+def _steering_options(parser) -> None:
+    """--inject / --unlearn CONCEPT=STRENGTH and the injection's layer and schedule."""
+    parser.add_argument("--inject", action="append", default=[], metavar="CONCEPT=STRENGTH",
+                        help="amplify a known concept by residual-stream injection (the release's "
+                             "SteeringConfig.injection; STRENGTH in logit units, signed; repeatable, one strength: "
+                             "the concepts' embeddings are summed into one direction)")
+    parser.add_argument("--unlearn", action="append", default=[], metavar="CONCEPT=STRENGTH",
+                        help="unlearn a known concept (SteeringConfig.injection_relu): negative injection plus a "
+                             "relu logit mask of this strength (the release's default 20); repeatable")
+    parser.add_argument("--unlearn-alpha", type=float, default=-7.0,
+                        help="--unlearn: the raw injection alpha (default -7, the release's)")
+    parser.add_argument("--unlearn-group", action="store_true",
+                        help="--unlearn: inject along the concept's whole catalog group (needs --catalog)")
+    parser.add_argument("--inject-layer", type=int, default=None, metavar="N",
+                        help="inject after layers N, N+1, ... (1-based; default n_layers // 4 for --inject, "
+                             "n_layers // 2 for --unlearn)")
+    parser.add_argument("--schedule", default=None, choices=["fixed", "hard_cutoff"],
+                        help="injection schedule (default: hard_cutoff for --inject, fixed for --unlearn)")
+    parser.add_argument("--cutoff-tokens", type=int, default=None, metavar="N",
+                        help="hard_cutoff: tokens generated with the injection on (default 32)")
 
 
 def _checkpoint_option(parser, *, device: bool = False) -> None:
@@ -91,6 +123,7 @@ def _parser() -> argparse.ArgumentParser:
                         "or a name with --catalog")
     g.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for names")
     g.add_argument("--show-concepts", action="store_true", help="print the top known concepts of the last position")
+    _steering_options(g)
 
     i = sub.add_parser("init", help="write a randomly initialised checkpoint")
     i.add_argument("--out", required=True)
@@ -142,16 +175,26 @@ def _parser() -> argparse.ArgumentParser:
                    help="also: this known concept's probability per token and its token attribution")
     x.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for --concept")
 
-    s = sub.add_parser("steer", help="generate with a known concept rescaled (or set)")
+    s = sub.add_parser("steer", help="generate with a known concept rescaled (or set), or with the release's "
+                                     "steering recipes (--inject, --unlearn), against the unsteered generation")
     _checkpoint_option(s)
-    s.add_argument("--concept", required=True, metavar="NAME|ID", help="known concept name (or id)")
+    s.add_argument("--concept", default=None, metavar="NAME|ID", help="known concept name (or id) for --scale / --value")
     s.add_argument("--catalog", default=None, metavar="FILE",
                    help="concept labels (CSV or parquet) to read NAME in (default: the checkpoint's names)")
     s.add_argument("--scale", type=float, default=None, help="multiply the concept's weight by S")
     s.add_argument("--value", type=float, default=None, help="set the concept's weight to V instead")
     s.add_argument("--prompt", required=True)
-    s.add_argument("--max-new-tokens", type=int, default=40)
+    s.add_argument("--max-new-tokens", type=int, default=40,
+                   help="with --inject / --unlearn rounded up to a multiple of the diffusion block (the release's sampler)")
     s.add_argument("--json", action="store_true")
+    _steering_options(s)
+    s.add_argument("--temperature", type=float, default=0.0,
+                   help="--inject / --unlearn: 0 = greedy (default); above 0 temperature sampling with --top-p")
+    s.add_argument("--top-p", type=float, default=0.8)
+    s.add_argument("--entropy-sampling", action="store_true",
+                   help="--inject / --unlearn: the release's default entropy-adaptive sampler")
+    s.add_argument("--repetition-penalty", type=float, default=1.1, help="the release's default 1.1")
+    s.add_argument("--seed", type=int, default=0)
 
     v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
     v.add_argument("--checkpoint", required=True, metavar="DIR",
@@ -240,6 +283,91 @@ def _concept_arg(args, names) -> tuple[int, str]:
     return concept.concept_id, concept.name
 
 
+def _known_names(checkpoint, model) -> list[str]:
+    """The checkpoint's known concept names (concepts.json of a training checkpoint), else ids."""
+    from pathlib import Path
+
+    path = Path(checkpoint) / "concepts.json"
+    if path.is_file():
+        return list(json.loads(path.read_text())["known"])
+    return [str(i) for i in range(model.sizes["c"])]
+
+
+def _concept_strengths(items, flag: str, args, names) -> list[tuple[int, float]]:
+    """(id, strength) of CONCEPT=STRENGTH items: CONCEPT an id or a name (in --catalog when given,
+    else among the checkpoint's names); STRENGTH a finite number."""
+    import math
+
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.train import concept_id
+
+    out = []
+    for item in items:
+        concept, eq, w = item.rpartition("=")
+        try:
+            strength = float(w)
+            if not eq or not concept:
+                raise ValueError
+        except ValueError:
+            raise PenroseError(f"{flag} expects CONCEPT=STRENGTH (an id, or a name), got {item!r}") from None
+        if not math.isfinite(strength):
+            raise PenroseError(f"{flag} {item!r}: the strength {w!r} is not a finite number")
+        if args.catalog:
+            c = _catalog(args.catalog).lookup(concept, head="known")
+            if c.concept_id >= len(names):
+                raise PenroseError(f"{flag} {item!r}: {concept!r} is known concept {c.concept_id} in {args.catalog}, but "
+                                   f"this checkpoint has {len(names)} known concepts (ids 0..{len(names) - 1})")
+            out.append((c.concept_id, strength))
+        elif concept.strip().isdigit() and concept.strip() not in names and int(concept) >= len(names):
+            raise PenroseError(f"{flag} {item!r}: known concept id {int(concept)} is out of range; this checkpoint has "
+                               f"{len(names)} known concepts (ids 0..{len(names) - 1})")
+        else:
+            out.append((concept_id(names, concept.strip()), strength))
+    return out
+
+
+def _steering(args, model, names):
+    """The SteeringConfig of --inject / --unlearn (None without either)."""
+    import dataclasses
+
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.steer import SteeringConfig
+
+    inject = _concept_strengths(args.inject, "--inject", args, names)
+    unlearn = _concept_strengths(args.unlearn, "--unlearn", args, names)
+    if not inject and not unlearn:
+        if args.unlearn_group or args.inject_layer is not None or args.schedule or args.cutoff_tokens is not None:
+            raise PenroseError("--inject-layer, --schedule, --cutoff-tokens and --unlearn-group need --inject or --unlearn")
+        return None
+    if inject and unlearn:
+        raise PenroseError("give --inject or --unlearn, not both: the release steers along one direction")
+    L = model.model_config["n_layers"]
+    if inject:
+        strengths = {s for _, s in inject}
+        if len(strengths) > 1:
+            raise PenroseError(f"--inject: one strength for all concepts (their embeddings make one direction), got {sorted(strengths)}")
+        cfg = SteeringConfig.injection([c for c, _ in inject], mai_lm_target=strengths.pop(),
+                                       inject_layer=args.inject_layer if args.inject_layer is not None else max(1, L // 4))
+    else:
+        focal = [c for c, _ in unlearn]
+        group = []
+        if args.unlearn_group:
+            if not args.catalog:
+                raise PenroseError("--unlearn-group reads the concept's group in --catalog FILE")
+            cat = _catalog(args.catalog)
+            group = [g for c in focal for g in cat.group_of(c, head="known") if g < len(names)]
+        ids = list(dict.fromkeys(focal + group))
+        cfg = SteeringConfig(concept_ids=ids, mai_lm_target=args.unlearn_alpha, normalize_mai_lm_target=False,
+                             inject_layer=args.inject_layer, inject_alpha_schedule="fixed",
+                             relu_logit_mask=dict(unlearn))  # one --unlearn: exactly SteeringConfig.injection_relu
+    changes = {}
+    if args.schedule:
+        changes["inject_alpha_schedule"] = args.schedule
+    if args.cutoff_tokens is not None:
+        changes["cutoff_tokens"] = args.cutoff_tokens
+    return dataclasses.replace(cfg, **changes) if changes else cfg
+
+
 def _generate(args) -> int:
     import torch
 
@@ -252,10 +380,13 @@ def _generate(args) -> int:
     prompt = tok.prompt_ids(args.prompt)
     banned = [tok.pad_id, tok.bos_id, tok.mask_id]
     intervene = _intervention(args.intervene, args.catalog)
+    steering = _steering(args, model, _known_names(args.checkpoint, model))
     kw = dict(temperature=args.temperature, top_p=args.top_p, generator=gen, banned=banned,
               steps_per_block=args.steps_per_block)
     if intervene:
         kw["intervene_known"] = intervene
+    if steering is not None:
+        kw["steering"] = steering
     if model.variant == "causal":
         kw["eos_id"] = tok.eos_id
     ids = generate(model, prompt, args.max_new_tokens, mask_id=tok.mask_id, **kw)
@@ -424,10 +555,18 @@ def _steer(args) -> int:
     from penrose_zoo.steerling.attribution import forward_ids
     from penrose_zoo.steerling.steer import Intervention, concept_top_tokens, intervention_kwargs
 
+    if args.inject or args.unlearn:
+        if args.concept is not None or args.scale is not None or args.value is not None:
+            raise PenroseError("--inject / --unlearn name their concepts themselves; --concept, --scale and --value "
+                               "are the other kind of steering (a concept's weight)")
+        return _steer_recipe(args)
+    if args.concept is None:
+        raise PenroseError("give --concept NAME|ID with --scale S or --value V, or --inject / --unlearn CONCEPT=STRENGTH")
     if (args.scale is None) == (args.value is None):
         raise PenroseError("give exactly one of --scale S or --value V")
     model, tok, names = _open(args)
     model.eval()
+    _steering(args, model, names)  # refuses injection options without --inject / --unlearn
     cid, cname = _concept_arg(args, names)
     spec = (Intervention(known_scale={cid: args.scale}) if args.scale is not None
             else Intervention(known_set={cid: args.value}))
@@ -468,6 +607,66 @@ def _steer(args) -> int:
         print(f"unsteered: {args.prompt}{base!s}")
         print(f"steered:   {args.prompt}{steered!s}")
         print(f"mass on the concept's top tokens (greedy path mean): {m0:.4f} -> {m1:.4f}")
+    return 0
+
+
+def _steer_recipe(args) -> int:
+    """`steer --inject / --unlearn`: the release's sampler (generate_full) without and with the
+    steering, the concepts' top tokens, and the concept attribution of the steered generation."""
+    from penrose_zoo.steerling.attribution import attribute_generation
+    from penrose_zoo.steerling.generate import GenerationConfig, generate_full
+    from penrose_zoo.steerling.steer import concept_top_token_scores, prepare_steering
+
+    model, tok, names = _open(args)
+    model.eval()
+    steering = _steering(args, model, names)
+    blk = model.sizes["blk"]
+    n_new = -(-max(args.max_new_tokens, 1) // blk) * blk
+    prompt = tok.prompt_ids(args.prompt)
+    cfg = GenerationConfig(max_new_tokens=n_new, temperature=args.temperature, top_p=args.top_p, seed=args.seed,
+                           repetition_penalty=args.repetition_penalty, use_entropy_sampling=args.entropy_sampling)
+    base = generate_full(model, prompt, cfg, tokenizer=tok)
+    fa = attribute_generation(model, prompt, cfg, steering=steering, tokenizer=tok,
+                              catalog=_catalog(args.catalog) if args.catalog else None)
+    prep = prepare_steering(model, steering)
+    concepts = list(dict.fromkeys([*steering.concept_ids, *(steering.relu_logit_mask or {})]))
+    top = {c: concept_top_token_scores(model, c, 10) for c in concepts}
+    top_ids = {i for pairs in top.values() for i, _ in pairs}
+
+    def share(ids) -> float:
+        return sum(i in top_ids for i in ids) / max(len(ids), 1)
+
+    v = fa.attribution.verify()
+    res = {
+        "steering": steering.to_dict(), "base_alpha": prep.base_alpha, "inject_layer": prep.inject_layer,
+        "concepts": [{"id": c, "name": names[c] if c < len(names) else str(c),
+                      "top_tokens": [{"token": tok.decode([i], skip_special_tokens=False), "alignment": round(a, 5)}
+                                     for i, a in top[c]]} for c in concepts],
+        "max_new_tokens": n_new,
+        "unsteered": tok.decode(base.generated, skip_special_tokens=True),
+        "steered": tok.decode(fa.output.generated, skip_special_tokens=True),
+        "top_token_share_unsteered": share(base.generated), "top_token_share_steered": share(fa.output.generated),
+        "commit_order": fa.trace.commit_order,
+        "attribution": {"verified": v.passed, "max_abs_error": v.max_abs_error, "coverage": fa.attribution.coverage,
+                        "chunks": [{"concepts": [{k: e[k] for k in ("label", "type", "contribution")} for e in entries[:5]],
+                                    "epsilon_percent": eps} for entries, eps in fa.chunks]},
+    }
+    if args.json:
+        print(json.dumps(res, indent=1, ensure_ascii=False))
+        return 0
+    for c in res["concepts"]:
+        print(f"concept {c['name']!r} (id {c['id']}); its top tokens: {[t['token'] for t in c['top_tokens']]}")
+    print(f"steering: {steering.to_dict()} (alpha {prep.base_alpha:.4g}, layers >= {prep.inject_layer})")
+    print(f"unsteered: {args.prompt}{res['unsteered']}")
+    print(f"steered:   {args.prompt}{res['steered']}")
+    print(f"share of the generated tokens among the concepts' top tokens: {res['top_token_share_unsteered']:.3f} -> "
+          f"{res['top_token_share_steered']:.3f}")
+    a = res["attribution"]
+    print(f"concept attribution of the steered generation: verified {a['verified']} (max error {a['max_abs_error']:.1e}), "
+          f"coverage {a['coverage']:.2f}")
+    for i, ch in enumerate(a["chunks"]):
+        print(f"  chunk {i}: " + ", ".join(f"{e['label']} {e['contribution']:+.3f}" for e in ch["concepts"])
+              + f"; ε {ch['epsilon_percent']:.1f}%")
     return 0
 
 
