@@ -94,6 +94,25 @@ def source(path_or_text=None, *, text=None, include_paths=(), **sizes) -> str:
     return generate_source(load(path_or_text, text=text, include_paths=include_paths, **sizes))
 
 
+def trace(module, *example_inputs, dims=None, **options) -> str:
+    """The `.pen` text of a PyTorch module's computation, traced with torch.export on example inputs.
+
+    Params keep their state-dict names, so `compile(text).load_state_dict(module.state_dict())`
+    works; `dims={"b": 0, "t": 1}` names input axes; what .pen cannot say is a
+    `penrose.trace.PenroseTraceError` at the user's source line (docs/trace.md).
+    """
+    from penrose.trace import trace as _trace
+
+    return _trace(module, *example_inputs, dims=dims, **options)
+
+
+def load_ipython_extension(ipython):
+    """`%load_ext penrose`: the `%%pen` cell magic (penrose.magic); IPython is imported only then."""
+    from penrose.magic import load_ipython_extension as load_extension
+
+    load_extension(ipython)
+
+
 __all__ = [
     "LIMITS",
     "Checked",
@@ -112,4 +131,5 @@ __all__ = [
     "parse",
     "parse_file",
     "source",
+    "trace",
 ]

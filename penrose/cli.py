@@ -14,6 +14,8 @@ examples:
   penrose plan zoo/paper/steerling_listing.pen      contraction plan: FLOPs and largest intermediate
   penrose fmt model.pen                             print canonical formatting (--write to rewrite)
   penrose render zoo/paper/self_attention.pen -o attention.svg
+  penrose render --einsum 'bi,ijk,bj->bk' -o fig.svg   the figure of one einsum
+  penrose trace model.py:Net --input 4,16 -o net.pen   the diagram of a PyTorch module
   penrose gallery -o gallery/                       build the HTML gallery of every zoo diagram
   penrose serve model.pen                           a live page of the diagram, updated on every save
   penrose zoo list                                  the zoo's models and their parameter counts
@@ -112,7 +114,8 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c.add_argument("--check", action="store_true", help="exit 1 if a file is not formatted")
 
     c = add("render", "draw a diagram as a Penrose figure (svg, png, pdf or TikZ for LaTeX)", "penrose render zoo/paper/mlp.pen -o mlp.svg\n  penrose render zoo/paper/mlp.pen -o mlp.tex --snippet --max-width 340")
-    c.add_argument("file")
+    c.add_argument("file", nargs="?")
+    c.add_argument("--einsum", metavar="SPEC", help="draw this einsum instead of a file, one input per operand ('bi,ijk,bj->bk'; --size b=4 sizes a letter)")
     c.add_argument("-o", "--output", help="the figure file; its extension picks the format (.svg .png .pdf, .tex for TikZ). "
                    "Without -o, svg or TikZ text is printed")
     c.add_argument("--format", metavar="FORMAT", help="svg | png | pdf | tikz (default: from the -o file's extension, else svg)")
@@ -126,6 +129,14 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c.add_argument("--unfold", action="store_true", help="draw repeated blocks unfolded")
     c.add_argument("--size", action="append", metavar="NAME=N")
     _include_path_option(c)
+
+    c = add("trace", "write the .pen diagram of a PyTorch module (through torch.export)", "penrose trace model.py:Net --input 4,16 -o net.pen")
+    c.add_argument("target", metavar="MODULE:CLASS", help="a dotted module or a .py file, then the class (built with no arguments)")
+    c.add_argument("--input", action="append", metavar="SHAPE", dest="inputs", help="an example input's shape, 4,16 or 4x16 (:int ids, :bool a mask); one per input")
+    c.add_argument("--dim", action="append", metavar="NAME=AXIS", dest="dims", help="name an axis of the first input (axis 0: the batch, as a leg)")
+    c.add_argument("--notes", action="store_true", help="keep each statement's source line as its note")
+    c.add_argument("--no-verify", action="store_false", dest="verify", help="do not run the diagram against the module")
+    c.add_argument("-o", "--output", help="the .pen file (default: print)")
 
     c = add("gallery", "build the static HTML gallery", "penrose gallery -o gallery/")
     c.add_argument("paths", nargs="*", help="diagrams or folders (default: the zoo)")
@@ -252,13 +263,20 @@ def _run(args) -> int:
 
         # the format first (a bad one is refused before any work), then the place to write
         fmt = figure_format(args.format, args.output) if args.output else figure_format(args.format or "svg")
+        if (args.file is None) == (args.einsum is None):
+            raise PenroseRenderError("render takes a diagram file or --einsum SPEC (one of them)")
         if args.output:
-            _output(args.output, args.file)
+            _output(args.output, *([args.file] if args.file else []))
         elif fmt not in TEXT_FORMATS:
             raise PenroseRenderError(f"a {fmt} figure is binary: write it to a file with -o FILE")
         if args.snippet and fmt != "tikz":
             raise PenroseRenderError(f"--snippet is for TikZ figures (--format tikz or a .tex file), not {fmt}")
-        c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
+        if args.einsum is not None:
+            from penrose.trace.einsum import einsum_text
+
+            c = penrose.load(text=einsum_text(args.einsum, _sizes(args.size)))
+        else:
+            c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
         options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
                        unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
         if not args.output:
@@ -266,6 +284,19 @@ def _run(args) -> int:
             return 0
         out = render_file(c, args.output, fmt=fmt, **options)
         print(f"wrote {out}")
+        return 0
+    if args.command == "trace":
+        from penrose.io import atomic_write_text
+        from penrose.trace.run import trace_command
+
+        if args.output:
+            _output(args.output)
+        text = trace_command(args.target, args.inputs, args.dims, verify=args.verify, notes=args.notes)
+        if args.output:
+            atomic_write_text(args.output, text)
+            print(f"wrote {args.output}")
+        else:
+            sys.stdout.write(text)
         return 0
     if args.command == "gallery":
         from penrose.render.gallery import build_gallery

@@ -170,11 +170,27 @@ def resolve_include(path: str, span: Span, including_file: str, top_file: str) -
     raise PenroseCheckError(f"cannot include {path!r}: no such file (looked at {', '.join(candidates)})", span)
 
 
+_INCLUDE_READER: contextvars.ContextVar = contextvars.ContextVar("penrose_include_reader", default=None)
+
+
+@contextlib.contextmanager
+def include_reader(reader):
+    """Within this block, included files are read by `reader(path) -> ir.Diagram` instead of
+    from disk (an editor's unsaved text: the language server); it raises PenroseError as
+    `read_file` does. A context variable, like `include_paths`."""
+    token = _INCLUDE_READER.set(reader)
+    try:
+        yield
+    finally:
+        _INCLUDE_READER.reset(token)
+
+
 def read_include(target: str, span: Span) -> ir.Diagram:
     """Parse an included file; its errors gain a note pointing at the include statement."""
     note = (("included from here", span),)
+    reader = _INCLUDE_READER.get()
     try:
-        return read_file(target, included=True)
+        return reader(target) if reader is not None else read_file(target, included=True)
     except PenroseError as e:
         if not e.span.line:  # unreadable, empty, not a regular file: say so at the include
             raise PenroseCheckError(e.message, span) from None

@@ -32,9 +32,12 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("check", ["penrose.check", "penrose.check.*", "penrose.einsum_spec",
                "penrose.views"]),  # views: derived views of the checked IR, shared by the back ends
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",
-                  "penrose.interpret", "penrose.render", "penrose.render.*"]),
-    ("facade", ["penrose"]),  # penrose/__init__.py: the public API; imports the layers below lazily
-    ("apps", ["penrose.render.gallery", "penrose.cli", "penrose.__main__"]),
+                  "penrose.interpret", "penrose.render", "penrose.render.*",
+                  "penrose.trace", "penrose.trace.*"]),  # trace: PyTorch modules (torch.export) to .pen text
+    ("facade", ["penrose", "penrose.magic"]),  # penrose/__init__.py: the public API; imports the layers below lazily
+    # (magic: `%load_ext penrose` reaches it from the package, so it sits beside it)
+    ("apps", ["penrose.render.gallery", "penrose.cli", "penrose.__main__",
+              "penrose.lsp", "penrose.serve", "penrose.pygments_lexer"]),  # editors and live pages
     ("zoo", ["penrose_zoo", "penrose_zoo.*"]),  # above the library: the library never imports it
 ]
 

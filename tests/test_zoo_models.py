@@ -57,8 +57,11 @@ SIZES = {
     "prototype_concepts": dict(f=small, p=small, k=small, r=small),
     "neural_additive": dict(f=small, i=small, j=small, r=small),
     "mixture_of_linear_models": dict(f=small, k=small, m=small, r=small),
+    "senn": dict(f=small, j=small, k=small, i=small, r=small),
+    "cav_probe": dict(d=small, k=small, j=small, r=small),
 }
 OPTIONS = {"linear": {"task": "regression"}, "mlp": {"task": "regression"}, "neural_additive": {"task": "regression"}}
+OPTIONS |= {"senn": {"task": "regression"}, "cav_probe": {"task": "multiclass"}}
 RUNTIME_DIMS = {"t"}  # legs only inputs carry: not compile-time sizes
 
 

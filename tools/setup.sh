@@ -19,5 +19,5 @@ fi
 if ! $PYTHON -c "import torch" >/dev/null 2>&1; then
   $PYTHON -m pip install -q torch==2.13.0
 fi
-$PYTHON -m pip install -q -e ".[zoo,test]"
+$PYTHON -m pip install -q -e ".[zoo,test,editor]"
 echo "penrose: set-up complete"

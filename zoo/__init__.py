@@ -18,6 +18,7 @@ other), so the wheel installs no generic top-level `zoo`.
 if __name__ != "penrose_zoo":  # `import zoo` from the repository root would make a second copy
     raise ImportError(f"the zoo's import name is penrose_zoo, not {__name__}: `import penrose_zoo`")
 
+from penrose_zoo.cav_probe import ConceptActivationVectors
 from penrose_zoo.concept_bottleneck_model import ConceptBottleneckModel
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
@@ -28,6 +29,7 @@ from penrose_zoo.mlp import MLP
 from penrose_zoo.neural_additive_model import NeuralAdditiveModel
 from penrose_zoo.prototype_concept_model import PrototypeConceptModel
 from penrose_zoo.self_attention import CausalSelfAttention, SelfAttention
+from penrose_zoo.senn import SelfExplainingNetwork
 from penrose_zoo.sparse_autoencoder import SparseAutoencoder, TopKSparseAutoencoder
 
 _ENTRIES = [
@@ -51,6 +53,12 @@ _ENTRIES = [
                "neural additive model: ExU per-feature networks as one einsum, feature dropout", "breast_cancer"),
     ModelEntry("mixture_of_linear_models", MixtureOfLinearModels,
                "concept memory: slot selector + a linear model over concepts per slot", "fortunes"),
+    ModelEntry("senn", SelfExplainingNetwork,
+               "self-explaining network: concepts h(x) times relevances theta(x), robustness penalty",
+               "breast_cancer"),
+    ModelEntry("cav_probe", ConceptActivationVectors,
+               "concept activation vectors: linear probes on a layer + the head TCAV differentiates",
+               "fortunes"),
 ]
 
 #: name -> ModelEntry, in the order of docs/zoo.md.
@@ -84,4 +92,6 @@ __all__ = [
     "PrototypeConceptModel",
     "NeuralAdditiveModel",
     "MixtureOfLinearModels",
+    "SelfExplainingNetwork",
+    "ConceptActivationVectors",
 ]

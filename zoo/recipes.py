@@ -189,7 +189,21 @@ RECIPES = {
     "neural_additive": ("neural_additive", "breast_cancer (569 × 30, binary)", _nam),
     "mixture_of_linear_models": ("mixture_of_linear_models", "fortunes concepts",
                                  _concepts("mixture_of_linear_models", "joint")),
+    "senn": ("senn", "breast_cancer (569 × 30, binary)", lambda *a, **k: _senn_recipe()(*a, **k)),
+    "cav_probe": ("cav_probe", "fortunes concepts (TF-IDF layer probed)", lambda *a, **k: _cav_recipe()(*a, **k)),
 }
+
+
+def _senn_recipe():
+    from penrose_zoo.senn import recipe
+
+    return recipe
+
+
+def _cav_recipe():
+    from penrose_zoo.cav_probe import recipe
+
+    return recipe
 
 
 def run(name: str, quick: bool = False, seed: int = 0, progress: bool = False) -> Result:

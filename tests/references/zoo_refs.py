@@ -153,6 +153,81 @@ def mixture_of_linear_models(P, x, c_true, do):
     return {"y": y, "c": c, "c_logit": c_logit, "pr": pr, "v": v}
 
 
+def senn(P, x):
+    """Self-explaining neural network (Alvarez-Melis & Jaakkola 2018): concepts h(x) from a one
+    hidden-layer encoder (a linear decoder reconstructs x), relevances θ(x) [k, r] from a one
+    hidden-layer parametriser, and the aggregation f(x) = θ(x)ᵀ h(x) (a sum over concepts)."""
+    i, k, r = P["W_t2"].shape
+    h = F.linear(F.relu(F.linear(x, P["W_h1"].T, P["b_h1"])), P["W_h2"].T, P["b_h2"])
+    theta = F.linear(F.relu(F.linear(x, P["W_t1"].T, P["b_t1"])), P["W_t2"].reshape(i, k * r).T,
+                     P["b_t2"].reshape(k * r)).unflatten(-1, (k, r))
+    y = (h.unsqueeze(-2) @ theta).squeeze(-2)  # [..., 1, k] @ [..., k, r]
+    return {"y": y, "h": h, "theta": theta, "contrib": h.unsqueeze(-1) * theta,
+            "x_hat": F.linear(h, P["W_dec"].T, P["b_dec"])}
+
+
+def senn_jacobians(P, x):
+    """The Jacobians of SENN's concepts and relevances with respect to x, written out by the chain
+    rule (no autograd): J_h[..., k, f] = Σ_j W_h2[j, k] 1[a_j > 0] W_h1[f, j], likewise
+    J_θ[..., k, r, f] through W_t2 and W_t1; and, by the product rule, the prediction's
+    J_f[..., r, f] = Σ_k θ_kr J_h[k, f] + Σ_k h_k J_θ[k, r, f]."""
+    out = senn(P, x)
+    on_a = (F.linear(x, P["W_h1"].T, P["b_h1"]) > 0).to(x.dtype)
+    on_g = (F.linear(x, P["W_t1"].T, P["b_t1"]) > 0).to(x.dtype)
+    J_h = torch.einsum("jk,...j,fj->...kf", P["W_h2"], on_a, P["W_h1"])
+    J_theta = torch.einsum("ikr,...i,fi->...krf", P["W_t2"], on_g, P["W_t1"])
+    J_f = torch.einsum("...kr,...kf->...rf", out["theta"], J_h) + torch.einsum("...k,...krf->...rf", out["h"], J_theta)
+    return J_f, J_h, out
+
+
+def senn_robustness(P, x):
+    """SENN's robustness loss per example, ‖∇_x f(x) − θ(x)ᵀ J_x h(x)‖ (Frobenius over the r × f
+    matrix), from the written-out Jacobians."""
+    J_f, J_h, out = senn_jacobians(P, x)
+    gap = J_f - torch.einsum("...kr,...kf->...rf", out["theta"], J_h)
+    return torch.sqrt((gap * gap).sum((-2, -1)))
+
+
+CAV_EPS = 1e-12  # the unit CAV's normalisation: V_k / sqrt(‖V_k‖² + CAV_EPS)
+
+
+def cav_probe(P, a, step):
+    """Concept activation vectors (Kim et al. 2018): a logistic-regression probe per concept on the
+    activations, s_k = a·V_k + b_k, its weights V_k the CAV; the head above the layer (one hidden
+    ReLU layer, then class logits), read at the activations moved along the unit CAVs,
+    a + Σ_k step_k V_k/‖V_k‖."""
+    V = P["V"]
+    unit = V / torch.sqrt((V * V).sum(0, keepdim=True) + CAV_EPS)  # [d, k]
+    moved = a + step @ unit.T
+    y = F.linear(F.relu(F.linear(moved, P["W_j"].T, P["b_j"])), P["W_r"].T, P["b_r"])
+    return {"s": F.linear(a, V.T, P["b_v"]), "y": y}
+
+
+def tcav_sensitivities(P, a):
+    """TCAV's conceptual sensitivities S[..., r, k] = ∇_a y_r(a) · v_k at the unmoved activations,
+    with the head's gradient written out: ∇_a y_r = W_j diag(1[a W_j + b_j > 0]) W_r[:, r]."""
+    V = P["V"]
+    unit = V / torch.sqrt((V * V).sum(0, keepdim=True) + CAV_EPS)
+    on = (F.linear(a, P["W_j"].T, P["b_j"]) > 0).to(a.dtype)
+    grad = torch.einsum("dj,...j,jr->...rd", P["W_j"], on, P["W_r"])  # ∇_a y_r
+    return grad @ unit
+
+
+def tcav_scores(P, a, labels=None, binary=False):
+    """TCAV_kr = |{examples of class r with S_kr > 0}| / |examples of class r| ([r, k]); without
+    labels over all examples; a binary model's one logit reads the examples labelled 1."""
+    n_classes, n_concepts = P["W_r"].shape[1], P["V"].shape[1]
+    S = tcav_sensitivities(P, a).reshape(-1, n_classes, n_concepts)
+    if labels is None:
+        return (S > 0).double().mean(0)
+    labels = labels.reshape(-1)
+    rows = []
+    for r in range(S.shape[1]):
+        pick = labels == (1 if binary else r)
+        rows.append((S[pick, r] > 0).double().mean(0) if pick.any() else torch.full((n_concepts,), float("nan"), dtype=torch.float64))
+    return torch.stack(rows)
+
+
 #: zoo model name -> reference function (called as fn(params, **inputs)).
 REFERENCES = {
     "linear": linear,
@@ -166,6 +241,8 @@ REFERENCES = {
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,
     "mixture_of_linear_models": mixture_of_linear_models,
+    "senn": senn,
+    "cav_probe": cav_probe,
 }
 
 

@@ -1,0 +1,266 @@
+"""`penrose.trace`: export, lower, write, check and verify."""
+
+from __future__ import annotations
+
+import logging
+import os
+import traceback
+from contextlib import contextmanager
+
+import torch
+
+from penrose.errors import PenroseError
+from penrose.trace.errors import PenroseTraceError, span_at
+from penrose.trace.lower import BatchAxis, Lowerer, _in_torch
+from penrose.trace.write import Writer, ok_name
+
+
+@contextmanager
+def _quiet():
+    """torch.export logs the graph of a failed trace; the error says what matters."""
+    names = ["torch.fx.experimental.symbolic_shapes", "torch._export", "torch.export", "torch._dynamo", "torch._subclasses"]
+    saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
+    for lg, _ in saved:
+        lg.setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for lg, level in saved:
+            lg.setLevel(level)
+
+
+def _user_frame(exc):
+    """The innermost frame of the user's code in an exception's traceback."""
+    best = None
+    for fr in traceback.extract_tb(exc.__traceback__):
+        if not _in_torch(fr.filename) and not fr.filename.startswith(os.path.dirname(__file__)) and os.path.exists(fr.filename):
+            best = fr
+    return best
+
+
+def _export(module, inputs):
+    from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
+
+    try:
+        with _quiet():
+            return torch.export.export(module, tuple(inputs), strict=False)
+    except Exception as e:  # noqa: BLE001 - every failure of the trace is reported at the user's line
+        fr = _user_frame(e)
+        span = span_at(fr.filename, fr.lineno) if fr else None
+        if isinstance(e, GuardOnDataDependentSymNode) or "data-dependent" in str(e):
+            what = "control flow that depends on tensor values (a data-dependent branch or size)"
+        else:
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            what = f"an operation torch.export cannot trace ({type(e).__name__}: {first[:200]})"
+        raise PenroseTraceError(f"{what} cannot be expressed in .pen", span) from None
+
+
+def _hints(dims, inputs, module):
+    out = {}
+    params = {k.rsplit(".", 1)[-1] for k in module.state_dict()}
+    for name, where in (dims or {}).items():
+        if not isinstance(name, str) or not ok_name(name):
+            raise PenroseTraceError(f"dims=: {name!r} is not a usable dim name")
+        if name in params:
+            raise PenroseTraceError(f"dims=: {name!r} is the name of a parameter or buffer; a dim needs another")
+        idx, axis = (0, where) if isinstance(where, int) else tuple(where)
+        if not 0 <= idx < len(inputs) or not -inputs[idx].dim() <= axis < inputs[idx].dim():
+            raise PenroseTraceError(f"dims=: {name!r} names axis {axis} of input {idx}, which it does not have")
+        out[(idx, axis % inputs[idx].dim())] = name
+    return out
+
+
+def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=None, title=None) -> str:
+    if not isinstance(module, torch.nn.Module):
+        raise PenroseTraceError(f"trace takes a torch.nn.Module, not {type(module).__name__}")
+    if not inputs:
+        raise PenroseTraceError("trace needs example inputs: penrose.trace(module, x, ...)")
+    for i, x in enumerate(inputs):
+        if not isinstance(x, torch.Tensor):
+            raise PenroseTraceError(f"example input {i + 1} is a {type(x).__name__}; the inputs of a diagram are tensors")
+    hints = _hints(dims, inputs, module)
+    was_training = module.training
+    module.eval()
+    try:
+        ep = _export(module, inputs)
+    finally:
+        module.train(was_training)
+    spec = getattr(ep.call_spec, "out_spec", None)
+    kind = getattr(spec, "type", None)
+    if kind is not None and kind not in (tuple, list):
+        raise PenroseTraceError(f"the module returns a {kind.__name__}; a diagram's outputs are a tensor or a tuple of tensors")
+    first = inputs[0]
+    named_batch = any(axis == 0 for (_i, axis) in hints)
+    try_batch = batch is not False and not named_batch and first.dim() >= 1
+    if batch is True and not try_batch:
+        raise PenroseTraceError("batch=True, but axis 0 is named by dims= (or the first input is a scalar)")
+    low = None
+    if try_batch:
+        try:
+            low = _lower(ep, module, inputs, True, hints)
+        except BatchAxis:
+            if batch is True:
+                raise PenroseTraceError("batch=True, but the module mixes axis 0 of its inputs with other axes") from None
+            low = None
+    if low is None:
+        if not named_batch and first.dim() >= 1:
+            hints = dict(hints)
+            taken = set(hints.values()) | {k.rsplit(".", 1)[-1] for k in module.state_dict()}
+            hints[(0, 0)] = next(n for n in ("b", "n", "batch", "nb", "bb") if n not in taken)
+        try:
+            low = _lower(ep, module, inputs, False, hints)
+        except BatchAxis:  # pragma: no cover - explicit mode has no batch axis
+            raise PenroseTraceError("internal: a batch axis in explicit mode") from None
+    name = title or f"{type(module).__module__}.{type(module).__qualname__}"
+    shapes = ", ".join("[" + ", ".join(str(s) for s in x.shape) + "]" for x in inputs)
+    header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
+    if low.batch:
+        header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
+    text = Writer(low, name, notes=notes).write(header)
+    text = _canonical(text)
+    if verify:
+        _verify(text, module, inputs)
+    return text
+
+
+def _lower(ep, module, inputs, batch, hints):
+    low = Lowerer(ep, module, inputs, batch=batch, hints=hints)
+    low.batch_size = int(inputs[0].shape[0]) if batch else None
+    low.run()
+    return low
+
+
+def _canonical(text: str) -> str:
+    from penrose.check import check
+    from penrose.fmt import format_diagram
+    from penrose.parse import parse
+
+    try:
+        out = format_diagram(parse(text))
+        check(parse(out))
+    except PenroseError as e:
+        raise PenroseTraceError(f"internal: the traced diagram does not check: {e.message}\n--- the text ---\n{text}") from None
+    return out
+
+
+def _verify(text, module, inputs):
+    from penrose.compiler import compile_diagram
+
+    model = compile_diagram(None, text=text)
+    ref = next((t for t in list(module.parameters()) + list(module.buffers()) if t.is_floating_point()), None)
+    if ref is not None:
+        model = model.to(dtype=ref.dtype, device=ref.device)
+    missing, unexpected = model.load_state_dict(module.state_dict(), strict=False)
+    if unexpected or missing:
+        state = dict(module.named_buffers())
+        missing = [k for k in missing if k not in state]
+        if missing or unexpected:
+            raise PenroseTraceError(
+                "the traced diagram does not hold the module's state: "
+                + (f"missing {', '.join(missing[:5])}" if missing else "")
+                + (f"; unexpected {', '.join(unexpected[:5])}" if unexpected else ""))
+        model.load_state_dict({**module.state_dict(), **{k: v for k, v in state.items()}}, strict=False)
+    was = module.training
+    module.eval()
+    model.eval()
+    try:
+        with torch.no_grad():
+            want = module(*inputs)
+            got = model(*inputs)
+    finally:
+        module.train(was)
+    want = list(want) if isinstance(want, (tuple, list)) else [want]
+    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    if len(want) != len(got):
+        raise PenroseTraceError(f"internal: the diagram has {len(got)} outputs, the module {len(want)}")
+    for i, (w, g) in enumerate(zip(want, got)):
+        if tuple(w.shape) != tuple(g.shape):
+            raise PenroseTraceError(f"internal: output {i + 1} has shape {tuple(g.shape)} in the diagram, {tuple(w.shape)} in the module")
+        if w.is_floating_point():
+            tol = 1e-4 if w.dtype in (torch.float32, torch.float64) else 1e-2
+            scale = max(1.0, float(w[torch.isfinite(w)].abs().max())) if bool(torch.isfinite(w).any()) else 1.0
+            if not torch.allclose(w, g.to(w.dtype), rtol=tol, atol=tol * scale, equal_nan=True):
+                err = (w - g).abs().max().item()
+                raise PenroseTraceError(f"internal: output {i + 1} of the traced diagram differs from the module's (max error {err:.3g})")
+        elif not torch.equal(w, g):
+            raise PenroseTraceError(f"internal: output {i + 1} of the traced diagram differs from the module's")
+
+
+# ---- `penrose trace MODULE:CLASS --input SHAPE ...` ---------------------------------------------------------
+def load_class(target: str):
+    """The class named by MODULE:CLASS, MODULE a dotted import path or a .py file."""
+    import importlib
+    import importlib.util
+    import sys
+
+    mod_name, sep, cls_name = target.rpartition(":")
+    if not sep or not mod_name or not cls_name:
+        raise PenroseTraceError(f"trace: expected MODULE:CLASS (a dotted module or a .py file, then the class), got {target!r}")
+    if mod_name.endswith(".py") or os.sep in mod_name or "/" in mod_name:
+        path = os.path.abspath(mod_name)
+        if not os.path.isfile(path):
+            raise PenroseTraceError(f"trace: cannot read {mod_name}: No such file")
+        name = os.path.splitext(os.path.basename(path))[0]
+        folder = os.path.dirname(path)
+        added = folder not in sys.path
+        if added:
+            sys.path.insert(0, folder)
+        try:
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            spec.loader.exec_module(module)
+        except Exception as e:  # noqa: BLE001 - the user's file failing to import is reported, not a traceback
+            raise PenroseTraceError(f"trace: importing {mod_name} failed: {type(e).__name__}: {e}") from None
+    else:
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())
+        try:
+            module = importlib.import_module(mod_name)
+        except Exception as e:  # noqa: BLE001
+            raise PenroseTraceError(f"trace: cannot import {mod_name}: {type(e).__name__}: {e}") from None
+    cls = getattr(module, cls_name, None)
+    if cls is None:
+        raise PenroseTraceError(f"trace: {mod_name} has no {cls_name!r}")
+    return cls
+
+
+def parse_shape(text: str):
+    """SHAPE: `4,16` or `4x16`, optionally `:int` or `:bool` (integer ids, a mask)."""
+    body, _, dtype = text.partition(":")
+    parts = [p for p in body.replace("x", ",").replace("X", ",").split(",") if p.strip()]
+    try:
+        shape = [int(p) for p in parts]
+    except ValueError:
+        shape = None
+    if shape is None or any(s < 0 for s in shape) or dtype not in ("", "float", "int", "long", "bool"):
+        raise PenroseTraceError(f"--input expects a shape such as 4,16 or 4x16 (optionally :int or :bool), got {text!r}")
+    g = torch.Generator().manual_seed(0)
+    if dtype in ("int", "long"):
+        return torch.randint(0, 2, shape, generator=g)
+    if dtype == "bool":
+        return torch.rand(shape, generator=g) > 0.5
+    return torch.randn(shape, generator=g)
+
+
+def trace_command(target: str, shapes, dims=(), verify=True, notes=False) -> str:
+    cls = load_class(target)
+    try:
+        module = cls()
+    except Exception as e:  # noqa: BLE001
+        raise PenroseTraceError(f"trace: {target} cannot be constructed without arguments: {type(e).__name__}: {e}") from None
+    if not isinstance(module, torch.nn.Module):
+        raise PenroseTraceError(f"trace: {target} is not a torch.nn.Module")
+    if not shapes:
+        raise PenroseTraceError("trace: give the example inputs' shapes with --input SHAPE (one per input)")
+    inputs = [parse_shape(s) for s in shapes]
+    hints = {}
+    for item in dims or ():
+        name, _, axis = item.partition("=")
+        try:
+            hints[name.strip()] = int(axis)
+        except ValueError:
+            raise PenroseTraceError(f"--dim expects NAME=AXIS (an axis of the first input), got {item!r}") from None
+    mod_name, _, cls_name = target.rpartition(":")
+    title = f"{os.path.basename(mod_name)}:{cls_name}" if mod_name.endswith(".py") else target
+    return trace_module(module, inputs, dims=hints, verify=verify, notes=notes, title=title)

@@ -1,0 +1,881 @@
+"""From lowered regions to `.pen` text: blocks shared by their instances, names, statements.
+
+1. Each region's body is rendered with canonical names; regions with the same text are the same
+   block. Calls of one module, and numbered siblings chained `layers.0 → layers.1 → …`, must be
+   (the chain becomes `repeat N as layers`); other instances of one class share a block when
+   their legs can be one index each.
+2. Legs get names: one dim per size where they never meet on one tensor or in one statement,
+   readable letters by role (`t` tokens, `e` features, `h d` heads, `s` keys …), `hd = h * d` for
+   merged legs; every dim is in the index legend.
+3. Tensors get the user's own variable names (from the source line that made them) where the
+   line assigns one, SSA-style; intermediate single-use values are written inline.
+"""
+
+from __future__ import annotations
+
+import keyword
+import linecache
+import math
+import re
+from collections import defaultdict
+
+from penrose.tables import FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
+from penrose.trace.errors import PenroseTraceError, span_at
+from penrose.trace.model import (
+    BinOp, Call, CallStmt, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, Ref, Stmt, Str, TensorList,
+)
+
+RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"}
+
+ROLE_LETTERS = {
+    "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
+    "head": "hg", "headdim": "dc", "key": "spu", "piece": "efc", "slice": "spu", "joined": "fc", "copy": "rk",
+    "one": ["one"], "part": "uvw",
+}
+LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
+
+
+def pen_name_ok(name: str, module_attr: bool = True) -> bool:
+    """The checker's rule for a param, buffer or instance name (penrose.check._name_ok)."""
+    return (bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name)
+            and name not in PEN_KEYWORDS and name != "inf" and name not in GENERATED
+            and not (module_attr and name in MODULE_ATTRS))
+
+
+def ok_name(name: str) -> bool:
+    return bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name) and name not in RESERVED
+
+
+# ---- what the user's line assigns -------------------------------------------------------------------------
+_SINGLE = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?::[^=]+)?=(?!=)")
+_AUG = re.compile(r"^\s*([A-Za-z_]\w*)\s*(?:\+|-|\*|/|@|\*\*|//)=")
+_TUPLE = re.compile(r"^\s*\(?\s*([A-Za-z_]\w*(?:\s*,\s*[A-Za-z_]\w*)+)\s*,?\s*\)?\s*=(?!=)")
+
+
+def line_targets(src):
+    if src is None:
+        return None
+    code = linecache.getline(src[0], src[1])
+    m = _TUPLE.match(code)
+    if m:
+        return [n.strip().lstrip("_") for n in m.group(1).split(",")]
+    m = _SINGLE.match(code) or _AUG.match(code)
+    if m:
+        return [m.group(1).lstrip("_")]
+    return None
+
+
+def snake(name: str) -> str:
+    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
+    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
+    return re.sub(r"\W", "_", s).lower().strip("_") or "module"
+
+
+# ---- expressions to text ------------------------------------------------------------------------------
+def num_text(v) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    if isinstance(v, int):
+        return str(v)
+    v = float(v)
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if math.isnan(v):
+        raise PenroseTraceError("a NaN constant cannot be written in .pen")
+    if v.is_integer() and abs(v) < 1e15:
+        return str(int(v)) if v != 0 or math.copysign(1, v) > 0 else "0"
+    return repr(v)
+
+
+class Text:
+    """Renders expressions with a namer (legs, tensors, blocks) and an inliner."""
+
+    def __init__(self, C, leg, val, inline):
+        self.C, self.leg, self.val, self.inline = C, leg, val, inline
+
+    def expr(self, e, top=False) -> str:
+        if isinstance(e, Ref):
+            inner = self.inline(e.pval)
+            if inner is not None:
+                t = self.expr(inner)
+                return t if top or _atomic(inner) else f"({t})"
+            return self.val(e.pval)
+        if isinstance(e, Num):
+            t = num_text(e.value)
+            return t if top or not t.startswith("-") else f"({t})"
+        if isinstance(e, Leg):
+            return self.leg(e.cls)
+        if isinstance(e, Str):
+            return repr(e.text)
+        if isinstance(e, Pattern):
+            return repr(self.pattern(e))
+        if isinstance(e, LegList):
+            return "[" + ", ".join(self.leg(c) for c in e.legs) + "]"
+        if isinstance(e, TensorList):
+            return "[" + ", ".join(self.expr(x, top=True) for x in e.items) + "]"
+        if isinstance(e, Call):
+            parts = [self.expr(a, top=True) for a in e.args] + [f"{k}={self.expr(v, top=True)}" for k, v in e.kwargs]
+            return f"{e.fn}({', '.join(parts)})"
+        if isinstance(e, BinOp):
+            t = f"{self.expr(e.a)} {e.op} {self.expr(e.b)}"
+            return t if top else f"({t})"
+        if isinstance(e, Neg):
+            t = f"-{self.expr(e.a)}"
+            return t if top else f"({t})"
+        if isinstance(e, Einsum):
+            return f"einsum({self.spec(e)!r}, {', '.join(self.expr(x, top=True) for x in e.operands)})"
+        raise TypeError(e)
+
+    def pattern(self, p: Pattern) -> str:
+        def side(entries):
+            out = []
+            for x in entries:
+                if isinstance(x, str):
+                    out.append(x)
+                elif isinstance(x, tuple):
+                    out.append("(" + " ".join(self.leg(c) for c in x) + ")")
+                else:
+                    out.append(self.leg(x))
+            return " ".join(out)
+
+        return f"{side(p.left)} -> {side(p.right)}"
+
+    def spec(self, e: Einsum) -> str:
+        """Letters when every leg's name is one letter, else words (`'t hd, e hd -> t e'`)."""
+        pref = {}
+        for k in e.out:
+            pref[k] = self.leg(e.out_cls[k])
+        for term in e.terms:
+            for k in term:
+                if k not in pref:
+                    binds = e.binds.get(k, [])
+                    pref[k] = self.leg(binds[0]) if binds else None
+        words = any(p is not None and len(p) > 1 for p in pref.values())
+        label, used = {}, set()
+        for k in e.out:
+            label[k] = pref[k]
+            used.add(pref[k])
+        dims = set(getattr(self, "dims", ()))
+        for term in e.terms:
+            for k in term:
+                if k in label:
+                    continue
+                cands = [self.leg(c) for c in e.binds.get(k, [])]
+                pick = next((p for p in cands if p not in used and (words or len(p) == 1)), None)
+                if pick is None:
+                    pick = next((ch for ch in LETTERS if ch not in used and ch not in dims), None) or next(ch for ch in LETTERS if ch not in used)
+                label[k] = pick
+                used.add(pick)
+        if words:
+            return ", ".join(" ".join(label[k] for k in t) for t in e.terms) + " -> " + " ".join(label[k] for k in e.out)
+        return ",".join("".join(label[k] for k in t) for t in e.terms) + "->" + "".join(label[k] for k in e.out)
+
+
+def _atomic(e) -> bool:
+    return isinstance(e, (Ref, Call, Einsum, Leg)) or (isinstance(e, Num) and not num_text(e.value).startswith("-"))
+
+
+def refs(e, out):
+    """The PVals an expression reads, in order."""
+    if isinstance(e, Ref):
+        out.append(e.pval)
+    elif isinstance(e, (Call,)):
+        for a in e.args:
+            refs(a, out)
+        for _, v in e.kwargs:
+            refs(v, out)
+    elif isinstance(e, BinOp):
+        refs(e.a, out)
+        refs(e.b, out)
+    elif isinstance(e, Neg):
+        refs(e.a, out)
+    elif isinstance(e, Einsum):
+        for x in e.operands:
+            refs(x, out)
+    elif isinstance(e, TensorList):
+        for x in e.items:
+            refs(x, out)
+    return out
+
+
+def classes_in(e, out):
+    """Leg classes an expression names (for the conflicts of naming)."""
+    if isinstance(e, Leg):
+        out.append([e.cls])
+    elif isinstance(e, Pattern):
+        group = []
+        for side in (e.left, e.right):
+            for x in side:
+                if isinstance(x, tuple):
+                    group.extend(x)
+                elif not isinstance(x, str):
+                    group.append(x)
+        out.append(group)
+    elif isinstance(e, Call):
+        for a in e.args:
+            classes_in(a, out)
+        for _, v in e.kwargs:
+            classes_in(v, out)
+    elif isinstance(e, BinOp):
+        classes_in(e.a, out)
+        classes_in(e.b, out)
+    elif isinstance(e, Neg):
+        classes_in(e.a, out)
+    elif isinstance(e, Einsum):
+        out.append(("einsum", e))
+        for x in e.operands:
+            classes_in(x, out)
+    elif isinstance(e, LegList):  # a split's pieces: each meets the others' legs, not one another
+        for c in e.legs:
+            out.append([c])
+    elif isinstance(e, TensorList):
+        for x in e.items:
+            classes_in(x, out)
+    return out
+
+
+# ---- regions: liveness, inlining ---------------------------------------------------------------------------
+class Body:
+    """A region's statements after dead code is dropped, with uses and inlining decided."""
+
+    def __init__(self, region, outputs=None):
+        self.region = region
+        results = [inner for inner, _ in region.returns] if region.parent is not None else list(outputs or [])
+        self.results = results
+        live = {p.id for p in results}
+        items = []
+        for it in reversed(region.items):
+            outs = it.outs
+            if isinstance(it, CallStmt) and not it.outs:
+                continue
+            if not any(p.id in live for p in outs):
+                continue
+            items.append(it)
+            read = refs(it.expr, []) if isinstance(it, Stmt) else list(it.args)
+            live |= {p.id for p in read}
+        self.items = items[::-1]
+        self.uses = defaultdict(int)
+        for it in self.items:
+            for p in (refs(it.expr, []) if isinstance(it, Stmt) else it.args):
+                self.uses[p.id] += 1 + (100 if isinstance(it, CallStmt) else 0)
+        for p in results:
+            self.uses[p.id] += 100 if region.parent is None else 1  # outputs are read by name; returns may inline
+        self.named = {}  # pval id -> name wished by the user's line
+        runs, prev = [], None
+        for it in self.items:
+            src = it.src
+            if src is not None and runs and prev == src:
+                runs[-1].append(it)
+            else:
+                runs.append([it])
+            prev = src
+        for run in runs:
+            last = run[-1]
+            targets = line_targets(last.src)
+            if targets and len(targets) == len(last.outs):
+                for p, t in zip(last.outs, targets):
+                    if ok_name(t):
+                        self.named[p.id] = t
+        self.inlined = {}
+        for it in self.items:
+            if isinstance(it, Stmt) and len(it.outs) == 1 and it.inline_ok:
+                p = it.outs[0]
+                if p.id not in self.named and self.uses[p.id] == 1 and p.hint is None:
+                    self.inlined[p.id] = it.expr
+        # a value inlined into another that is itself inlined: fine; a statement with a single
+        # use in a statement from another line keeps its own line only when the line named it
+        self.kept = [it for it in self.items if not (isinstance(it, Stmt) and len(it.outs) == 1 and it.outs[0].id in self.inlined)]
+
+    def inline(self, pval):
+        return self.inlined.get(pval.id)
+
+
+# ---- the writer -------------------------------------------------------------------------------------------------
+class BlockDef:
+    def __init__(self, regions):
+        self.regions = list(regions)
+        self.name = None
+
+    @property
+    def rep(self):
+        return self.regions[0]
+
+
+class Writer:
+    def __init__(self, lowerer, title: str, notes: bool = False):
+        self.L = lowerer
+        self.C = lowerer.C
+        self.root = lowerer.root
+        self.title = title
+        self.notes = notes
+        self.bodies: dict = {}
+        self.blocks: list[BlockDef] = []
+        self.first_keys: dict = {}
+
+    def fail(self, message, region=None):
+        src = region.call.src if region is not None and region.call is not None else None
+        raise PenroseTraceError(message, span_at(*src) if src else None)
+
+    # -- bodies and keys
+    def body(self, region):
+        b = self.bodies.get(id(region))
+        if b is None:
+            b = Body(region, self.L.outputs if region.parent is None else None)
+            self.bodies[id(region)] = b
+        return b
+
+    def key(self, region):
+        """The region's block text with canonical names, and its classes in order."""
+        order, ids, vals = [], {}, {}
+
+        def leg(c):
+            r = self.C.find(c)
+            if id(r) not in ids:
+                ids[id(r)] = f"L{len(ids)}:{r.size}"
+                order.append(r)
+            return ids[id(r)]
+
+        def val(p):
+            if p.kind in ("param", "buffer"):
+                return f"{p.kind}:{p.param}"
+            if p.id not in vals:
+                vals[p.id] = f"v{len(vals)}"
+            return vals[p.id]
+
+        lines = self.body_lines(region, leg, val, lambda r: f"B{id(r.block)}", canonical=True)
+        return "\n".join(lines), order
+
+    # -- grouping
+    def group(self):
+        regions = [r for r in _walk(self.root) if r is not self.root]
+        by_depth = defaultdict(list)
+        for r in regions:
+            by_depth[r.depth].append(r)
+        for d in sorted(by_depth, reverse=True):
+            level = by_depth[d]
+            keys = {id(r): self.key(r) for r in level}  # before any union of this level: each on its own
+            self.first_keys.update(keys)
+            groups = {id(r): [r] for r in level}  # union of regions that must share a block
+
+            def join(a, b):
+                ga, gb = groups[id(a)], groups[id(b)]
+                if ga is gb:
+                    return
+                ga.extend(gb)
+                for r in gb:
+                    groups[id(r)] = ga
+
+            by_fqn = defaultdict(list)
+            for r in level:
+                by_fqn[(id(r.parent), r.fqn)].append(r)
+            for same in by_fqn.values():
+                for r in same[1:]:
+                    self.must_share(same[0], r, keys, f"module {r.fqn!r} is called twice with different computations")
+                    join(same[0], r)
+            for parent in {id(r.parent): r.parent for r in level}.values():
+                for chain in self.chains(parent, keys):
+                    for r in chain[1:]:
+                        self.must_share(chain[0], r, keys, f"{r.fqn!r} does not compute what {chain[0].fqn!r} computes, so the chain cannot be a repeat")
+                        join(chain[0], r)
+            defs = []
+            for g in {id(g): g for g in groups.values()}.values():
+                bd = BlockDef(g)
+                for r in g:
+                    r.block = bd
+                defs.append(bd)
+            merged = self.blocks  # blocks of deeper levels too: a LayerNorm at the top and one in a layer
+            for bd in defs:  # other instances of one class with the same text: one block if they can be
+                k = self.first_keys[id(bd.rep)][0]
+                for other in merged:
+                    if type(other.rep.module) is type(bd.rep.module) and self.first_keys[id(other.rep)][0] == k:
+                        snap = self.C.snapshot()
+                        try:
+                            self.unify_regions(other.rep, bd.rep)
+                        except LegClash:
+                            self.C.restore(snap)
+                            continue
+                        other.regions.extend(bd.regions)
+                        for r in bd.regions:
+                            r.block = other
+                        break
+                else:
+                    merged.append(bd)
+
+    def must_share(self, a, b, keys, message):
+        if self.first_keys[id(a)][0] != self.first_keys[id(b)][0]:
+            self.fail(message, b)
+        try:
+            self.unify_regions(a, b)
+        except LegClash:
+            self.fail(message + " (their legs cannot be named alike)", b)
+
+    def unify_regions(self, a, b):
+        """Join the classes of two regions of the same text, position by position (as each was
+        on its own, before the unions that sharing blocks makes)."""
+        (ka, oa), (kb, ob) = self.first_keys[id(a)], self.first_keys[id(b)]
+        if ka != kb or len(oa) != len(ob):
+            raise LegClash("different texts")
+        for x, y in zip(oa, ob):
+            if not self.C.can_union(x, y):
+                raise LegClash("legs cannot be one index")
+        for x, y in zip(oa, ob):
+            self.C.union(x, y)
+
+    def chains(self, parent, keys):
+        """Runs `P.0 → P.1 → … → P.{N-1}` of calls in `parent`, collapsed into the first call."""
+        found = []
+        items = parent.items
+        i = 0
+        while i < len(items):
+            it = items[i]
+            if not isinstance(it, CallStmt) or it.chain:
+                i += 1
+                continue
+            m = re.fullmatch(r"(.+)\.0", it.region.rel_name())
+            if not m:
+                i += 1
+                continue
+            prefix = m.group(1)
+            chain, j = [it], i + 1
+            while True:
+                nxt = next((k for k in range(j, len(items)) if isinstance(items[k], CallStmt)), None)
+                if nxt is None:
+                    break
+                cand = items[nxt]
+                if cand.region.rel_name() != f"{prefix}.{len(chain)}":
+                    break
+                prev = chain[-1]
+                if len(prev.outs) != 1 or len(cand.args) != 1 or cand.args[0] is not prev.outs[0] or len(prev.args) != 1:
+                    break
+                if any(isinstance(items[k], Stmt) and prev.outs[0] in refs(items[k].expr, []) for k in range(j, len(items)) if k != nxt):
+                    break
+                chain.append(cand)
+                j = nxt + 1
+            if len(chain) > 1 and all(keys[id(c.region)][0] == keys[id(chain[0].region)][0] for c in chain):
+                first = chain[0]
+                first.chain = [c.region for c in chain]
+                first.outs = chain[-1].outs
+                for c in chain[1:]:
+                    items.remove(c)
+                for p in first.outs:
+                    p.stmt = first
+                found.append([c.region for c in chain])
+            i += 1
+        return found
+
+    # -- rendering a body
+    def body_lines(self, region, leg, val, block_name, canonical=False, names=None):
+        b = self.body(region)
+        T = Text(self.C, leg, val, b.inline)
+        T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
+        lines = []
+        if canonical:
+            lines.append("(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
+        for p in sorted(region.params.values(), key=lambda p: p.id):
+            if not canonical and not pen_name_ok(p.param):
+                where = f"{region.fqn}.{p.param}" if region.fqn else p.param
+                self.fail(f"the state-dict name {where!r} cannot be kept: {p.param!r} is reserved in .pen "
+                          "(a keyword, or a name the generated module uses)", region)
+            init = ""
+            if p.value is not None and p.value.numel():
+                if bool((p.value == 1).all()):
+                    init = " ~ ones"
+                elif bool((p.value == 0).all()):
+                    init = " ~ zeros"
+            lines.append(f"{p.kind} {val(p)}[{', '.join(leg(c) for c in p.legs)}]{init}")
+        noted = None
+        for it in b.kept:
+            if isinstance(it, Stmt):
+                rhs = T.expr(it.expr, top=True)
+            else:
+                reg = it.region
+                inst = reg.rel_name()
+                if it.chain:
+                    inst = inst[: -len(".0")]
+                    mod = f" repeat {len(it.chain)} as {inst}"
+                else:
+                    if not canonical and ("." in inst or inst.isdigit()):
+                        why = (f"{inst.rsplit('.', 1)[0]!r} is no block of its own (a container, never called itself)"
+                               if "." in inst else "a number is no identifier")
+                        self.fail(f"submodule {reg.fqn!r} cannot be named in .pen: an instance name is one identifier, and "
+                                  f"{why}; numbered submodules work only as a chain of identical blocks inside a named "
+                                  "container (`x = block(x) repeat N as layers`)", reg)
+                    if not canonical and not pen_name_ok(inst):
+                        self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {inst!r} is reserved "
+                                  "(a keyword, or a name the generated module uses)", reg)
+                    mod = f" as {inst}"
+                bname = block_name(reg)
+                if mod == f" as {bname}":
+                    mod = ""
+                rhs = f"{bname}({', '.join(val(a) for a in it.args)}){mod}"
+            lhs = ", ".join(val(p) for p in it.outs)
+            line = f"{lhs} = {rhs}"
+            if self.notes and not canonical and it.src is not None and it.src != noted:
+                noted = it.src
+                code = linecache.getline(*it.src).strip()
+                if code:
+                    line += f"   # {code[:70]}"
+            lines.append(line)
+        if region.parent is not None:
+            lines.append("return " + ", ".join(T.expr(Ref(p), top=True) for p in b.results))
+        return lines
+
+    # -- naming
+    def name_legs(self):
+        C = self.C
+        roots = {}
+        for c in C.all:
+            r = C.find(c)
+            roots.setdefault(id(r), r)
+        conflicts = defaultdict(set)
+
+        def clique(rs):
+            rs = [C.find(r) for r in rs]
+            for a in rs:
+                for b in rs:
+                    if a is not b:
+                        conflicts[id(a)].add(id(b))
+
+        regions = list(_walk(self.root))
+        for region in regions:
+            b = self.body(region)
+            pvals = [p for p, _ in region.formals] + list(region.params.values()) + [p for it in b.items for p in it.outs]
+            if region is self.root:
+                pvals += [v.pval for v in self.L.input_views]
+            for p in pvals:
+                clique(p.legs)
+            for it in b.items:
+                if isinstance(it, Stmt):
+                    for group in classes_in(it.expr, []):
+                        if isinstance(group, tuple) and group and group[0] == "einsum":
+                            e = group[1]
+                            keyed = [[C.find(c) for c in e.binds.get(k, [])] for k in e.binds]
+                            for i, ga in enumerate(keyed):
+                                for gb in keyed[i + 1:]:
+                                    for a in ga:
+                                        for bb in gb:
+                                            if a is not bb:
+                                                conflicts[id(a)].add(id(bb))
+                                                conflicts[id(bb)].add(id(a))
+                        else:
+                            clique(group)
+        taken = set(RESERVED)
+        for region in regions:
+            for p in region.params.values():
+                taken.add(p.param)
+            for child in region.children:
+                taken.add(child.rel_name().split(".")[0])
+        for bd in self.blocks:
+            taken.add(bd.name)
+        for v in self.L.input_views:
+            taken.add(v.pval.hint)
+        soft = set()  # the user's variable names: letters tried last, so tensors keep them
+        for region in regions:
+            b = self.body(region)
+            soft |= set(b.named.values())
+            soft |= set(_formal_names(region) or [])
+        for v in self.L.input_views:
+            soft.add(v.pval.hint)
+        names = {}  # root id -> name
+        holders = defaultdict(list)  # name -> roots
+        size_of, merge_of, exclusive = {}, {}, set()
+        for r in roots.values():
+            if r.hint:
+                if r.hint in size_of and size_of[r.hint] != r.size:
+                    raise PenroseTraceError(f"dims=: {r.hint!r} names axes of sizes {size_of[r.hint]} and {r.size}")
+                names[id(r)] = r.hint
+                holders[r.hint].append(r)
+                size_of[r.hint] = r.size
+                exclusive.add(r.hint)
+
+        def free_of(name, r):
+            return all(id(h) not in conflicts[id(r)] for h in holders[name])
+
+        def name(r):
+            if id(r) in names:
+                return names[id(r)]
+            if r.merge:
+                fac = [name(C.find(f)) for f in r.merge]
+                want = tuple(fac)
+                for n in list(holders):
+                    if size_of[n] == r.size and merge_of.get(n) == want and n not in exclusive and free_of(n, r):
+                        return assign(r, n, want)
+                joined = "".join(fac)
+                if ok_name(joined) and joined not in taken and joined not in holders:
+                    return assign(r, joined, want)
+                pool = [f"{joined}{k}" for k in range(2, 100)]
+                return assign(r, next(n for n in pool if ok_name(n) and n not in taken and n not in holders), want)
+            if r.pref and r.pref not in taken and r.pref not in exclusive and r.pref not in merge_of:
+                if r.pref not in holders or (size_of[r.pref] == r.size and free_of(r.pref, r)):
+                    return assign(r, r.pref, None)
+            for n in list(holders):
+                if size_of[n] == r.size and n not in exclusive and n not in merge_of and free_of(n, r):
+                    return assign(r, n, None)
+            pref = ROLE_LETTERS.get(r.role, "")
+            letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
+            for ch in [c for c in letters if c not in soft] + [c for c in letters if c in soft]:
+                if ch not in taken and ch not in holders:
+                    return assign(r, ch, None)
+            k = 2
+            while f"d{k}" in taken or f"d{k}" in holders:
+                k += 1
+            return assign(r, f"d{k}", None)
+
+        def assign(r, n, merge):
+            names[id(r)] = n
+            holders[n].append(r)
+            size_of[n] = r.size
+            if merge:
+                merge_of[n] = merge
+            return n
+
+        for r in sorted(roots.values(), key=lambda r: r.id):
+            if r.vals or r.merge or id(r) in conflicts:
+                name(r)
+        self.leg_names = names
+        self.dim_sizes = size_of
+        self.dim_merge = merge_of
+        self.dim_holders = holders
+        return names
+
+    def leg(self, c):
+        r = self.C.find(c)
+        n = self.leg_names.get(id(r))
+        if n is None:
+            self.leg_names[id(r)] = n = self._late_name(r)
+        return n
+
+    def _late_name(self, r):
+        for n, hs in self.dim_holders.items():
+            if self.dim_sizes[n] == r.size and n not in self.dim_merge:
+                hs.append(r)
+                return n
+        n = next(ch for ch in LETTERS if ch not in self.dim_sizes and ch not in RESERVED)
+        self.dim_sizes[n] = r.size
+        self.dim_holders[n].append(r)
+        return n
+
+    def name_blocks(self):
+        used = set()
+        for bd in self.blocks:
+            base = snake(type(bd.rep.module).__name__)
+            if isinstance(bd.rep.key, tuple) and bd.rep.key and bd.rep.key[0] == "container":
+                base = snake(bd.rep.fqn.split(".")[-1]) + "_part"  # a ModuleDict's calls, gathered
+            if not ok_name(base) or base in MODULE_ATTRS:
+                base = base + "_module"
+            n = base
+            if n in used:  # another variant of the class: named after its (first) instance
+                path = "_".join([part for part in bd.rep.fqn.split(".") if not part.isdigit()][-2:])
+                n = base + "_" + re.sub(r"\W", "_", path)
+                k = 2
+                while n in used or not ok_name(n):
+                    n = f"{base}_{k}"
+                    k += 1
+            used.add(n)
+            bd.name = n
+
+    def name_tensors(self, region, formal_names=None):
+        """Names for every tensor of a rendered body: params fixed, the rest by wish, SSA-style."""
+        b = self.body(region)
+        taken = set(RESERVED) | set(self.dim_sizes) | {bd.name for bd in self.blocks}
+        fixed = {}
+        for p in region.params.values():
+            fixed[p.id] = p.param
+        instances = set()
+        for it in b.kept:
+            if isinstance(it, CallStmt):
+                inst = it.region.rel_name()
+                instances.add(inst[:-2] if it.chain else inst)
+                instances.add(it.region.block.name)
+        taken |= instances | set(fixed.values())
+        names = dict(fixed)
+        bound = {}  # name -> pval id holding it
+        last = {}
+        pos = {}
+        for i, it in enumerate(b.kept):
+            read = self._reads(it, b)
+            for p in read:
+                last[p.id] = i
+        end = len(b.kept)
+        for p in b.results:
+            last[p.id] = end
+
+        def choose(p, wish, at):
+            base = wish if wish and ok_name(wish) else "h"
+            cand, k = base, 1
+            while True:
+                holder = bound.get(cand)
+                if cand not in taken and (holder is None or last.get(holder, -1) <= at):
+                    break
+                k += 1
+                cand = f"{base}{k}" if not base[-1].isdigit() else f"{base}_{k}"
+            bound[cand] = p.id
+            names[p.id] = cand
+            pos[p.id] = at
+            return cand
+
+        starts = []
+        if region.parent is None:
+            starts = [v.pval for v in self.L.input_views]
+            for p in starts:
+                choose(p, p.hint if p.hint and ok_name(p.hint) else "x", -1)
+        else:
+            wishes = formal_names or []
+            for j, (p, _) in enumerate(region.formals):
+                w = wishes[j] if j < len(wishes) else (p.hint or "x")
+                choose(p, w if ok_name(w) else "x", -1)
+        for i, it in enumerate(b.kept):
+            for p in it.outs:
+                wish = b.named.get(p.id) or p.hint
+                if wish is None and isinstance(it, CallStmt):
+                    inst = it.region.rel_name()
+                    wish = (inst[:-2] if it.chain else inst).split(".")[0] + "_out"
+                if wish is None and region.parent is None and p in b.results:
+                    wish = "out"
+                if wish is None:
+                    wish = _fallback(it)
+                choose(p, wish, i)
+        return names
+
+    def _reads(self, it, b):
+        out = []
+        if isinstance(it, CallStmt):
+            return list(it.args)
+
+        def walk(e):
+            for p in refs(e, []):
+                inner = b.inline(p)
+                if inner is not None:
+                    walk(inner)
+                else:
+                    out.append(p)
+
+        walk(it.expr)
+        return out
+
+    # -- the whole text
+    def write(self, header_lines) -> str:
+        try:
+            return self._write(header_lines)
+        except PenroseTraceError:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug of the tracer: say so, without a traceback
+            raise PenroseTraceError(f"internal: writing the diagram failed ({type(e).__name__}: {e})") from e
+
+    def _write(self, header_lines) -> str:
+        self.group()
+        self.C.grant_wishes()
+        self.name_blocks()
+        self.name_legs()
+        block_text = []
+        for bd in _bottom_up(self.blocks):
+            reg = bd.rep
+            fnames = _formal_names(reg)
+            tn = self.name_tensors(reg, fnames)
+            val = lambda p, tn=tn: tn[p.id]
+            formals = []
+            for p, _ in reg.formals:
+                dt = "" if p.dtype == "float" else f" : {p.dtype}"
+                formals.append(f"{tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
+            body = self.body_lines(reg, self.leg, val, lambda r: r.block.name)
+            block_text.append(f"block {bd.name}({', '.join(formals)}) {{")
+            block_text += ["  " + line for line in body]
+            block_text.append("}")
+            block_text.append("")
+        root = self.root
+        tn = self.name_tensors(root)
+        val = lambda p: tn[p.id]
+        top = []
+        for v in self.L.input_views:
+            p = v.pval
+            dt = "" if p.dtype == "float" else f" : {p.dtype}"
+            top.append(f"input {tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
+        top += self.body_lines(root, self.leg, val, lambda r: r.block.name)
+        b = self.body(root)
+        outs = []
+        for p in b.results:
+            if b.inline(p) is not None:
+                raise PenroseTraceError("internal: an output was inlined")
+            outs.append(tn[p.id])
+        top.append("output " + ", ".join(dict.fromkeys(outs)))
+        dims = self.dim_lines()
+        return "\n".join(header_lines + self.legend() + dims + [""] + block_text + top) + "\n"
+
+    def dim_lines(self):
+        plain, prod = [], []
+        done = set()
+        order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
+
+        def emit(n):
+            if n in done:
+                return
+            done.add(n)
+            if n in self.dim_merge:
+                for f in self.dim_merge[n]:
+                    emit(f)
+                prod.append(f"dim {n} = {' * '.join(self.dim_merge[n])}")
+            else:
+                plain.append(f"{n} = {self.dim_sizes[n]}")
+
+        for n in order:
+            emit(n)
+        lines = []
+        if plain:
+            lines.append("dim " + ", ".join(plain))
+        return lines + prod
+
+    def legend(self):
+        order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
+        out = ["# index legend:"]
+        for n in order:
+            if n in self.dim_merge:
+                meaning = f"{' and '.join(self.dim_merge[n])} merged (a view)"
+            else:
+                hs = sorted(self.dim_holders[n], key=lambda r: r.id)
+                origin = next((self._origin(r) for r in hs if self._origin(r)), "") or f"a leg of size {self.dim_sizes[n]}"
+                meaning = origin
+            meaning = meaning.replace(",", ";")
+            out.append(f"#   {n}  {meaning}")
+        return out
+
+    def _origin(self, r):
+        for c in self.C.all:
+            if self.C.find(c) is r and c.origin:
+                return c.origin
+        return ""
+
+
+def _fallback(it):
+    e = it.expr
+    if isinstance(e, Einsum):
+        return "h"
+    if isinstance(e, Call):
+        return {"rearrange": "r", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
+    if isinstance(e, BinOp):
+        return "h"
+    return "h"
+
+
+def _formal_names(region):
+    import inspect
+
+    try:
+        sig = inspect.signature(type(region.module).forward)
+    except (TypeError, ValueError):
+        return None
+    names = [n for n, p in list(sig.parameters.items())[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(names) == len(region.formals):
+        return names
+    if len(region.formals) == 1 and names:
+        return names[:1]
+    return None
+
+
+def _walk(region):
+    yield region
+    for c in region.children:
+        yield from _walk(c)
+
+
+def _bottom_up(blocks):
+    return sorted(blocks, key=lambda bd: -bd.rep.depth)
