@@ -10,6 +10,7 @@
     penrose steerling steer --checkpoint run --unlearn computers=20 --prompt "The"   injection, unlearning
     penrose steerling evaluate --checkpoint run [--json]
     penrose steerling concepts --catalog labels.csv --search court   concept ids by name / description
+    penrose steerling scaling --quick --out build/scaling [--json]   base vs concept models over sizes
 
 A checkpoint is a folder with model.safetensors (the release's keys, tied embedding once) and
 config.json (model_config / concept_config as differences from the release defaults,
@@ -212,6 +213,11 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--steerable", action="store_true", help="steerable concepts only")
     c.add_argument("--limit", type=int, default=50)
     c.add_argument("--json", action="store_true")
+
+    from penrose_zoo.steerling.scaling import add_arguments
+
+    add_arguments(sub.add_parser("scaling", help="base vs concept-module models at several sizes: power-law fits "
+                                 "of loss against compute, interpretability metrics per size"))
     return p
 
 
@@ -225,7 +231,7 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
-                "steer": _steer, "evaluate": _evaluate, "concepts": _concepts}[args.command](args)
+                "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling}[args.command](args)
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
         return 1
@@ -668,6 +674,12 @@ def _steer_recipe(args) -> int:
         print(f"  chunk {i}: " + ", ".join(f"{e['label']} {e['contribution']:+.3f}" for e in ch["concepts"])
               + f"; ε {ch['epsilon_percent']:.1f}%")
     return 0
+
+
+def _scaling(args) -> int:
+    from penrose_zoo.steerling.scaling import run_args
+
+    return run_args(args)
 
 
 def _evaluate(args) -> int:

@@ -302,6 +302,8 @@ class Distributed:
         from penrose_zoo.steerling.losses import (chunk_log_absence, diffusion_noise, independence_loss, presence_bce,
                                                   teacher_forcing_alpha)
 
+        if not getattr(cfg, "unknown_detach", True):
+            raise PenroseError("unknown_detach=False (the unknown head reading h) trains in one process only")
         comm = _Local if local else self
         W = comm.world
         n = batch.input_ids.shape[0]

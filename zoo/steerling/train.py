@@ -90,6 +90,9 @@ class TrainConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     val_batches: int = 8               # validation batches used for the periodic validation loss
+    unknown_detach: bool = True        # the release: the unknown head reads h.detach(); False = reads h
+    model_overrides: dict | None = None    # model-config fields replacing the preset's (scaling sizes)
+    concept_overrides: dict | None = None  # concept-config fields replacing the preset's
 
     def resolved(self) -> "TrainConfig":
         if self.preset not in PRESETS:
@@ -146,8 +149,9 @@ def make_model(cfg: TrainConfig, n_concepts: int, vocab_size: int, mask_id: int)
     from penrose_zoo.steerling.model import Steerling
 
     p = PRESETS[cfg.preset]
-    m = dict(p["model"], block_size=max(p["model"]["block_size"], cfg.seq_len))
-    c = dict(p["concepts"], n_concepts=n_concepts, concept_dim=m["n_embd"],
+    m = dict(p["model"], **(cfg.model_overrides or {}))
+    m["block_size"] = max(m["block_size"], cfg.seq_len)
+    c = dict(p["concepts"], **(cfg.concept_overrides or {}), n_concepts=n_concepts, concept_dim=m["n_embd"],
              use_epsilon_correction=cfg.epsilon)
     c["topk_known"] = c["topk_known_features"] = min(c["topk_known"], n_concepts)
     model = Steerling(m, c, vocab_size, causal=cfg.variant == "causal", seed=cfg.seed,
@@ -196,11 +200,44 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(f, 1.0))))
 
 
-def batch_loss(model, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True):
-    """(loss, parts) of one batch; the token loss by the variant's objective."""
+def forward_unknown_attached(model, input_ids):
+    """model.forward(input_ids) (no intervention, both heads dense) except that the unknown head
+    reads h itself, not h.detach(): the same values, but L_rec, L_indep and (with ε off) the token
+    loss then reach the backbone through û. The stages are the model's own compiled diagrams
+    (hidden state, the heads of steerling[_causal].pen, readout), parameters shared."""
+    args = model._concept_inputs(input_ids.shape, input_ids.device, None, None, None, True)
+    h = model._stage("hidden")(ids=input_ids)
+    net = model.intervention_net()
+    kl, kw, kf = net.known_head(h, args["pos"], args["ksel"], args["kval"])
+    ul, uw, uf = net.unknown_head(h, args["pos"], args["usel"], args["uval"])  # h, not h.detach()
+    logits, z, eps = model._stage("readout")(h=h, kf=kf, uf=uf, ksel=args["ksel"], use_eps=args["use_eps"])
+    return model._output(logits, h, eps, z, False, False, known_logits=kl, known_weights=kw, known_features=kf,
+                         unknown_logits=ul, unknown_weights=uw, unknown_features=uf)
+
+
+def training_forward(model, input_ids, cfg: TrainConfig, **kw):
+    """The forward pass the losses read: forward_ids (the embeddings diagram; teacher forcing via
+    kw), or with cfg.unknown_detach False `forward_unknown_attached` (no teacher forcing)."""
     from penrose_zoo.steerling.attribution import forward_ids
+
+    if cfg.unknown_detach:
+        return forward_ids(model, input_ids, **kw)
+    if kw:
+        raise PenroseError("unknown_detach=False does not combine with teacher forcing")
+    return forward_unknown_attached(model, input_ids)
+
+
+def batch_loss(model, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True,
+               device=None):
+    """(loss, parts) of one batch; the token loss by the variant's objective. The batch moves to
+    `device` (default: where the model is); the diffusion noise is drawn by a CPU generator
+    whatever the device, so the draws do not depend on it."""
     from penrose_zoo.steerling.losses import (LossWeights, diffusion_noise, known_gt_features, steerling_loss,
                                               teacher_forcing_alpha)
+
+    device = device or model.lm_head_weight().device
+    if batch.input_ids.device != torch.device(device):
+        batch = batch.to(device)
 
     weights = LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec)
     K = model.concept_embeddings("known")
@@ -211,12 +248,12 @@ def batch_loss(model, batch, cfg: TrainConfig, *, step: int, noise_seed: int, to
             kw = dict(known_gt_features=known_gt_features(batch.chunk_index, batch.chunk_labels, K),
                       teacher_forcing=alpha)
     if cfg.variant == "causal":
-        out = forward_ids(model, batch.input_ids, **kw)
+        out = training_forward(model, batch.input_ids, cfg, **kw)
         return steerling_loss(out, batch, known_embeddings=K, weights=weights, objective="causal",
                               negative_weight=cfg.negative_weight)
     noise = diffusion_noise(batch.input_ids, mask_id=model.mask_token_id, block_size=model.sizes["blk"],
                             maskable=batch.valid, generator=torch.Generator().manual_seed(noise_seed))
-    out = forward_ids(model, noise.noisy_ids, **kw)
+    out = training_forward(model, noise.noisy_ids, cfg, **kw)
     return steerling_loss(out, batch, known_embeddings=K, weights=weights, objective="diffusion", noise=noise,
                           negative_weight=cfg.negative_weight)
 
@@ -290,7 +327,9 @@ def read_train_state(path: str | os.PathLike) -> dict:
 
 def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
     now = dataclasses.asdict(cfg)
-    return [f"{k}: checkpoint {saved.get(k)!r}, now {now[k]!r}" for k in now if k not in _FREE and saved.get(k) != now[k]]
+    default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # fields newer than the checkpoint
+    return [f"{k}: checkpoint {saved.get(k, default[k])!r}, now {now[k]!r}" for k in now
+            if k not in _FREE and saved.get(k, default[k]) != now[k]]
 
 
 def load_checkpoint(path: str | os.PathLike):
@@ -451,21 +490,32 @@ def evaluate_checkpoint(path: str | os.PathLike, *, max_batches: int = 16, steer
     """Validation loss and the metrics of penrose_zoo.steerling.measure on a training checkpoint:
     detection AUC per concept and mean, token control, HSIC (linear, RBF), probing gap, logit
     share, and the steering effect (suppress / boost) of the most frequent concepts."""
+    model, tok, names, state = load_checkpoint(path)
+    cfg = TrainConfig(**state["config"]).resolved()
+    corpus = load_corpus(cfg)
+    if list(corpus.concept_names) != list(names):
+        raise PenroseError(f"the corpus {cfg.data!r} now has other concepts than the checkpoint")
+    train_data, val_data = packed(cfg, corpus, tok)
+    return {"step": state["step"], **evaluate_model(model, cfg, train_data, val_data, names, max_batches=max_batches,
+                                                    steering_concepts=steering_concepts)}
+
+
+def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_batches: int = 16,
+                   steering_concepts: int = 5, device=None) -> dict:
+    """evaluate_checkpoint's numbers for a model in memory (train_data, val_data: `packed`);
+    steering_concepts=0 skips the steering effect. Batches move to `device` (default: the model's)."""
     import numpy as np
 
     from penrose_zoo.steerling import measure
     from penrose_zoo.steerling.attribution import forward_ids
     from penrose_zoo.steerling.steer import steering_effect
 
-    model, tok, names, state = load_checkpoint(path)
+    cfg = cfg.resolved()
+    device = device or model.lm_head_weight().device
+    was = model.training
     model.eval()
-    cfg = TrainConfig(**state["config"]).resolved()
-    corpus = load_corpus(cfg)
-    if list(corpus.concept_names) != list(names):
-        raise PenroseError(f"the corpus {cfg.data!r} now has other concepts than the checkpoint")
-    train_data, val_data = packed(cfg, corpus, tok)
-    vb = val_batches(val_data, cfg, max_batches)
-    tb = [batch_of(train_data, torch.arange(i, min(i + cfg.batch_size, train_data.n_rows)))
+    vb = [b.to(device) for b in val_batches(val_data, cfg, max_batches)]
+    tb = [batch_of(train_data, torch.arange(i, min(i + cfg.batch_size, train_data.n_rows))).to(device)
           for i in range(0, min(train_data.n_rows, max_batches * cfg.batch_size), cfg.batch_size)]
     val = validate(model, vb, cfg)
     with torch.no_grad():
@@ -484,12 +534,12 @@ def evaluate_checkpoint(path: str | os.PathLike, *, max_batches: int = 16, steer
         top = [int(i) for i in freq.argsort(descending=True)[:steering_concepts] if freq[i] > 0]
         prompts = vb[0].input_ids[:4]
         effects = [steering_effect(model, prompts, c, positions=vb[0].valid[:4]) for c in top]
+    model.train(was)
 
     def fin(x):
         return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
     return {
-        "step": state["step"],
         "val_loss": val["token"], "val_parts": val,
         "concept_auc": fin(mean_auc),
         "concept_auc_per_concept": {n: fin(float(a)) for n, a in zip(names, np.asarray(aucs))},
