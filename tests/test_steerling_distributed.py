@@ -26,7 +26,7 @@ import torch
 import torch.distributed as dist
 
 from penrose.errors import PenroseError
-from penrose_zoo.steerling.distributed import setup, shard_sizes
+from penrose_zoo.steerling.distributed import Local, setup, shard_sizes
 from penrose_zoo.steerling.train import TrainConfig, train
 
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
@@ -134,8 +134,8 @@ def _close(a: torch.Tensor, b: torch.Tensor, rel: float, what: str) -> None:
 def _steps(ctx, data: str, fsdp: bool, n_steps: int, **overrides) -> None:
     """n_steps AdamW steps of a single-process model and of a DDP / FSDP one from the same init
     on the same global batches; gradients, loss parts and weights compared, ranks compared."""
-    from penrose_zoo.steerling.train import (batch_loss, batch_of, load_corpus, lr_at, make_model, make_tokenizer,
-                                             packed, train_rows)
+    from penrose_zoo.steerling.train import (TrainForward, batch_loss, batch_of, load_corpus, lr_at, make_model,
+                                             make_tokenizer, packed, train_rows)
 
     ctx.fsdp = fsdp
     cfg = TrainConfig(preset="tiny", data=data, seq_len=32, steps=n_steps, **overrides).resolved()
@@ -144,7 +144,7 @@ def _steps(ctx, data: str, fsdp: bool, n_steps: int, **overrides) -> None:
     rows, _ = packed(cfg, corpus, tok)
     one = make_model(cfg, corpus.n_concepts, tok.vocab_size, tok.mask_id)
     many = make_model(cfg, corpus.n_concepts, tok.vocab_size, tok.mask_id)
-    fwd = ctx.wrap(many)
+    fwd = ctx.wrap(TrainForward(many))
     p1, pn = list(one.parameters()), list(many.parameters())
     o1, on = (torch.optim.AdamW(p, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay) for p in (p1, pn))
     what = f"{'FSDP' if fsdp else 'DDP'} {overrides}"
@@ -153,8 +153,8 @@ def _steps(ctx, data: str, fsdp: bool, n_steps: int, **overrides) -> None:
         for o in (o1, on):
             for g in o.param_groups:
                 g["lr"] = lr_at(step, cfg)
-        l1, parts1 = batch_loss(one, batch, cfg, step=step, noise_seed=step)
-        ln, partsn = ctx.batch_loss(fwd, many, batch, cfg, step=step, noise_seed=step)
+        l1, parts1 = batch_loss(one, batch, cfg, step=step, noise_seed=step)  # the null communicator
+        ln, partsn = batch_loss(fwd, batch, cfg, step=step, noise_seed=step, comm=ctx)  # the same code, 2 ranks
         assert parts1.keys() == partsn.keys()
         for k in parts1:
             assert partsn[k] == pytest.approx(parts1[k], rel=1e-5, abs=1e-15), (what, step, k, parts1, partsn)
@@ -217,7 +217,19 @@ def test_two_ranks_equal_one(reference, monkeypatch):
 def test_single_process_and_errors(monkeypatch, tmp_path):
     for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
-    assert setup() is None
+    local = setup()  # the null communicator: one process, the interface of Distributed
+    assert isinstance(local, Local) and (local.rank, local.world, local.is_main) == (0, 1, True)
+    x = torch.arange(3.0)
+    assert torch.equal(local.all_reduce(x), x) and local.gather(x, [3]) is x and local.barrier() is None
+    # the training loop calls the same names on either communicator
+    from penrose_zoo.steerling.distributed import Distributed
+
+    import dataclasses
+
+    public = ({k for k in dir(Distributed) if not k.startswith("_")}
+              | {f.name for f in dataclasses.fields(Distributed)}) - {"owns_group"}
+    assert public <= {k for k in dir(Local) if not k.startswith("_")}, public - set(dir(Local))
+    assert {"all_reduce", "reduce", "gather", "barrier", "rank", "world", "wrap", "save_checkpoint"} <= public
     with pytest.raises(PenroseError, match="torchrun"):
         train(TrainConfig(data=str(write_corpus(tmp_path / "c")), steps=1), tmp_path / "o", fsdp=True,
               progress=False, log=lambda m: None)

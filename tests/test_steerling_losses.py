@@ -27,6 +27,7 @@ from penrose_zoo.steerling.losses import (
     next_token_loss,
     reconstruction_loss,
     steerling_loss,
+    token_sums,
     teacher_forced_features,
     teacher_forcing_alpha,
 )
@@ -323,3 +324,23 @@ def test_steerling_loss_diffusion_and_zero_weights():
     assert torch.allclose(total, masked_diffusion_loss(out.logits, batch.input_ids, noise.masked))
     with pytest.raises(ValueError, match="needs the DiffusionNoise"):
         steerling_loss(out, batch, known_embeddings=K, objective="diffusion")
+
+
+def test_token_sums_of_row_shards_add_up_to_the_token_loss():
+    """The partial sums the ranks all-reduce: (Σ, count) of each row shard add up to the whole
+    batch's, and Σ / count is the token loss (next-token, masked mean, masked ELBO)."""
+    out, batch, _ = _fake(b=3)
+    ids, logits = batch.input_ids, out.logits.detach()
+    noise = diffusion_noise(ids, mask_id=7, block_size=3, generator=torch.Generator().manual_seed(1))
+    cases = [(dict(pad_id=batch.pad_id), next_token_loss(logits, ids, ignore_ids=(batch.pad_id,))),
+             (dict(masked=noise.masked), masked_diffusion_loss(logits, ids, noise.masked)),
+             (dict(masked=noise.masked, token_level=noise.token_level, weighting="elbo"),
+              masked_diffusion_loss(logits, ids, noise.masked, token_level=noise.token_level, weighting="elbo"))]
+    for kw, want in cases:
+        num, den = token_sums(logits, ids, **kw)
+        torch.testing.assert_close(num / den, want)
+        shards = [slice(0, 2), slice(2, 3)]
+        parts = [token_sums(logits[r], ids[r], **{k: (v[r] if torch.is_tensor(v) else v) for k, v in kw.items()})
+                 for r in shards]
+        torch.testing.assert_close(sum(p[0] for p in parts), num)
+        assert int(sum(p[1] for p in parts)) == int(den)

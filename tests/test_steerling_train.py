@@ -14,7 +14,8 @@ from penrose.errors import PenroseError
 from penrose_zoo.data import DataError
 from penrose_zoo.steerling.attribution import (ConceptLM, ConceptTarget, LogitTarget, concept_attribution, forward_ids,
                                                integrated_gradients)
-from penrose_zoo.steerling.losses import known_gt_features
+from penrose_zoo.steerling.lm_data import LMBatch
+from penrose_zoo.steerling.losses import LossWeights, diffusion_noise, known_gt_features, steerling_loss
 from penrose_zoo.steerling.model import Steerling
 from penrose_zoo.steerling.steer import Intervention, steer, steering_effect
 from penrose_zoo.steerling.train import TrainConfig, concept_id, load_checkpoint, train
@@ -139,3 +140,63 @@ def test_corpus_errors(tmp_path):
     data = str(write_corpus(tmp_path / "corpus"))
     with pytest.raises(DataError):
         train(TrainConfig(data=data, categories=["nope"], steps=1), tmp_path / "o3", progress=False)
+
+
+def _batch(v=256):
+    g = torch.Generator().manual_seed(5)
+    ids = torch.randint(0, v, (3, 8), generator=g)
+    ids[:, 0] = 257  # bos: off chunks
+    ids[2, -2:] = 258  # pad
+    idx = torch.tensor([[-1, 0, 0, 0, 1, 1, 1, 1], [-1, 2, 2, 2, 2, 2, 3, 3], [-1, 4, 4, 4, 4, 4, -1, -1]])
+    labels = (torch.rand(5, 6, generator=g) < 0.4).float()
+    return LMBatch(ids, idx, labels, torch.arange(5), 258)
+
+
+@pytest.mark.parametrize("variant", ["causal", "block_causal"])
+def test_batch_loss_is_the_composed_objective(models, variant):
+    """batch_loss (the one loss path, here with the null communicator) is steerling_loss of the
+    training forward pass: the terms from partial sums equal the composed means."""
+    from penrose_zoo.steerling.train import batch_loss
+
+    m = models["causal" if variant == "causal" else "block"]
+    batch = _batch()
+    cfg = TrainConfig(variant=variant, lambda_concept=0.3, lambda_indep=2.0, lambda_rec=0.5)
+    loss, parts = batch_loss(m, batch, cfg, step=0, noise_seed=11)
+    kw = {}
+    if variant == "causal":
+        out = forward_ids(m, batch.input_ids)
+    else:
+        noise = diffusion_noise(batch.input_ids, mask_id=m.mask_token_id, block_size=m.sizes["blk"],
+                                maskable=batch.valid, generator=torch.Generator().manual_seed(11))
+        out, kw = forward_ids(m, noise.noisy_ids), dict(objective="diffusion", noise=noise)
+    want, wparts = steerling_loss(out, batch, known_embeddings=m.concept_embeddings("known"),
+                                  weights=LossWeights(0.3, 2.0, 0.5), **kw)
+    torch.testing.assert_close(loss, want)
+    assert parts.keys() == wparts.keys() == {"token", "concept", "indep", "rec", "total"}
+    assert all(parts[k] == pytest.approx(wparts[k], rel=1e-6) for k in parts)
+    assert parts["total"] == pytest.approx(parts["token"] + 0.3 * parts["concept"] + 2.0 * parts["indep"]
+                                           + 0.5 * parts["rec"])
+
+
+def test_validate_is_the_mean_of_batch_losses(models):
+    """validate (written once: one process here, round-robin over ranks under torchrun) is the
+    mean of batch_loss's parts with the fixed validation noise seeds 10_000 + i."""
+    from penrose_zoo.steerling.train import TrainForward, batch_loss, validate
+
+    m = models["block"]
+    cfg = TrainConfig(variant="block_causal")
+    batches = [_batch(), _batch(200)]
+    v = validate(m, batches, cfg)
+    parts = [batch_loss(m, b, cfg, step=0, noise_seed=10_000 + i, train=False)[1] for i, b in enumerate(batches)]
+    assert v.keys() == parts[0].keys()
+    assert all(v[k] == pytest.approx((parts[0][k] + parts[1][k]) / 2, rel=1e-12) for k in v)
+    assert validate(TrainForward(m), batches, cfg) == v  # a model or its training forward module
+    assert m.training  # left as it was
+
+
+def test_checkpoint_io_is_reexported():
+    from penrose_zoo.steerling import checkpoints, train as train_module
+
+    for name in ("save_checkpoint", "load_checkpoint", "read_train_state", "config_differences", "concept_id",
+                 "FORMAT"):
+        assert getattr(train_module, name) is getattr(checkpoints, name), name

@@ -96,7 +96,7 @@ def _open(args):
 
     import torch
 
-    from penrose_zoo.steerling.train import load_checkpoint
+    from penrose_zoo.steerling.checkpoints import load_checkpoint
 
     if (Path(args.checkpoint) / "train.json").is_file():
         model, tok, names, _ = load_checkpoint(args.checkpoint)
@@ -277,7 +277,7 @@ def _concept_arg(args, names) -> tuple[int, str]:
     """(id, name) of --concept NAME|ID: looked up in --catalog when given, else among the
     checkpoint's known concept names; the id must be one of the checkpoint's known concepts."""
     from penrose.errors import PenroseError
-    from penrose_zoo.steerling.train import concept_id
+    from penrose_zoo.steerling.checkpoints import concept_id
 
     if not args.catalog:
         cid = concept_id(names, args.concept)
@@ -305,7 +305,7 @@ def _concept_strengths(items, flag: str, args, names) -> list[tuple[int, float]]
     import math
 
     from penrose.errors import PenroseError
-    from penrose_zoo.steerling.train import concept_id
+    from penrose_zoo.steerling.checkpoints import concept_id
 
     out = []
     for item in items:

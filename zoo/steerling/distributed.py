@@ -1,6 +1,8 @@
 """Steerling training under PyTorch's distributed engine: DDP, or FSDP2 (`fully_shard`), one
-process per device, started by torchrun. penrose_zoo.steerling.train calls `setup()`; outside torchrun it
-returns None and training is the single-process loop, untouched.
+process per device, started by torchrun. penrose_zoo.steerling.train calls `setup()` for its
+communicator: `Distributed` under torchrun, else the null communicator `Local` (one process), with
+the same interface (all_reduce of partial sums, reduce / gather carrying gradients, rank, world,
+barrier, wrap, checkpoint writing); the training loop and the loss are the same code for both.
 
     torchrun --nproc_per_node 2 -m penrose.cli steerling train --preset tiny --data fortunes --steps 200 --out run
     torchrun --nproc_per_node 2 -m penrose.cli steerling train ... --fsdp      (parameters, gradients
@@ -15,7 +17,8 @@ Equal to the single-process run. Every rank draws the same global batch of step 
 `train_rows(seed, s)`, the diffusion noise of (seed, s)) and takes a contiguous block of its rows
 (`shard_sizes`: sizes differ by at most one, rank order = row order). DDP and FSDP average the
 parameter gradients over ranks, so each rank's loss L_r is built such that mean_r ∇L_r = ∇L, L the
-single-process loss of the global batch:
+single-process loss of the global batch (penrose_zoo.steerling.losses.reduced_loss, from partial
+sums this communicator reduces):
 
   token, rec   means over tokens: L_r = W · (sum over the rank's tokens) / (token count of the
                global batch); the count is all-reduced (no gradient), so unequal shards and
@@ -33,8 +36,9 @@ ranks, without the communication), and the averaging turns W · ∂L/∂X_r back
 What remains are float32 reduction-order differences (sums per shard, DDP's bucketed
 all-reduce): the test finds the weights of a 2-rank run within ~1e-6 of the single-process run.
 
-The forward pass goes through one module call (`TrainForward`), since DDP and FSDP hook module
-calls; Steerling's training forward (`forward_ids`) calls embed and forward_from_embeddings.
+The forward pass goes through one module call (penrose_zoo.steerling.train.TrainForward, which
+`wrap` wraps), since DDP and FSDP hook module calls; Steerling's training forward (`forward_ids`)
+calls embed and forward_from_embeddings.
 
 FSDP2: the whole model is one `fully_shard` unit. Parameters, gradients and AdamW moments are
 sharded 1/W at rest; the forward / backward all-gather the full parameters (the embeddings diagram
@@ -43,9 +47,9 @@ units of `model.net` would never see their hooks fire). Checkpoints gather each 
 and rank 0 writes the usual single-file checkpoint; resume scatters it again. So a checkpoint
 written by a DDP, FSDP or single-process run resumes under any of the three.
 
-Only rank 0 writes checkpoints, logs and the progress bar. Validation batches are dealt out to
-the ranks round-robin (a rank without a batch left repeats one and discards it, so FSDP's
-collectives stay in step) and the sums all-reduced.
+Only rank 0 writes checkpoints (penrose_zoo.steerling.checkpoints), logs and the progress bar.
+Validation (train.validate) deals the batches out to the ranks round-robin (a rank without a batch
+left repeats one and discards it, so FSDP's collectives stay in step) and all-reduces the sums.
 """
 
 from __future__ import annotations
@@ -56,11 +60,12 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 from penrose.errors import PenroseError
+from penrose_zoo.steerling.checkpoints import load_optimizer, save_checkpoint
+from penrose_zoo.steerling.losses import LocalReduce
 
-__all__ = ["Distributed", "TrainForward", "launched", "setup", "shard_sizes"]
+__all__ = ["Distributed", "Local", "launched", "setup", "shard_sizes"]
 
 
 def launched() -> bool:
@@ -119,58 +124,55 @@ class _ReplicatedSum(torch.autograd.Function):
         return grad * ctx.world, None, None
 
 
-class _Local:
-    """The same interface for one process holding the whole batch (validation)."""
+# ---------------------------------------------------------------------------------------------
+# The communicators: one process, or one rank of several
+# ---------------------------------------------------------------------------------------------
 
+
+class Local(LocalReduce):
+    """The communicator of a single process (the null communicator): the interface of
+    `Distributed`, every collective an identity, the module unwrapped, this process writing."""
+
+    rank = 0
     world = 1
+    local_rank = 0
+    device = None  # the model's own
+    fsdp = False
+    is_main = True
+
+    def barrier(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def describe(self, batch_size: int) -> str | None:
+        return None
+
+    def tokenizer(self, make):
+        return make()
+
+    def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        return module
 
     @staticmethod
-    def sum(x):
-        return x
+    def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+        return module
 
-    @staticmethod
-    def gather(x, sizes):
-        return x
+    def settle(self, module) -> None:
+        """After an evaluation pass (FSDP: reshard)."""
 
-    @staticmethod
-    def reduce(x):
-        return x
+    def load_optimizer(self, opt, params, tensors: dict[str, torch.Tensor]) -> None:
+        load_optimizer(opt, params, tensors)
 
-
-# ---------------------------------------------------------------------------------------------
-# The forward pass as one module call
-# ---------------------------------------------------------------------------------------------
-
-
-class TrainForward(torch.nn.Module):
-    """Steerling's training forward pass (penrose_zoo.steerling.attribution.forward_ids) as one module call,
-    returning the fields the losses read as a dict of tensors, and k̂_gt = labels · K (b, t, e) of
-    the chunk labels (fed to the LM head under teacher forcing; the reconstruction target)."""
-
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, input_ids, chunk_index, chunk_labels, teacher_forcing: float = 0.0) -> dict:
-        from penrose_zoo.steerling.attribution import forward_ids
-        from penrose_zoo.steerling.losses import known_gt_features
-
-        kgt = known_gt_features(chunk_index, chunk_labels, self.model.concept_embeddings("known"))
-        kw = dict(known_gt_features=kgt, teacher_forcing=teacher_forcing) if teacher_forcing > 0 else {}
-        out = forward_ids(self.model, input_ids, **kw)
-        return {"logits": out.logits, "hidden": out.hidden, "known_logits": out.known_logits,
-                "known_features": out.known_features, "unknown_features": out.unknown_features,
-                "known_gt": kgt.detach()}
-
-
-# ---------------------------------------------------------------------------------------------
-# The distributed context
-# ---------------------------------------------------------------------------------------------
+    def save_checkpoint(self, out: Path, model, tok, concept_names, opt, cfg, step: int, history: dict) -> None:
+        save_checkpoint(out, model, tok, concept_names, opt, cfg, step, history)
 
 
 @dataclass
 class Distributed:
-    """This process's place in the run, and the distributed halves of the training steps."""
+    """This process's place in a run of several, and the collectives of the training steps
+    (the interface of `Local`)."""
 
     rank: int
     world: int
@@ -191,8 +193,8 @@ class Distributed:
         else:
             dist.barrier()
 
-    def sum(self, x: torch.Tensor) -> torch.Tensor:
-        """All-reduced sum, no gradient."""
+    def all_reduce(self, x: torch.Tensor) -> torch.Tensor:
+        """All-reduced sum of the ranks' partial sums, no gradient."""
         out = x.detach().clone()
         dist.all_reduce(out)
         return out
@@ -206,6 +208,10 @@ class Distributed:
     def close(self) -> None:
         if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+
+    def describe(self, batch_size: int) -> str | None:
+        return (f"{'FSDP2' if self.fsdp else 'DDP'}: {self.world} processes ({self.device.type}), "
+                f"{batch_size} rows per step split over them")
 
     # -- set-up --------------------------------------------------------------------------------
     def tokenizer(self, make):
@@ -225,24 +231,37 @@ class Distributed:
 
         return BPETokenizer(Tokenizer.from_str(box[0]))
 
-    def wrap(self, model) -> torch.nn.Module:
-        """Move the model to this rank's device and wrap TrainForward(model): DDP, or fully_shard
-        (the model's parameters become sharded DTensors: read model.parameters() after this)."""
-        model.to(self.device)
-        fwd = TrainForward(model)
+    def wrap(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Move the training forward module (penrose_zoo.steerling.train.TrainForward) to this rank's
+        device and wrap it: DDP, or fully_shard (the model's parameters become sharded DTensors:
+        read model.parameters() after this)."""
+        module.to(self.device)
         if self.fsdp:
             from torch.distributed.device_mesh import init_device_mesh
             from torch.distributed.fsdp import fully_shard
 
-            fully_shard(fwd, mesh=init_device_mesh(self.device.type, (self.world,)))
-            return fwd
+            fully_shard(module, mesh=init_device_mesh(self.device.type, (self.world,)))
+            return module
         from torch.nn.parallel import DistributedDataParallel
 
-        return DistributedDataParallel(fwd, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        return DistributedDataParallel(module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    @staticmethod
+    def unwrap(module: torch.nn.Module) -> torch.nn.Module:
+        """DDP's inner module (its forward outside a backward needs no collectives); FSDP's as is."""
+        from torch.nn.parallel import DistributedDataParallel
+
+        return module.module if isinstance(module, DistributedDataParallel) else module
+
+    def settle(self, module) -> None:
+        """After an evaluation pass: FSDP keeps the root's parameters gathered after a forward
+        (awaiting a backward); reshard them."""
+        if self.fsdp:
+            module.reshard()
 
     # -- optimizer state -----------------------------------------------------------------------
     def load_optimizer(self, opt, params, tensors: dict[str, torch.Tensor]) -> None:
-        """As train._load_optimizer, onto this rank's device; sharded like the parameter (FSDP)."""
+        """As checkpoints.load_optimizer, onto this rank's device; sharded like the parameter (FSDP)."""
         from torch.distributed.tensor import DTensor, distribute_tensor
 
         for key, v in tensors.items():
@@ -256,13 +275,12 @@ class Distributed:
                 opt.state[p][k] = v.to(self.device).clone()
 
     # -- checkpoints ---------------------------------------------------------------------------
-    def save_checkpoint(self, write, out: Path, model, tok, concept_names, opt, cfg, step: int, history: dict) -> None:
-        """`write` (train.save_checkpoint, which calls this) from rank 0. FSDP: every rank takes part
-        in gathering each parameter and optimizer tensor to the CPU; rank 0 writes them through an
-        unsharded copy."""
+    def save_checkpoint(self, out: Path, model, tok, concept_names, opt, cfg, step: int, history: dict) -> None:
+        """checkpoints.save_checkpoint from rank 0. FSDP: every rank takes part in gathering each
+        parameter and optimizer tensor to the CPU; rank 0 writes them through an unsharded copy."""
         if not self.fsdp:
             if self.is_main:
-                write(out, model, tok, concept_names, opt, cfg, step, history)
+                save_checkpoint(out, model, tok, concept_names, opt, cfg, step, history)
             return
         from torch.distributed.tensor import DTensor
 
@@ -281,7 +299,7 @@ class Distributed:
         host = self._unsharded_copy(model)
         for name, p in host.net.named_parameters():
             p.data.copy_(weights[name])
-        write(out, host, tok, concept_names, opt, cfg, step, history, optimizer_tensors=opt_tensors)
+        save_checkpoint(out, host, tok, concept_names, opt, cfg, step, history, optimizer_tensors=opt_tensors)
 
     def _unsharded_copy(self, model):
         if self._host is None:
@@ -293,117 +311,16 @@ class Distributed:
             self._host = host
         return self._host
 
-    # -- the loss ------------------------------------------------------------------------------
-    def batch_loss(self, fwd, model, batch, cfg, *, step: int, noise_seed: int, train: bool = True,
-                   local: bool = False):
-        """(this rank's loss, parts of the global batch's loss) for a global LMBatch; the
-        averaged gradient of the ranks' losses is the single-process gradient (module docstring).
-        local=True: this process runs the whole batch alone (validation)."""
-        from penrose_zoo.steerling.losses import (chunk_log_absence, diffusion_noise, independence_loss, presence_bce,
-                                                  teacher_forcing_alpha)
 
-        if not getattr(cfg, "unknown_detach", True):
-            raise PenroseError("unknown_detach=False (the unknown head reading h) trains in one process only")
-        comm = _Local if local else self
-        W = comm.world
-        n = batch.input_ids.shape[0]
-        sizes = [n] if local else shard_sizes(n, W)
-        start = 0 if local else sum(sizes[:self.rank])
-        rows = slice(start, start + sizes[0 if local else self.rank])
-        dev = self.device
-        ids, cidx, labels = (t.to(dev) for t in (batch.input_ids, batch.chunk_index, batch.chunk_labels))
-        alpha = 0.0
-        if train and cfg.teacher_forcing_steps > 0:
-            alpha = teacher_forcing_alpha(step, cfg.teacher_forcing_steps)
-        if cfg.variant == "causal":
-            inp, masked = ids, None
-        else:  # the global batch's noise, drawn as in the single-process loop, then sliced
-            noise = diffusion_noise(batch.input_ids, mask_id=model.mask_token_id, block_size=model.sizes["blk"],
-                                    maskable=batch.valid, generator=torch.Generator().manual_seed(noise_seed))
-            inp, masked = noise.noisy_ids.to(dev), noise.masked.to(dev)
-        o = fwd(inp[rows], cidx[rows], labels, alpha)
-        logits, mine, valid = o["logits"], ids[rows], cidx[rows] >= 0
-        if masked is None:  # next-token CE, pad targets skipped
-            target = mine[:, 1:]
-            keep = target != batch.pad_id
-            tok_sum = F.cross_entropy(logits[:, :-1][keep].float(), target[keep], reduction="sum")
-            tok_n = keep.sum()
-        else:  # CE on the masked tokens
-            ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), mine.reshape(-1),
-                                 reduction="none").reshape(mine.shape)
-            m = masked[rows].to(ce.dtype)
-            tok_sum, tok_n = (ce * m).sum(), m.sum()
-        n_tok, n_valid = comm.sum(torch.stack([tok_n.double(), valid.sum().double()])).clamp_min(1.0).unbind()
-        total = tok_sum * (W / n_tok).to(tok_sum.dtype)
-        report = [tok_sum.detach().double()]
-        parts: dict[str, float] = {}
-        if cfg.lambda_concept:
-            c = labels.shape[0]
-            if c:
-                log_q = comm.reduce(chunk_log_absence(o["known_logits"], cidx[rows], c))
-                lc = presence_bce(log_q, labels, negative_weight=cfg.negative_weight).sum(-1).mean()
-            else:
-                lc = o["known_logits"].sum() * 0.0
-            total = total + cfg.lambda_concept * lc
-            parts["concept"] = float(lc.detach())
-        if cfg.lambda_indep:
-            li = independence_loss(comm.gather(o["known_features"], sizes), comm.gather(o["unknown_features"], sizes),
-                                   cidx >= 0)
-            total = total + cfg.lambda_indep * li
-            parts["indep"] = float(li.detach())
-        if cfg.lambda_rec:
-            target = (o["hidden"] - o["known_gt"]).detach()
-            per = (o["unknown_features"] - target).pow(2).sum(-1)
-            rec_sum = (per * valid.to(per.dtype)).sum()
-            total = total + cfg.lambda_rec * rec_sum * (W / n_valid).to(rec_sum.dtype)
-            report.append(rec_sum.detach().double())
-        sums = comm.sum(torch.stack(report))
-        out = {"token": float(sums[0] / n_tok)}
-        for k in ("concept", "indep"):
-            if k in parts:
-                out[k] = parts[k]
-        if cfg.lambda_rec:
-            out["rec"] = float(sums[1] / n_valid)
-        out["total"] = (out["token"] + cfg.lambda_concept * out.get("concept", 0.0)
-                        + cfg.lambda_indep * out.get("indep", 0.0) + cfg.lambda_rec * out.get("rec", 0.0))
-        return total, out
-
-    @torch.no_grad()
-    def validate(self, fwd, model, batches, cfg) -> dict[str, float]:
-        """train.validate's mean loss parts, the batches dealt out round-robin to the ranks."""
-        from torch.nn.parallel import DistributedDataParallel
-
-        net = fwd.module if isinstance(fwd, DistributedDataParallel) else fwd  # DDP: no collectives needed
-        was = net.training
-        net.eval()
-        n, keys, sums = len(batches), None, None
-        for j in range(-(-n // self.world)):
-            i = j * self.world + self.rank
-            k = min(i, n - 1)  # past the end: repeat the last batch (FSDP's all-gathers stay in step)
-            _, parts = self.batch_loss(net, model, batches[k], cfg, step=0, noise_seed=10_000 + k, train=False,
-                                       local=True)
-            if keys is None:
-                keys, sums = list(parts), torch.zeros(len(parts), dtype=torch.float64, device=self.device)
-            if i < n:
-                sums += torch.tensor([parts[key] for key in keys], dtype=torch.float64, device=self.device)
-        net.train(was)
-        if self.fsdp:  # FSDP keeps the root's parameters gathered after a forward (awaiting a backward)
-            net.reshard()
-        if keys is None:
-            return {}
-        sums = self.sum(sums)
-        return {key: float(s) / n for key, s in zip(keys, sums.tolist())}
-
-
-def setup(*, fsdp: bool = False) -> Distributed | None:
+def setup(*, fsdp: bool = False) -> Distributed | Local:
     """The distributed context of this process, initialising the default process group from
     torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) unless the
-    caller already did; None outside a distributed launch (single-process training)."""
+    caller already did; outside a distributed launch the null communicator `Local` (one process)."""
     if not launched():
         if fsdp:
             raise PenroseError("--fsdp shards the model over several processes: start them with torchrun, e.g. "
                                "torchrun --nproc_per_node 2 -m penrose.cli steerling train ... --fsdp")
-        return None
+        return Local()
     local_rank = int(os.environ.get("LOCAL_RANK", "0"))
     want = os.environ.get("PENROSE_DIST_DEVICE", "").strip().lower()
     if want not in ("", "cpu", "cuda"):

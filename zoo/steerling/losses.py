@@ -26,7 +26,10 @@ embedding table; `teacher_forced_features(k_pred, k_gt, alpha)` mixes them and
 
 `steerling_loss(out, batch, ...)` assembles the four terms from a model output (fields `logits`,
 `hidden`, `known_features`, `unknown_features`, `known_logits`; see the protocol) and an
-`LMBatch` (penrose_zoo.steerling.lm_data), with the weights in `LossWeights`.
+`LMBatch` (penrose_zoo.steerling.lm_data), with the weights in `LossWeights`. It is
+`reduced_loss` in one process: the terms built from partial sums (Σ and count of the token and
+reconstruction terms, per-chunk log-absence sums, the rows of k̂ and û) that a communicator
+reduces (`LOCAL` here; penrose_zoo.steerling.distributed over ranks), the one loss path of training.
 """
 
 from __future__ import annotations
@@ -58,6 +61,10 @@ __all__ = [
     "reconstruction_loss",
     "teacher_forced_features",
     "teacher_forcing_alpha",
+    "LocalReduce",
+    "LOCAL",
+    "token_sums",
+    "reduced_loss",
     "steerling_loss",
     "get_field",
 ]
@@ -329,8 +336,130 @@ def teacher_forcing_alpha(step: int, anneal_steps: int, start: float = 1.0, end:
 
 
 # ---------------------------------------------------------------------------------------------
-# The full objective
+# The full objective, from partial sums (one process or one rank of several)
 # ---------------------------------------------------------------------------------------------
+
+
+class LocalReduce:
+    """The reductions the objective needs, for one process holding the whole batch: identities.
+    penrose_zoo.steerling.distributed's communicators implement the same four names over ranks:
+
+      all_reduce(x)     sum of the ranks' partial sums, no gradient (token and row counts, reports)
+      reduce(x)         sum over ranks carrying a gradient (per-chunk log-absence sums)
+      gather(x, sizes)  the ranks' rows concatenated in rank order, carrying a gradient (k̂, û)
+      rank, world       this process's place; the loss is scaled by world (ranks' gradients averaged)
+    """
+
+    rank = 0
+    world = 1
+
+    @staticmethod
+    def all_reduce(x: Tensor) -> Tensor:
+        return x.detach()
+
+    @staticmethod
+    def reduce(x: Tensor) -> Tensor:
+        return x
+
+    @staticmethod
+    def gather(x: Tensor, sizes) -> Tensor:
+        return x
+
+
+LOCAL = LocalReduce()
+
+
+def token_sums(logits: Tensor, input_ids: Tensor, *, masked: Tensor | None = None, pad_id: int | None = None,
+               token_level: Tensor | None = None, weighting: str = "mean") -> tuple[Tensor, Tensor]:
+    """(Σ cross-entropy, count) of the token loss over these rows: next-token CE with pad targets
+    skipped (masked None), or CE on the masked tokens (weighting 'mean'; 'elbo': Σ CE / t over
+    masked tokens, count = every token). The loss is Σ / count after both are reduced."""
+    if masked is None:
+        target = input_ids[:, 1:]
+        keep = torch.ones_like(target, dtype=torch.bool) if pad_id is None else target != pad_id
+        return F.cross_entropy(logits[:, :-1][keep].float(), target[keep], reduction="sum"), keep.sum()
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), input_ids.reshape(-1),
+                         reduction="none").reshape(input_ids.shape)
+    m = masked.to(ce.dtype)
+    if weighting == "mean":
+        return (ce * m).sum(), m.sum()
+    if weighting == "elbo":
+        if token_level is None:
+            raise ValueError("weighting='elbo' needs token_level")
+        return (ce * m / token_level.clamp_min(1e-6)).sum(), torch.tensor(ce.numel(), device=ce.device)
+    raise ValueError(f"weighting must be 'mean' or 'elbo', got {weighting!r}")
+
+
+def reduced_loss(
+    out,
+    input_ids: Tensor,
+    chunk_index: Tensor,
+    chunk_labels: Tensor,
+    known_gt: Tensor,
+    *,
+    weights: LossWeights = LossWeights(),
+    negative_weight: float = 1.0,
+    masked: Tensor | None = None,
+    pad_id: int | None = None,
+    token_level: Tensor | None = None,
+    diffusion_weighting: str = "mean",
+    comm=LOCAL,
+    sizes=None,
+    all_valid: Tensor | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """(this process's loss, parts of the whole batch's loss) from this process's rows.
+
+    input_ids, chunk_index, known_gt and `out` (fields as steerling_loss's) cover this process's
+    rows; chunk_labels (c, n) all chunks of the batch; all_valid (B, t) the whole batch's
+    `chunk_index >= 0` (default: this process's, i.e. one process); sizes the rows per rank.
+    Each term is reduced from partial sums with `comm` (LOCAL: one process):
+
+      token, rec   (Σ over my tokens, count): L_r = W · Σ_r / all_reduce(count), so the ranks'
+                   averaged gradient is the gradient of Σ / count of the whole batch;
+      concept      per chunk Σ_t logσ(−z_t) (c, n), reduced with gradient; the BCE of the sums;
+      indep        k̂, û gathered over ranks; the cross-covariance of the whole batch.
+    """
+    W = comm.world
+    logits = get_field(out, "logits")
+    valid = chunk_index >= 0
+    tok_sum, tok_n = token_sums(logits, input_ids, masked=masked, pad_id=pad_id, token_level=token_level,
+                                weighting=diffusion_weighting)
+    counts = comm.all_reduce(torch.stack([tok_n.double(), valid.sum().double()])).clamp_min(1.0)
+    n_tok, n_valid = counts.unbind()
+    total = tok_sum * (W / n_tok).to(tok_sum.dtype)
+    report = [tok_sum.detach().double()]
+    parts: dict[str, float] = {}
+    if weights.concept:
+        known_logits = get_field(out, "known_logits")
+        c = chunk_labels.shape[0]
+        if c:
+            log_q = comm.reduce(chunk_log_absence(known_logits, chunk_index, c))
+            lc = presence_bce(log_q, chunk_labels, negative_weight=negative_weight).sum(-1).mean()
+        else:
+            lc = known_logits.sum() * 0.0
+        total = total + weights.concept * lc
+        parts["concept"] = float(lc.detach())
+    u_hat = get_field(out, "unknown_features", "unk_hat")
+    if weights.indep:
+        k_hat = get_field(out, "known_features")
+        li = independence_loss(comm.gather(k_hat, sizes), comm.gather(u_hat, sizes),
+                               valid if all_valid is None else all_valid)
+        total = total + weights.indep * li
+        parts["indep"] = float(li.detach())
+    if weights.rec:
+        target = (get_field(out, "hidden") - known_gt).detach()
+        per = (u_hat - target).pow(2).sum(-1)
+        rec_sum = (per * valid.to(per.dtype)).sum()
+        total = total + weights.rec * rec_sum * (W / n_valid).to(rec_sum.dtype)
+        report.append(rec_sum.detach().double())
+    sums = comm.all_reduce(torch.stack(report))
+    result = {"token": float(sums[0] / n_tok)}
+    result.update(parts)
+    if weights.rec:
+        result["rec"] = float(sums[1] / n_valid)
+    result["total"] = (result["token"] + weights.concept * result.get("concept", 0.0)
+                       + weights.indep * result.get("indep", 0.0) + weights.rec * result.get("rec", 0.0))
+    return total, result
 
 
 def steerling_loss(
@@ -344,41 +473,23 @@ def steerling_loss(
     negative_weight: float = 1.0,
     diffusion_weighting: str = "mean",
 ) -> tuple[Tensor, dict[str, float]]:
-    """Total loss and its parts {'token', 'concept', 'indep', 'rec', 'total'} (floats).
+    """Total loss and its parts {'token', 'concept', 'indep', 'rec', 'total'} (floats): `reduced_loss`
+    in one process (the same path as training, single-process or distributed).
 
     out: the model's output for batch.input_ids ('causal') or noise.noisy_ids ('diffusion').
     batch: an LMBatch (input_ids, chunk_index, chunk_labels, pad_id).
     known_embeddings: (n, e), the known concept table K (model.concept_embeddings('known')).
     A term whose λ is 0 is not computed.
     """
-    logits = get_field(out, "logits")
-    valid = batch.chunk_index >= 0
     if objective == "causal":
-        token = next_token_loss(logits, batch.input_ids, ignore_ids=(batch.pad_id,))
+        masked = token_level = None
     elif objective == "diffusion":
         if noise is None:
             raise ValueError("objective='diffusion' needs the DiffusionNoise used to make the input")
-        token = masked_diffusion_loss(logits, batch.input_ids, noise.masked,
-                                      token_level=noise.token_level, weighting=diffusion_weighting)
+        masked, token_level = noise.masked, noise.token_level
     else:
         raise ValueError(f"objective must be 'causal' or 'diffusion', got {objective!r}")
-    total = token
-    parts = {"token": float(token.detach())}
-    if weights.concept:
-        lc = concept_presence_loss(get_field(out, "known_logits"), batch.chunk_index, batch.chunk_labels,
-                                   negative_weight=negative_weight)
-        total = total + weights.concept * lc
-        parts["concept"] = float(lc.detach())
-    k_hat = get_field(out, "known_features")
-    u_hat = get_field(out, "unknown_features", "unk_hat")
-    if weights.indep:
-        li = independence_loss(k_hat, u_hat, valid)
-        total = total + weights.indep * li
-        parts["indep"] = float(li.detach())
-    if weights.rec:
-        k_gt = known_gt_features(batch.chunk_index, batch.chunk_labels, known_embeddings)
-        lr = reconstruction_loss(u_hat, get_field(out, "hidden"), k_gt, valid)
-        total = total + weights.rec * lr
-        parts["rec"] = float(lr.detach())
-    parts["total"] = float(total.detach())
-    return total, parts
+    k_gt = known_gt_features(batch.chunk_index, batch.chunk_labels, known_embeddings) if weights.rec else None
+    return reduced_loss(out, batch.input_ids, batch.chunk_index, batch.chunk_labels, k_gt, weights=weights,
+                        negative_weight=negative_weight, masked=masked, pad_id=batch.pad_id,
+                        token_level=token_level, diffusion_weighting=diffusion_weighting)

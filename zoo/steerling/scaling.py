@@ -241,7 +241,8 @@ def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf
     import torch
 
     from penrose.errors import PenroseError
-    from penrose_zoo.steerling.train import batch_loss, batch_of, evaluate_model, lr_at, make_model, train_rows
+    from penrose_zoo.steerling.train import (TrainForward, batch_loss, batch_of, evaluate_model, lr_at, make_model,
+                                             train_rows)
 
     cfg = cfg.resolved()
     t0 = time.time()
@@ -249,6 +250,7 @@ def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf
     counts = parameter_counts(model)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
+    fwd = TrainForward(model, cfg.unknown_detach)  # train's loss path, one process
     model.train()
     last = {}
     for step in range(cfg.steps):
@@ -256,7 +258,7 @@ def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
         with torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
-            loss, last = batch_loss(model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step,
+            loss, last = batch_loss(fwd, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step,
                                     device=device)
         if not math.isfinite(last["total"]):
             raise PenroseError(f"step {step}: the loss is {last['total']} ({last})")

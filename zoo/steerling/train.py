@@ -6,13 +6,14 @@ the concept-module post, checkpoints that resume exactly, validation, and the me
 
 Index legend: b batch, t position, v vocabulary, e embedding, n known concept.
 
-A checkpoint (the folder --out, rewritten every --save-every steps and at the end):
-  model.safetensors, config.json   Steerling.save (release keys; configs, variant, mask id)
-  tokenizer.json                   penrose_zoo.steerling.tokenizer (byte-level or corpus BPE)
-  concepts.json                    the known concept names, id order
-  optimizer.safetensors            AdamW moments and step counts, one entry per parameter
-  train.json                       the training configuration, the step reached, the history
-                                   (train losses, validation losses); written last
+A checkpoint: the folder --out, rewritten every --save-every steps and at the end; its files and
+their I/O are penrose_zoo.steerling.checkpoints (save_checkpoint, load_checkpoint, concept_id, ...
+re-exported here).
+
+One loop for one process and for many: `train` takes the communicator of
+penrose_zoo.steerling.distributed.setup() (the null communicator `Local` outside torchrun), and
+`batch_loss` / `validate` are the same code for both, the loss reduced from partial sums
+(penrose_zoo.steerling.losses.reduced_loss).
 
 Resume: when --out already holds train.json, training continues from its step. The training
 configuration must be the same (else an error names the fields); --steps included, since the
@@ -21,9 +22,10 @@ order of epoch k is randperm(seed, k), the diffusion noise of step s uses a gene
 with (seed, s). So an interrupted run that resumes ends bit-identical to an uninterrupted one
 (the test checks this with --stop-after).
 
-Objective (penrose_zoo.steerling.losses.steerling_loss): L_token + λ_concept L_concept + λ_indep L_indep
-+ λ_rec L_rec; token loss next-token CE for the causal variant, masked diffusion (mean over
-masked tokens, t ~ U(0,1) per diffusion block) for the block-causal one. --epsilon keeps the
+Objective (penrose_zoo.steerling.losses.reduced_loss; steerling_loss in one process):
+L_token + λ_concept L_concept + λ_indep L_indep + λ_rec L_rec; token loss next-token CE for the
+causal variant, masked diffusion (mean over masked tokens, t ~ U(0,1) per diffusion block) for
+the block-causal one. --epsilon keeps the
 release's residual ε (the LM head reads h; the concept module is then a side branch); without
 it the model is the pure bottleneck of the post (the head reads k̂ + û). Teacher forcing
 (--teacher-forcing-steps N): the LM head reads α k̂_gt + (1 − α) k̂, α annealed 1 → 0 over N
@@ -33,8 +35,6 @@ steps (only has an effect with ε off).
 from __future__ import annotations
 
 import dataclasses
-import functools
-import json
 import math
 import os
 import random
@@ -46,8 +46,13 @@ from pathlib import Path
 import torch
 
 from penrose.errors import PenroseError
+from penrose_zoo.steerling.checkpoints import (FORMAT, concept_id, config_differences, load_checkpoint,
+                                               read_train_state, save_checkpoint)
 
-FORMAT = "penrose-steerling-train"
+__all__ = ["FORMAT", "PRESETS", "TrainConfig", "TrainForward", "batch_loss", "batch_of", "concept_id",
+           "config_differences", "evaluate_checkpoint", "evaluate_model", "load_checkpoint", "load_corpus", "lr_at",
+           "make_model", "make_tokenizer", "packed", "read_train_state", "save_checkpoint", "train", "train_rows",
+           "validate"]
 
 # Model and concept-module sizes per preset; the known-concept count comes from the corpus.
 PRESETS: dict[str, dict] = {
@@ -215,150 +220,115 @@ def forward_unknown_attached(model, input_ids):
                          unknown_logits=ul, unknown_weights=uw, unknown_features=uf)
 
 
-def training_forward(model, input_ids, cfg: TrainConfig, **kw):
+def training_forward(model, input_ids, unknown_detach: bool = True, **kw):
     """The forward pass the losses read: forward_ids (the embeddings diagram; teacher forcing via
-    kw), or with cfg.unknown_detach False `forward_unknown_attached` (no teacher forcing)."""
+    kw), or with unknown_detach False (TrainConfig.unknown_detach) `forward_unknown_attached` (no
+    teacher forcing)."""
     from penrose_zoo.steerling.attribution import forward_ids
 
-    if cfg.unknown_detach:
+    if unknown_detach:
         return forward_ids(model, input_ids, **kw)
     if kw:
         raise PenroseError("unknown_detach=False does not combine with teacher forcing")
     return forward_unknown_attached(model, input_ids)
 
 
-def batch_loss(model, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True,
-               device=None):
-    """(loss, parts) of one batch; the token loss by the variant's objective. The batch moves to
-    `device` (default: where the model is); the diffusion noise is drawn by a CPU generator
-    whatever the device, so the draws do not depend on it."""
-    from penrose_zoo.steerling.losses import (LossWeights, diffusion_noise, known_gt_features, steerling_loss,
-                                              teacher_forcing_alpha)
+class TrainForward(torch.nn.Module):
+    """The training forward pass as one module call (DDP and FSDP hook module calls; the
+    communicator's `wrap` wraps this): `training_forward` of some rows, returning the fields the
+    losses read as a dict of tensors, and k̂_gt = labels · K (b, t, e) of the chunk labels (fed to
+    the LM head under teacher forcing; the reconstruction target)."""
 
-    device = device or model.lm_head_weight().device
-    if batch.input_ids.device != torch.device(device):
-        batch = batch.to(device)
+    def __init__(self, model, unknown_detach: bool = True):
+        super().__init__()
+        self.model = model
+        self.unknown_detach = unknown_detach
 
-    weights = LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec)
-    K = model.concept_embeddings("known")
-    kw = {}
+    def forward(self, input_ids, chunk_index, chunk_labels, teacher_forcing: float = 0.0) -> dict:
+        from penrose_zoo.steerling.losses import known_gt_features
+
+        kgt = known_gt_features(chunk_index, chunk_labels, self.model.concept_embeddings("known"))
+        kw = dict(known_gt_features=kgt, teacher_forcing=teacher_forcing) if teacher_forcing > 0 else {}
+        out = training_forward(self.model, input_ids, self.unknown_detach, **kw)
+        return {"logits": out.logits, "hidden": out.hidden, "known_logits": out.known_logits,
+                "known_features": out.known_features, "unknown_features": out.unknown_features,
+                "known_gt": kgt.detach()}
+
+
+def _forward_module(fwd, cfg: TrainConfig, comm):
+    """(the forward to call, the Steerling model) for a model, a TrainForward or a wrapped one."""
+    inner = comm.unwrap(fwd)
+    if isinstance(inner, TrainForward):
+        return fwd, inner.model
+    return TrainForward(fwd, cfg.unknown_detach), fwd  # a bare model: one process
+
+
+def batch_loss(fwd, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True,
+               device=None, comm=None):
+    """(this process's loss, parts of the whole batch's loss) of one global LMBatch: the one loss
+    path of training, one process or many. fwd: a Steerling model, or its TrainForward as the
+    communicator wrapped it. comm (default: the null communicator, one process) shards the rows
+    (`shard_sizes`, rank order) and reduces the partial sums of each term (losses.reduced_loss);
+    the averaged gradient of the ranks' losses is the single-process gradient.
+
+    The batch moves to `device` (default: the communicator's, else where the model is); the
+    diffusion noise of the whole batch is drawn by a CPU generator whatever the device, then
+    sliced, so the draws depend neither on the device nor on the number of ranks."""
+    from penrose_zoo.steerling.distributed import Local, shard_sizes
+    from penrose_zoo.steerling.losses import LossWeights, diffusion_noise, reduced_loss, teacher_forcing_alpha
+
+    comm = comm or Local()
+    fwd, model = _forward_module(fwd, cfg, comm)
+    if comm.world > 1 and not cfg.unknown_detach:
+        raise PenroseError("unknown_detach=False (the unknown head reading h) trains in one process only")
+    sizes = shard_sizes(batch.input_ids.shape[0], comm.world)
+    start = sum(sizes[:comm.rank])
+    rows = slice(start, start + sizes[comm.rank])
+    dev = device or comm.device or model.lm_head_weight().device
+    ids, cidx, labels = (t.to(dev) for t in (batch.input_ids, batch.chunk_index, batch.chunk_labels))
+    alpha = 0.0
     if train and cfg.teacher_forcing_steps > 0:
         alpha = teacher_forcing_alpha(step, cfg.teacher_forcing_steps)
-        if alpha > 0:
-            kw = dict(known_gt_features=known_gt_features(batch.chunk_index, batch.chunk_labels, K),
-                      teacher_forcing=alpha)
     if cfg.variant == "causal":
-        out = training_forward(model, batch.input_ids, cfg, **kw)
-        return steerling_loss(out, batch, known_embeddings=K, weights=weights, objective="causal",
-                              negative_weight=cfg.negative_weight)
-    noise = diffusion_noise(batch.input_ids, mask_id=model.mask_token_id, block_size=model.sizes["blk"],
-                            maskable=batch.valid, generator=torch.Generator().manual_seed(noise_seed))
-    out = training_forward(model, noise.noisy_ids, cfg, **kw)
-    return steerling_loss(out, batch, known_embeddings=K, weights=weights, objective="diffusion", noise=noise,
-                          negative_weight=cfg.negative_weight)
+        inp, masked = ids, None
+    else:
+        noise = diffusion_noise(batch.input_ids, mask_id=model.mask_token_id, block_size=model.sizes["blk"],
+                                maskable=batch.valid, generator=torch.Generator().manual_seed(noise_seed))
+        inp, masked = noise.noisy_ids.to(dev), noise.masked.to(dev)[rows]
+    o = fwd(inp[rows], cidx[rows], labels, alpha)
+    return reduced_loss(o, ids[rows], cidx[rows], labels, o["known_gt"],
+                        weights=LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec),
+                        negative_weight=cfg.negative_weight, masked=masked, pad_id=batch.pad_id, comm=comm,
+                        sizes=sizes, all_valid=cidx >= 0)
 
 
 @torch.no_grad()
-def validate(model, batches, cfg: TrainConfig) -> dict[str, float]:
-    """Mean loss parts over the validation batches (fixed diffusion noise per batch)."""
-    was = model.training
-    model.eval()
-    sums: dict[str, float] = {}
-    for i, b in enumerate(batches):
-        _, parts = batch_loss(model, b, cfg, step=0, noise_seed=10_000 + i, train=False)
-        for k, v in parts.items():
-            sums[k] = sums.get(k, 0.0) + v
-    model.train(was)
-    return {k: v / max(len(batches), 1) for k, v in sums.items()}
+def validate(fwd, batches, cfg: TrainConfig, comm=None) -> dict[str, float]:
+    """Mean loss parts over the validation batches (fixed diffusion noise per batch: seed
+    10_000 + its index). Each process runs whole batches, dealt out round-robin over the ranks
+    (a rank past the end repeats the last batch and discards it, so FSDP's collectives stay in
+    step); the sums are all-reduced. fwd: as batch_loss's."""
+    from penrose_zoo.steerling.distributed import Local
 
-
-# ---------------------------------------------------------------------------------------------
-# Checkpoints
-# ---------------------------------------------------------------------------------------------
-
-# Fields that do not change the trained weights (not compared on resume).
-_FREE = ()
-
-
-def _optimizer_tensors(opt, params) -> dict[str, torch.Tensor]:
-    out = {}
-    for i, p in enumerate(params):
-        for k, v in opt.state.get(p, {}).items():
-            out[f"{i}.{k}"] = (v if isinstance(v, torch.Tensor) else torch.tensor(v)).detach().contiguous().cpu()
-    return out
-
-
-def _load_optimizer(opt, params, tensors: dict[str, torch.Tensor]) -> None:
-    for key, v in tensors.items():
-        i, _, k = key.partition(".")
-        opt.state[params[int(i)]][k] = v.clone()
-
-
-def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg: TrainConfig, step: int, history: dict, *,
-                    optimizer_tensors: dict[str, torch.Tensor] | None = None) -> None:
-    """optimizer_tensors: the entries of optimizer.safetensors when already gathered (FSDP);
-    default: read from opt, indexed by model.parameters()."""
-    from safetensors.torch import save_file
-
-    from penrose.io import atomic_write_text
-
-    out.mkdir(parents=True, exist_ok=True)
-    model.save(out)
-    tok.save(out / "tokenizer.json")
-    atomic_write_text(out / "concepts.json", json.dumps({"known": list(concept_names)}, indent=1) + "\n")
-    tmp = out / "optimizer.safetensors.tmp"
-    if optimizer_tensors is None:
-        optimizer_tensors = _optimizer_tensors(opt, list(model.parameters()))
-    save_file(optimizer_tensors, str(tmp))
-    os.replace(tmp, out / "optimizer.safetensors")
-    state = {"format": FORMAT, "version": 1, "config": dataclasses.asdict(cfg), "step": step, "history": history}
-    atomic_write_text(out / "train.json", json.dumps(state, indent=1) + "\n")
-
-
-def read_train_state(path: str | os.PathLike) -> dict:
-    p = Path(path) / "train.json"
-    if not p.is_file():
-        raise PenroseError(f"{path}: no train.json; not a checkpoint written by `penrose steerling train`")
-    state = json.loads(p.read_text())
-    if state.get("format") != FORMAT:
-        raise PenroseError(f"{p}: not a penrose steerling training state")
-    return state
-
-
-def config_differences(saved: dict, cfg: TrainConfig) -> list[str]:
-    now = dataclasses.asdict(cfg)
-    default = {f.name: f.default for f in dataclasses.fields(TrainConfig)}  # fields newer than the checkpoint
-    return [f"{k}: checkpoint {saved.get(k, default[k])!r}, now {now[k]!r}" for k in now
-            if k not in _FREE and saved.get(k, default[k]) != now[k]]
-
-
-def load_checkpoint(path: str | os.PathLike):
-    """(model, tokenizer, concept names, train state) of a training checkpoint folder."""
-    from penrose_zoo.steerling.model import Steerling
-    from penrose_zoo.steerling.tokenizer import tokenizer_for
-
-    path = Path(path)
-    if not path.is_dir():
-        raise PenroseError(f"--checkpoint: no folder {str(path)!r}")
-    state = read_train_state(path)
-    model = Steerling.load(path)
-    tok = tokenizer_for(path, vocab_size=model.vocab_size)  # its tokenizer.json, vocabulary checked
-    names = json.loads((path / "concepts.json").read_text())["known"]
-    return model, tok, names, state
-
-
-def concept_id(names, name: str) -> int:
-    """The id of a known concept by name (or a number); a clear error for an unknown one."""
-    if name in names:
-        return list(names).index(name)
-    if name.isdigit() and int(name) < len(names):
-        return int(name)
-    import difflib
-
-    close = difflib.get_close_matches(name, names, n=3)
-    hint = f"; did you mean {', '.join(close)}?" if close else ""
-    raise PenroseError(f"unknown concept {name!r}{hint} (this checkpoint has {len(names)} known concepts: "
-                       f"{', '.join(names[:12])}{' ...' if len(names) > 12 else ''})")
+    comm = comm or Local()
+    net = comm.unwrap(fwd)  # DDP: the inner module (no collectives needed)
+    was = net.training
+    net.eval()
+    n, keys, sums = len(batches), None, None
+    for j in range(-(-n // comm.world)):
+        i = j * comm.world + comm.rank
+        k = min(i, n - 1)
+        _, parts = batch_loss(net, batches[k], cfg, step=0, noise_seed=10_000 + k, train=False, device=comm.device)
+        if keys is None:
+            keys, sums = list(parts), torch.zeros(len(parts), dtype=torch.float64)
+        if i < n:
+            sums += torch.tensor([parts[key] for key in keys], dtype=torch.float64)
+    net.train(was)
+    comm.settle(net)
+    if keys is None:
+        return {}
+    sums = comm.all_reduce(sums.to(comm.device or "cpu")).cpu()
+    return {key: float(s) / n for key, s in zip(keys, sums.tolist())}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -374,27 +344,26 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
     Under torchrun (or in a process group the caller initialised) every process is one rank of a
     data-parallel run (penrose_zoo.steerling.distributed): DDP, or FSDP2 with fsdp=True; each global
     batch is split over the ranks, and the weights equal the single-process run's up to float32
-    reduction order. Only rank 0 writes the checkpoint, the log and the progress bar."""
+    reduction order. Only rank 0 writes the checkpoint, the log and the progress bar. One process
+    runs the same loop with the null communicator."""
     from penrose_zoo.steerling import distributed
 
-    ddp = distributed.setup(fsdp=fsdp)  # None: one process (the loop below, unchanged)
+    comm = distributed.setup(fsdp=fsdp)
     try:
         return _train(cfg, out, val_every=val_every, save_every=save_every, stop_after=stop_after,
-                      progress=progress, log=log, ddp=ddp)
+                      progress=progress, log=log, comm=comm)
     finally:
-        if ddp is not None:
-            ddp.close()
+        comm.close()
 
 
-def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress, log, ddp) -> dict:
+def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress, log, comm) -> dict:
     from tqdm import tqdm
 
     from penrose_zoo.steerling.model import Steerling
     from penrose_zoo.steerling.tokenizer import load_tokenizer
 
     log = log or (lambda msg: print(msg, file=sys.stderr))
-    main = ddp is None or ddp.is_main
-    if not main:
+    if not comm.is_main:
         log, progress = (lambda msg: None), False
     cfg = cfg.resolved()
     out = Path(out)
@@ -416,31 +385,26 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
         if out.exists() and any(out.iterdir()):
             raise PenroseError(f"--out {out} exists and is not empty (and holds no training state to resume)")
         step, history = 0, {"train": [], "val": []}
-        tok = make_tokenizer(cfg, corpus) if ddp is None else ddp.tokenizer(lambda: make_tokenizer(cfg, corpus))
+        tok = comm.tokenizer(lambda: make_tokenizer(cfg, corpus))  # several ranks: rank 0's, broadcast
         model = make_model(cfg, corpus.n_concepts, tok.vocab_size, tok.mask_id)
-    if ddp is not None:
-        ddp.barrier()  # every rank has read --out before rank 0 writes to it
+    comm.barrier()  # every rank has read --out before rank 0 writes to it
     train_data, val_data = packed(cfg, corpus, tok)
     vb = val_batches(val_data, cfg, cfg.val_batches)
     n_params = model.num_parameters()
-    fwd = None if ddp is None else ddp.wrap(model)  # DDP / FSDP around the training forward pass
+    fwd = comm.wrap(TrainForward(model, cfg.unknown_detach))  # DDP / FSDP (or nothing) around the forward
     params = list(model.parameters())  # (after wrap: FSDP's sharded parameters)
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if resume:
         from safetensors.torch import load_file
 
-        load = _load_optimizer if ddp is None else ddp.load_optimizer
-        load(opt, params, load_file(str(out / "optimizer.safetensors")))
+        comm.load_optimizer(opt, params, load_file(str(out / "optimizer.safetensors")))
         log(f"resuming {out} at step {step}/{cfg.steps}")
     else:
         log(f"training {n_params:,} parameters ({cfg.preset}, {cfg.variant}, "
             f"{'ε on' if cfg.epsilon else 'pure bottleneck'}); {corpus.n_concepts} concepts, "
             f"{len(corpus.train)} train / {len(corpus.val)} val chunks, {train_data.n_rows} rows of {cfg.seq_len}")
-    if ddp is not None:
-        log(f"{'FSDP2' if ddp.fsdp else 'DDP'}: {ddp.world} processes ({ddp.device.type}), "
-            f"{cfg.batch_size} rows per step split over them")
-    # under DDP/FSDP the ranks gather the weights and rank 0 writes them with save_checkpoint
-    save = save_checkpoint if ddp is None else functools.partial(ddp.save_checkpoint, save_checkpoint)
+    if (banner := comm.describe(cfg.batch_size)) is not None:
+        log(banner)
     model.train()
     end = cfg.steps if stop_after is None else min(cfg.steps, step + stop_after)
     bar = tqdm(total=cfg.steps, initial=step, disable=not progress, desc="train", dynamic_ncols=True, file=sys.stderr)
@@ -449,10 +413,8 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
         batch = batch_of(train_data, train_rows(train_data.n_rows, cfg.batch_size, cfg.seed, step))
         for g in opt.param_groups:
             g["lr"] = lr_at(step, cfg)
-        if ddp is None:
-            loss, parts = batch_loss(model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step)
-        else:  # this rank's rows of the global batch; parts are the global batch's
-            loss, parts = ddp.batch_loss(fwd, model, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step)
+        # this rank's rows of the global batch; parts are the global batch's
+        loss, parts = batch_loss(fwd, batch, cfg, step=step, noise_seed=cfg.seed * 1_000_003 + step, comm=comm)
         if not math.isfinite(parts["total"]):
             raise PenroseError(f"step {step}: the loss is {parts['total']} ({parts}); lower --lr")
         opt.zero_grad(set_to_none=True)
@@ -463,21 +425,20 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
         history["train"].append({"step": step, **{k: round(v, 6) for k, v in parts.items()}})
         post = {"loss": f"{parts['total']:.3f}", "tok": f"{parts['token']:.3f}"}
         if step % val_every == 0 or step == cfg.steps:
-            v = validate(model, vb, cfg) if ddp is None else ddp.validate(fwd, model, vb, cfg)
+            v = validate(fwd, vb, cfg, comm)
             history["val"].append({"step": step, **{k: round(x, 6) for k, x in v.items()}})
             post["val"] = f"{v['token']:.3f}"
-            if main:
+            if comm.is_main:
                 bar.write(f"step {step}: train {parts['token']:.4f}  val token {v['token']:.4f}  "
-                      + "  ".join(f"{k} {x:.4f}" for k, x in v.items() if k not in ("token", "total")))
+                          + "  ".join(f"{k} {x:.4f}" for k, x in v.items() if k not in ("token", "total")))
         bar.set_postfix(post)
         bar.update(1)
         if step % save_every == 0 and step < end:
-            save(out, model, tok, corpus.concept_names, opt, cfg, step, history)
+            comm.save_checkpoint(out, model, tok, corpus.concept_names, opt, cfg, step, history)
     bar.close()
-    save(out, model, tok, corpus.concept_names, opt, cfg, step, history)
+    comm.save_checkpoint(out, model, tok, corpus.concept_names, opt, cfg, step, history)
     log(f"{'stopped' if step < cfg.steps else 'done'} at step {step}/{cfg.steps} in {time.time() - t0:.1f}s; checkpoint {out}")
-    if ddp is not None:
-        ddp.barrier()  # rank 0 has written the checkpoint
+    comm.barrier()  # rank 0 has written the checkpoint
     return read_train_state(out)
 
 
