@@ -50,7 +50,7 @@ from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
 from penrose.einsum_spec import parse as parse_einsum
 from penrose.einops_pattern import REDUCTIONS
 from penrose.einops_pattern import parse as parse_pattern
-from penrose.errors import NOWHERE, PenroseCheckError, Span, suggest
+from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.fmt import format_expr
 from penrose.ops import ELEMENTWISE, OPS
 from penrose.sizes import Sizes
@@ -347,9 +347,9 @@ class _Checker:
         """The value of a number expression of numbers, dims and consts, known when compiling."""
         bad = next((n for n in _names(node) if n not in self.dims and n not in self.constants and n != "inf"), None)
         if bad is not None:
-            hint = "" if bad not in self._static_scope.vars else ""
-            raise PenroseCheckError(f"{what} is a number (of dims and consts), but {bad!r} is neither a dim nor a const{suggest(bad, {**self.dims, **self.constants})}{hint}",
-                                    _name_span(node, bad))
+            at = next(n.span for n in _name_nodes(node) if n.id == bad)
+            raise PenroseCheckError(f"{what} is a number (of dims and consts), but {bad!r} is neither a dim nor a const"
+                                    f"{suggest(bad, {**self.dims, **self.constants})}", at)
         v = self._expr(self._static_scope, node)
         if v.type.dtype != "scalar":  # pragma: no cover - only names of dims and consts are read
             raise PenroseCheckError(f"{what} must be a number", getattr(node, "span", self.at))
@@ -1597,35 +1597,26 @@ def _product_of(expr) -> tuple | None:
     return None
 
 
-def _names(node) -> list:
-    """The names an expression reads (`alpha / r` reads alpha and r); calls' function names excluded."""
+def _name_nodes(node) -> list:
+    """The names an expression reads, in source order (`alpha / r`: alpha, then r); calls'
+    function names excluded. Iterative: a long sum needs no stack."""
     out, stack = [], [node]
     while stack:
         n = stack.pop()
         if isinstance(n, ir.Name):
-            out.append(n.id)
+            out.append(n)
         elif isinstance(n, ir.BinOp):
-            stack += [n.left, n.right]
-        elif isinstance(n, ir.Neg):
-            stack.append(n.operand)
-        elif isinstance(n, ir.Call):
-            stack += list(n.args) + [v for _, v in n.kwargs]
-    return out
-
-
-def _name_span(node, name: str) -> Span:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if isinstance(n, ir.Name) and n.id == name:
-            return n.span
-        if isinstance(n, ir.BinOp):
             stack += [n.right, n.left]
         elif isinstance(n, ir.Neg):
             stack.append(n.operand)
         elif isinstance(n, ir.Call):
             stack += [v for _, v in reversed(n.kwargs)] + list(reversed(n.args))
-    return getattr(node, "span", NOWHERE)
+    return out
+
+
+def _names(node) -> list:
+    """The identifiers of `_name_nodes`."""
+    return [n.id for n in _name_nodes(node)]
 
 
 def _is_inf(node) -> bool:

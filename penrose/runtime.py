@@ -189,8 +189,9 @@ def _batch_first(x, n):
 
 
 def _nonempty(x, dims, what):
-    """x, after checking that the reduced legs (or, for dims None, the batch legs) hold entries:
-    a maximum or minimum of nothing has no value."""
+    """x, after checking that legs about to be reduced hold entries (a maximum or minimum of
+    nothing has no value): `dims` a tuple of legs counted from the end, or an int n for the
+    batch legs, all but the last n."""
     empty = x.shape[: x.dim() - dims].numel() == 0 if isinstance(dims, int) else any(x.shape[d] == 0 for d in dims)
     if empty:
         raise ShapeError(f"{what} reduces legs with no entries (size 0)")

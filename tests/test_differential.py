@@ -58,7 +58,7 @@ RTOL32, ATOL32 = 1e-5, 1e-6  # rope and rmsnorm compute in float32 (in all three
 FUZZ = settings(max_examples=300, **_FAST)
 FMT = settings(max_examples=150, **_FAST)
 RENDER = settings(max_examples=100, **_FAST)
-MANY = settings(max_examples=300, **_FAST) if REDUCED else settings(max_examples=3000)
+MANY = settings(max_examples=300, **_FAST) if REDUCED else settings(max_examples=int(os.environ.get("PENROSE_FUZZ_EXAMPLES", 3000)))
 DEEP = settings(max_examples=3, **_FAST)
 FREE = settings(max_examples=100, **_FAST)
 CONSTS = settings(max_examples=60 if REDUCED else 150, **_FAST)
