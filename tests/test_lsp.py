@@ -133,6 +133,13 @@ def _at(text, needle, offset=0):
     return {"line": line, "character": i - (text.rfind("\n", 0, i) + 1)}
 
 
+def _save(path: Path, text: str):
+    """Write a file as editors save one: whole, by renaming a finished copy over it."""
+    tmp = path.with_suffix(".pen~")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def _range(l0, c0, l1, c1):
     return {"start": {"line": l0, "character": c0}, "end": {"line": l1, "character": c1}}
 
@@ -251,14 +258,18 @@ def test_definition_and_includes(lsp):
     since = lsp.mark()
     lsp.notify("textDocument/didClose", {"textDocument": {"uri": lib_uri}})
     assert lsp.diagnostics(lib_uri, since) == []
+    # closing lib.pen re-checks main.pen against the disk; wait for it, so that its check cannot
+    # read the disk while the edits below are being written (regression: CI of stop 19 read a
+    # half-written lib.pen and reported it empty)
+    assert lsp.diagnostics(uri, since) == []
 
     # a change on disk (another program; the client's file watcher says so)
-    (lsp.root / "lib.pen").write_text(lib.replace("param W[e, e]", "param W[e, e, e]"))
+    _save(lsp.root / "lib.pen", lib.replace("param W[e, e]", "param W[e, e, e]"))
     since = lsp.mark()
     lsp.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": lib_uri, "type": 2}]})
     (diag,) = lsp.diagnostics(uri, since)
     assert diag["message"].startswith("in lib.pen:") and diag["range"]["start"]["line"] == 1
-    (lsp.root / "lib.pen").write_text(lib)
+    _save(lsp.root / "lib.pen", lib)
     since = lsp.mark()
     lsp.notify("workspace/didChangeWatchedFiles", {"changes": [{"uri": lib_uri, "type": 2}]})
     assert lsp.diagnostics(uri, since) == []
