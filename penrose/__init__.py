@@ -29,6 +29,7 @@ from penrose.errors import (
 from penrose.fmt import format_diagram
 from penrose.load import include_paths as _include_paths
 from penrose.load import read as _read  # imported before `def load` below, which then owns the name
+from penrose.load import replace_includes
 from penrose.parse import parse, parse_file
 from penrose.stack import deep as _deep
 
@@ -45,17 +46,20 @@ def _notebook_svg(obj):
 _display.bind(_notebook_svg)  # the core calls penrose.display.svg and never imports the renderer
 
 
-def compile(path_or_text=None, *, seed=None, fuse_attention=True, text=None, include_paths=(), **sizes):
+def compile(path_or_text=None, *, seed=None, fuse_attention=True, text=None, include_paths=(), entries=None, **sizes):
     """Compile a `.pen` file or text into an `nn.Module`; `sizes` override dim defaults.
 
     Paths and text follow `load`'s rule. `seed` makes initialisation deterministic;
     `fuse_attention=False` keeps attention as the diagram's separate einsum/softmax steps instead
-    of one scaled_dot_product_attention call.
+    of one scaled_dot_product_attention call. `entries={"hidden": "hidden.pen", ...}` makes one
+    module with several entry points: each diagram becomes a method (`model.hidden(...)`) that
+    runs on the same parameters, shared by name (docs/language.md, "One module, several entries").
     """
     from penrose.compiler import compile_diagram
 
     return compile_diagram(
-        path_or_text, seed=seed, fuse_attention=fuse_attention, text=text, include_paths=include_paths, **sizes
+        path_or_text, seed=seed, fuse_attention=fuse_attention, text=text, include_paths=include_paths,
+        entries=entries, **sizes
     )
 
 
@@ -87,11 +91,12 @@ def interpret(diagram, *args, params=None, training=False, **inputs):
     return _interpret(diagram, *args, params=params, training=training, **inputs)
 
 
-def source(path_or_text=None, *, text=None, include_paths=(), **sizes) -> str:
+def source(path_or_text=None, *, text=None, include_paths=(), entries=None, **sizes) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
-    from penrose.compiler import generate_source
+    from penrose.compiler import generate_source, load_entries
 
-    return generate_source(load(path_or_text, text=text, include_paths=include_paths, **sizes))
+    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, **sizes)
+    return generate_source(checked, entries=more)
 
 
 def trace(module, *example_inputs, dims=None, **options) -> str:
@@ -130,6 +135,7 @@ __all__ = [
     "load",
     "parse",
     "parse_file",
+    "replace_includes",
     "source",
     "trace",
 ]

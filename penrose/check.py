@@ -92,7 +92,31 @@ def check(diagram: ir.Diagram, **sizes) -> Checked:
     >>> c.outputs[0][1].legs
     ('e',)
     """
-    checker = _Checker(diagram, sizes)
+    return _run(_Checker(diagram, sizes))
+
+
+def check_together(diagrams, **sizes) -> list[Checked]:
+    """Check diagrams that share one set of sizes (the entries of one module): each takes the
+    sizes it declares; a size that none of them declares is refused, as `check` refuses it.
+
+    >>> from penrose.parse import parse
+    >>> a, b = check_together([parse("dim e = 3\\ninput x[e]\\noutput x"),
+    ...                        parse("dim e = 3, k = 2\\ninput x[e, k]\\noutput x")], e=4, k=5)
+    >>> a.sizes.size(a.dims["e"]), b.sizes.size(b.dims["k"])
+    (4, 5)
+    """
+    checkers = [_Checker(d, sizes) for d in diagrams]
+    for c in checkers:
+        c.lenient = True
+    results = [_run(c) for c in checkers]
+    missing = [k for k in sizes if not any(k in c.dims or k in c.constants for c in checkers)]
+    if missing:  # refused as the first diagram refuses it, with its dims and a suggestion
+        checkers[0].overrides = {missing[0]: sizes[missing[0]]}
+        checkers[0].refuse_unknown()
+    return results
+
+
+def _run(checker) -> Checked:
     try:
         return checker.run()
     except RecursionError:
@@ -140,9 +164,9 @@ class _Checker:
         self.constants: dict[str, tuple] = {}  # const name -> (value, declaration span)
         self._static_scope = _Scope(self, "<const>", False)  # no tensors: where a const's value is read
 
-    # -- entry
-    def run(self) -> Checked:
-        top = self._collect(self.diagram)
+    lenient = False  # sizes the diagram does not declare are left to the others checked with it
+
+    def refuse_unknown(self):
         unknown = [k for k in self.overrides if k not in self.dims and k not in self.constants]
         if unknown:
             known = {**self.dims, **self.constants}
@@ -152,6 +176,12 @@ class _Checker:
                 + (", ".join(sorted(self.dims)) or "no dims") + consts,
                 Span(self.file),
             )
+
+    # -- entry
+    def run(self) -> Checked:
+        top = self._collect(self.diagram)
+        if not self.lenient:
+            self.refuse_unknown()
         for name in block_order({n: blk for n, (blk, _) in self.block_defs.items()}):  # callees first
             blk, _ = self.block_defs[name]
             self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
@@ -1530,8 +1560,10 @@ class _Checker:
             instance = ctx["instance"] or e.func
             if ctx["repeat"] is not None:
                 repeat = self._repeat_count(ctx["repeat"])
-                if len(args) != 1 or len(blk.outputs) != 1:
-                    raise PenroseCheckError("'repeat' chains a block with one argument and one result", e.span)
+                if not args or len(blk.outputs) != 1:
+                    raise PenroseCheckError(
+                        "'repeat' chains a block with one result, fed back into its first argument "
+                        "(the others reach every copy unchanged)", e.span)
                 fin, fout = blk_def.formals[0], blk.outputs[0][1]
                 if tuple(fin.legs) != tuple(fout.legs):
                     raise PenroseCheckError(

@@ -11,6 +11,7 @@ examples:
   penrose check zoo/paper/self_attention.pen        check a diagram (errors point at line and column)
   penrose compile zoo/paper/mlp.pen -o mlp.py       write standalone PyTorch source
   penrose compile model.pen -o model.py --size t=128 --size e=64
+  penrose compile full.pen --entry hidden=hidden.pen -o model.py   one module, two entries
   penrose plan zoo/paper/steerling_listing.pen      contraction plan: FLOPs and largest intermediate
   penrose fmt model.pen                             print canonical formatting (--write to rewrite)
   penrose render zoo/paper/self_attention.pen -o attention.svg
@@ -101,6 +102,8 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c.add_argument("file")
     c.add_argument("-o", "--output", help="output .py file (default: print)")
     c.add_argument("--size", action="append", metavar="NAME=N")
+    c.add_argument("--entry", action="append", metavar="NAME=FILE", dest="entries",
+                   help="another diagram as method NAME of the same module, on the same parameters (shared by name)")
     _include_path_option(c)
 
     c = add("plan", "print each contraction's plan, FLOPs (a block's times its runs, repeats included) and largest intermediate", "penrose plan zoo/paper/steerling_listing.pen")
@@ -217,14 +220,23 @@ def _run(args) -> int:
                   + ", ".join(f"{n}[{', '.join(t.legs)}]" for n, t in c.outputs))
         return 0
     if args.command == "compile":
-        from penrose.compiler import generate_source
+        from penrose.compiler import generate_source, load_entries
         from penrose.io import atomic_write_text
 
         if args.output:
             _output(args.output, args.file)
-        c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
-        _print_warnings(c)
-        src = generate_source(c)
+        from penrose.errors import PenroseError
+
+        entries = {}
+        for item in args.entries or ():
+            name, eq, path = item.partition("=")
+            if not eq or not name or not path:
+                raise PenroseError(f"--entry takes NAME=FILE, got {item!r}")
+            entries[name.strip()] = _path(path.strip())
+        c, more = load_entries(_path(args.file), entries=entries, include_paths=args.include_paths, **_sizes(args.size))
+        for checked in (c, *more.values()):
+            _print_warnings(checked)
+        src = generate_source(c, entries=more)
         if args.output:
             atomic_write_text(args.output, src)
             print(f"wrote {args.output}")

@@ -715,9 +715,9 @@ def _block(fr, v, args):
     if v.attrs["repeat"] is None:
         outs = _call_block(fr, blk, f"{fr.prefix}{inst}.", args)
     else:
-        (x,) = args
+        x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(v.attrs["repeat"]):
-            (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x])
+            (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)
 

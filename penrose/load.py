@@ -38,6 +38,7 @@ Import names from this module (`from penrose.load import read`): the package att
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import contextvars
 import os
 
@@ -81,6 +82,35 @@ def read(source=None, *, text: str | None = None) -> ir.Diagram:
     if isinstance(source, str):
         return parse(source)
     raise TypeError(f"expected a path, .pen text or a Diagram, got {type(source).__name__}")
+
+
+def replace_includes(diagram: ir.Diagram, replacements: dict) -> ir.Diagram:
+    """The diagram with its top-level `include "A"` statements replaced, on the IR, by includes
+    of the files `replacements[A]` names (a path or a list of paths, relative to the diagram's
+    folder as its own includes are); the new statements keep the old one's position, so a
+    replacement file that is missing, empty or does not parse is reported at the line that was
+    replaced. Each key must be included exactly once.
+
+    >>> d = read('include "heads.pen"\\ninput x[e]\\noutput x')
+    >>> [s.path for s in replace_includes(d, {"heads.pen": ["a.pen", "b.pen"]}).body if isinstance(s, ir.Include)]
+    ['a.pen', 'b.pen']
+    """
+    if not isinstance(replacements, dict):
+        raise TypeError(f"replacements maps an included path to its new files, got {type(replacements).__name__}")
+    found = {key: 0 for key in replacements}
+    body = []
+    for s in diagram.body:
+        if isinstance(s, ir.Include) and s.path in replacements:
+            found[s.path] += 1
+            new = replacements[s.path]
+            for path in [new] if isinstance(new, (str, os.PathLike)) else list(new):
+                body.append(dataclasses.replace(s, path=os.fspath(path)))
+        else:
+            body.append(s)
+    for key, n in found.items():
+        if n != 1:
+            raise PenroseError(f"{diagram.file} includes {key!r} {n} times; replace_includes needs it exactly once", Span(diagram.file))
+    return dataclasses.replace(diagram, body=tuple(body))
 
 
 def read_file(path, *, included: bool = False) -> ir.Diagram:

@@ -213,9 +213,18 @@ def _expand_legs(x, sizes):
     return x.expand(*x.shape[: x.dim() - len(sizes)], *sizes)
 
 
+def _plain_mask(mask):
+    """A mask whose leading legs are all size 1 (a (t, s) mask aligned to the heads) as (t, s):
+    the same broadcast, and the kernels take their (t, s) path."""
+    if mask is not None and mask.dim() > 2 and all(n == 1 for n in mask.shape[:-2]):
+        return mask.reshape(mask.shape[-2:])
+    return mask
+
+
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
+    mask = _plain_mask(mask)
     batch = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 2)
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*batch, *k.shape[-2:])
@@ -233,6 +242,7 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     """Grouped-query attention: q (..., g·r, t, d), k (..., g, s, d), v (..., g, s, e); query
     head g·r + i reads key/value head g (scaled_dot_product_attention's enable_gqa: no copies of
     k and v). A mask is (t, s) or (..., 1, t, s)."""
+    mask = _plain_mask(mask)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                                                 enable_gqa=True)
@@ -245,8 +255,9 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     return y.reshape(*lead, *y.shape[-3:])
 
 
-def _chain(blocks, x):
-    """Feed x through each block in turn (a repeated block)."""
+def _chain(blocks, x, *fixed, method=None):
+    """Feed x through each block in turn (a repeated block); `fixed` reach every block unchanged.
+    `method`: the blocks' method to run instead of forward (a module with several entries)."""
     for block in blocks:
-        x = block(x)
+        x = (getattr(block, method) if method else block)(x, *fixed)
     return x

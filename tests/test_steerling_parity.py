@@ -20,7 +20,7 @@ import torch
 
 from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
 from penrose_zoo.steerling import Steerling, release_key, release_names
-from penrose_zoo.steerling.model import DIAGRAMS, PLAIN_DIAGRAMS, RELEASE_NAMES
+from penrose_zoo.steerling.model import DIAGRAM, PLAIN_DIAGRAM, RELEASE_NAMES
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling"
@@ -198,7 +198,8 @@ def test_topk_weights_are_sigmoid_of_topk_logits():
 
 
 def test_causal_variant_matches_reference():
-    """steerling_causal.pen = the release with diff_block_size 1 (query t sees keys s <= t)."""
+    """The causal variant (steerling.pen compiled with blk = 1) = the release with diff_block_size 1
+    (query t sees keys s <= t)."""
     fx = ref.load_fixture(FIXTURES / "release_like")
     model = Steerling.from_release(fx.state_dict, fx.model_config, fx.concept_config, fx.vocab_size,
                                    causal=True, large_concept_threshold=fx.large_concept_threshold)
@@ -295,7 +296,7 @@ def test_meta_head_variants_have_the_release_parameter_count():
 def test_diagram_parameter_count_is_the_release_count():
     import penrose
 
-    for path in (*DIAGRAMS.values(), *PLAIN_DIAGRAMS.values()):
+    for path in (DIAGRAM, PLAIN_DIAGRAM):
         assert penrose.load(path).param_count() == 8_391_778_304
 
 
@@ -421,9 +422,9 @@ def test_save_load_round_trip_in_release_layout(tmp_path):
 
 
 @pytest.mark.parametrize("name", ["dims", "layers", "concepts", "concepts_known", "concepts_known_wide", "concepts_unknown",
-                                  "concepts_unknown_dense", "concepts_compose", "steerling", "steerling_causal",
-                                  "steerling_hidden", "steerling_causal_hidden", "steerling_readout", "steerling_plain",
-                                  "steerling_causal_plain"])
+                                  "concepts_unknown_dense", "concepts_compose", "steerling", "steerling_hidden",
+                                  "steerling_readout", "steerling_plain", "steerling_embeddings",
+                                  "steerling_injected_hidden", "steerling_injected_all_hidden"])
 def test_diagrams_have_legends_and_captions(name):
     text = (STEERLING / f"{name}.pen").read_text()
     assert text.startswith("# index legend:")
@@ -433,7 +434,8 @@ def test_diagrams_have_legends_and_captions(name):
 
 def test_diagrams_draw_the_release():
     layers = (STEERLING / "layers.pen").read_text()
-    assert "block_causal(t, s, block=blk)" in layers and "causal(t, s)" in layers
+    assert "block attention(x[t, e], m[t, s] : bool)" in layers and "l = where(m, l, -inf)" in layers
+    assert "causal" not in layers.split("block attention")[1]  # the mask is made by the callers, once
     assert "clamp(einsum('te,oe->to', x, c_attn), min=-clip, max=clip)" in layers
     assert "einsum('tgrd,sgd->grts', q, k)" in layers  # GQA: heads as legs
     concepts = (STEERLING / "concepts.pen").read_text()
@@ -445,10 +447,11 @@ def test_diagrams_draw_the_release():
         assert "min=-15, max=15" in text
         assert ("block known_head(h[t, e], kpos[t] : bool, ksel[c] : bool, kval[c])" in text if "unknown" not in part
                 else "block unknown_head(h[t, e], upos[t] : bool, usel[u] : bool, uval[u])" in text)
-    for name in ("steerling", "steerling_causal"):
+    for name in ("steerling", "steerling_plain"):
         text = (STEERLING / f"{name}.pen").read_text()
         assert 'include "layers.pen"' in text and 'include "concepts.pen"' in text
-        assert "repeat L as layers" in text and "gather(tok_emb, ids)" in text
+        assert "m = block_causal(t, s, block=blk)" in text and "layer(x, m) repeat L as layers" in text
+        assert "gather(tok_emb, ids)" in text
         assert "einsum('te,ve->tv', z, tok_emb)" in text  # tied LM head
 
 
@@ -594,8 +597,8 @@ def test_wide_small_heads_train_like_dense_ones():
 @pytest.mark.parametrize("name", ["release_like", "mha_dense_unknown"])
 @pytest.mark.parametrize("causal", [False, True])
 def test_plain_diagram_is_the_model_without_interventions(name, causal):
-    """self.net (steerling[_causal]_plain.pen: heads and composition without intervention inputs)
-    computes what steerling[_causal].pen computes when nothing is intervened on."""
+    """self.net (steerling_plain.pen: heads and composition without intervention inputs)
+    computes what steerling.pen (net.intervention) computes when nothing is intervened on."""
     fx = ref.load_fixture(FIXTURES / name)
     model = Steerling.from_release(fx.state_dict, fx.model_config, fx.concept_config, fx.vocab_size, causal=causal)
     ids = fx.tensors["input.input_ids"]
@@ -603,7 +606,7 @@ def test_plain_diagram_is_the_model_without_interventions(name, causal):
     nothing = dict(kpos=torch.ones(ids.shape, dtype=torch.bool), ksel=torch.zeros(c, dtype=torch.bool), kval=torch.zeros(c),
                    upos=torch.ones(ids.shape, dtype=torch.bool), usel=torch.zeros(u, dtype=torch.bool), uval=torch.zeros(u))
     plain = model.net(ids=ids)  # ε on: the release's default
-    full = model.intervention_net()(ids=ids, use_eps=torch.tensor(True), **nothing)
+    full = model.net.intervention(ids=ids, use_eps=torch.tensor(True), **nothing)
     for key in plain._fields:  # the plain unknown head takes σ of the kept logits only: ≤ 1 ulp apart
         assert torch.allclose(getattr(plain, key), getattr(full, key), rtol=0, atol=1e-6), key
     plain.logits.logsumexp(-1).sum().backward()

@@ -228,8 +228,8 @@ def test_folder_without_config_or_weights(tmp_path, no_weight_read):
     with pytest.raises(CheckpointError, match="no such checkpoint folder"):
         Steerling.from_pretrained(tmp_path / "nowhere")
     path = write_published(tmp_path / "ckpt")
-    (path / "model.safetensors").rename(path / "weights.safetensors")
-    with pytest.raises(CheckpointError, match=r"ckpt: no weights: expected model.safetensors.*found weights.safetensors"):
+    (path / "model.safetensors").rename(path / "optimizer.safetensors")  # penrose's training state only
+    with pytest.raises(CheckpointError, match=r"ckpt: no weights: expected model.safetensors"):
         Steerling.from_pretrained(path)
     (path / "config.json").unlink()
     with pytest.raises(CheckpointError, match=r"no config.json;"):
@@ -242,6 +242,22 @@ def test_folder_without_config_or_weights(tmp_path, no_weight_read):
     (bad / "model.safetensors").write_bytes(b"\x00" * 16)
     with pytest.raises(CheckpointError, match=r"model.safetensors: not a readable safetensors file"):
         Steerling.from_pretrained(bad)
+
+
+def test_weights_under_other_file_names_load_as_the_release_loads_them(tmp_path):
+    """regression: a folder whose weights are not named model.safetensors (nor model-i-of-n) was
+    refused, while the release reads every *.safetensors file of a folder."""
+    path = write_published(tmp_path / "ckpt", shards=2)
+    (path / "model.safetensors.index.json").unlink()
+    for i, f in enumerate(sorted(path.glob("model-*.safetensors"))):
+        f.rename(path / f"part{i}.safetensors")
+    _compare_with_reference(Steerling.from_pretrained(path, dtype=torch.float32))
+    other = write_published(tmp_path / "dup")
+    (other / "model.safetensors").rename(other / "a.safetensors")
+    import shutil
+    shutil.copy(other / "a.safetensors", other / "b.safetensors")
+    with pytest.raises(CheckpointError, match=r"b.safetensors: weight .* is also in a.safetensors"):
+        Steerling.from_pretrained(other)
 
 
 def test_shard_listed_in_the_index_but_missing(tmp_path, no_weight_read):

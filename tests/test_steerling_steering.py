@@ -257,8 +257,19 @@ def test_injection_zero_is_the_plain_forward_and_shares_the_weights():
     from penrose_zoo.steerling.steer import _INJECTED
 
     net = _INJECTED[model][1][0]
-    assert net.injected[0].layer.attn.c_attn is model.net.layers[1].attn.c_attn  # tied, not copied
-    assert net.layers[0].mlp.c_fc is model.net.layers[0].mlp.c_fc
+    assert all(p.is_meta for p in net.parameters())  # no copy of the weights: it runs on the model's
+    # the injected run reads the model's own parameters: its gradient reaches them, and a change to
+    # them changes it (layers.1 of the model is the injected copy 0, layers.0 the unsteered one)
+    h = injected_hidden(model, ids, torch.randn(1, 6, 32), 2, 1.0)
+    h.square().sum().backward()
+    assert model.net.layers[1].attn.c_attn.grad.abs().sum() > 0 and model.net.layers[0].mlp.c_fc.grad.abs().sum() > 0
+    with torch.no_grad():
+        before = injected_hidden(model, ids, torch.zeros(1, 6, 32), 2, 1.0)
+        model.net.layers[1].mlp.c_fc.mul_(2.0)
+        after = injected_hidden(model, ids, torch.zeros(1, 6, 32), 2, 1.0)
+        model.net.layers[1].mlp.c_fc.div_(2.0)  # exactly back: the model is shared with other tests
+    model.zero_grad(set_to_none=True)
+    assert float((before - after).abs().max()) > 1e-4
 
 
 def test_bad_injection_inputs():

@@ -163,6 +163,8 @@ class _Reader:
                 self.args(v)
                 rep = v.attrs["repeat"]
                 more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
+                if rep and len(v.args) > 1:
+                    more += " and the same further arguments"
                 self.add(Reading("block", "Block", f"Apply block {v.attrs['block']}{more}."))
             return  # a tensor
         READING[key](self, v, target)

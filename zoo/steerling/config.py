@@ -14,16 +14,17 @@ import penrose
 from penrose.errors import PenroseCompileError
 
 HERE = Path(__file__).resolve().parent
-DIAGRAMS = {"block_causal": HERE / "steerling.pen", "causal": HERE / "steerling_causal.pen"}
-# The same models without intervention inputs (no `where`s that would change nothing): `self.net`,
-# run when a forward pass has no intervention; DIAGRAMS run, tied to it, when one has.
-PLAIN_DIAGRAMS = {"block_causal": HERE / "steerling_plain.pen", "causal": HERE / "steerling_causal_plain.pen"}
-# The same networks from the token embeddings on (per-position intervention values, teacher
-# forcing): `Steerling.forward_from_embeddings`. Parameters are shared with `self.net`.
-EMBEDDING_DIAGRAMS = {"block_causal": HERE / "steerling_embeddings.pen",
-                      "causal": HERE / "steerling_causal_embeddings.pen"}
+# One diagram per role, for both variants: the attention mask is block_causal(t, s, block=blk),
+# and the causal variant is the same diagram compiled with blk = 1 (`compile_sizes`).
+DIAGRAM = HERE / "steerling.pen"  # with intervention inputs
+# The same model without intervention inputs (no `where`s that would change nothing): the
+# module's forward, run when a forward pass has no intervention and ε is on.
+PLAIN_DIAGRAM = HERE / "steerling_plain.pen"
+# The same network from the token embeddings on (per-position intervention values, teacher
+# forcing): `Steerling.forward_from_embeddings`.
+EMBEDDING_DIAGRAM = HERE / "steerling_embeddings.pen"
 # The stages around a blocked (large) concept head: ids → h, and (h, k̂, û) → ε, LM head.
-HIDDEN_DIAGRAMS = {"block_causal": HERE / "steerling_hidden.pen", "causal": HERE / "steerling_causal_hidden.pen"}
+HIDDEN_DIAGRAM = HERE / "steerling_hidden.pen"
 READOUT_DIAGRAM = HERE / "steerling_readout.pen"
 # The concept heads of concepts.pen (the released 8B); other configs swap in another file per head.
 DEFAULT_HEADS = ("concepts_known.pen", "concepts_unknown.pen")
@@ -139,6 +140,12 @@ def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> 
     return sizes
 
 
+def compile_sizes(sizes: dict, causal: bool) -> dict:
+    """The sizes a variant's diagrams compile with: the causal variant's attention is
+    block-causal with blocks of one token (blk = 1), so it sees keys s <= t."""
+    return {**sizes, "blk": 1} if causal else dict(sizes)
+
+
 def concept_parts(model_config: dict, concept_config: dict, vocab_size: int) -> tuple[str, str]:
     """The files that draw the (known, unknown) heads for a config: concepts_known.pen, or
     concepts_known_wide.pen when topk_known_features > topk_known; concepts_unknown.pen
@@ -153,13 +160,9 @@ def concept_parts(model_config: dict, concept_config: dict, vocab_size: int) -> 
 def with_heads(path: Path, parts: tuple[str, str]):
     """The diagram at `path` with its concept heads drawn by `parts` (file names, see
     `concept_parts`): the same diagram, its `include "concepts.pen"` (= concepts_known.pen,
-    concepts_unknown.pen, concepts_compose.pen) replaced by those files. Returns `path` itself
-    for the release's own heads, else the parsed diagram (errors still name `path`)."""
+    concepts_unknown.pen, concepts_compose.pen) replaced on the IR by those files
+    (penrose.replace_includes). Returns `path` itself for the release's own heads, else the
+    parsed diagram (errors still name `path`)."""
     if tuple(parts) == DEFAULT_HEADS:
         return path
-    text = Path(path).read_text(encoding="utf-8")
-    include = 'include "concepts.pen"'
-    if text.count(include) != 1:
-        raise PenroseCompileError(f"{path}: expected one line {include} to swap concept heads into")
-    swapped = "\n".join(f'include "{name}"' for name in (*parts, "concepts_compose.pen"))
-    return penrose.parse(text.replace(include, swapped), file=str(path))
+    return penrose.replace_includes(penrose.parse_file(path), {"concepts.pen": [*parts, "concepts_compose.pen"]})

@@ -8,24 +8,27 @@
     with torch.device("meta"):
         big = Steerling.from_release_config({}, {}, 100281)   # {} = release defaults
 
-The forward pass is the compiled diagram `steerling.pen` (block-causal) or `steerling_causal.pen`
-(causal) — or, when nothing is intervened on and ε is on (the release's default),
-`steerling[_causal]_plain.pen`, the same model without intervention inputs (`self.net`, which
-holds the parameters); its sizes come from the
-configs through `penrose.compile(..., **sizes)`. This wrapper
-only (1) checks configs, weights and inputs, (2) picks the concept-head diagrams the config
-needs (`concept_parts`: concepts_known[_wide].pen, concepts_unknown[_dense].pen), (3) turns
-intervention dicts into the diagram's mask inputs and (4) reads the top-k ids off the diagram's
-outputs. Interventions themselves, and the rule that switches ε off while known concepts are
-intervened on, are in the diagram.
+The model is one compiled module, `self.net` (penrose.compile with entries: one set of
+parameters, a method per diagram). Its forward is `steerling_plain.pen`, run when nothing is
+intervened on and ε is on (the release's default); `net.intervention` is `steerling.pen`, the
+same model with intervention inputs; `net.embeddings` is `steerling_embeddings.pen`; `net.hidden`
+and `net.readout` are the stages around a blocked head. The two variants are the same diagrams:
+the attention mask is `block_causal(t, s, block=blk)`, made once and handed to every layer, and
+the causal variant compiles with blk = 1 (`compile_sizes`). Sizes come from the configs through
+`penrose.compile(..., **sizes)`. This wrapper only (1) checks configs, weights and inputs, (2)
+picks the concept-head diagrams the config needs (`concept_parts`: concepts_known[_wide].pen,
+concepts_unknown[_dense].pen, swapped in by `penrose.replace_includes`), (3) turns intervention
+dicts into the diagram's mask inputs and (4) reads the top-k ids off the diagram's outputs.
+Interventions themselves, and the rule that switches ε off while known concepts are intervened
+on, are in the diagram.
 
 A head with more concepts than `large_concept_threshold` (the release's 50,000: the 8B unknown
 head) is run as the release runs it, blocked (blocked.py: a running top-k over blocks of
 `concept_config["block_size"]` concepts, never a tokens × concepts matrix, with the release's
 large-head intervention rule) — unless it fits one block and its diagram draws the rule it needs,
-when the diagram computes the same thing. With a blocked head the model runs as the stage
-diagrams steerling[_causal]_hidden.pen (ids → h), the other head's block of the compiled diagram,
-and steerling_readout.pen (ε and the LM head), all sharing `self.net`'s parameters.
+when the diagram computes the same thing. With a blocked head the model runs `net.hidden`
+(steerling_hidden.pen: ids → h), the other head's block (`net.known_head.known_head`, ...), and
+`net.readout` (steerling_readout.pen: ε and the LM head).
 
 The pieces around the module live next to it: config.py (release fields and defaults → diagram
 sizes and head files), release.py (parameter names ↔ release keys, state-dict checks, checkpoint
@@ -51,18 +54,19 @@ from penrose_zoo.steerling.config import (  # re-exported (__all__)
     BYTE_MASK_ID,
     CONCEPT_DEFAULTS,
     DEFAULT_HEADS,
-    DIAGRAMS,
-    EMBEDDING_DIAGRAMS,
+    DIAGRAM,
+    EMBEDDING_DIAGRAM,
     HERE,
-    HIDDEN_DIAGRAMS,
+    HIDDEN_DIAGRAM,
     LARGE_CONCEPT_THRESHOLD,
     MODEL_DEFAULTS,
     NORM_EPS,
-    PLAIN_DIAGRAMS,
+    PLAIN_DIAGRAM,
     READOUT_DIAGRAM,
     RELEASE_INSTRUCT_VOCAB_SIZE,
     RELEASE_MASK_ID,
     RELEASE_VOCAB_SIZE,
+    compile_sizes,
     concept_parts,
     diagram_sizes,
     full_configs,
@@ -103,10 +107,11 @@ def _skip_init():
 
 
 class Steerling(torch.nn.Module):
-    """Steerling-8B from its diagrams. `self.net` is the compiled diagram steerling[_causal]_plain.pen
-    (parameters under their diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor,
-    ...), run when nothing is intervened on; `intervention_net()` is steerling[_causal].pen with the
-    same parameters, run when something is."""
+    """Steerling-8B from its diagrams. `self.net` is one compiled module (parameters under their
+    diagram names: net.layers.0.attn.c_attn, net.known_head.concept_predictor, ...): its forward
+    is steerling_plain.pen, run when nothing is intervened on; `net.intervention` is steerling.pen
+    on the same parameters, run when something is; `net.embeddings`, `net.hidden`, `net.readout`
+    the other entries."""
 
     def __init__(self, model_config: dict | None = None, concept_config: dict | None = None,
                  vocab_size: int = RELEASE_VOCAB_SIZE, *, causal: bool = False,
@@ -120,12 +125,16 @@ class Steerling(torch.nn.Module):
         self.large_concept_threshold = int(large_concept_threshold)
         self.concept_parts = concept_parts(model_config, concept_config, vocab_size)
         self.concept_block = int(self.concept_config["block_size"])  # concepts per block of a blocked head
-        diagram = with_heads(PLAIN_DIAGRAMS[self.variant], self.concept_parts)
+        # one module, one set of parameters, an entry point per diagram (its methods)
+        diagram = with_heads(PLAIN_DIAGRAM, self.concept_parts)
+        entries = {"intervention": with_heads(DIAGRAM, self.concept_parts), "hidden": HIDDEN_DIAGRAM,
+                   "readout": READOUT_DIAGRAM, "embeddings": with_heads(EMBEDDING_DIAGRAM, self.concept_parts)}
+        sizes = compile_sizes(self.sizes, causal)
         if _default_device().type == "meta":
             with _skip_init():  # initialising meta tensors means nothing (and imports torch._dynamo)
-                self.net = penrose.compile(diagram, **self.sizes)
+                self.net = penrose.compile(diagram, entries=entries, **sizes)
         else:
-            self.net = penrose.compile(diagram, seed=seed, **self.sizes)
+            self.net = penrose.compile(diagram, entries=entries, seed=seed, **sizes)
         self._names = release_names(self.sizes["L"])
         self._none: dict = {}  # the inputs meaning "no intervention", per device
         self.mask_token_id: int | None = BYTE_MASK_ID if self.vocab_size > BYTE_MASK_ID else None
@@ -333,13 +342,13 @@ class Steerling(torch.nn.Module):
         self.check_input_ids(input_ids)
         args = self._concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
         if args["known_blocked"] or args["unknown_blocked"]:
-            return self._from_hidden(self._stage("hidden")(ids=input_ids), **args)
+            return self._from_hidden(self.net.hidden(ids=input_ids), **args)
         if not (args["known_on"] or args["unknown_on"]) and self.concept_config["use_epsilon_correction"]:
             o = self.net(ids=input_ids)
         else:
             pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
-            o = self.intervention_net()(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
-                                        use_eps=args["use_eps"])
+            o = self.net.intervention(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
+                                      use_eps=args["use_eps"])
         return self._output(o.logits, o.h, o.eps, o.z, args["known_on"], args["unknown_on"],
                             known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
                             unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf)
@@ -382,8 +391,8 @@ class Steerling(torch.nn.Module):
     def _from_hidden(self, h, *, pos, ksel, kval, usel, uval, use_eps, known_on, unknown_on, known_blocked,
                      unknown_blocked) -> SteerlingOutput:
         heads = self._concepts(h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
-        logits, z, eps = self._stage("readout")(h=h, kf=heads["known_features"], uf=heads["unknown_features"], ksel=ksel,
-                                                use_eps=use_eps)
+        logits, z, eps = self.net.readout(h=h, kf=heads["known_features"], uf=heads["unknown_features"], ksel=ksel,
+                                          use_eps=use_eps)
         return self._output(logits, h, eps, z, known_on, unknown_on, **heads)
 
     def _output(self, logits, h, eps, z, known_on, unknown_on, **heads) -> SteerlingOutput:
@@ -400,15 +409,14 @@ class Steerling(torch.nn.Module):
                   known_on: bool, unknown_on: bool, known_blocked: bool, unknown_blocked: bool) -> dict:
         """Both concept heads on the hidden state h: a blocked head by blocked.large_head (the
         release's rules for its size class), the other by its block of the compiled diagram
-        (intervention_net().known_head / unknown_head). Returns SteerlingOutput's head fields:
+        (net.known_head.known_head / unknown_head.unknown_head). Returns SteerlingOutput's head fields:
         dense logits and weights (a diagram's), features, and for a blocked head its reported
         top-k (logits, ids), the (ids, weights) its features are built from, and (unknown head)
         a function k -> its top-k (logits, ids)."""
         from penrose_zoo.steerling.blocked import large_head, select_topk
 
         sz, blk = self.sizes, self.concept_block
-        net = self.intervention_net()
-        kh, uh = net.known_head, net.unknown_head
+        kh, uh = self.net.known_head, self.net.unknown_head
         out = {}
         if known_blocked:  # ranked by σ(logit): a dense head
             kf, k_log, k_idx, active = large_head(
@@ -416,7 +424,7 @@ class Steerling(torch.nn.Module):
                 by_sigmoid=True, shift=(pos, ksel, kval) if known_on else None, small_rule=not self.known_large)
             out.update(known_features=kf, known_top=(k_log, k_idx), known_active=active)
         else:
-            out.update(zip(("known_logits", "known_weights", "known_features"), kh(h, pos, ksel, kval)))
+            out.update(zip(("known_logits", "known_weights", "known_features"), kh.known_head(h, pos, ksel, kval)))
         hd = h.detach()  # the unknown head reads h.detach() (steerling.pen, step 5)
         if unknown_blocked:
             shift = (pos, usel, uval) if unknown_on else None
@@ -433,38 +441,8 @@ class Steerling(torch.nn.Module):
             out.update(unknown_features=uf, unknown_top=(u_log, u_idx), unknown_active=active,
                        unknown_select=functools.partial(select_topk, x, pred, block=blk, by_sigmoid=by_sigmoid))
         else:
-            out.update(zip(("unknown_logits", "unknown_weights", "unknown_features"), uh(hd, pos, usel, uval)))
+            out.update(zip(("unknown_logits", "unknown_weights", "unknown_features"), uh.unknown_head(hd, pos, usel, uval)))
         return out
-
-    def intervention_net(self):
-        """The compiled steerling[_causal].pen (with this config's head files), its parameters
-        self.net's: the model with intervention inputs."""
-        return self._tied("_full_net", with_heads(DIAGRAMS[self.variant], self.concept_parts))
-
-    def _stage(self, kind: str):
-        """The compiled stage diagram `kind` ('hidden': steerling[_causal]_hidden.pen, 'readout':
-        steerling_readout.pen), its parameters tied to self.net's."""
-        path = HIDDEN_DIAGRAMS[self.variant] if kind == "hidden" else READOUT_DIAGRAM
-        return self._tied(f"_{kind}_net", path)
-
-    def _tied(self, attr: str, diagram):
-        """A compiled diagram whose parameters are self.net's, by name (re-tied on every call, so
-        load_state_dict(assign=True) and .to() are followed); not a submodule (no second copy in
-        state_dict)."""
-        entry = self.__dict__.get(attr)
-        if entry is None:
-            with torch.device("meta"), _skip_init():
-                net = penrose.compile(diagram, **self.sizes)
-            entry = self.__dict__[attr] = (net, [name for name, _ in net.named_parameters()])
-        net, names = entry
-        for name in names:
-            owner, _, leaf = name.rpartition(".")
-            mod = net.get_submodule(owner) if owner else net
-            p = self.net.get_parameter(name)
-            if mod._parameters.get(leaf) is not p:
-                mod._parameters[leaf] = p
-        net.train(self.training)
-        return net
 
     # -- the ConceptLM protocol (penrose_zoo.steerling.attribution) -----------------------------------
     def embed(self, input_ids: Tensor) -> Tensor:
@@ -490,11 +468,6 @@ class Steerling(torch.nn.Module):
             C = uh.embedding_coef[: self.sizes["u"]]
             return (C if ids is None else C[ids]) @ uh.embedding_basis.T
         raise ValueError(f"kind must be 'known' or 'unknown', got {kind!r}")
-
-    def _embedding_net(self):
-        """The compiled embeddings diagram (with this config's head files: their `*_head_at`
-        blocks), its parameters tied to self.net's."""
-        return self._tied("_emb_net", with_heads(EMBEDDING_DIAGRAMS[self.variant], self.concept_parts))
 
     def _positional(self, spec, n: int, what: str, shape, device) -> tuple[Tensor, Tensor]:
         """(chosen (n,) bool, values (*shape, n)) from {id: float | (*shape) tensor}."""
@@ -556,7 +529,7 @@ class Steerling(torch.nn.Module):
                 raise PenroseShapeError(f"known_gt_features has shape {tuple(known_gt_features.shape)}, expected {tuple(x.shape)}")
             kgt, tf = known_gt_features.to(device=device, dtype=x.dtype), float(teacher_forcing)
         use_eps = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
-        o = self._embedding_net()(x=x, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
+        o = self.net.embeddings(x=x, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
                                   use_eps=use_eps, kgt=kgt, tf=torch.tensor(tf, device=device, dtype=x.dtype))
         known_on = bool(intervene_known)
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
@@ -576,8 +549,8 @@ class Steerling(torch.nn.Module):
 
 
 __all__ = [  # the module's own names and those it re-exports from config, release and outputs
-    "BYTE_MASK_ID", "CONCEPT_DEFAULTS", "DEFAULT_HEADS", "DIAGRAMS", "EMBEDDING_DIAGRAMS", "EMBEDDING_KEY", "HERE",
-    "HIDDEN_DIAGRAMS", "LARGE_CONCEPT_THRESHOLD", "MODEL_DEFAULTS", "NORM_EPS", "OUTPUT_FIELDS", "PLAIN_DIAGRAMS",
+    "BYTE_MASK_ID", "CONCEPT_DEFAULTS", "DEFAULT_HEADS", "DIAGRAM", "EMBEDDING_DIAGRAM", "EMBEDDING_KEY", "HERE",
+    "HIDDEN_DIAGRAM", "LARGE_CONCEPT_THRESHOLD", "MODEL_DEFAULTS", "NORM_EPS", "OUTPUT_FIELDS", "PLAIN_DIAGRAM",
     "READOUT_DIAGRAM", "RELEASE_INSTRUCT_VOCAB_SIZE", "RELEASE_MASK_ID", "RELEASE_NAMES", "RELEASE_VOCAB_SIZE",
     "TIED_KEY", "CheckpointError", "Steerling", "SteerlingOutput", "check_release_state_dict", "concept_parts",
     "diagram_sizes", "full_configs", "release_key", "release_names", "with_heads",

@@ -340,9 +340,13 @@ def weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
         if gone:
             raise CheckpointError(f"{path}: shard(s) {', '.join(gone)} missing (and no {INDEX_FILE})")
         return want, None
-    found = sorted(p.name for p in path.glob("*.safetensors"))
+    # otherwise, as the release: every *.safetensors file of the folder (penrose's own training
+    # state, optimizer.safetensors, is not a weight file)
+    found = sorted(p for p in path.glob("*.safetensors") if p.name != "optimizer.safetensors" and p.is_file())
+    if found:
+        return found, None
     raise CheckpointError(f"{path}: no weights: expected {SINGLE_FILE}, or shards model-0000i-of-0000n.safetensors "
-                          f"listed in {INDEX_FILE}" + (f" (found {', '.join(found)})" if found else ""))
+                          f"listed in {INDEX_FILE}, or other *.safetensors files")
 
 
 def stored_tensors(files: list[Path], wmap: dict[str, str] | None) -> dict[str, StoredTensor]:

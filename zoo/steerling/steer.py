@@ -456,8 +456,9 @@ def position_injection(input_ids: Tensor, direction: Tensor | None, mask_id: int
     return inj
 
 
-# The compiled injection diagrams, per model and number of unsteered layers, their parameters the
-# model's (tied by name: layers.i of steerling.pen; injected.k.layer.* is layers.(Lpre + k)).
+# The compiled injection diagrams, per model and number of unsteered layers, run on the model's
+# parameters (torch.func.functional_call; by name: layers.i of steerling.pen, and injected.k.layer.*
+# is layers.(Lpre + k)). Not entries of model.net: their instances are named apart from `layers`.
 _INJECTED: "weakref.WeakKeyDictionary[torch.nn.Module, dict]" = weakref.WeakKeyDictionary()
 
 
@@ -485,14 +486,11 @@ def _injected_net(model, pre: int):
             net = penrose.compile(path, **model.sizes, **extra)
         entry = cache[pre] = (net, [(n, _model_name(n, pre)) for n, _ in net.named_parameters()])
     net, names = entry
-    for name, source in names:  # re-tied every call: follows .to() and load_state_dict(assign=True)
-        owner, _, leaf = name.rpartition(".")
-        mod = net.get_submodule(owner) if owner else net
-        p = model.net.get_parameter(source)
-        if mod._parameters.get(leaf) is not p:
-            mod._parameters[leaf] = p
+    # run on the model's own parameters (looked up every call: follows .to() and
+    # load_state_dict(assign=True)); the compiled net keeps only meta placeholders
+    params = {name: model.net.get_parameter(source) for name, source in names}
     net.train(model.training)
-    return net
+    return lambda **inputs: torch.func.functional_call(net, params, (), inputs, strict=True)
 
 
 def injected_hidden(model, input_ids: Tensor, injection: Tensor, inject_layer: int, alpha: float = 1.0) -> Tensor | None:
