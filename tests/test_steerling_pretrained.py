@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import subprocess
 import sys
 import warnings
@@ -403,3 +404,51 @@ def test_load_bench_small_holds_one_copy_of_the_weights():
     assert r["rss_after_load"] - r["rss_before_load"] < 0.25 * r["weight_bytes"]
     assert r["touched_over_weights"] <= 1.15, r
     assert r["s_per_token"] > 0 and r["new_tokens"] == 16
+
+
+def _corpus(path: Path, cats=("cats", "sea")) -> Path:
+    """A corpus of category files (fortunes format: entries between '%' lines)."""
+    path.mkdir(parents=True, exist_ok=True)
+    words = {"cats": "the cat purrs and meows at the mouse", "sea": "waves roll over the ship at sea",
+             "unmapped": "nothing to see here"}
+    for cat in cats:
+        entries = [f"{words[cat]} number {i}, {'again ' * (i % 3)}and more." for i in range(40)]
+        (path / cat).write_text("\n%\n".join(entries) + "\n%\n")
+    return path
+
+
+def test_cli_evaluate_reads_a_published_folder(tmp_path, capsys):
+    """regression: `evaluate` took only training checkpoints (it reads their corpus), so a
+    published folder could not be evaluated; now --data names a corpus and --catalog (or
+    --concept CATEGORY=ID) the known concept of each category."""
+    path = write_published(tmp_path / "ckpt")
+    data = _corpus(tmp_path / "corpus")
+    catalog = HERE / "fixtures" / "steerling_concepts.csv"
+    assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--catalog", str(catalog),
+                 "--max-batches", "2", "--seq-len", "32", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["concepts_scored"] == {"cats": 0, "sea": 2}
+    assert set(r["concept_auc_per_concept"]) == {"cats", "sea"}
+    assert math.isfinite(r["val_loss"]) and 0 < r["val_loss"] < 20
+    assert set(r["steering"]) <= {"cats", "sea"}
+    # --concept maps a category by id, and agrees with the catalog's mapping
+    assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats=0", "--concept", "sea=2",
+                 "--max-batches", "2", "--seq-len", "32", "--json"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert again["val_loss"] == r["val_loss"] and again["concept_auc_per_concept"] == r["concept_auc_per_concept"]
+
+
+def test_cli_evaluate_of_a_published_folder_needs_a_corpus_and_its_concepts(tmp_path, capsys):
+    path = write_published(tmp_path / "ckpt")
+    assert main(["evaluate", "--checkpoint", str(path)]) == 1
+    assert "no training corpus to evaluate on: give --data DIR" in capsys.readouterr().err
+    data = _corpus(tmp_path / "corpus", ("cats", "unmapped"))
+    catalog = HERE / "fixtures" / "steerling_concepts.csv"
+    assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--catalog", str(catalog)]) == 1
+    err = capsys.readouterr().err
+    assert "corpus categories without a known concept: 'unmapped' (unknown concept 'unmapped'" in err
+    assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats=0",
+                 "--concept", "unmapped=99"]) == 1
+    assert "category 'unmapped' is known concept 99, but the model has 37 known concepts" in capsys.readouterr().err
+    assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats"]) == 1
+    assert "--concept takes CATEGORY=ID|NAME" in capsys.readouterr().err

@@ -9,6 +9,7 @@
     penrose steerling steer --checkpoint run --inject computers=8 --prompt "The"     the release's recipes:
     penrose steerling steer --checkpoint run --unlearn computers=20 --prompt "The"   injection, unlearning
     penrose steerling evaluate --checkpoint run [--json]
+    penrose steerling evaluate --checkpoint steerling-8b/ --data corpus/ --catalog concepts.parquet
     penrose steerling concepts --catalog labels.csv --search court   concept ids by name / description
     penrose steerling scaling --quick --out build/scaling [--json]   base vs concept models over sizes
 
@@ -198,8 +199,16 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--seed", type=int, default=0)
 
     v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
-    v.add_argument("--checkpoint", required=True, metavar="DIR",
-                   help="a checkpoint written by `train` (evaluation reads its training corpus and config)")
+    _checkpoint_option(v)
+    v.add_argument("--data", default=None, metavar="DIR",
+                   help="a corpus of category files ('fortunes' or a folder); default for a checkpoint written by "
+                        "`train`: its training corpus and config; needed for any other folder (the published layout)")
+    v.add_argument("--catalog", default=None, metavar="FILE",
+                   help="labels file (CSV or parquet) that names the known concepts the corpus categories are")
+    v.add_argument("--concept", action="append", default=None, metavar="CATEGORY=ID|NAME", dest="concept_map",
+                   help="the known concept of a corpus category (repeatable; else by --catalog name)")
+    v.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the tiny preset's)")
+    v.add_argument("--max-chunks", type=int, default=0, help="a fixed sample of the corpus (0 = all)")
     v.add_argument("--json", action="store_true")
     v.add_argument("--max-batches", type=int, default=16)
 
@@ -683,14 +692,36 @@ def _scaling(args) -> int:
 
 
 def _evaluate(args) -> int:
-    from penrose_zoo.steerling.train import evaluate_checkpoint
+    from pathlib import Path
 
-    r = evaluate_checkpoint(args.checkpoint, max_batches=args.max_batches)
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.train import evaluate_checkpoint, evaluate_pretrained
+
+    own = (Path(args.checkpoint) / "train.json").is_file()
+    if own and args.data is None:
+        if args.catalog or args.concept_map:
+            raise PenroseError("--catalog and --concept map a corpus (--data) to the model's concepts; a training "
+                               "checkpoint is evaluated on its own corpus")
+        r = evaluate_checkpoint(args.checkpoint, max_batches=args.max_batches)
+    elif args.data is None:
+        raise PenroseError(f"{args.checkpoint}: not a checkpoint written by `penrose steerling train` (no train.json), so "
+                           "there is no training corpus to evaluate on: give --data DIR (category files) and name "
+                           "their concepts (--catalog FILE or --concept CATEGORY=ID)")
+    else:
+        mapping = {}
+        for item in args.concept_map or ():
+            cat, eq, target = item.partition("=")
+            if not eq or not cat.strip() or not target.strip():
+                raise PenroseError(f"--concept takes CATEGORY=ID|NAME, got {item!r}")
+            target = target.strip()
+            mapping[cat.strip()] = int(target) if target.isdigit() else target
+        r = evaluate_pretrained(args.checkpoint, args.data, catalog=args.catalog, concepts=mapping, dtype=args.dtype,
+                                seq_len=args.seq_len, max_chunks=args.max_chunks, max_batches=args.max_batches)
     if args.json:
         print(json.dumps(r, indent=1))
         return 0
     for k, v in r.items():
-        if k in ("concept_auc_per_concept", "steering", "val_parts"):
+        if k in ("concept_auc_per_concept", "steering", "val_parts", "concepts_scored"):
             continue
         print(f"{k:>22}: {v:.4f}" if isinstance(v, float) else f"{k:>22}: {v}")
     per = {k: v for k, v in r["concept_auc_per_concept"].items() if v is not None}

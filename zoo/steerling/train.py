@@ -35,6 +35,7 @@ steps (only has an effect with ε off).
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 import os
 import random
@@ -461,10 +462,86 @@ def evaluate_checkpoint(path: str | os.PathLike, *, max_batches: int = 16, steer
                                                     steering_concepts=steering_concepts)}
 
 
+def evaluate_pretrained(path: str | os.PathLike, data: str, *, catalog: str | None = None, concepts: dict | None = None,
+                        dtype=None, seq_len: int | None = None, batch_size: int | None = None, max_chunks: int = 0,
+                        max_batches: int = 16, steering_concepts: int = 5) -> dict:
+    """evaluate_checkpoint's numbers for any checkpoint folder (the published layout too) on a
+    corpus of category files `data` ('fortunes' or a folder): each category is matched to one of
+    the model's known concepts — `concepts` {category: concept id or catalog name}, else by its
+    name in the labels file `catalog`, else a category named by a number is that id. The model's
+    other known concepts count as not annotated for the validation's concept term; detection AUC,
+    the probing gap and the steering effects are over the matched concepts only."""
+    from penrose_zoo.steerling.lm_data import PackedData
+    from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.steerling.tokenizer import tokenizer_for
+
+    model = Steerling.load(path, dtype=dtype)
+    tok = tokenizer_for(path, vocab_size=model.vocab_size)
+    cfg = TrainConfig(data=data, variant=model.variant, seq_len=seq_len, batch_size=batch_size,
+                      max_chunks=max_chunks).resolved()
+    corpus = load_corpus(cfg)
+    own = Path(path) / "concepts.json"  # a training checkpoint names its known concepts
+    known = json.loads(own.read_text())["known"] if own.is_file() else None
+    ids = corpus_concept_ids(corpus.concept_names, model.sizes["c"], catalog=catalog, concepts=concepts, known=known)
+    train_data, val_data = packed(cfg, corpus, tok)
+
+    def widened(d):  # labels over the model's known concepts: a matched category's column is its concept's
+        labels = d.chunk_labels.new_zeros(d.chunk_labels.shape[0], model.sizes["c"])
+        labels[:, ids] = d.chunk_labels
+        return PackedData(d.input_ids, d.chunk_index, labels, d.texts, d.pad_id)
+
+    names = [str(i) for i in range(model.sizes["c"])]
+    for name, i in zip(corpus.concept_names, ids):
+        names[i] = name
+    out = evaluate_model(model, cfg, widened(train_data), widened(val_data), names, max_batches=max_batches,
+                         steering_concepts=steering_concepts, scored=ids)
+    return {"checkpoint": str(path), "concepts_scored": dict(zip(corpus.concept_names, ids)), **out}
+
+
+def corpus_concept_ids(categories, n_known: int, *, catalog: str | None = None, concepts: dict | None = None,
+                       known: list | None = None) -> list[int]:
+    """The known concept id of each corpus category (see evaluate_pretrained; `known`: the
+    checkpoint's own concept names, matched first); a PenroseError names every category that
+    matches none, and an id outside the model."""
+    from penrose_zoo.steerling.catalog import CatalogError, ConceptCatalog
+
+    cat = ConceptCatalog.load(catalog) if catalog else None
+    concepts = dict(concepts or {})
+    ids, missing = [], []
+    for name in categories:
+        want = concepts.get(name, name)
+        if known is not None and want in known:
+            cid = list(known).index(want)
+        elif isinstance(want, int) and not isinstance(want, bool):
+            cid = want
+        elif str(want).strip().isdigit():
+            cid = int(want)
+        elif cat is not None:
+            try:
+                cid = cat.lookup(want, head="known").concept_id
+            except CatalogError as e:
+                missing.append(f"{name!r} ({e.message})")
+                continue
+        else:
+            missing.append(repr(name))
+            continue
+        if not 0 <= cid < n_known:
+            raise PenroseError(f"category {name!r} is known concept {cid}, but the model has {n_known:,} known concepts")
+        ids.append(cid)
+    if missing:
+        raise PenroseError(f"corpus categories without a known concept: {'; '.join(missing)}. Name them in a "
+                           "labels file (--catalog FILE) or map them (--concept CATEGORY=ID|NAME)")
+    if len(set(ids)) != len(ids):
+        raise PenroseError("two corpus categories map to one known concept: " + ", ".join(
+            f"{n}={i}" for n, i in zip(categories, ids) if ids.count(i) > 1))
+    return ids
+
+
 def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_batches: int = 16,
-                   steering_concepts: int = 5, device=None) -> dict:
+                   steering_concepts: int = 5, device=None, scored=None) -> dict:
     """evaluate_checkpoint's numbers for a model in memory (train_data, val_data: `packed`);
-    steering_concepts=0 skips the steering effect. Batches move to `device` (default: the model's)."""
+    steering_concepts=0 skips the steering effect. Batches move to `device` (default: the model's).
+    `scored`: the concept ids the AUC, probing gap and steering are computed over (default all)."""
     import numpy as np
 
     from penrose_zoo.steerling import measure
@@ -482,6 +559,9 @@ def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_
     with torch.no_grad():
         tr = measure.collect_chunk_stats(model, tb)
         va = measure.collect_chunk_stats(model, vb)
+        if scored is not None:  # only the concepts the corpus labels
+            tr, va = (dataclasses.replace(x, presence=x.presence[:, scored], labels=x.labels[:, scored]) for x in (tr, va))
+        scored = list(range(len(names))) if scored is None else list(scored)
         aucs, mean_auc = measure.concept_detection_auc(va.presence, va.labels)
         tc = measure.token_control(model)
         hs = measure.pathway_hsic(va.k_tokens, va.u_tokens)
@@ -492,7 +572,7 @@ def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_
             shares.append((ls["mean_share_concept"], ls["mean_share_known"]))
             errors.append(ls["error"])
         freq = va.labels.sum(0)
-        top = [int(i) for i in freq.argsort(descending=True)[:steering_concepts] if freq[i] > 0]
+        top = [scored[int(i)] for i in freq.argsort(descending=True)[:steering_concepts] if freq[i] > 0]
         prompts = vb[0].input_ids[:4]
         effects = [steering_effect(model, prompts, c, positions=vb[0].valid[:4]) for c in top]
     model.train(was)
@@ -503,7 +583,7 @@ def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_
     return {
         "val_loss": val["token"], "val_parts": val,
         "concept_auc": fin(mean_auc),
-        "concept_auc_per_concept": {n: fin(float(a)) for n, a in zip(names, np.asarray(aucs))},
+        "concept_auc_per_concept": {names[i]: fin(float(a)) for i, a in zip(scored, np.asarray(aucs))},
         "token_control": float(tc.mean()),
         **hs,
         "probe_auc_concept": fin(pg["probe_auc_concept"]), "probe_auc_residual": fin(pg["probe_auc_residual"]),
