@@ -354,6 +354,24 @@ DOCS = [
      lambda x: einops.reduce(x, "a ... e -> (e a)", "max"), "reduce the ellipsis, merge the rest"),
     ("a = 2, b = 3, c = 1, d = 2, e = 3\ndim ae = a * e", "a, b, c, d, e", "reduce(x, ' a b c d e ... -> d (a e) ', 'prod')",
      lambda x: einops.reduce(x, " a b c d e ... -> d (a e) ", "prod"), "an empty ellipsis reduced"),
+    # '(...)' and '(a ...)' on the right merge the ellipsis' legs (einops' test_ops.py); regression:
+    # they were refused ("would merge legs into one without a name") even with the dim declared
+    ("a = 2, b = 3, c = 2, d = 2, e = 3\ndim abcde = a * b * c * d * e", "a, b, c, d, e", "rearrange(x, '... ->  (...)')",
+     lambda x: einops.rearrange(x, "... ->  (...)"), "merge the whole ellipsis"),
+    ("a = 2, b = 3, c = 2, d = 2, e = 3", "a, b, c, d, e", "rearrange(x, 'a ... c d e -> a (...) c d e')",
+     lambda x: einops.rearrange(x, "a ... c d e -> a (...) c d e"), "merge an ellipsis of one leg"),
+    ("a = 2, b = 3, c = 2, d = 2, e = 3\ndim cde = c * d * e", "a, b, c, d, e", "rearrange(x, 'a b ... -> b (...) a')",
+     lambda x: einops.rearrange(x, "a b ... -> b (...) a"), "merge the ellipsis between names"),
+    ("a = 2, b = 3, c = 2, d = 2, e = 3\ndim acd = a * c * d", "a, b, c, d, e", "rearrange(x, 'a b ... e -> b (a ...) e')",
+     lambda x: einops.rearrange(x, "a b ... e -> b (a ...) e"), "merge a name with the ellipsis"),
+    ("a = 2, b = 3, c = 2, d = 2, e = 3\ndim ab = a * b", "a, b, c, d, e", "reduce(x, ' ... c d e  -> (...) ', 'max')",
+     lambda x: einops.reduce(x, " ... c d e  -> (...) ", "max"), "reduce and merge the ellipsis"),
+    ("a = 2, b = 3, c = 2, d = 2, e = 3\ndim bcd = b * c * d", "a, b, c, d, e", "reduce(x, 'a ... e -> (...)', 'min')",
+     lambda x: einops.reduce(x, "a ... e -> (...)", "min"), "reduce the ends, merge the ellipsis"),
+    ("a = 2, b = 3, c = 2, k = 3\ndim abc = a * b * c", "a, b, c", "repeat(x, '...  -> k (...)')",
+     lambda x: einops.repeat(x, "...  -> k (...)", k=3), "repeat and merge the ellipsis"),
+    ("a = 2, b = 3", "a, b", "rearrange(x, 'a b ... -> a b (...)')",
+     lambda x: einops.rearrange(x, "a b ... -> a b (...)"), "merge an empty ellipsis into a unit leg"),
     # the issue's own example and the naming rules of merged legs
     ("t = 5, h = 2, d = 3\ndim hd = h * d", "t, hd", "rearrange(x, 't (h d) -> h t d')",
      lambda x: einops.rearrange(x, "t (h d) -> h t d", h=2), "the issue's example"),
@@ -521,6 +539,7 @@ REFUSALS = [
     ("y = rearrange(x, 't ... ... -> t ...')", "...", 1, "twice"),
     ("y = rearrange(x, 't 1 -> t')", "1", 0, "size 1"),
     ("y = rearrange(x, '(...) hd -> hd')", "(...)", 0, "..."),
+    ("y = rearrange(x, '... -> (...)')", "(...)", 0, "declare it: dim thd = t * hd"),
     ("y = rearrange(x, 't (h d) -> (t h) d')", "(t h)", 0, "size 10"),
     ("y = rearrange(x, 't hd -> t hd x')", "x", 0, "unknown"),  # the tensor's name is no dim
 ]
