@@ -1075,12 +1075,12 @@ def _block_signature(c: Checked) -> tuple:
     return tuple(format_stmt(s.stmt) for s in c.stmts if not isinstance(s.stmt, ir.Comment)), legs
 
 
-_MODULE_NAMES = frozenset(dir(torch.nn.Module))
-
-
 def _method_name_ok(name: str, what: str, c: Checked):
-    """An entry's or a second block's method name: an identifier torch.nn.Module does not use."""
-    if not (isinstance(name, str) and name.isidentifier()) or name.startswith("_") or name in _MODULE_NAMES \
+    """An entry's or a second block's method name: an identifier torch.nn.Module does not use
+    (penrose.tables.MODULE_ATTRS, the list the checker holds parameter names to)."""
+    from penrose.tables import MODULE_ATTRS
+
+    if not (isinstance(name, str) and name.isidentifier()) or name.startswith("_") or name in MODULE_ATTRS \
             or name in ("Outputs", "Model") or keyword.iskeyword(name):
         raise PenroseCompileError(
             f"{what} name {name!r} cannot be a method of the module (an identifier, not starting with '_', "
