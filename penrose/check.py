@@ -1592,9 +1592,19 @@ class _Checker:
                     )
         elif ctx is not None and ctx["instance"] is not None:
             instance = ctx["instance"]
-        self._name_ok(instance, e.span, "instance")
-        if instance in sc.decls or (instance in sc.vars and instance not in sc.instances):
-            raise PenroseCheckError(f"instance name {instance!r} is already a tensor; name it with 'as NAME'", e.span)
+        parts = instance.split(".")  # a dotted path (net.0, encoder.layer.3): the submodule's state-dict path
+        for part in parts:
+            if not part.isdigit():
+                self._name_ok(part, e.span, "instance")
+        head = parts[0]
+        if head in sc.decls or (head in sc.vars and head not in sc.instances):
+            raise PenroseCheckError(f"instance name {head!r} is already a tensor; name it with 'as NAME'", e.span)
+        nested = next((o for o in sc.instances if o != instance and (o.startswith(instance + ".") or instance.startswith(o + "."))), None)
+        if nested is not None:
+            outer, inner = sorted((nested, instance), key=len)
+            raise PenroseCheckError(
+                f"instance {instance!r}: {outer!r} is a block instance and cannot also hold {inner!r} (a path's parts "
+                "above its last are containers)", e.span, notes=(("the other instance", sc.instances[nested].span),))
         prev = sc.instances.get(instance)
         if prev is not None and (prev.block != e.func or prev.repeat != repeat):
             raise PenroseCheckError(

@@ -412,7 +412,7 @@ class _Emitter:
             if own:
                 return f"{prefix}.{own[0].tensor.name}"
             for inst in c.instances.values():
-                found = find(self.c.blocks[inst.block], f"{prefix}.{inst.name}" + ("[0]" if inst.repeat is not None else ""))
+                found = find(self.c.blocks[inst.block], _instance_text(prefix, inst.name) + ("[0]" if inst.repeat is not None else ""))
                 if found:
                     return found
             return None
@@ -485,15 +485,15 @@ class _Emitter:
         return out
 
     def instance_lines(self) -> dict:
-        """instance name -> (its line in __init__, where it is made)."""
+        """instance name -> (the module made for it in __init__, where it is made)."""
         out = {}
         for inst in self.c.instances.values():
             cls_name = self.block_classes[inst.name]
             if inst.repeat is not None:
-                line = f"        self.{inst.name} = torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])"
+                made = f"torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])"
             else:
-                line = f"        self.{inst.name} = {cls_name}()"
-            out[inst.name] = (line, inst.span)
+                made = f"{cls_name}()"
+            out[inst.name] = (made, inst.span)
         return out
 
     def init_line(self, d) -> str:
@@ -923,7 +923,7 @@ def _atom_block(em: _Emitter, v: V):
     inst = v.attrs["instance"]
     args = [em.expr(x) for x in v.args]
     method = em.calls.get(inst)  # None: the block is its class's forward; else one of its other methods
-    module = P.attr(P.name("self"), inst)
+    module = _instance_node(inst)
     if v.attrs["repeat"] is not None:
         return P.call(P.name("_chain"), module, *args, **({"method": P.const(method)} if method else {}))
     return P.call(P.attr(module, method) if method else module, *args)
@@ -1087,6 +1087,43 @@ def _method_name_ok(name: str, what: str, c: Checked):
             "that torch.nn.Module does not use)", Span(c.diagram.file))
 
 
+def _instance_text(prefix: str, name: str) -> str:
+    """The expression of instance `name` under `prefix`: attributes for names, `_modules['0']`
+    for the numbers of a dotted path (`net.0` is `self.net._modules['0']`)."""
+    for part in name.split("."):
+        prefix = f"{prefix}._modules[{part!r}]" if part.isdigit() else f"{prefix}.{part}"
+    return prefix
+
+
+def _instance_node(name: str):
+    """The ast of `self.<instance>` (see _instance_text)."""
+    node = P.name("self")
+    for part in name.split("."):
+        node = P.subscript(P.attr(node, "_modules"), P.const(part)) if part.isdigit() else P.attr(node, part)
+    return node
+
+
+def _instance_init(insts: dict) -> list[str]:
+    """__init__'s lines for the instances {name: (module expression, span)}: `self.name = ...`,
+    or for a dotted path the containers above it (_Container), each made once, then
+    `container.add_module('last', ...)`."""
+    lines, made = [], set()
+    for name, (module, _) in insts.items():
+        parts = name.split(".")
+        if len(parts) == 1 and not parts[0].isdigit():
+            lines.append(f"        self.{name} = {module}")
+            continue
+        for k in range(1, len(parts)):
+            path = ".".join(parts[:k])
+            if path not in made:
+                made.add(path)
+                holder = _instance_text("self", ".".join(parts[:k - 1])) if k > 1 else "self"
+                lines.append(f"        {holder}.add_module({parts[k - 1]!r}, _Container())")
+        holder = _instance_text("self", ".".join(parts[:-1])) if len(parts) > 1 else "self"
+        lines.append(f"        {holder}.add_module({parts[-1]!r}, {module})")
+    return lines
+
+
 def _class_source(name: str, members: list) -> tuple[str, list]:
     """One module class: the members' parameters, buffers and instances joined by name (each
     declared once, the same everywhere), then each member's method. Returns the text and its
@@ -1114,14 +1151,15 @@ def _class_source(name: str, members: list) -> tuple[str, list]:
                     "entries share parameters by name", found[2], notes=(("the other declaration", prev[2]),))
         for key, found in em.instance_lines().items():
             insts.setdefault(key, found)
-    clash = [n for em in members[1:] for n in (em.method,) if n in own or n in insts]
+    heads = {k.split(".")[0] for k in insts}  # an instance's attribute: its path's first part
+    clash = [n for em in members[1:] for n in (em.method,) if n in own or n in heads]
     if clash:
         raise PenroseCompileError(f"method {clash[0]!r} of {name} is also a parameter or instance name; rename one", Span(c.diagram.file))
     L.append("")
     L.append("    def __init__(self):")
     L.append("        super().__init__()")
     L.extend(line for line, _, _ in own.values())
-    L.extend(line for line, _ in insts.values())
+    L.extend(_instance_init(insts))
     L.append("        self.reset_parameters(recurse=False)  # the blocks initialised themselves")
     L.append("")
     L.append("    def reset_parameters(self, generator=None, recurse=True):")

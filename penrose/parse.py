@@ -42,6 +42,7 @@ from penrose.stack import deep, too_deep
 
 _STEP = re.compile(r"^\s*(\d+)\)\s*")
 _INT = re.compile(r"\d+")  # a NUMBER that is a whole number (NUMBER's digits are \d, as here)
+_INSTANCE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+))*")  # grammar's INSTANCE
 
 
 def grammar_text() -> str:
@@ -209,6 +210,22 @@ class _Fast:
     def name(self) -> int:
         return self.expect("NAME")
 
+    def instance_path(self):
+        """`as` NAME, or a dotted path of names and numbers written without spaces (`net.0`,
+        `h.10.attn`): the tokens it was cut into (`net`, `.0`) joined back. Returns (path, end)."""
+        i = self.i
+        if self.k[i] not in ("NAME", "NUMBER"):
+            raise _Slow
+        text, j = self.v[i], i + 1
+        while self.k[j] in ("NAME", "NUMBER", ".") and self.ln[j] == self.ln[j - 1] \
+                and self.col[j] == self.col[j - 1] + len(self.v[j - 1]):
+            text += self.v[j]
+            j += 1
+        if not _INSTANCE.fullmatch(text):
+            raise _Slow
+        self.i = j
+        return text, self.end(j - 1)
+
     # -- statements
     def statements(self, closer) -> list:
         """`_sep? (_stmt _sep)* _stmt?` up to `closer`: the end of the file, or a block's '}'."""
@@ -373,8 +390,7 @@ class _Fast:
             if word == "as":
                 if instance is not None:
                     raise _Slow
-                n = self.name()
-                instance, end = self.v[n], self.end(n)
+                instance, end = self.instance_path()
             else:
                 if repeat is not None:
                     raise _Slow

@@ -255,6 +255,16 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     return y.reshape(*lead, *y.shape[-3:])
 
 
+class _Container(torch.nn.Module):
+    """A submodule that only holds others: the path to an instance named with dots (`as net.0`
+    makes `net` a container holding `0`), so that state-dict names are the path."""
+
+    def reset_parameters(self, generator=None, recurse=True):
+        for module in self.children():
+            for sub in (module if isinstance(module, torch.nn.ModuleList) else [module]):
+                sub.reset_parameters(generator)
+
+
 def _chain(blocks, x, *fixed, method=None):
     """Feed x through each block in turn (a repeated block); `fixed` reach every block unchanged.
     `method`: the blocks' method to run instead of forward (a module with several entries)."""

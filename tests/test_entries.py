@@ -9,6 +9,7 @@ gradient from any entry reaches the one parameter), not by reading the generated
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 
@@ -251,3 +252,83 @@ def test_an_error_in_a_replacement_names_its_file_and_the_replaced_include(files
     with pytest.raises(PenroseError, match="empty.pen is empty") as err:
         penrose.load(swapped)
     assert err.value.span.file.endswith("plain.pen") and err.value.span.line == 1
+
+
+# ---- instances named by a path ---------------------------------------------------------------
+
+PATHS = """\
+dim e = 4, f = 3
+block lin(x[e]) {
+  param W[e, e]
+  return einsum('e,fe->f', x, W)
+}
+block out(x[e]) {
+  param W[f, e]
+  return einsum('e,fe->f', x, W)
+}
+input x[e]
+h = lin(x) as net.0
+h = relu(h)
+h = lin(h) as net.2
+y = out(h) as head.fc.1
+output y
+"""
+
+
+def test_instances_named_by_a_path_keep_state_dict_paths():
+    """regression: an instance name was one identifier, so a module whose submodules sit in an
+    nn.Sequential (state-dict names net.0.W, net.2.W) could not be written or traced."""
+    model = penrose.compile(PATHS, seed=0)
+    assert list(model.state_dict()) == ["net.0.W", "net.2.W", "head.fc.1.W"]
+    seq = torch.nn.Sequential(torch.nn.Linear(4, 4, bias=False), torch.nn.ReLU(), torch.nn.Linear(4, 4, bias=False))
+    model.load_state_dict({"net.0.W": seq[0].weight, "net.2.W": seq[2].weight, "head.fc.1.W": torch.randn(3, 4)})
+    x = torch.randn(5, 4)
+    want = model.state_dict()["head.fc.1.W"]
+    torch.testing.assert_close(model(x), seq(x) @ want.T)
+    torch.testing.assert_close(penrose.interpret(PATHS, x, params=model.state_dict()), model(x))
+    # the standalone source too, and a fresh init is deterministic under a seed
+    source = penrose.source(PATHS)
+    assert "self.net.add_module('0', LinBlock())" in source or "add_module('0'" in source
+    again = penrose.compile(PATHS, seed=0)
+    assert all(torch.equal(a, b) for a, b in zip(again.state_dict().values(), penrose.compile(PATHS, seed=0).state_dict().values()))
+    assert not torch.equal(again.state_dict()["net.0.W"], again.state_dict()["net.2.W"])  # each copy initialised
+
+
+def test_a_path_that_starts_with_a_number_and_a_repeated_path():
+    text = ("dim e = 3\nblock lin(x[e]) {\n  param W[e, e] ~ eye\n  return einsum('d,ed->e', x, W) * 2\n}\n"
+            "input x[e]\nh = lin(x) as 0\nh = lin(h) repeat 2 as blocks.layers\noutput h\n")
+    model = penrose.compile(text)
+    assert list(model.state_dict()) == ["0.W", "blocks.layers.0.W", "blocks.layers.1.W"]
+    torch.testing.assert_close(model(torch.ones(3)), torch.full((3,), 8.0))
+    formatted = penrose.format_diagram(penrose.parse(text))  # fmt keeps the paths
+    assert "h = lin(x) as 0\n" in formatted and "h = lin(h) repeat 2 as blocks.layers\n" in formatted
+    assert penrose.format_diagram(penrose.parse(formatted)) == formatted
+
+
+@pytest.mark.parametrize("line, words", [
+    ("h = lin(x) as net\nh = lin(h) as net.0", "'net' is a block instance and cannot also hold 'net.0'"),
+    ("h = lin(x) as net.train", "clashes with torch.nn.Module.train"),
+    ("h = lin(x) as x.0", "instance name 'x' is already a tensor"),
+    ("h = lin(x) as net._hidden", "invalid instance name '_hidden'"),
+])
+def test_instance_paths_that_are_refused(line, words):
+    text = "dim e = 3\nblock lin(x[e]) {\n  param W[e, e]\n  return einsum('e,fe->f', x, W)\n}\ninput x[e]\n" + line + "\noutput h\n"
+    with pytest.raises(PenroseError, match=re.escape(words)):
+        penrose.load(text)
+
+
+@pytest.mark.parametrize("bad", ["as net.", "as net .0", "as net..0", "as .0"])
+def test_instance_paths_that_do_not_parse(bad):
+    text = f"dim e = 3\nblock lin(x[e]) {{\n  return x\n}}\ninput x[e]\nh = lin(x) {bad}\noutput h\n"
+    with pytest.raises(PenroseError) as err:
+        penrose.parse(text)
+    assert err.value.span.line == 6
+
+
+def test_a_path_instance_renders():
+    from penrose.render import render
+
+    for unfold in (False, True):  # regression: unfolded, the cluster of `net.0` was a DOT syntax error
+        svg = render(penrose.load(PATHS), fmt="svg", unfold=unfold)
+        svg = svg.decode() if isinstance(svg, bytes) else svg
+        assert "net.0" in svg and "head.fc.1" in svg

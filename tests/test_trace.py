@@ -517,10 +517,43 @@ def test_data_dependent_branch_is_refused_at_its_line():
     assert e.value.span.file == __file__ and e.value.span.line == _line_of(Branches, "if x.sum()")
 
 
-def test_numbered_submodules_outside_a_chain_are_refused():
-    seq = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
-    with pytest.raises(PenroseTraceError, match="cannot be named"):
-        penrose.trace(seq, torch.randn(3, 4))
+class _SequentialInside(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.encoder = nn.Sequential(nn.Linear(6, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.head = nn.Sequential()
+        self.head.add_module("fc", nn.Linear(4, 3))
+        self.head.add_module("act", nn.Tanh())
+
+    def forward(self, x):
+        return self.head(self.encoder(x))
+
+
+class _ResidualList(nn.Module):
+    """`for l in self.layers: x = x + l(x)`: numbered siblings, but no chain of blocks."""
+
+    def __init__(self):
+        super().__init__()
+        self.layers = nn.ModuleList([nn.Linear(5, 5) for _ in range(3)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = x + torch.tanh(layer(x))
+        return x
+
+
+@pytest.mark.parametrize("make, shape, path", [
+    (lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), (3, 4), " as 2"),
+    (_SequentialInside, (3, 6), " as head.fc"),
+    (_ResidualList, (2, 7, 5), " as layers.2"),
+], ids=["top-level Sequential", "Sequential inside", "ModuleList with residuals"])
+def test_numbered_and_nested_submodules_keep_their_state_dict_paths(make, shape, path):
+    """regression: a submodule of a container (nn.Sequential, a ModuleList not chained block
+    into block) was refused ("cannot be named in .pen"); now it is an instance named by its
+    path (`as encoder.0`), so the state dict loads as it is."""
+    module = make()
+    text = round_trip(module, torch.randn(*shape))
+    assert path in text
 
 
 # ---- einsum text and the CLI ---------------------------------------------------------------------------------

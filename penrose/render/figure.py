@@ -638,7 +638,7 @@ class _Builder:
         return new
 
     def new_cluster(self, base, label, parent) -> str:
-        cid = self.new_id("cluster_" + base)
+        cid = self.new_id("cluster_" + base.replace(".", "_"))  # a DOT subgraph's name is one ID (net.0 is not)
         self.fig.clusters[cid] = Cluster(cid, label, parent)
         return cid
 

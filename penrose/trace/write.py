@@ -494,14 +494,11 @@ class Writer:
                     inst = inst[: -len(".0")]
                     mod = f" repeat {len(it.chain)} as {inst}"
                 else:
-                    if not canonical and ("." in inst or inst.isdigit()):
-                        why = (f"{inst.rsplit('.', 1)[0]!r} is no block of its own (a container, never called itself)"
-                               if "." in inst else "a number is no identifier")
-                        self.fail(f"submodule {reg.fqn!r} cannot be named in .pen: an instance name is one identifier, and "
-                                  f"{why}; numbered submodules work only as a chain of identical blocks inside a named "
-                                  "container (`x = block(x) repeat N as layers`)", reg)
-                    if not canonical and not pen_name_ok(inst):
-                        self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {inst!r} is reserved "
+                    # a dotted path (`as net.0`, a Sequential's or ModuleList's child) keeps the
+                    # state-dict names; each of its names must be one .pen allows
+                    bad = next((part for part in inst.split(".") if not part.isdigit() and not pen_name_ok(part)), None)
+                    if not canonical and bad is not None:
+                        self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {bad!r} is reserved "
                                   "(a keyword, or a name the generated module uses)", reg)
                     mod = f" as {inst}"
                 bname = block_name(reg)
@@ -666,7 +663,7 @@ class Writer:
             n = base
             if n in used:  # another variant of the class: named after its (first) instance
                 path = "_".join([part for part in bd.rep.fqn.split(".") if not part.isdigit()][-2:])
-                n = base + "_" + re.sub(r"\W", "_", path)
+                n = base + "_" + re.sub(r"\W", "_", path or bd.rep.fqn)  # '2' of a top-level Sequential: linear_2
                 k = 2
                 while n in used or not ok_name(n):
                     n = f"{base}_{k}"
