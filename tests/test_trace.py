@@ -542,6 +542,63 @@ class _ResidualList(nn.Module):
         return x
 
 
+class _MHABlock(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.ln = nn.LayerNorm(16)
+        self.attn = nn.MultiheadAttention(16, 4, batch_first=True)
+
+    def forward(self, x):
+        h = self.ln(x)
+        a, _ = self.attn(h, h, h, need_weights=False)
+        return x + a
+
+
+@pytest.mark.parametrize("make", [
+    _MHABlock,
+    lambda: nn.TransformerEncoderLayer(16, 4, 24, dropout=0.0, batch_first=True),
+    lambda: nn.TransformerEncoderLayer(16, 2, 24, dropout=0.0, batch_first=True, norm_first=True, activation="gelu"),
+], ids=["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoderLayer norm_first gelu"])
+def test_torch_attention_modules(make):
+    """regression: nn.MultiheadAttention reads out_proj's weight and bias in its own code, never
+    calling out_proj, and was refused ("used outside the call of its module"); such a node now
+    runs as a call of that submodule (`... as out_proj`), so its state-dict names stay."""
+    text = round_trip(make(), torch.randn(2, 5, 16), tol=1e-9)
+    assert "as out_proj" in text
+
+
+class _MaskedFill(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+
+    def forward(self, x, mask):
+        y = self.lin(x)
+        return torch.where(mask.unsqueeze(-1), y, torch.zeros_like(y)) + torch.full_like(y, 0.5) * torch.ones_like(y)
+
+
+class _Bilinear(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bil = nn.Bilinear(4, 5, 3)
+
+    def forward(self, a, b):
+        return self.bil(a, b)
+
+
+def test_zeros_like_and_full_like_are_numbers():
+    """regression: torch.zeros_like / ones_like / full_like were refused; they are the number,
+    which where and the operators broadcast."""
+    text = round_trip(_MaskedFill(), torch.randn(2, 4, 8), torch.rand(2, 4) > 0.5)
+    assert "where(mask, y, 0)" in text and "+ 0.5" in text
+
+
+def test_bilinear_is_an_einsum():
+    """regression: nn.Bilinear (torch.bilinear) was refused; it is einsum('...i,oij,...j->...o') + bias."""
+    text = round_trip(_Bilinear(), torch.randn(3, 4), torch.randn(3, 5))
+    assert "einsum(" in text
+
+
 @pytest.mark.parametrize("make, shape, path", [
     (lambda: nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)), (3, 4), " as 2"),
     (_SequentialInside, (3, 6), " as head.fc"),

@@ -225,8 +225,33 @@ class Lowerer:
             self.regions[key] = r
         return r
 
+    def uncalled_owner(self, node, stack):
+        """The submodule whose params a node reads when that submodule is never called on its own
+        but its parent's code uses them (nn.MultiheadAttention's out_proj: F.linear(y,
+        out_proj.weight, out_proj.bias)): the node then runs as a call of it. None otherwise."""
+        inside = [fqn for _k, (fqn, _c) in stack.items() if fqn]
+        deepest = inside[-1] if inside else ""
+        owners = set()
+        for a in node.args:
+            v = self.values.get(a) if hasattr(a, "op") else None
+            if isinstance(v, tuple) and v and v[0] == "state" and v[1] in ("PARAMETER", "BUFFER"):
+                owners.add(v[2].rpartition(".")[0])
+        if len(owners) != 1:
+            return None
+        (owner,) = owners
+        if not owner or owner in inside or not (deepest == "" or owner.startswith(deepest + ".")):
+            return None
+        try:
+            mod = self.module.get_submodule(owner)
+        except AttributeError:
+            return None
+        return (owner, type(mod)) if _is_block(mod) else None
+
     def enter(self, node):
         stack = node.meta.get("nn_module_stack") or {}
+        found = self.uncalled_owner(node, stack) if node.op == "call_function" else None
+        if found is not None:
+            stack = {**stack, ("uncalled", found[0]): found}
         i = self.index.get(node, -1)
         active = sorted((p for p, (a, b) in getattr(self, "containers", {}).items() if a <= i <= b), key=lambda p: p.count("."))
         path, chain = (), [self.root]
@@ -594,6 +619,9 @@ class Lowerer:
             else:
                 y = y * alpha
         if not isinstance(x, View) and not isinstance(y, View):
+            fold = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q}.get(op)
+            if fold is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y)):
+                return fold(x, y)  # two numbers (full_like(x, 2) * ones_like(x)): their value
             self.unsupported(why="both operands are plain numbers")
         (ex, ey), legs, axes, batched = self.broadcast([x, y])
         expr = self.scaled(op, x, y, ex, ey) or BinOp(op, ex, ey)
@@ -724,6 +752,20 @@ class Lowerer:
         a = self.args(node)
         cond, x, y = self.view_arg(a["condition"], "condition"), self.view_arg(a["self"]), self.view_arg(a["other"])
         return self.where_(cond, x, y)
+
+    def op_zeros_like(self, node):
+        """zeros_like(x), ones_like(x), full_like(x, v): the number itself, which every operation it
+        meets broadcasts (`torch.where(m, y, torch.zeros_like(y))` is `where(m, y, 0.0)`)."""
+        x = self.view_arg(node.args[0])
+        fill = {"zeros_like": 0, "ones_like": 1}.get(_packet(node))
+        if fill is None:
+            fill = self.get(node.args[1])
+            if isinstance(fill, View) or isinstance(fill, bool) or not isinstance(fill, (int, float)):
+                self.unsupported(why="the fill value is not a plain number")
+        dtype = x.pval.dtype if isinstance(x, View) else "float"
+        return float(fill) if dtype == "float" else int(fill)
+
+    op_ones_like = op_full_like = op_zeros_like
 
     def op_bitwise_not(self, node):
         """~mask: only as a condition (where and masked_fill swap their branches)."""
@@ -903,6 +945,17 @@ class Lowerer:
                 if isinstance(k, str) and self.C.find(c).pref is None:
                     self.C.find(c).pref = k
         return y
+
+    def op_bilinear(self, node):
+        """nn.Bilinear, torch.bilinear(a, b, W, bias): einsum('...i,oij,...j->...o') + bias."""
+        a = self.args(node)
+        ops = [self.view_arg(a["input1"]), self.view_arg(a["weight"]), self.view_arg(a["input2"])]
+        if not all(isinstance(v, View) for v in ops):
+            self.unsupported(why="a plain-number operand")
+        keys, out = self.torch_spec("...i,oij,...j->...o", [len(v.full) for v in ops])
+        y = self.einsum_view(ops, keys, out)
+        bias = self.view_arg(a["bias"]) if a.get("bias") is not None else None
+        return y if bias is None else self.binop("+", y, bias)
 
     def torch_spec(self, spec: str, ranks):
         s = spec.replace(" ", "")
