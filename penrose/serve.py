@@ -209,25 +209,25 @@ class Live:
             source, source_map = generate_source(c, with_map=True)
         except PenroseError as err:
             source, source_map = f"# cannot compile for the default sizes: {err.message}\n", []
-        torch_code = g._torch_code(c, source, source_map)
+        torch_code = g.statement_code(c, source, source_map)
         entry = g.Entry(self.path, self.key, "live", "live", checked=c)
         equations: dict = {}
         prefix = f"/r/{quote(self.key)}/{v}/"
-        parts = [g._rosetta(entry, c, c, statements(c), torch_code, equations, prefix + "s", "statement", format_stmt,
+        parts = [g.rosetta_table(entry, c, c, statements(c), torch_code, equations, prefix + "s", "statement", format_stmt,
                             statement_latex, statement_readings)]
         for name, blk in c.blocks.items():
             bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
-            stmts = [s for s in statements(blk) if not g._plain_return(s)]
+            stmts = [s for s in statements(blk) if not g.plain_return(s)]
             if not stmts:
                 continue
             parts.append(f'<h3 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h3>')
-            parts.append(g._rosetta(entry, c, blk, stmts, torch_code, equations, f"{prefix}{bslug}-s", f"block:{name}:statement",
+            parts.append(g.rosetta_table(entry, c, blk, stmts, torch_code, equations, f"{prefix}{bslug}-s", f"block:{name}:statement",
                                     format_stmt, statement_latex, statement_readings))
         names = sorted(entry.dots)
         files = dict(zip(names, run_dot_many([entry.dots[n] for n in names])))
         for latex, name in equations.items():
             self.equations.setdefault(name, latex)  # drawn when the page asks for it
-        text = g._fill_sizes("\n".join(parts), files)
+        text = g.fill_sizes("\n".join(parts), files)
         text = text.replace('src="equations/', 'src="/equations/')
         return text, f'<pre class="source">{html.escape(source)}</pre>', files
 

@@ -15,6 +15,11 @@ diagram page, only pans and zooms its figures, and the pages work without it):
     figures/<slug>/…           statement, block and plan figures
     equations/<hash>.svg       equations, named by a hash of their LaTeX (shared across pages)
 
+The pieces of a page that `penrose serve` shows too are public: `statement_code` (each
+statement's lines of generated PyTorch), `rosetta_table` (a body's Rosetta-stone rows),
+`plain_return` (a block's bare `return x`, which gets no row) and `fill_sizes` (figure sizes put
+into the page).
+
 The output is byte-deterministic: no dates, no absolute paths, ids derived from content. A
 rebuild removes files it no longer produces (only in figures/, equations/ and the pages it
 wrote before), so the committed gallery is exactly what the command makes.
@@ -202,7 +207,7 @@ def build_files(paths=None, equation_svg=None) -> dict:
             out[f"equations/{equations[latex]}"] = svg.encode("utf-8") if isinstance(svg, str) else svg
     pages["index.html"] = _index(entries)
     for name, text in pages.items():  # figures are laid out now: give every <img> its size
-        out[name] = _fill_sizes(text, out).encode("utf-8")
+        out[name] = fill_sizes(text, out).encode("utf-8")
     return out
 
 
@@ -230,7 +235,7 @@ def svg_size(svg) -> tuple | None:
     return max(1, round(float(m.group(1)) * scale)), max(1, round(float(m.group(3)) * scale))
 
 
-def _fill_sizes(text: str, files: dict) -> str:
+def fill_sizes(text: str, files: dict) -> str:
     def size(m):
         wh = svg_size(files.get(m.group(1), b""))
         return f' width="{wh[0]}" height="{wh[1]}"' if wh else ""
@@ -390,7 +395,7 @@ def _page(e: Entry, equations: dict) -> str:
         source, source_map = generate_source(c, with_map=True)
     except PenroseError as err:
         source, source_map = f"# cannot compile for the default sizes: {err.message}\n", []
-    torch_code = _torch_code(c, source, source_map)
+    torch_code = statement_code(c, source, source_map)
     plan = plan_report(c).splitlines()
     plan[0] = plan[0].replace(c.diagram.file, e.display)
     legend = index_legend(c.diagram)
@@ -411,15 +416,15 @@ def _page(e: Entry, equations: dict) -> str:
 
     parts.append("<h2>Rosetta stone</h2>")
     parts.append('<p class="note">For every statement: its diagram, its line of PyTorch, its equation and its geometric reading.</p>')
-    parts.append(_rosetta(e, c, c, statements(c), torch_code, equations, f"figures/{slug}/s", "statement", format_stmt,
+    parts.append(rosetta_table(e, c, c, statements(c), torch_code, equations, f"figures/{slug}/s", "statement", format_stmt,
                           statement_latex, statement_readings))
     for name, blk in c.blocks.items():
         bslug = re.sub(r"[^A-Za-z0-9_]", "_", name)
         e.dots[f"figures/{slug}/block-{bslug}.svg"] = _dot(c, view=f"block:{name}")
         parts.append(f'<h2 id="block-{html.escape(bslug)}">Block <code>{html.escape(name)}</code></h2>')
         parts.append(_zoom_figure(f"figures/{slug}/block-{bslug}.svg", f"block {name}"))
-        stmts = [s for s in statements(blk) if not _plain_return(s)]
-        parts.append(_rosetta(e, c, blk, stmts, torch_code, equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
+        stmts = [s for s in statements(blk) if not plain_return(s)]
+        parts.append(rosetta_table(e, c, blk, stmts, torch_code, equations, f"figures/{slug}/{bslug}-s", f"block:{name}:statement",
                               format_stmt, statement_latex, statement_readings))
     parts.append("<h2>Generated PyTorch module</h2>")
     parts.append(f'<pre class="source">{html.escape(source)}</pre>')
@@ -457,11 +462,11 @@ def _size(c, leg) -> str:
     return "" if n is None else str(n)
 
 
-def _plain_return(s) -> bool:
+def plain_return(s) -> bool:
     return isinstance(s.stmt, ir.Return) and all(v.op == "ref" for v in s.value.args)
 
 
-def _rosetta(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
+def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
     from penrose.render.figure import to_dot
 
     all_stmts = statements(body)
@@ -512,7 +517,7 @@ def _block_statement_figure(c, body, s, n):
     return fig
 
 
-def _torch_code(c, source: str, source_map: list) -> dict:
+def statement_code(c, source: str, source_map: list) -> dict:
     """{statement span: its lines of the generated PyTorch}, as the compiler's source map pairs
     them (`generate_source(..., with_map=True)`), every line the statement produced: the
     temporaries of a deep expression, each narrowed piece of a split.

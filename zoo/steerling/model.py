@@ -340,7 +340,7 @@ class Steerling(torch.nn.Module):
         release runs them, unless `dense_heads`: then the whole compiled diagram runs, every head
         dense (a tokens × concepts matrix per head)."""
         self.check_input_ids(input_ids)
-        args = self._concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
+        args = self.concept_inputs(input_ids.shape, input_ids.device, intervene_known, intervene_unknown, positions, dense_heads)
         if args["known_blocked"] or args["unknown_blocked"]:
             return self._from_hidden(self.net.hidden(ids=input_ids), **args)
         if not (args["known_on"] or args["unknown_on"]) and self.concept_config["use_epsilon_correction"]:
@@ -349,7 +349,7 @@ class Steerling(torch.nn.Module):
             pos, ksel, kval, usel, uval = (args[k] for k in ("pos", "ksel", "kval", "usel", "uval"))
             o = self.net.intervention(ids=input_ids, kpos=pos, ksel=ksel, kval=kval, upos=pos, usel=usel, uval=uval,
                                       use_eps=args["use_eps"])
-        return self._output(o.logits, o.h, o.eps, o.z, args["known_on"], args["unknown_on"],
+        return self.output_record(o.logits, o.h, o.eps, o.z, args["known_on"], args["unknown_on"],
                             known_logits=o.kl, known_weights=o.kw, known_features=o.kf,
                             unknown_logits=o.ul, unknown_weights=o.uw, unknown_features=o.uf)
 
@@ -362,11 +362,13 @@ class Steerling(torch.nn.Module):
         if not isinstance(h, Tensor) or not h.is_floating_point() or h.dim() not in (2, 3) or h.shape[-1] != self.sizes["e"]:
             raise PenroseShapeError(f"h must be float (t, {self.sizes['e']}) or (b, t, {self.sizes['e']}), got "
                                     f"{tuple(h.shape) if isinstance(h, Tensor) else type(h).__name__}")
-        args = self._concept_inputs(h.shape[:-1], h.device, intervene_known, intervene_unknown, positions, dense_heads)
+        args = self.concept_inputs(h.shape[:-1], h.device, intervene_known, intervene_unknown, positions, dense_heads)
         return self._from_hidden(h, **args)
 
-    def _concept_inputs(self, shape, device, intervene_known, intervene_unknown, positions, dense_heads) -> dict:
-        """The diagram's intervention inputs, ε switch and which heads run blocked."""
+    def concept_inputs(self, shape, device, intervene_known, intervene_unknown, positions, dense_heads) -> dict:
+        """The diagram's intervention inputs (pos, ksel, kval, usel, uval), ε switch (use_eps)
+        and which heads are on and run blocked, for token ids of `shape` on `device`: what the
+        entries of `self.net` take (train.forward_unknown_attached runs them itself)."""
         shape = tuple(shape)
         known_on, unknown_on = bool(intervene_known), bool(intervene_unknown)
         kb, ub = self._blocked("known", known_on, dense_heads), self._blocked("unknown", unknown_on, dense_heads)
@@ -393,9 +395,10 @@ class Steerling(torch.nn.Module):
         heads = self._concepts(h, pos, ksel, kval, usel, uval, known_on, unknown_on, known_blocked, unknown_blocked)
         logits, z, eps = self.net.readout(h=h, kf=heads["known_features"], uf=heads["unknown_features"], ksel=ksel,
                                           use_eps=use_eps)
-        return self._output(logits, h, eps, z, known_on, unknown_on, **heads)
+        return self.output_record(logits, h, eps, z, known_on, unknown_on, **heads)
 
-    def _output(self, logits, h, eps, z, known_on, unknown_on, **heads) -> SteerlingOutput:
+    def output_record(self, logits, h, eps, z, known_on, unknown_on, **heads) -> SteerlingOutput:
+        """The SteerlingOutput of a pass's tensors (ε reported only while it is on)."""
         eps_on = bool(self.concept_config["use_epsilon_correction"]) and not known_on
         return SteerlingOutput(
             logits=logits, hidden=h, epsilon=eps if eps_on else None, composed=z,

@@ -211,13 +211,13 @@ def forward_unknown_attached(model, input_ids):
     reads h itself, not h.detach(): the same values, but L_rec, L_indep and (with ε off) the token
     loss then reach the backbone through û. The stages are the model's own compiled diagrams
     (entries hidden, the heads of steerling.pen, readout of one module), parameters shared."""
-    args = model._concept_inputs(input_ids.shape, input_ids.device, None, None, None, True)
+    args = model.concept_inputs(input_ids.shape, input_ids.device, None, None, None, True)
     net = model.net
     h = net.hidden(ids=input_ids)
     kl, kw, kf = net.known_head.known_head(h, args["pos"], args["ksel"], args["kval"])
     ul, uw, uf = net.unknown_head.unknown_head(h, args["pos"], args["usel"], args["uval"])  # h, not h.detach()
     logits, z, eps = net.readout(h=h, kf=kf, uf=uf, ksel=args["ksel"], use_eps=args["use_eps"])
-    return model._output(logits, h, eps, z, False, False, known_logits=kl, known_weights=kw, known_features=kf,
+    return model.output_record(logits, h, eps, z, False, False, known_logits=kl, known_weights=kw, known_features=kf,
                          unknown_logits=ul, unknown_weights=uw, unknown_features=uf)
 
 
