@@ -593,6 +593,36 @@ def test_zeros_like_and_full_like_are_numbers():
     assert "where(mask, y, 0)" in text and "+ 0.5" in text
 
 
+class _TopKSAE(nn.Module):
+    """A TopK sparse autoencoder, written as such code is: the k largest pre-activations kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(8, 12)
+        self.dec = nn.Linear(12, 8)
+
+    def forward(self, x):
+        z = torch.relu(self.enc(x))
+        values, indices = z.topk(3, dim=-1)
+        sparse = torch.zeros_like(z).scatter(-1, indices, values)
+        return self.dec(sparse), sparse
+
+
+def test_topk_scatter_is_the_languages_topk():
+    """regression: Tensor.topk was refused; `zeros_like(z).scatter(dim, i, v)` with `v, i =
+    z.topk(k, dim)` is `topk(z, leg, k=K)`, and any other use of the values or indices is refused
+    with that hint."""
+    text = round_trip(_TopKSAE(), torch.randn(4, 8))
+    assert "topk(z, " in text and "k=3" in text
+
+    class Values(nn.Module):
+        def forward(self, x):
+            return x.topk(2, dim=-1).values
+
+    with pytest.raises(PenroseTraceError, match=r"expressible only as zeros_like\(x\).scatter"):
+        penrose.trace(Values(), torch.randn(3, 5))
+
+
 def test_bilinear_is_an_einsum():
     """regression: nn.Bilinear (torch.bilinear) was refused; it is einsum('...i,oij,...j->...o') + bias."""
     text = round_trip(_Bilinear(), torch.randn(3, 4), torch.randn(3, 5))

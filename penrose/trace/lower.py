@@ -144,6 +144,9 @@ class Lowerer:
                     if o is None or not hasattr(o, "op"):
                         self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", node)
                     v = self.get(o)
+                    if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
+                        self.node = o
+                        self.view_arg(o)  # refused with the hint of what top-k is expressible as
                     if not isinstance(v, View):
                         self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", o)
                     self.outputs.append(self.output_pval(v))
@@ -501,6 +504,9 @@ class Lowerer:
             return v
         if isinstance(v, tuple) and v and v[0] == "arange":
             self.unsupported("torch.arange", why="positions are expressible only as an embedding's ids (a slice of its table)")
+        if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
+            self.unsupported("Tensor.topk", why="its values and indices are expressible only as "
+                             "zeros_like(x).scatter(dim, indices, values), the language's topk(x, leg, k=K)")
         if isinstance(v, tuple) and v and v[0] == "not":
             if what == "condition":
                 return ("not", self.lift(v[1], self.cur))
@@ -766,6 +772,31 @@ class Lowerer:
         return float(fill) if dtype == "float" else int(fill)
 
     op_ones_like = op_full_like = op_zeros_like
+
+    def op_topk(self, node):
+        """`v, i = x.topk(k, dim)`: expressible as `zeros_like(x).scatter(dim, i, v)` (the k
+        largest along dim kept, zeros elsewhere: a TopK sparsifier), the language's
+        `topk(x, leg, k=K)`; op_scatter completes it."""
+        a = self.args(node)
+        x = self.view_arg(a["self"])
+        if a.get("largest", True) is False:
+            self.unsupported(why="the smallest k (largest=False)")
+        self.leg_of(x, a.get("dim", -1))
+        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]))
+        return [("topk_values", *key), ("topk_indices", *key)]
+
+    def op_scatter(self, node):
+        a = self.args(node)
+        base, index, src = self.get(a["self"]), self.get(a["index"]), self.get(a.get("src"))
+        topk = (isinstance(index, tuple) and index and index[0] == "topk_indices" and isinstance(src, tuple) and src
+                and src[0] == "topk_values" and index[1:] == src[1:])
+        if not topk or base not in (0, 0.0) or isinstance(base, bool):
+            self.unsupported(why="only as zeros_like(x).scatter(dim, i, v) with v, i = x.topk(k, dim) (topk in .pen)")
+        _, x, axis, k = index
+        if self.axis(x, a["dim"]) != axis:
+            self.unsupported(why="scattered along another axis than the top-k's")
+        p = self.emit(Call("topk", [Ref(x.pval), Leg(x.axes[axis])], [("k", Num(k))]), x.pval.legs, x.batched)
+        return View(p, list(x.axes), x.batched)
 
     def op_bitwise_not(self, node):
         """~mask: only as a condition (where and masked_fill swap their branches)."""
