@@ -452,3 +452,27 @@ def test_cli_evaluate_of_a_published_folder_needs_a_corpus_and_its_concepts(tmp_
     assert "category 'unmapped' is known concept 99, but the model has 37 known concepts" in capsys.readouterr().err
     assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats"]) == 1
     assert "--concept takes CATEGORY=ID|NAME" in capsys.readouterr().err
+
+
+def test_cli_on_a_bf16_folder_with_the_release_vocabulary(tmp_path, capsys):
+    """regression: `explain` on a bfloat16 checkpoint crashed in numpy (`Got unsupported ScalarType
+    BFloat16`); every command runs on a published bf16 folder with the release's vocabulary and
+    tokenizer (cl100k through bpe-openai), and no library deprecation warning reaches the user."""
+    model = Steerling(MODEL, CONCEPT, 100281, seed=0)
+    path = write_published(tmp_path / "ckpt", model.release_state_dict(), config={
+        **HUB, **MODEL, "interpretable": True, "concept": CONCEPT, "vocab_size": 100281, "instruct": False},
+        dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)  # e.g. bpe-openai's importlib.resources use
+        assert main(["generate", "--checkpoint", str(path), "--prompt", "The court ruled", "--max-new-tokens", "3",
+                     "--temperature", "0"]) == 0
+        assert main(["explain", "--checkpoint", str(path), "--text", "The court ruled", "--json",
+                     "--heatmap", str(tmp_path / "h.png")]) == 0
+        out = capsys.readouterr().out
+        assert json.loads(out[out.index("{"):])["tokens"]
+        assert (tmp_path / "h.png").is_file()
+        data = _corpus(tmp_path / "corpus")
+        assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats=1", "--concept",
+                     "sea=2", "--max-batches", "1", "--seq-len", "32", "--json"]) == 0
+        r = json.loads(capsys.readouterr().out)
+        assert math.isfinite(r["val_loss"])

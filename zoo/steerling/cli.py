@@ -484,7 +484,7 @@ def _explain(args) -> int:
     T = ids.shape[1]
     with torch.no_grad():
         out = forward_ids(model, ids)
-    probs = torch.sigmoid(out.known_logits[0])  # (t, n), before the top-k cut
+    probs = torch.sigmoid(out.known_logits[0].float())  # (t, n), before the top-k cut; float32 for numpy (a bf16 checkpoint)
     w = out.known_weights[0]
     pieces = [tok.decode([i], skip_special_tokens=False) for i in ids[0].tolist()]
     tokens = []

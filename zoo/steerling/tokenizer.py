@@ -64,6 +64,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import warnings
 from pathlib import Path
 from typing import Iterable, Sequence
 
@@ -321,12 +322,14 @@ def cl100k_base():
     from `tiktoken` (which downloads its ranks at first use, so only a cached copy works
     offline). TokenizerUnavailable, saying what to install, when neither works."""
     tried = []
-    try:
-        import bpe_openai
-    except ImportError:
-        tried.append("bpe-openai is not installed")
-    else:
-        return bpe_openai.get_encoding("cl100k_base")
+    with warnings.catch_warnings():  # bpe-openai 0.1.4 reads its ranks with importlib.resources.open_binary
+        warnings.simplefilter("ignore", DeprecationWarning)
+        try:
+            import bpe_openai
+
+            return bpe_openai.get_encoding("cl100k_base")
+        except ImportError:
+            tried.append("bpe-openai is not installed")
     try:
         import tiktoken
     except ImportError:
