@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 import warnings
@@ -471,6 +472,15 @@ def test_cli_on_a_bf16_folder_with_the_release_vocabulary(tmp_path, capsys):
         out = capsys.readouterr().out
         assert json.loads(out[out.index("{"):])["tokens"]
         assert (tmp_path / "h.png").is_file()
+        before = sorted(p.name for p in path.iterdir())
+        cwd = os.getcwd()
+        os.chdir(tmp_path)
+        try:  # without --heatmap the downloaded folder is left as it is: the heatmap goes here
+            assert main(["explain", "--checkpoint", str(path), "--text", "Hi"]) == 0
+        finally:
+            os.chdir(cwd)
+        capsys.readouterr()
+        assert sorted(p.name for p in path.iterdir()) == before and (tmp_path / "explain.png").is_file()
         data = _corpus(tmp_path / "corpus")
         assert main(["evaluate", "--checkpoint", str(path), "--data", str(data), "--concept", "cats=1", "--concept",
                      "sea=2", "--max-batches", "1", "--seq-len", "32", "--json"]) == 0

@@ -170,7 +170,9 @@ def _parser() -> argparse.ArgumentParser:
     _checkpoint_option(x)
     x.add_argument("--text", required=True)
     x.add_argument("--json", action="store_true")
-    x.add_argument("--heatmap", default=None, help="PNG path (default: CHECKPOINT/explain.png)")
+    x.add_argument("--heatmap", default=None,
+                   help="PNG path (default: CHECKPOINT/explain.png for a training checkpoint, else explain.png here: "
+                        "a downloaded checkpoint folder is left as it is)")
     x.add_argument("--top", type=int, default=3, help="concepts shown per token")
     x.add_argument("--ig-steps", type=int, default=32)
     x.add_argument("--concept", default=None, metavar="NAME|ID",
@@ -498,7 +500,8 @@ def _explain(args) -> int:
         attr = concept_attribution(model, out, torch.full((1, T), pred))
         kid, kval = attr.top_known(args.top)
     ig = integrated_gradients(model, ids, LogitTarget(T - 1, pred), steps=args.ig_steps, chunk_size=8)
-    heat = Path(args.heatmap) if args.heatmap else Path(args.checkpoint) / "explain.png"
+    own = (Path(args.checkpoint) / "train.json").is_file()
+    heat = Path(args.heatmap) if args.heatmap else (Path(args.checkpoint) if own else Path.cwd()) / "explain.png"
     shown = probs.max(0).values.topk(min(12, probs.shape[1])).indices
     import matplotlib
 
