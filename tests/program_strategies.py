@@ -23,7 +23,8 @@ into product dims, splits on the left, `1`/`()` legs, `...` on both sides or, in
 left only, new legs alone and inside merges), select and slice (by name or position, negative
 indices, a length as a dim, a number with into= or positional), consts (numbers and expressions
 of dims and consts, read as scalars, indices, keyword values and init arguments), blocks
-(calls in expressions, `as`, `repeat`, several results, blocks calling blocks), attention
+(calls in expressions, `as` with names and dotted paths, `repeat` with further arguments, several
+results, blocks calling blocks), attention
 sequences the compiler fuses, reassignment (SSA), labels, captions and notes.
 
 With `decorate=True` the text also carries comments in awkward places: inside multi-line
@@ -987,11 +988,18 @@ class _Gen:
         call = f"{b.name}({', '.join(args)})"
         names = [self.fresh("h") for _ in b.outs]
         modifiers = ""
-        repeatable = len(b.formals) == 1 and len(b.outs) == 1 and b.outs[0] == b.formals[0][1]
+        # repeatable: one result with the first argument's legs (the others reach every copy)
+        repeatable = len(b.outs) == 1 and b.outs[0] == b.formals[0][1]
+
+        def instance(base):  # a name, or a dotted path (a submodule's state-dict path: net.0, net.sub)
+            if self.coin(0.3):
+                return f"{self.fresh(base)}.{self.pick(['0', '1', 'sub'])}" + (f".{self.pick(['0', 'inner'])}" if self.coin(0.3) else "")
+            return self.fresh(base)
+
         if repeatable and self.coin(0.4):
-            modifiers = f" repeat {self.pick(['1', '2'] + [d for d in self.dims if self.dims[d] <= 2])} as {self.fresh('layers')}"
+            modifiers = f" repeat {self.pick(['1', '2'] + [d for d in self.dims if self.dims[d] <= 2])} as {instance('layers')}"
         elif self.coin(0.5):
-            modifiers = f" as {self.fresh('inst')}"
+            modifiers = f" as {instance('inst')}"
         sc.lines.append(f"{', '.join(names)} = {call}{modifiers}{self.note()}")
         for n, legs in zip(names, b.outs):
             sc.tensors[n] = _Tensor(legs, batched)
@@ -1047,8 +1055,8 @@ class _Gen:
             sc.tensors[f] = _Tensor(legs, True, "float", "formal")
         for _ in range(self.draw(st.integers(0, 2))):
             self.statement(sc, depth)
-        if n_formals == 1 and self.coin(0.6):
-            outs = [formals[0][1]]  # repeatable: the result has the argument's legs
+        if self.coin(0.6):
+            outs = [formals[0][1]]  # repeatable: the result has the first argument's legs
         else:
             outs = [self.legs(0, 3) for _ in range(self.pick([1, 1, 2]))]
         values = [self.expr(sc, legs, depth)[0] for legs in outs]
