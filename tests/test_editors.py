@@ -171,6 +171,7 @@ w = einsum('tok emb, emb hd -> tok hd', Z, W)
 r = rearrange(q, 't (h d) -> h t d')
 s = reduce(q, '... d -> d', 'mean')
 y = mlp(Z) repeat 4 as layers
+v = mlp(Z) as net.0
 z = x.detach() ** 2 - -inf
 m = where(causal(t, t), q, 0)
 u = repeat(q, 'h d -> h k d')
@@ -223,6 +224,7 @@ output y, z
     ("mlp", "entity.name.function.call.pen", 1),
     ("repeat", "keyword.control.pen", 0),
     ("layers", "entity.name.instance.pen", 0),
+    ("net.0", "entity.name.instance.pen", 0),  # a dotted path is one instance name
     ("detach", "support.function.method.pen", 0),
     ("inf", "constant.language.infinity.pen", 0),
     ("where", "support.function.builtin.pen", 0),
