@@ -6,7 +6,7 @@ The term syntax (docs/language.md has the full language):
     stmt      ::= Dim(name, size?)                       dim t = 16
                 | Const(name, value)                    const alpha = 8, scale = alpha / r
                 | Tensor(kind, name, legs, dtype, init?)  input Z[t, e] / param W[e, d] ~ init / buffer
-                | Assign(targets, value, instance?, repeat?)   h = expr [as inst] [repeat N]
+                | Assign(targets, value, instance?, repeat?)   h = expr [as inst | as net.0] [repeat N]
                 | Output(names) | Return(values)
                 | Block(name, formals, body)            block f(x[t, e]) { stmt* }
                 | Include(path) | Label(name, text) | Comment(text, step?)
@@ -221,7 +221,7 @@ class Tensor:
 class Assign:
     targets: tuple[str, ...]
     value: Expr
-    instance: str | None = None
+    instance: str | None = None  # a name, or a dotted path of names and numbers (net.0)
     repeat: Expr | None = None
     note: str = ""
     span: Span = _span()
