@@ -623,6 +623,64 @@ def test_topk_scatter_is_the_languages_topk():
         penrose.trace(Values(), torch.randn(3, 5))
 
 
+class _Functional(nn.Module):
+    """Functions torch spells as one op that the language writes out."""
+
+    def __init__(self, which):
+        super().__init__()
+        self.which = which
+        self.lin = nn.Linear(6, 6)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return {
+            "norm": lambda: y.norm(dim=-1),
+            "normalize": lambda: F.normalize(y, dim=-1),
+            "var": lambda: y.var(dim=-1),
+            "std_keepdim": lambda: y - y.std(dim=-1, keepdim=True),
+            "var_biased": lambda: torch.var(y, dim=-1, unbiased=False),
+            "logsumexp": lambda: torch.logsumexp(y, dim=-1),
+            "logsigmoid": lambda: F.logsigmoid(y),
+            "hardtanh": lambda: F.hardtanh(y, -0.5, 0.5),
+            "max_values": lambda: y.max(dim=-1).values,
+        }[self.which]()
+
+
+@pytest.mark.parametrize("which", ["norm", "normalize", "var", "std_keepdim", "var_biased", "logsumexp", "logsigmoid",
+                                   "hardtanh", "max_values"])
+def test_functions_written_out(which):
+    """regression: each was refused ("cannot be expressed in .pen"); now written with the
+    language's functions (`sqrt(sum(y * y, e))`, `m + log(sum(exp(y - m)))`, `-softplus(-y)`,
+    `clamp`, `max(y, e)`), equal in values and gradients."""
+    round_trip(_Functional(which), torch.randn(3, 4, 6), tol=1e-9)
+
+
+class _Unused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(6))       # read
+        self.spare = nn.Parameter(torch.zeros(6))      # never read: the top level declares it
+        self.lin = nn.Linear(6, 6)                     # its bias is read, its weight too
+        self.head = nn.Linear(6, 2)                    # never called
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_parameters_forward_never_reads():
+    """regression: a module with a parameter forward never reads was refused ("does not hold the
+    module's state"); it is declared where it belongs, so the state dict still loads, and the
+    parameters of a submodule never called (which no statement can declare) are named in a
+    warning and a comment."""
+    module = _Unused()
+    with pytest.warns(penrose.PenroseWarning, match=r"head.weight, head.bias belong to submodules that forward never calls"):
+        text = penrose.trace(module, torch.randn(3, 6))
+    assert "param spare[" in text and "# Not in the diagram: head.weight, head.bias" in text
+    model = penrose.compile(text)
+    missing, unexpected = model.load_state_dict(module.state_dict(), strict=False)
+    assert missing == [] and unexpected == ["head.weight", "head.bias"]
+
+
 def test_bilinear_is_an_einsum():
     """regression: nn.Bilinear (torch.bilinear) was refused; it is einsum('...i,oij,...j->...o') + bias."""
     text = round_trip(_Bilinear(), torch.randn(3, 4), torch.randn(3, 5))

@@ -150,6 +150,7 @@ class Lowerer:
                     if not isinstance(v, View):
                         self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", o)
                     self.outputs.append(self.output_pval(v))
+                self.declare_unused()
             elif node.op == "get_attr":
                 pass  # a submodule of a higher-order op (cond, map): refused where it is used
         return self.root
@@ -351,19 +352,39 @@ class Lowerer:
         p = region.params.get(target)
         if p is None:
             tensor = self.state.get(target)
-            if tensor is None:
-                tensor = node.meta.get("val")
-            shape = list(tensor.shape)
-            legs = []
-            for j, s in enumerate(shape):
-                role = "one" if s == 1 else ("out" if j == 0 else "in") if len(shape) == 2 else "feat"
-                legs.append(self.C.new(s, role=role, origin=f"axis {j} of {target}"))
-            dtype = _dtype(tensor.dtype)
-            p = PVal(legs, False, dtype, region, "param" if kind == "PARAMETER" else "buffer", param=local, hint=local)
-            p.value = tensor.detach() if isinstance(tensor, torch.Tensor) and not tensor.is_meta else None
-            self.C.register(p)
-            region.params[target] = p
+            p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
         return self.lift(View(p, list(p.legs), False), self.cur)
+
+    def declare_state(self, region, target, local, kind, tensor) -> PVal:
+        """The param (or buffer) `target` of `region`, declared with a leg per axis."""
+        legs = []
+        for j, s in enumerate(tensor.shape):
+            role = "one" if s == 1 else ("out" if j == 0 else "in") if tensor.dim() == 2 else "feat"
+            legs.append(self.C.new(s, role=role, origin=f"axis {j} of {target}"))
+        p = PVal(legs, False, _dtype(tensor.dtype), region, "param" if kind == "PARAMETER" else "buffer", param=local, hint=local)
+        p.value = tensor.detach() if isinstance(tensor, torch.Tensor) and not tensor.is_meta else None
+        self.C.register(p)
+        region.params[target] = p
+        return p
+
+    def declare_unused(self):
+        """Params and buffers forward never reads, declared in the block of their module when that
+        module is called (the top level included), so that the state dict still loads; those of a
+        submodule never called are listed in `self.unused` (they cannot be declared)."""
+        used = {t for r in self.regions.values() for t in r.params} | set(self.root.params)
+        persistent = set(self.module.state_dict())
+        by_fqn = {r.fqn: r for r in [self.root, *self.regions.values()] if r.is_block}
+        self.unused = []
+        for kind, items in (("PARAMETER", self.module.named_parameters()), ("BUFFER", self.module.named_buffers())):
+            for target, tensor in items:
+                if target in used or target not in persistent:
+                    continue
+                owner, _, local = target.rpartition(".")
+                region = by_fqn.get(owner)
+                if region is None:
+                    self.unused.append(target)
+                else:
+                    self.declare_state(region, target, local, kind, tensor)
 
     def lift(self, v: View, R: Region) -> View:
         D = v.pval.region
@@ -463,6 +484,8 @@ class Lowerer:
             got = self.values.get(seq)
             if isinstance(got, (list, tuple)) and not (got and got[0] == "state"):
                 item = got[i]
+                if item is None and not node.users:  # a second output nobody reads (max(dim).indices)
+                    return None
                 if item is None:
                     self.unsupported(why="this result (an index or a second output) is not a tensor of the diagram")
                 return item
@@ -1135,6 +1158,67 @@ class Lowerer:
             expr = Call("reduce", [Ref(x.pval), Pattern(list(x.pval.legs), legs), Str(kind)])
         p = self.emit(expr, legs, x.batched)
         return View(p, axes, x.batched)
+
+    def op_linalg_vector_norm(self, node):
+        """The 2-norm over dims: sqrt(sum(x * x)) (F.normalize is this, clamp_min and a division)."""
+        a = self.args(node)
+        if float(a.get("ord", 2)) != 2.0 or a.get("dtype") is not None:
+            self.unsupported(why="a norm other than the 2-norm")
+        x = self.view_arg(a["self"])
+        total = self.reduce(self.binop("*", x, x), a.get("dim"), a.get("keepdim", False), "sum")
+        return self.unary_call("sqrt", total)
+
+    def op_var(self, node):
+        """Variance over dims with torch's correction (Bessel's by default): sum((x - mean)²) / (n - c)."""
+        return self.variance(node, sqrt=False)
+
+    def op_std(self, node):
+        return self.variance(node, sqrt=True)
+
+    def variance(self, node, sqrt: bool):
+        a = self.args(node)
+        x = self.view_arg(a["self"])
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        dims = a.get("dim")
+        correction = a.get("correction")
+        if correction is None:
+            correction = 1 if a.get("unbiased", True) else 0
+        full = list(range(len(x.full))) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else dims
+        full = [full] if isinstance(full, int) else list(full)
+        if any(x.full[self.axis(x, d)] is BATCH for d in full):
+            raise BatchAxis
+        n = 1
+        for d in full:
+            c = x.axes[self.axis(x, d)]
+            n *= c.size if c is not None else 1
+        if n - float(correction) <= 0:
+            self.unsupported(why="fewer entries than the correction")
+        centred = self.binop("-", x, self.reduce(x, full, True, "mean"))
+        total = self.reduce(self.binop("*", centred, centred), full, a.get("keepdim", False), "sum")
+        var = self.binop("/", total, float(n - float(correction)))
+        return self.unary_call("sqrt", var) if sqrt else var
+
+    def op_logsumexp(self, node):
+        """log Σ exp(x) over dims, as m + log(sum(exp(x - m))) with m the maximum (its value and its
+        gradient, softmax, are logsumexp's)."""
+        a = self.args(node)
+        x = self.view_arg(a["self"])
+        dims = a.get("dim")
+        m = self.reduce(x, dims, True, "max")
+        shifted = self.unary_call("exp", self.binop("-", x, self.map_expr(m, lambda r: Call("detach", [r]))))
+        total = self.unary_call("log", self.reduce(shifted, dims, a.get("keepdim", False), "sum"))
+        mm = self.reduce(x, dims, a.get("keepdim", False), "max")
+        return self.binop("+", total, self.map_expr(mm, lambda r: Call("detach", [r])))
+
+    def op_log_sigmoid(self, node):
+        """log σ(x) = -softplus(-x)."""
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: Neg(Call("softplus", [Neg(r)])))
+
+    def op_hardtanh(self, node):
+        a = self.args(node)
+        return self.unary_call("clamp", self.view_arg(a["self"]), min=float(a.get("min_val", -1.0)), max=float(a.get("max_val", 1.0)))
 
     def op_sum(self, node):
         a = self.args(node)

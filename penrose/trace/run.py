@@ -5,11 +5,12 @@ from __future__ import annotations
 import logging
 import os
 import traceback
+import warnings
 from contextlib import contextmanager
 
 import torch
 
-from penrose.errors import PenroseError
+from penrose.errors import PenroseError, PenroseWarning
 from penrose.trace.errors import PenroseTraceError, span_at
 from penrose.trace.lower import BatchAxis, Lowerer, _in_torch
 from penrose.trace.write import Writer, ok_name
@@ -116,10 +117,15 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
+    if low.unused:
+        shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
+        header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
+        warnings.warn(f"penrose.trace: {shown} belong to submodules that forward never calls, so they are not in the "
+                      "diagram: load the module's state dict with strict=False", PenroseWarning, stacklevel=3)
     text = Writer(low, name, notes=notes).write(header)
     text = _canonical(text)
     if verify:
-        _verify(text, module, inputs)
+        _verify(text, module, inputs, ignore=set(low.unused))
     return text
 
 
@@ -143,7 +149,7 @@ def _canonical(text: str) -> str:
     return out
 
 
-def _verify(text, module, inputs):
+def _verify(text, module, inputs, ignore=frozenset()):
     from penrose.compiler import compile_diagram
 
     model = compile_diagram(None, text=text)
@@ -151,6 +157,7 @@ def _verify(text, module, inputs):
     if ref is not None:
         model = model.to(dtype=ref.dtype, device=ref.device)
     missing, unexpected = model.load_state_dict(module.state_dict(), strict=False)
+    unexpected = [k for k in unexpected if k not in ignore]  # never read by forward: not in the diagram
     if unexpected or missing:
         state = dict(module.named_buffers())
         missing = [k for k in missing if k not in state]
