@@ -655,6 +655,29 @@ def test_functions_written_out(which):
     round_trip(_Functional(which), torch.randn(3, 4, 6), tol=1e-9)
 
 
+class _Prototypes(nn.Module):
+    """A prototype layer as ProtoPNet-style code writes it: cdist to learned prototypes, a log
+    similarity, and a cosine similarity to the same prototypes."""
+
+    def __init__(self):
+        super().__init__()
+        self.enc = nn.Linear(6, 4)
+        self.prototypes = nn.Parameter(torch.randn(5, 4))
+
+    def forward(self, x):
+        z = self.enc(x)
+        d = torch.cdist(z, self.prototypes)
+        sim = torch.log((d ** 2 + 1) / (d ** 2 + 1e-4))
+        return sim, F.cosine_similarity(z.unsqueeze(-2), self.prototypes, dim=-1)
+
+
+def test_cdist_and_cosine_similarity():
+    """regression: torch.cdist and F.cosine_similarity were refused; they are written as
+    sqrt(sum((a - b)², m)) and the sum of the two unit vectors' product."""
+    text = round_trip(_Prototypes(), torch.randn(3, 7, 6), tol=1e-9)
+    assert "sqrt(" in text
+
+
 class _Unused(nn.Module):
     def __init__(self):
         super().__init__()

@@ -1397,16 +1397,40 @@ class Lowerer:
     op_moveaxis = op_movedim
 
     def op_unsqueeze(self, node):
-        x = self.view_arg(node.args[0])
-        n = len(x.full) + 1
-        d = node.args[1] % n
+        return self.unsqueezed(self.view_arg(node.args[0]), node.args[1])
+
+    def unsqueezed(self, x: View, d: int) -> View:
+        """x with a size-1 axis inserted at d (counted from the end when negative), as op_unsqueeze."""
         full = x.full
+        d = d % (len(full) + 1)
         new = full[:d] + [None] + full[d:]
         if x.batched:
             if new[0] is not BATCH:
                 raise BatchAxis
             new = new[1:]
         return View(x.pval, new, x.batched)
+
+    def op_cdist(self, node):
+        """torch.cdist(a (…, P, M), b (…, R, M)) with p = 2: sqrt(sum((a - b)², m)) between every
+        row of a and every row of b (prototype distances)."""
+        a = self.args(node)
+        if float(a.get("p", 2.0)) != 2.0:
+            self.unsupported(why="a p-norm distance other than p = 2")
+        x1, x2 = self.view_arg(a["x1"]), self.view_arg(a["x2"])
+        diff = self.binop("-", self.unsqueezed(x1, -2), self.unsqueezed(x2, -3))
+        return self.unary_call("sqrt", self.reduce(self.binop("*", diff, diff), [-1], False, "sum"))
+
+    def op_cosine_similarity(self, node):
+        """F.cosine_similarity(a, b, dim, eps): sum(a/max(|a|, eps) * b/max(|b|, eps)) over dim."""
+        a = self.args(node)
+        x1, x2 = self.view_arg(a["x1"]), self.view_arg(a["x2"])
+        dim, eps = a.get("dim", 1), float(a.get("eps", 1e-8))
+
+        def unit(x):
+            norm = self.unary_call("sqrt", self.reduce(self.binop("*", x, x), [dim], True, "sum"))
+            return self.binop("/", x, self.unary_call("clamp", norm, min=eps))
+
+        return self.reduce(self.binop("*", unit(x1), unit(x2)), [dim], False, "sum")
 
     def op_squeeze(self, node):
         x = self.view_arg(node.args[0])
