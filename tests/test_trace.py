@@ -678,6 +678,31 @@ def test_cdist_and_cosine_similarity():
     assert "sqrt(" in text
 
 
+class _MaskedMeanPool(nn.Module):
+    """Mean of token embeddings over the non-padding positions, written with bool arithmetic."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(10, 6)
+        self.table = nn.Parameter(torch.randn(10, 6))
+        self.out = nn.Linear(6, 2)
+
+    def forward(self, ids):
+        keep = ids > 0
+        pooled = (self.emb(ids) * keep.unsqueeze(-1)).sum(1) / keep.sum(1, keepdim=True)
+        rows = self.table.index_select(0, ids[:, 0])
+        return self.out(F.relu6(pooled + rows))
+
+
+def test_bool_masks_in_arithmetic_index_select_and_relu6():
+    """regression: a bool mask in arithmetic or a sum (torch promotes it to 1 and 0) produced a
+    diagram that did not check ("internal: ... arithmetic on the bool mask"); index_select and
+    relu6 were refused. Now where(mask, 1, 0), gather and clamp(min=0, max=6)."""
+    ids = torch.tensor([[3, 4, 0, 0], [5, 1, 2, 0], [7, 0, 0, 0]])
+    text = round_trip(_MaskedMeanPool(), ids)
+    assert "where(" in text and "gather(" in text and "clamp(" in text
+
+
 class _Unused(nn.Module):
     def __init__(self):
         super().__init__()

@@ -219,6 +219,8 @@ class Lowerer:
                         spans[prefix] = (min(a, i), max(b, i))
         self.containers = spans
         self.index = {node: i for i, node in enumerate(nodes)}
+        # every submodule some node runs inside (a call of its own)
+        self.called = {fqn for node in nodes for _k, (fqn, _c) in (node.meta.get("nn_module_stack") or {}).items()}
 
     def container_region(self, fqn, parent):
         key = ("container", fqn)
@@ -244,6 +246,8 @@ class Lowerer:
             return None
         (owner,) = owners
         if not owner or owner in inside or not (deepest == "" or owner.startswith(deepest + ".")):
+            return None
+        if owner in self.called:  # called elsewhere: its params are its calls' own
             return None
         try:
             mod = self.module.get_submodule(owner)
@@ -647,6 +651,8 @@ class Lowerer:
                 y = self.map_expr(y, lambda r: BinOp("*", r, Num(alpha)))
             else:
                 y = y * alpha
+        if op in ("+", "-", "*", "/", "//", "**") and dtype != "bool":  # torch promotes a bool mask to 1 and 0
+            x, y = self.as_number(x), self.as_number(y)
         if not isinstance(x, View) and not isinstance(y, View):
             fold = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q}.get(op)
             if fold is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y)):
@@ -1137,9 +1143,18 @@ class Lowerer:
             eps = torch.finfo(node.args[0].meta["val"].dtype).eps
         return self.norm("rmsnorm", x, a["normalized_shape"], w, None, eps)
 
+    def as_number(self, x):
+        """A bool mask as torch promotes it in arithmetic and sums: where(mask, 1, 0)."""
+        if isinstance(x, View) and x.pval.dtype == "bool":
+            p = self.emit(Call("where", [Ref(x.pval), Num(1), Num(0)]), x.pval.legs, x.batched)
+            return View(p, list(x.axes), x.batched)
+        return x
+
     def reduce(self, x: View, dims, keepdim, kind):
         if not isinstance(x, View):
             self.unsupported(why="a plain number")
+        if kind in ("sum", "mean", "prod"):
+            x = self.as_number(x)
         full = len(x.full)
         if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
             dims = list(range(full))
@@ -1215,6 +1230,9 @@ class Lowerer:
         """log σ(x) = -softplus(-x)."""
         x = self.view_arg(node.args[0])
         return self.map_expr(x, lambda r: Neg(Call("softplus", [Neg(r)])))
+
+    def op_relu6(self, node):
+        return self.unary_call("clamp", self.view_arg(node.args[0]), min=0.0, max=6.0)
 
     def op_hardtanh(self, node):
         a = self.args(node)
@@ -1648,15 +1666,25 @@ class Lowerer:
             self.unsupported(why="positions of a size known only at run time")
         return ("arange", int(start), int(end), int(step), node)
 
+    def op_index_select(self, node):
+        """table.index_select(0, ids): rows of a two-axis table, as an embedding is (gather)."""
+        a = self.args(node)
+        if a["dim"] % 2 != 0:
+            self.unsupported(why="selecting along another axis than the table's first")
+        return self.gather_rows(a["self"], a["index"])
+
     def op_embedding(self, node):
         a = self.args(node)
-        w, ids = self.view_arg(a["weight"]), self.get(a["indices"])
+        return self.gather_rows(a["weight"], a["indices"])
+
+    def gather_rows(self, weight, indices):
+        w, ids = self.view_arg(weight), self.get(indices)
         if isinstance(ids, tuple) and ids and ids[0] == "arange":  # rows start..end of the table
             _, start, end, step, _n = ids
             if step != 1 or not isinstance(w, View):
                 self.unsupported(why="an embedding of positions with a step")
             return self.narrow(self.materialize(w), 0, start, end)
-        ids = self.view_arg(a["indices"])
+        ids = self.view_arg(indices)
         if not isinstance(w, View) or w.batched or len(w.axes) != 2 or not isinstance(ids, View) or ids.pval.dtype != "int":
             self.unsupported(why="an embedding needs a two-axis table and integer ids")
         w = self.materialize(w)
