@@ -835,7 +835,8 @@ class _Checker:
         self._arity(e)  # arity and keywords as the table of operations says
         v = self._builtin(sc, e)
         shown = {k: self._expr(self._static_scope, node) for k, node in e.kwargs
-                 if OPS[f].keyword(k).kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM) and _names(node)}
+                 if OPS[f].keyword(k) is not None and OPS[f].keyword(k).kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM)
+                 and _names(node)}
         if shown:  # keyword values written with consts or dims: figures and equations show the names
             v.attrs["shown"] = shown
             v.attrs["shown_text"] = {k: format_expr(node) for k, node in e.kwargs if k in shown}
@@ -866,6 +867,9 @@ class _Checker:
             raise PenroseCheckError(f"{e.func} takes {want} positional argument(s), got {n}", e.span)
         seen = set()
         for k, v in e.kwargs:
+            if op.axis_lengths and k not in seen:  # einops' NAME=size (and reduce's reduction=): _einop reads them
+                seen.add(k)
+                continue
             if k not in kws:
                 allowed = ", ".join(kws) or "no keyword arguments"
                 raise PenroseCheckError(f"{e.func} takes {allowed}, not {k!r}", v.span)
@@ -1284,7 +1288,11 @@ class _Checker:
             raise PenroseCheckError(f"{kind}'s second argument is its pattern, as {kind}(x, 't (h d) -> h t d')", node.span)
         reduction = None
         if kind == "reduce":
-            r = e.args[2]
+            r = e.args[2] if len(e.args) > 2 else e.kwarg("reduction")
+            if len(e.args) > 2 and e.kwarg("reduction") is not None:
+                raise PenroseCheckError("reduce: the reduction is given twice, by position and as reduction=", e.kwarg("reduction").span)
+            if r is None:
+                raise PenroseCheckError("reduce needs its reduction: reduce(x, 't e -> e', 'mean') or reduction='mean'", e.span)
             if not isinstance(r, ir.String) or r.value not in REDUCTIONS:
                 got = f" {r.value!r}" if isinstance(r, ir.String) else ""
                 hint = suggest(r.value, REDUCTIONS) if isinstance(r, ir.String) else ""
@@ -1296,6 +1304,26 @@ class _Checker:
 
         def at(a, b=None):
             return spec_span(node.span, a, b)
+
+        # einops' axis lengths, h=2: each a dim of the pattern; its size, checked (or given, to a dim without one)
+        in_pattern = {a.name for side in (pat.left, pat.right) for a in side.axes() if a.name is not None}
+        for k, v in e.kwargs:
+            if k == "reduction" and kind == "reduce":
+                continue
+            if k not in in_pattern:
+                raise PenroseCheckError(f"{kind}: {k}= names no leg of the pattern {node.value!r} (keywords give the "
+                                        "sizes of its dims, as einops' axis lengths)", v.span)
+            if k not in self.dims:
+                hint = suggest(k, self.dims) or f"; declare it with 'dim {k} = SIZE'"
+                raise PenroseCheckError(f"{kind}: unknown dim {k!r}{hint}", v.span)
+            n = self._static(v, f"{kind}: {k}=", integer=True)
+            have = self.S.size(self.dims[k])
+            if have is not None and have != n:
+                raise PenroseCheckError(f"{kind}: {k}={n}, but dim {k!r} has size {have}", v.span)
+            if have is None:
+                if n < 1:
+                    raise PenroseCheckError(f"{kind}: {k}={n}: a size is at least 1", v.span)
+                self.S.unify(self.dims[k], self.S.new(k, n, (f"{k}={n}", v.span)), (f"{kind}: {k}=", v.span))
 
         legs, lcls = x.legs, x.type.cls
         left, right = pat.left, pat.right

@@ -71,6 +71,7 @@ class Op:
     legs: str = ""  # the result-leg rule, in words
     doc: str = ""
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
+    axis_lengths: bool = False  # takes einops' NAME=size keywords for the dims of its pattern
 
     def keyword(self, key: str) -> Kw | None:
         for k in self.keywords:
@@ -174,11 +175,12 @@ _ROWS = [
     Op("unflatten", "shape", ("x", "leg", "parts"), 3, 3, (), "the leg split into the given dims",
        "split one leg into several"),
     Op("rearrange", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says"),
-    Op("reduce", "shape", ("x", "pattern", "reduction"), 3, 3, (), "the right side of the pattern, a leg per entry",
-       "reduce the legs the right side leaves out ('sum', 'mean', 'max', 'min' or 'prod'), as einops.reduce"),
+       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says", axis_lengths=True),
+    Op("reduce", "shape", ("x", "pattern", "reduction"), 2, 3, (), "the right side of the pattern, a leg per entry",
+       "reduce the legs the right side leaves out ('sum', 'mean', 'max', 'min' or 'prod'; by position or "
+       "reduction=), as einops.reduce", axis_lengths=True),
     Op("repeat", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat"),
+       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat", axis_lengths=True),
     Op("select", "index", ("x", "leg", "index"), 3, 3, (), "its operand's legs without the selected leg",
        "pick one index of a leg (a contraction with a basis vector); the leg disappears"),
     Op("slice", "index", ("x", "leg", "start", "length", "into"), 4, 5, (Kw("into", DIM),),

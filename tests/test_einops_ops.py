@@ -372,6 +372,16 @@ DOCS = [
      lambda x: einops.repeat(x, "...  -> k (...)", k=3), "repeat and merge the ellipsis"),
     ("a = 2, b = 3", "a, b", "rearrange(x, 'a b ... -> a b (...)')",
      lambda x: einops.rearrange(x, "a b ... -> a b (...)"), "merge an empty ellipsis into a unit leg"),
+    # einops' axis lengths as keywords, and reduce's reduction by keyword (regression: refused as
+    # "takes no keyword arguments")
+    ("t = 5, h = 2, d = 3\ndim hd = h * d", "t, hd", "rearrange(x, 't (h d) -> h t d', h=2)",
+     lambda x: einops.rearrange(x, "t (h d) -> h t d", h=2), "axis lengths as keywords"),
+    ("t = 5, h, d = 3\ndim hd = 6", "t, hd", "rearrange(x, 't (h d) -> h t d', h=2)",
+     lambda x: einops.rearrange(x, "t (h d) -> h t d", h=2), "an axis length gives a dim its size"),
+    ("t = 5, hd = 6", "t, hd", "reduce(x, 't hd -> hd', reduction='max')",
+     lambda x: einops.reduce(x, "t hd -> hd", reduction="max"), "the reduction by keyword"),
+    ("t = 5, hd = 6, k = 4", "t, hd", "repeat(x, 't hd -> t hd k', k=4)",
+     lambda x: einops.repeat(x, "t hd -> t hd k", k=4), "a new leg's length as a keyword"),
     # the issue's own example and the naming rules of merged legs
     ("t = 5, h = 2, d = 3\ndim hd = h * d", "t, hd", "rearrange(x, 't (h d) -> h t d')",
      lambda x: einops.rearrange(x, "t (h d) -> h t d", h=2), "the issue's example"),
@@ -539,6 +549,9 @@ REFUSALS = [
     ("y = rearrange(x, 't ... ... -> t ...')", "...", 1, "twice"),
     ("y = rearrange(x, 't 1 -> t')", "1", 0, "size 1"),
     ("y = rearrange(x, '(...) hd -> hd')", "(...)", 0, "..."),
+    ("y = rearrange(x, 't (h d) -> h t d', h=3)", "3", 0, "h=3, but dim 'h' has size 2"),
+    ("y = rearrange(x, 't hd -> t hd', q=2)", "2", 0, "q= names no leg of the pattern"),
+    ("y = reduce(x, 't hd -> hd', 'sum', reduction='mean')", "'mean'", 0, "given twice"),
     ("y = rearrange(x, '... -> (...)')", "(...)", 0, "declare it: dim thd = t * hd"),
     ("y = rearrange(x, 't (h d) -> (t h) d')", "(t h)", 0, "size 10"),
     ("y = rearrange(x, 't hd -> t hd x')", "x", 0, "unknown"),  # the tensor's name is no dim
