@@ -703,6 +703,59 @@ def test_bool_masks_in_arithmetic_index_select_and_relu6():
     assert "where(" in text and "gather(" in text and "clamp(" in text
 
 
+class _FeatureNet(nn.Module):
+    def __init__(self, h=6):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(1, h), nn.ReLU(), nn.Linear(h, h), nn.ReLU(), nn.Linear(h, 1))
+
+    def forward(self, x):
+        return self.net(x)
+
+
+class _NAM(nn.Module):
+    """A neural additive model as its authors' code writes it: one small MLP per feature, in a
+    ModuleList, each on its own column."""
+
+    def __init__(self, f=3):
+        super().__init__()
+        self.features = nn.ModuleList([_FeatureNet() for _ in range(f)])
+        self.bias = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x):
+        outs = [net(x[:, i:i + 1]) for i, net in enumerate(self.features)]
+        return torch.cat(outs, dim=-1).sum(-1) + self.bias
+
+
+class _CEM(nn.Module):
+    """A concept embedding model in the style of its reference code: per concept a positive and
+    a negative embedding, a shared scorer, the probability-weighted mixture."""
+
+    def __init__(self, d=5, k=3, m=4):
+        super().__init__()
+        self.pos = nn.ModuleList([nn.Linear(d, m) for _ in range(k)])
+        self.neg = nn.ModuleList([nn.Linear(d, m) for _ in range(k)])
+        self.score = nn.Linear(2 * m, 1)
+        self.task = nn.Linear(k * m, 2)
+
+    def forward(self, x):
+        embs, probs = [], []
+        for p, n in zip(self.pos, self.neg):
+            cp, cn = F.leaky_relu(p(x)), F.leaky_relu(n(x))
+            pr = torch.sigmoid(self.score(torch.cat([cp, cn], -1)))
+            embs.append(pr * cp + (1 - pr) * cn)
+            probs.append(pr)
+        return torch.cat(probs, -1), self.task(torch.cat(embs, -1))
+
+
+@pytest.mark.parametrize("make, shape, path", [(_NAM, (5, 3), " as features.2"), (_CEM, (4, 5), " as neg.1")],
+                         ids=["neural additive model", "concept embedding model"])
+def test_interpretable_models_written_in_plain_torch(make, shape, path):
+    """The zoo's architectures as their authors write them in torch (ModuleLists of per-feature
+    nets, per-concept embeddings) trace to diagrams that keep every state-dict name."""
+    text = round_trip(make(), torch.randn(*shape))
+    assert path in text
+
+
 class _Unused(nn.Module):
     def __init__(self):
         super().__init__()
