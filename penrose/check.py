@@ -1403,43 +1403,17 @@ class _Checker:
             raise PenroseCheckError(f"{kind}: '...' on the left but not on the right (only reduce drops legs)", at(g.start, g.end))
         right_groups, out_legs, out_cls, new = [], [], [], []
         for gi, g in enumerate(right.groups):
-            if gi == right.ellipsis and g.paren:  # (...) or (a ...): the ellipsis' legs merged, with the names
-                ids = []
-                for a in g.axes:
-                    if a.ellipsis:
-                        ids.extend(aid for aid in axes if aid.startswith("..."))
-                    elif a.name is not None:
-                        self._pattern_dim(a, kind, at)
-                        if a.name not in axes:
-                            raise PenroseCheckError(f"{kind}: {a.name!r} is on the right but not on the left", at(a.start, a.end))
-                        ids.append(a.name)
-                if not ids:  # an empty merge: a leg of size 1, as einops makes it
-                    right_groups.append(())
-                    out_legs.append("1")
-                    out_cls.append(self.S.new("1", 1, ("a leg of size 1", at(g.start, g.end))))
-                    continue
-                if len(ids) == 1:
-                    out_legs.append(axes[ids[0]][1])
-                    out_cls.append(axes[ids[0]][0])
-                else:
-                    merged = self._merged_dim([axes[a][1] for a in ids], [axes[a][0] for a in ids], kind, at(g.start, g.end))
-                    out_legs.append(merged)
-                    out_cls.append(self.dims[merged])
-                    self._baked(self.dims[merged], *(axes[a][0] for a in ids))
-                right_groups.append(tuple(ids))
-                continue
-            if gi == right.ellipsis:
+            if gi == right.ellipsis and not g.paren:  # `...`: the ellipsis' legs, each its own
                 for aid in (a for a in axes if a.startswith("...")):
                     right_groups.append((aid,))
                     out_legs.append(axes[aid][1])
                     out_cls.append(axes[aid][0])
                 continue
-            if g.unit:  # a new leg of size 1, named '1'
-                right_groups.append(())
-                out_legs.append("1")
-                out_cls.append(self.S.new("1", 1, ("a leg of size 1", at(g.start, g.end))))
-                continue
+            ids = []  # the group's axes: its names and, in `(...)` or `(a ...)`, the ellipsis' legs
             for a in g.axes:
+                if a.ellipsis:
+                    ids.extend(aid for aid in axes if aid.startswith("..."))
+                    continue
                 if a.name is None:
                     continue
                 if a.name not in axes:
@@ -1452,16 +1426,21 @@ class _Checker:
                     axes[a.name] = (self.dims[a.name], a.name)
                     self._baked(self.dims[a.name])
                     new.append(a.name)
-            names = g.names
-            if len(names) == 1:
-                out_legs.append(names[0])
-                out_cls.append(axes[names[0]][0])
+                ids.append(a.name)
+            if not ids:  # `1`, `()` or an empty `(...)`: a new leg of size 1, named '1', as einops makes it
+                right_groups.append(())
+                out_legs.append("1")
+                out_cls.append(self.S.new("1", 1, ("a leg of size 1", at(g.start, g.end))))
+                continue
+            if len(ids) == 1:
+                out_legs.append(axes[ids[0]][1])
+                out_cls.append(axes[ids[0]][0])
             else:
-                merged = self._merged_dim(names, [axes[n][0] for n in names], kind, at(g.start, g.end))
+                merged = self._merged_dim([axes[a][1] for a in ids], [axes[a][0] for a in ids], kind, at(g.start, g.end))
                 out_legs.append(merged)
                 out_cls.append(self.dims[merged])
-                self._baked(self.dims[merged], *(axes[n][0] for n in names))
-            right_groups.append(names)
+                self._baked(self.dims[merged], *(axes[a][0] for a in ids))
+            right_groups.append(tuple(ids))
         kept = {a for grp in right_groups for a in grp}
         reduced = [a for grp in left_groups for a in grp if a not in kept]
         if reduced and kind != "reduce":

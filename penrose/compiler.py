@@ -407,17 +407,18 @@ class _Emitter:
     def reference_tensor(self) -> str | None:
         """The attribute path of the first parameter or buffer (inputs must match its dtype and device)."""
 
-        def find(c: Checked, prefix: str):
+        def find(c: Checked, node):
             own = c.params + c.buffers
             if own:
-                return f"{prefix}.{own[0].tensor.name}"
+                return P.unparse(P.attr(node, own[0].tensor.name))
             for inst in c.instances.values():
-                found = find(self.c.blocks[inst.block], _instance_text(prefix, inst.name) + ("[0]" if inst.repeat is not None else ""))
+                sub = _instance_node(inst.name, node)
+                found = find(self.c.blocks[inst.block], P.subscript(sub, P.const(0)) if inst.repeat is not None else sub)
                 if found:
                     return found
             return None
 
-        return find(self.c, "self")
+        return find(self.c, P.name("self"))
 
     def narrow_lines(self, s, kept: list[int]) -> list[str]:
         """The read pieces of a split, each as a narrow (a view) of the split tensor."""
@@ -1043,15 +1044,14 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
         inst_classes, calls = {}, []
         for inst, (blks, _, _) in kids.items():
             sub = tuple(blks)
-            if sub not in names:
-                names[sub] = None  # planned (blocks never call themselves: the checker refuses cycles)
+            if sub not in names:  # (blocks never call themselves: the checker refuses cycles)
                 names[sub] = plan(sub, [(b if i else "forward", blocks[b][0]) for i, b in enumerate(sub)])
             inst_classes[inst] = names[sub]
         for method, c in members:
             calls.append({i.name: (None if i.block == kids[i.name][0][0] else i.block) for i in c.instances.values()})
         if key is None:
             top = _camel(checked.name)
-            name = top + "Model" if top in taken or top in names.values() else top
+            name = top + "Model" if top in taken else top  # taken holds every block class's name
             taken.add(name)
         else:
             name = name_for(key)
@@ -1087,18 +1087,11 @@ def _method_name_ok(name: str, what: str, c: Checked):
             "that torch.nn.Module does not use)", Span(c.diagram.file))
 
 
-def _instance_text(prefix: str, name: str) -> str:
-    """The expression of instance `name` under `prefix`: attributes for names, `_modules['0']`
-    for the numbers of a dotted path (`net.0` is `self.net._modules['0']`)."""
-    for part in name.split("."):
-        prefix = f"{prefix}._modules[{part!r}]" if part.isdigit() else f"{prefix}.{part}"
-    return prefix
-
-
-def _instance_node(name: str):
-    """The ast of `self.<instance>` (see _instance_text)."""
-    node = P.name("self")
-    for part in name.split("."):
+def _instance_node(name: str, node=None):
+    """The ast of instance `name` under `node` (default `self`): attributes for names,
+    `_modules['0']` for the numbers of a dotted path (`net.0` is `self.net._modules['0']`)."""
+    node = P.name("self") if node is None else node
+    for part in name.split(".") if name else ():
         node = P.subscript(P.attr(node, "_modules"), P.const(part)) if part.isdigit() else P.attr(node, part)
     return node
 
@@ -1113,14 +1106,13 @@ def _instance_init(insts: dict) -> list[str]:
         if len(parts) == 1 and not parts[0].isdigit():
             lines.append(f"        self.{name} = {module}")
             continue
-        for k in range(1, len(parts)):
+        for k in range(1, len(parts) + 1):
             path = ".".join(parts[:k])
-            if path not in made:
-                made.add(path)
-                holder = _instance_text("self", ".".join(parts[:k - 1])) if k > 1 else "self"
-                lines.append(f"        {holder}.add_module({parts[k - 1]!r}, _Container())")
-        holder = _instance_text("self", ".".join(parts[:-1])) if len(parts) > 1 else "self"
-        lines.append(f"        {holder}.add_module({parts[-1]!r}, {module})")
+            if path in made:
+                continue
+            made.add(path)
+            holder = P.unparse(_instance_node(".".join(parts[:k - 1])))
+            lines.append(f"        {holder}.add_module({parts[k - 1]!r}, {module if k == len(parts) else '_Container()'})")
     return lines
 
 
