@@ -1150,17 +1150,26 @@ class Lowerer:
             return View(p, list(x.axes), x.batched)
         return x
 
+    def reduced_axes(self, x: View, dims) -> list[int]:
+        """The indices into x.axes of torch's reduction dims (None or [] is every axis; the batch
+        axis is BatchAxis, as `axis` says)."""
+        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+            dims = list(range(len(x.full)))
+        if isinstance(dims, int):
+            dims = [dims]
+        return sorted({self.axis(x, d) for d in dims})
+
+    @staticmethod
+    def dropped(v: View, idx) -> View:
+        """A keepdim reduction's view without its kept size-1 axes at `idx` (the same tensor)."""
+        return View(v.pval, [c for j, c in enumerate(v.axes) if j not in idx], v.batched)
+
     def reduce(self, x: View, dims, keepdim, kind):
         if not isinstance(x, View):
             self.unsupported(why="a plain number")
         if kind in ("sum", "mean", "prod"):
             x = self.as_number(x)
-        full = len(x.full)
-        if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
-            dims = list(range(full))
-        if isinstance(dims, int):
-            dims = [dims]
-        idx = sorted({self.axis(x, d) for d in dims})
+        idx = self.reduced_axes(x, dims)
         gone = [x.axes[j] for j in idx if x.axes[j] is not None]
         axes = [None if j in idx else c for j, c in enumerate(x.axes)] if keepdim else [c for j, c in enumerate(x.axes) if j not in idx]
         if not gone:
@@ -1199,18 +1208,11 @@ class Lowerer:
         correction = a.get("correction")
         if correction is None:
             correction = 1 if a.get("unbiased", True) else 0
-        full = list(range(len(x.full))) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else dims
-        full = [full] if isinstance(full, int) else list(full)
-        if any(x.full[self.axis(x, d)] is BATCH for d in full):
-            raise BatchAxis
-        n = 1
-        for d in full:
-            c = x.axes[self.axis(x, d)]
-            n *= c.size if c is not None else 1
+        n = math.prod(x.axes[j].size if x.axes[j] is not None else 1 for j in self.reduced_axes(x, dims))
         if n - float(correction) <= 0:
             self.unsupported(why="fewer entries than the correction")
-        centred = self.binop("-", x, self.reduce(x, full, True, "mean"))
-        total = self.reduce(self.binop("*", centred, centred), full, a.get("keepdim", False), "sum")
+        centred = self.binop("-", x, self.reduce(x, dims, True, "mean"))
+        total = self.reduce(self.binop("*", centred, centred), dims, a.get("keepdim", False), "sum")
         var = self.binop("/", total, float(n - float(correction)))
         return self.unary_call("sqrt", var) if sqrt else var
 
@@ -1219,12 +1221,10 @@ class Lowerer:
         gradient, softmax, are logsumexp's)."""
         a = self.args(node)
         x = self.view_arg(a["self"])
-        dims = a.get("dim")
-        m = self.reduce(x, dims, True, "max")
-        shifted = self.unary_call("exp", self.binop("-", x, self.map_expr(m, lambda r: Call("detach", [r]))))
-        total = self.unary_call("log", self.reduce(shifted, dims, a.get("keepdim", False), "sum"))
-        mm = self.reduce(x, dims, a.get("keepdim", False), "max")
-        return self.binop("+", total, self.map_expr(mm, lambda r: Call("detach", [r])))
+        dims, keepdim = a.get("dim"), a.get("keepdim", False)
+        m = self.map_expr(self.reduce(x, dims, True, "max"), lambda r: Call("detach", [r]))  # once, kept dims
+        total = self.unary_call("log", self.reduce(self.unary_call("exp", self.binop("-", x, m)), dims, keepdim, "sum"))
+        return self.binop("+", total, m if keepdim else self.dropped(m, self.reduced_axes(x, dims)))
 
     def op_log_sigmoid(self, node):
         """log σ(x) = -softplus(-x)."""
