@@ -42,7 +42,10 @@ from penrose.stack import deep, too_deep
 
 _STEP = re.compile(r"^\s*(\d+)\)\s*")
 _INT = re.compile(r"\d+")  # a NUMBER that is a whole number (NUMBER's digits are \d, as here)
-_INSTANCE = re.compile(r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+))*")  # grammar's INSTANCE
+# an instance's name after `as`: a name or a dotted path of names and numbers (the grammar's
+# INSTANCE; the Pygments lexer reads it from here)
+INSTANCE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+))*"
+_INSTANCE = re.compile(INSTANCE_PATTERN)
 
 
 def grammar_text() -> str:

@@ -19,6 +19,7 @@ from pygments.lexer import RegexLexer, bygroups, include, words
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
 from penrose.ops import FUNCTIONS
+from penrose.parse import INSTANCE_PATTERN
 
 __all__ = ["PenroseLexer"]
 
@@ -26,7 +27,6 @@ KEYWORDS = ("dim", "const", "input", "param", "buffer", "output", "return", "blo
 INITS = ("normal", "zeros", "ones", "constant", "uniform", "xavier", "eye")
 DTYPES = ("float", "int", "bool")
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
-INSTANCE = r"(?:[A-Za-z_]\w*|\d+)(?:\.(?:[A-Za-z_]\w*|\d+))*"  # an instance: a name or a dotted path (net.0)
 
 
 class PenroseLexer(RegexLexer):
@@ -50,7 +50,7 @@ class PenroseLexer(RegexLexer):
             (r"\b(block)(\s+)(" + IDENT + r")", bygroups(Keyword.Declaration, Whitespace, Name.Function)),
             (r"\b(label)(\s+)(" + IDENT + r")", bygroups(Keyword, Whitespace, Name.Variable)),
             (r"\b(include)\b", Keyword.Namespace),
-            (r"\b(as)(\s+)(" + INSTANCE + r")", bygroups(Keyword, Whitespace, Name.Variable.Instance)),
+            (r"\b(as)(\s+)(" + INSTANCE_PATTERN + r")", bygroups(Keyword, Whitespace, Name.Variable.Instance)),
             (words(sorted(FUNCTIONS), prefix=r"\b", suffix=r"(?=\s*\()"), Name.Builtin),
             (r"\b(output|return|repeat|as)\b", Keyword),
             (r"(~)(\s*)" + r"\b(" + "|".join(INITS) + r")\b", bygroups(Operator, Whitespace, Name.Builtin)),
