@@ -40,6 +40,30 @@ def _sizes(items) -> dict:
     return out
 
 
+def _entries(items) -> dict:
+    """--entry NAME=FILE, repeated: {method name: path}."""
+    from penrose.errors import PenroseError
+
+    out = {}
+    for item in items or []:
+        name, eq, path = item.partition("=")
+        if not eq or not name.strip() or not path.strip():
+            raise PenroseError(f"--entry takes NAME=FILE, got {item!r}")
+        out[name.strip()] = _path(path.strip())
+    return out
+
+
+def _write_or_print(out: str | None, text: str) -> None:
+    """Text to the -o file (atomically; `_output` has checked it), or to standard output."""
+    from penrose.io import atomic_write_text
+
+    if out:
+        atomic_write_text(out, text)
+        print(f"wrote {out}")
+    else:
+        sys.stdout.write(text)
+
+
 def _include_path_option(sp) -> None:
     sp.add_argument(
         "--include-path", action="append", default=[], metavar="DIR", dest="include_paths",
@@ -221,27 +245,14 @@ def _run(args) -> int:
         return 0
     if args.command == "compile":
         from penrose.compiler import generate_source, load_entries
-        from penrose.io import atomic_write_text
 
         if args.output:
             _output(args.output, args.file)
-        from penrose.errors import PenroseError
-
-        entries = {}
-        for item in args.entries or ():
-            name, eq, path = item.partition("=")
-            if not eq or not name or not path:
-                raise PenroseError(f"--entry takes NAME=FILE, got {item!r}")
-            entries[name.strip()] = _path(path.strip())
-        c, more = load_entries(_path(args.file), entries=entries, include_paths=args.include_paths, **_sizes(args.size))
+        c, more = load_entries(_path(args.file), entries=_entries(args.entries), include_paths=args.include_paths,
+                               **_sizes(args.size))
         for checked in (c, *more.values()):
             _print_warnings(checked)
-        src = generate_source(c, entries=more)
-        if args.output:
-            atomic_write_text(args.output, src)
-            print(f"wrote {args.output}")
-        else:
-            sys.stdout.write(src)
+        _write_or_print(args.output, generate_source(c, entries=more))
         return 0
     if args.command == "plan":
         from penrose.report import plan_report
@@ -298,17 +309,11 @@ def _run(args) -> int:
         print(f"wrote {out}")
         return 0
     if args.command == "trace":
-        from penrose.io import atomic_write_text
         from penrose.trace.run import trace_command
 
         if args.output:
             _output(args.output)
-        text = trace_command(args.target, args.inputs, args.dims, verify=args.verify, notes=args.notes)
-        if args.output:
-            atomic_write_text(args.output, text)
-            print(f"wrote {args.output}")
-        else:
-            sys.stdout.write(text)
+        _write_or_print(args.output, trace_command(args.target, args.inputs, args.dims, verify=args.verify, notes=args.notes))
         return 0
     if args.command == "gallery":
         from penrose.render.gallery import build_gallery
