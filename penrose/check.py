@@ -106,8 +106,8 @@ def check_together(diagrams, **sizes) -> list[Checked]:
     (4, 5)
     """
     checkers = [_Checker(d, sizes) for d in diagrams]
-    for c in checkers:
-        c.lenient = True
+    for c in checkers:  # one diagram alone refuses an unknown size first, as check does
+        c.lenient = len(checkers) > 1
     results = [_run(c) for c in checkers]
     missing = [k for k in sizes if not any(k in c.dims or k in c.constants for c in checkers)]
     if missing:  # refused as the first diagram refuses it, with its dims and a suggestion

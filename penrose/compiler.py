@@ -26,7 +26,7 @@ import torch
 from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
-from penrose.check import Checked, V, check
+from penrose.check import Checked, V
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
@@ -1242,8 +1242,7 @@ def load_entries(path_or_text=None, *, entries=None, text=None, include_paths=()
     entries = dict(entries or {})
     with allowing(include_paths):
         diagrams = [read(path_or_text, text=text)] + [e if isinstance(e, Checked) else read(e) for e in entries.values()]
-        pending = [d for d in diagrams if not isinstance(d, Checked)]
-        checked = iter(check_together(pending, **sizes) if len(diagrams) > 1 else [check(pending[0], **sizes)])
+        checked = iter(check_together([d for d in diagrams if not isinstance(d, Checked)], **sizes))
     done = [d if isinstance(d, Checked) else next(checked) for d in diagrams]
     return done[0], dict(zip(entries, done[1:]))
 
