@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import ast
+import importlib.util
 import sys
 import warnings
+from pathlib import Path
 
 import penrose
 
@@ -58,3 +60,15 @@ def standalone(text, **sizes):
     ns = {"__name__": "penrose_standalone"}
     exec(compile(src, "<standalone>", "exec"), ns)
     return ns["Model"]()
+
+
+def reference(name: str):
+    """tests/references/<name>.py (an independent hand-written reference), loaded once and
+    registered as the module `name`, so every test file shares one copy."""
+    module = sys.modules.get(name)
+    if module is None:
+        spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parent / "references" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return module

@@ -9,9 +9,7 @@ so its einsum strings) verbatim, and survive a format → parse round trip.
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,20 +17,13 @@ import torch
 
 import penrose
 from penrose import format_diagram, parse
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 PAPER = HERE.parent / "zoo" / "paper"
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("paper_refs", HERE / "references" / "paper_refs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("paper_refs", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference()
+ref = reference('paper_refs')
 
 # name -> unbatched input shapes (the diagram's default sizes) and the paper's statements, as the
 # paper prints them. A statement the listing had to change is given in its .pen form, with the

@@ -10,9 +10,7 @@ the parameter count derived independently in tests/references/steerling_ref.py.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ import torch
 from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError
 from penrose_zoo.steerling import Steerling, release_key, release_names
 from penrose_zoo.steerling.model import DIAGRAM, PLAIN_DIAGRAM, RELEASE_NAMES
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling"
@@ -29,15 +28,7 @@ TOL = 1e-5
 LARGE_THRESHOLD = 50000  # the release's cut between small and large concept heads
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("steerling_ref", HERE / "references" / "steerling_ref.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("steerling_ref", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference()
+ref = reference('steerling_ref')
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.safetensors"))
 # What the diagrams do not draw, per fixture: the config field the error must name.
 UNSUPPORTED = {

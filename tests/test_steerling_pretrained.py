@@ -10,7 +10,6 @@ compared in float32 with the independent reference (tests/references/steerling_r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
@@ -28,6 +27,7 @@ from penrose_zoo.steerling import Steerling
 from penrose_zoo.steerling import release as release_module
 from penrose_zoo.steerling.cli import main
 from penrose_zoo.steerling.release import CheckpointError
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 TOL = 1e-5
@@ -45,15 +45,7 @@ HUB = {"model_type": "steerling", "architectures": ["SteerlingForCausalLM"],
        "_name_or_path": "guidelabs/steerling-8b", "torch_dtype": "bfloat16"}
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("steerling_ref", HERE / "references" / "steerling_ref.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("steerling_ref", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference()
+ref = reference('steerling_ref')
 
 
 def release_state_dict(seed: int = 0) -> dict[str, torch.Tensor]:

@@ -8,28 +8,19 @@ recomputes every call from the weights alone and must match every output within 
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling"
 TOL = 1e-5
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("steerling_ref", HERE / "references" / "steerling_ref.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("steerling_ref", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference()
+ref = reference('steerling_ref')
 NAMES = sorted(p.stem for p in FIXTURES.glob("*.safetensors"))
 RUNS = [(n, r) for n in NAMES for r in json.loads((FIXTURES / f"{n}.json").read_text())["runs"]]
 

@@ -15,10 +15,8 @@ top-k cut of any pass rests on a near-tie (margins recorded in steering.json).
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
-import sys
 from pathlib import Path
 
 import pytest
@@ -33,6 +31,7 @@ from penrose_zoo.steerling.generate import (DiffusionTrace, GenerationConfig, ge
 from penrose_zoo.steerling.steer import (SteeringConfig, concept_top_token_scores, concept_top_tokens,
                                          injected_hidden, position_injection, prepare_steering, resolve_alpha,
                                          steered_forward)
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 FIXTURES = HERE / "fixtures" / "steerling_release"
@@ -45,15 +44,7 @@ ATTRIBUTED = sorted(n for n in RUNS if "attribution" in META["runs"][n])
 TOL = 1e-5
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("steerling_ref", HERE / "references" / "steerling_ref.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("steerling_ref", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-ref = _load_reference()
+ref = reference('steerling_ref')
 _models: dict = {}
 
 

@@ -12,8 +12,6 @@ a relative Frobenius error of 5e-2 (BF16_TOL, about 6 bf16 ulps of the whole ten
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,19 +20,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import penrose_zoo
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 
 
-def _load_reference():
-    spec = importlib.util.spec_from_file_location("zoo_refs", HERE / "references" / "zoo_refs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("zoo_refs", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-refs = _load_reference()
+refs = reference('zoo_refs')
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")

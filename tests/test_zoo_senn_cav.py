@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import doctest
 import importlib
-import importlib.util
 import math
 import subprocess
 import sys
@@ -22,22 +21,13 @@ import penrose
 import penrose_zoo
 from penrose_zoo.cav_probe import ConceptActivationVectors, probe_aucs, probing_gap
 from penrose_zoo.senn import SelfExplainingNetwork
+from sources import reference
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 
 
-def _load_reference():
-    if "zoo_refs" in sys.modules:
-        return sys.modules["zoo_refs"]
-    spec = importlib.util.spec_from_file_location("zoo_refs", HERE / "references" / "zoo_refs.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("zoo_refs", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-refs = _load_reference()
+refs = reference('zoo_refs')
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
