@@ -376,19 +376,17 @@ class Lowerer:
         module is called (the top level included), so that the state dict still loads; those of a
         submodule never called are listed in `self.unused` (they cannot be declared)."""
         used = {t for r in self.regions.values() for t in r.params} | set(self.root.params)
-        persistent = set(self.module.state_dict())
         by_fqn = {r.fqn: r for r in [self.root, *self.regions.values()] if r.is_block}
         self.unused = []
-        for kind, items in (("PARAMETER", self.module.named_parameters()), ("BUFFER", self.module.named_buffers())):
-            for target, tensor in items:
-                if target in used or target not in persistent:
-                    continue
-                owner, _, local = target.rpartition(".")
-                region = by_fqn.get(owner)
-                if region is None:
-                    self.unused.append(target)
-                else:
-                    self.declare_state(region, target, local, kind, tensor)
+        for target, tensor in self.state.items():  # the state dict (kept as Parameters): params and persistent buffers
+            if target in used:
+                continue
+            owner, _, local = target.rpartition(".")
+            region = by_fqn.get(owner)
+            if region is None:
+                self.unused.append(target)
+            else:
+                self.declare_state(region, target, local, "PARAMETER" if isinstance(tensor, torch.nn.Parameter) else "BUFFER", tensor)
 
     def lift(self, v: View, R: Region) -> View:
         D = v.pval.region
