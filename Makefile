@@ -1,10 +1,18 @@
 # Two commands on a fresh machine (both install whatever is missing first):
 #   make gallery   build gallery/ from the zoo's diagrams
 #   make test      run the test suite
-PYTHON ?= python3
-STAMP := .setup-done
+# Everything runs in the activated virtual/conda environment if there is one, else in .venv/.
+ifneq ($(VIRTUAL_ENV),)
+ENV := $(VIRTUAL_ENV)
+else ifneq ($(CONDA_PREFIX),)
+ENV := $(CONDA_PREFIX)
+else
+ENV := .venv
+endif
+PYTHON := $(ENV)/bin/python
+STAMP := $(ENV)/.penrose-setup-done
 
-.PHONY: setup gallery test bench
+.PHONY: setup gallery test bench dist lint
 
 $(STAMP): pyproject.toml tools/setup.sh
 	bash tools/setup.sh
@@ -20,3 +28,6 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(PYTHON) bench/compile_overhead.py
+
+dist: $(STAMP)
+	$(PYTHON) -m build --outdir dist .

@@ -5,7 +5,7 @@
 >>> d.body[1].legs
 ('e',)
 
-Two readers of one language, the Lark grammar (grammar/penrose.lark):
+Two readers of one language, the Lark grammar (penrose/grammar/penrose.lark):
 
 - the *fast path* (`_Fast`): one regular expression splits the text into tokens and a
   recursive-descent reader builds the IR from them directly, spans included. It declines
@@ -50,10 +50,7 @@ _INSTANCE = re.compile(INSTANCE_PATTERN)
 
 def grammar_text() -> str:
     """The Lark grammar, shipped inside the package (penrose.grammar)."""
-    try:
-        return (resources.files("penrose.grammar") / "penrose.lark").read_text(encoding="utf-8")
-    except (ModuleNotFoundError, FileNotFoundError):  # a plain source checkout without install
-        return (Path(__file__).resolve().parent.parent / "grammar" / "penrose.lark").read_text(encoding="utf-8")
+    return (resources.files("penrose.grammar") / "penrose.lark").read_text(encoding="utf-8")
 
 
 class _Lines:

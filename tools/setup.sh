@@ -1,23 +1,55 @@
 #!/usr/bin/env bash
-# Install everything penrose needs on a fresh Debian machine: system packages, the CPU build of
-# torch, and the project itself (editable) with its test extras. Safe to run again.
+# Install everything penrose needs on a fresh Debian-like machine: the Debian packages, a Python
+# environment, the CPU build of torch, and the project itself (editable) with all its extras.
+# Safe to run again.
+#
+# Where things go: into the virtual or conda environment you have activated, if any; otherwise
+# into .venv/ at the repository root, made with the system's `python3 -m venv` (Debian's and
+# Ubuntu's system Python refuse `pip install` outside a virtual environment, PEP 668).
+# Prints the environment's python on its last line (the Makefile reads it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-PYTHON=${PYTHON:-python3}
+
+SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+apt_updated=0
+apt_install() {
+  if ! command -v apt-get >/dev/null 2>&1; then
+    echo "penrose setup: please install $* with your system's package manager" >&2
+    return 0
+  fi
+  if [ $apt_updated -eq 0 ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$@" >/dev/null
+}
 
 need_apt=()
 command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 [ -d /usr/share/games/fortunes ] || need_apt+=(fortunes)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+[ ${#need_apt[@]} -gt 0 ] && apt_install "${need_apt[@]}"
+
+# The environment: an activated venv, an activated conda env, or the project's own .venv.
+if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+  PY="$VIRTUAL_ENV/bin/python"
+elif [ -n "${CONDA_PREFIX:-}" ] && [ -x "$CONDA_PREFIX/bin/python" ]; then
+  PY="$CONDA_PREFIX/bin/python"
+else
+  BASE=${PENROSE_BASE_PYTHON:-python3}
+  if [ ! -x .venv/bin/python ]; then
+    # Debian ships venv's pip bootstrap (ensurepip) separately, in python3-venv
+    if ! "$BASE" -c "import ensurepip, venv" >/dev/null 2>&1; then
+      ver=$("$BASE" -c 'import sys; print("%d.%d" % sys.version_info[:2])')
+      apt_install python3-venv "python$ver-venv" || apt_install python3-venv
+    fi
+    rm -rf .venv
+    "$BASE" -m venv .venv
+  fi
+  PY="$PWD/.venv/bin/python"
 fi
 
 # torch first, pinned to the CPU build available locally (a bare 'torch' may pull a CUDA build)
-if ! $PYTHON -c "import torch" >/dev/null 2>&1; then
-  $PYTHON -m pip install -q torch==2.13.0
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install -q torch==2.13.0
 fi
-$PYTHON -m pip install -q -e ".[zoo,test,editor]"
-echo "penrose: set-up complete"
+"$PY" -m pip install -q -e ".[zoo,test,editor,dev]"
+echo "penrose: set-up complete in $("$PY" -c 'import sys; print(sys.prefix)')" >&2
+echo "$PY"

@@ -1,0 +1,1 @@
+"""The Lark grammar of the .pen language (penrose.lark), shipped inside the package."""

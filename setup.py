@@ -1,0 +1,32 @@
+"""Package discovery (the rest of the metadata is in pyproject.toml).
+
+Everything under penrose/ is the package `penrose`; the zoo's folder zoo/ is the package
+`penrose_zoo` (so the wheel installs no generic top-level `zoo`). Packages are found by walking
+the folders, and every data file beside them (.pen diagrams, the .lark grammar, py.typed) is
+package data, so a new subpackage or diagram cannot be left out of the wheel by a forgotten list.
+"""
+
+from pathlib import Path
+
+from setuptools import find_packages, setup
+
+ROOTS = {"penrose": "penrose", "penrose_zoo": "zoo"}  # import name -> folder
+DATA_SUFFIXES = {".pen", ".lark", ".typed"}
+
+packages, package_data = [], {}
+for name, folder in ROOTS.items():
+    found = [name] + [f"{name}.{sub}" for sub in find_packages(folder)]
+    packages += found
+    for pkg in found:
+        pkg_dir = Path(folder, *pkg.split(".")[1:])
+        subpackages = {Path(folder, *p.split(".")[1:]) for p in found if p.startswith(pkg + ".")}
+        files = [
+            f.relative_to(pkg_dir).as_posix()
+            for f in sorted(pkg_dir.rglob("*"))
+            if f.is_file() and f.suffix in DATA_SUFFIXES and "__pycache__" not in f.parts
+            and not any(parent in subpackages for parent in f.parents)
+        ]
+        if files:
+            package_data[pkg] = files
+
+setup(packages=packages, package_dir=ROOTS, package_data=package_data)
