@@ -11,6 +11,7 @@ ENV := .venv
 endif
 PYTHON := $(ENV)/bin/python
 STAMP := $(ENV)/.penrose-setup-done
+GALLERY_OUT ?= gallery
 
 .PHONY: setup gallery test bench dist lint
 
@@ -21,13 +22,17 @@ $(STAMP): pyproject.toml tools/setup.sh
 setup: $(STAMP)
 
 gallery: $(STAMP)
-	$(PYTHON) -m penrose.cli gallery -o gallery
+	$(PYTHON) -m penrose.cli gallery -o $(GALLERY_OUT)
 
 test: $(STAMP)
 	$(PYTHON) -m pytest -q
 
 bench: $(STAMP)
 	$(PYTHON) bench/compile_overhead.py
+
+lint: $(STAMP)
+	$(PYTHON) -m ruff check penrose zoo tests bench tools
+	$(PYTHON) -m mypy
 
 dist: $(STAMP)
 	$(PYTHON) -m build --outdir dist .

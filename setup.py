@@ -2,8 +2,9 @@
 
 Everything under penrose/ is the package `penrose`; the zoo's folder zoo/ is the package
 `penrose_zoo` (so the wheel installs no generic top-level `zoo`). Packages are found by walking
-the folders, and every data file beside them (.pen diagrams, the .lark grammar, py.typed) is
-package data, so a new subpackage or diagram cannot be left out of the wheel by a forgotten list.
+the folders, and every other file beside them (.pen diagrams, the .lark grammar, py.typed, any
+data a module reads) is package data, so a new subpackage or file cannot be left out of the wheel
+by a forgotten list; tests/test_wheel.py builds the wheel and fails on any file missing from it.
 """
 
 from pathlib import Path
@@ -11,7 +12,7 @@ from pathlib import Path
 from setuptools import find_packages, setup
 
 ROOTS = {"penrose": "penrose", "penrose_zoo": "zoo"}  # import name -> folder
-DATA_SUFFIXES = {".pen", ".lark", ".typed"}
+NOT_DATA = {".py", ".pyc", ".pyo"}
 
 packages, package_data = [], {}
 for name, folder in ROOTS.items():
@@ -23,7 +24,7 @@ for name, folder in ROOTS.items():
         files = [
             f.relative_to(pkg_dir).as_posix()
             for f in sorted(pkg_dir.rglob("*"))
-            if f.is_file() and f.suffix in DATA_SUFFIXES and "__pycache__" not in f.parts
+            if f.is_file() and f.suffix not in NOT_DATA and "__pycache__" not in f.parts
             and not any(parent in subpackages for parent in f.parents)
         ]
         if files:

@@ -111,6 +111,9 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
         epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    from penrose import __version__
+
+    p.add_argument("--version", action="version", version=f"penrose {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     def add(name, help, example):
