@@ -147,10 +147,13 @@ def test_ipython_cells_run(tmp_path, monkeypatch):
     from IPython.core.interactiveshell import InteractiveShell
 
     shell = InteractiveShell.instance()
-    for b in IPY:
-        _scratch(b.doc, tmp_path, monkeypatch)
-        result = shell.run_cell(b.body)
-        assert result.success, f"{b.where}: {result.error_in_exec or result.error_before_exec}"
+    try:
+        for b in IPY:
+            _scratch(b.doc, tmp_path, monkeypatch)
+            result = shell.run_cell(b.body)
+            assert result.success, f"{b.where}: {result.error_in_exec or result.error_before_exec}"
+    finally:
+        InteractiveShell.clear_instance()  # the shell is a singleton: leave none for other tests
 
 
 # ---------------------------------------------------------------- command lines

@@ -863,7 +863,7 @@ def test_the_docs_example_is_what_einsum_text_writes():
     from pathlib import Path
 
     doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
-    blocks = [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", doc, re.S | re.M) if not lang]
+    blocks = [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", doc, re.S | re.M) if lang == "pen"]
     assert blocks and blocks[-1] == einsum_text("bi,ijk,bj->bk", {"b": 4})
     for body in blocks:
         penrose.parse(body)
