@@ -46,10 +46,13 @@ else
   PY="$PWD/.venv/bin/python"
 fi
 
+# pip's notes about this machine's optional local package folders are noise, not errors
+quiet_pip() { "$PY" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2); }
+
 # torch first, pinned to the CPU build available locally (a bare 'torch' may pull a CUDA build)
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
-  "$PY" -m pip install -q torch==2.13.0
+  quiet_pip install -q torch==2.13.0
 fi
-"$PY" -m pip install -q -e ".[zoo,test,editor,dev]"
+quiet_pip install -q -e ".[zoo,test,editor,dev]"
 echo "penrose: set-up complete in $("$PY" -c 'import sys; print(sys.prefix)')" >&2
 echo "$PY"
