@@ -7,7 +7,6 @@ equations and readings without a RecursionError."""
 from __future__ import annotations
 
 import re
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -175,9 +174,7 @@ def long():
 
 def test_fmt_prints_a_long_sum_flat_and_deep_nesting(long):
     text, d, _ = long
-    start = time.perf_counter()
-    out = format_diagram(d)
-    assert time.perf_counter() - start < 5
+    out = format_diagram(d)  # its time: bench/guards.py
     assert out == text  # already canonical: the sum on one line, the nesting as written
     assert deep(lambda: parse(out) == d)()
 
@@ -185,8 +182,7 @@ def test_fmt_prints_a_long_sum_flat_and_deep_nesting(long):
 def test_equations_and_readings_of_long_and_deep_statements(long):
     _, _, c = long
     y, z, w = statements(c)
-    start = time.perf_counter()
-    latex = statement_latex(c, y)
+    latex = statement_latex(c, y)  # the time these take: bench/guards.py
     assert latex.count("+") == TERMS - 1
     assert latex.count(r"\left(") == len(range(0, TERMS, 3))  # only the tanh calls: the sum is flat
     assert statement_latex(c, z).count(r"\tanh") == LEVELS
@@ -194,7 +190,6 @@ def test_equations_and_readings_of_long_and_deep_statements(long):
     assert [r.title for r in statement_readings(c, z)] == ["Activation"]
     assert "1,000 times in a row" in statement_readings(c, z)[0].text
     assert statement_readings(c, y)[-1].text.startswith("Add the 10,000 terms")
-    assert time.perf_counter() - start < 30
 
 
 def test_figures_of_long_and_deep_statements(long):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib
 import re
 import threading
-import time
 
 import pytest
 
@@ -240,11 +239,9 @@ def test_buffers_and_block_params_meet_the_limit_too():
     assert e.message.startswith("param 'W' [d=100,000, d=100,000]") and (e.line, e.col) == (3, 3)
 
 
-def test_compile_with_a_size_override_is_refused_before_allocating():
-    start = time.perf_counter()
+def test_compile_with_a_size_override_is_refused_before_allocating():  # its time: bench/guards.py
     with pytest.raises(PenroseCheckError, match=r"param 'W' \[d=1,000,000,000,000, d=1,000,000,000,000\] would hold 1e\+24"):
         penrose.compile(BIG, d=10**12)
-    assert time.perf_counter() - start < 5
 
 
 def test_the_total_of_all_params_counts_repeats():
@@ -324,9 +321,7 @@ def deep_scalar(n):
     ids=["10,000-term sum", "1,000 nested calls", "1,000 parentheses", "10,000 nested calls", "10,000-term number"],
 )
 def test_deep_programs_parse_and_check(text):
-    start = time.perf_counter()
-    c = check(parse(text))
-    assert time.perf_counter() - start < 5  # about 0.5 s on the project's machine
+    c = check(parse(text))  # about 0.5 s on the project's machine: bench/guards.py
     assert c.outputs[0][1].legs == ("e",)
 
 

@@ -1,7 +1,6 @@
 """The documentation tells the truth: its examples parse, compile and run (every snippet of every
 doc is run or checked by tests/test_docs_run.py; these look closer at a few)."""
 
-import os
 import re
 from pathlib import Path
 

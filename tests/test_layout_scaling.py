@@ -12,7 +12,6 @@ from __future__ import annotations
 import importlib.util
 import re
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -44,12 +43,6 @@ def uses_of_one_weight(n: int) -> str:
     lines = ["dim t = 4, d = 8", "input x[t, d]", "param W[d, d]"]
     lines += [f"y{i} = sigmoid(einsum('td,de->te', x, W))" for i in range(n)]
     return "\n".join(lines + ["output " + ", ".join(f"y{i}" for i in range(n))]) + "\n"
-
-
-def timed(text, **kw):
-    t0 = time.perf_counter()
-    svg = render(text, **kw)
-    return time.perf_counter() - t0, svg
 
 
 # ---- tied weights ------------------------------------------------------------------------------
@@ -84,26 +77,20 @@ def test_small_figures_are_unchanged_by_ties_and_rows():
 # ---- long chains -------------------------------------------------------------------------------
 
 
-def test_a_100_step_tied_residual_chain_renders_in_under_10_seconds():
-    secs, svg = timed(tied_chain(100))
-    assert secs < 10, secs
+# The time these take (100 tied steps under 10 s, 1,000 under 60 s, about linear growth):
+# python bench/render.py --chain
+
+
+def test_a_100_step_tied_residual_chain_renders():
+    svg = render(tied_chain(100))
     s = figure_structure(svg)
     assert "h100" in s.nodes and s.nodes["h100"].kind == "output"
     assert [w for w in s.edges if w.style == "residual"]  # f(x) + x: the stream is a spine
 
 
-def test_a_1000_step_tied_residual_chain_renders_in_under_60_seconds():
-    secs, svg = timed(tied_chain(1000))
-    assert secs < 60, secs
+def test_a_1000_step_tied_residual_chain_renders():
+    svg = render(tied_chain(1000))
     assert "h1000" in figure_structure(svg).nodes
-
-
-def test_layout_time_grows_about_linearly():
-    # 300 steps against 100: linear would be 3x; the one-node layout was far worse than 9x
-    render(tied_chain(30))  # warm up
-    t100 = min(timed(tied_chain(100))[0] for _ in range(2))
-    t300 = min(timed(tied_chain(300))[0] for _ in range(2))
-    assert t300 < 9 * t100 + 0.5, (t100, t300)
 
 
 def test_a_long_chain_is_folded_into_rows_read_top_to_bottom():
@@ -127,8 +114,7 @@ def test_a_plain_chain_folds_too():
     text = plain_chain(600)
     f = build_figure(check(parse(text)))
     assert f.rows > 1
-    secs, svg = timed(text)
-    assert secs < 10 and "h600" in figure_structure(svg).nodes
+    assert "h600" in figure_structure(render(text)).nodes
 
 
 def test_folding_can_be_turned_off():
