@@ -23,15 +23,30 @@ minus that on another, for the same concept labels.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.utils.data import TensorDataset
 
 from penrose_zoo.core import Explanation, ZooModel, task_loss
 
-__all__ = ["ConceptActivationVectors", "probe_aucs", "probing_gap", "recipe"]
+__all__ = ["CavProbeOutputs", "ConceptActivationVectors", "probe_aucs", "probing_gap", "recipe"]
+
+#: What `fit` trains on (as `penrose_zoo.train.fit` takes it): (a, c, y) tensors, a TensorDataset
+#: or a mapping name -> tensor.
+Data = tuple[torch.Tensor, ...] | TensorDataset | Mapping[str, torch.Tensor]
+#: Representations or labels as a tensor or an array.
+ArrayLike = torch.Tensor | np.ndarray
+
+
+class CavProbeOutputs(NamedTuple):
+    """What `ConceptActivationVectors` returns: the diagram's outputs, by name."""
+
+    s: torch.Tensor  # [..., k] probe logits
+    y: torch.Tensor  # [..., r] class logits
 
 
 class ConceptActivationVectors(ZooModel):
@@ -65,7 +80,7 @@ class ConceptActivationVectors(ZooModel):
     modes = ("sequential", "joint")
 
     def __init__(self, *, concept_names: Sequence[str] | None = None, class_names: Sequence[str] | None = None,
-                 probe_weight: float = 1.0, **kwargs):
+                 probe_weight: float = 1.0, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         k, r = self.sizes["k"], self.sizes["r"]
         if concept_names is None:
@@ -79,9 +94,12 @@ class ConceptActivationVectors(ZooModel):
         self.probe_weight = float(probe_weight)
         self.register_buffer("_no_step", torch.zeros(k), persistent=False)
 
-    def forward(self, a, step=None):
+    def forward(self, a: torch.Tensor, step: torch.Tensor | None = None) -> CavProbeOutputs:
         """Outputs (s, y); `step` [k] or [..., k] moves a along the unit CAVs."""
-        return self.diagram(a=a, step=self._no_step if step is None else step)
+        return CavProbeOutputs(*self.diagram(a=a, step=self._no_step if step is None else step))
+
+    if TYPE_CHECKING:  # `model(a)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
 
     @property
     def cavs(self) -> torch.Tensor:
@@ -90,7 +108,7 @@ class ConceptActivationVectors(ZooModel):
         return V / torch.sqrt((V * V).sum(0) + 1e-12)
 
     # -- TCAV
-    def sensitivities(self, a, create_graph: bool = False) -> torch.Tensor:
+    def sensitivities(self, a: torch.Tensor, create_graph: bool = False) -> torch.Tensor:
         """Conceptual sensitivities S[..., r, k] = ∂y_r/∂step_k at step = 0 = ∇_a y_r · v_k."""
         k, r = self.sizes["k"], self.sizes["r"]
         with torch.enable_grad():
@@ -100,7 +118,7 @@ class ConceptActivationVectors(ZooModel):
                                         retain_graph=c < r - 1 or create_graph)[0] for c in range(r)]
         return torch.stack(rows, dim=-2)
 
-    def tcav(self, a, labels=None) -> torch.Tensor:
+    def tcav(self, a: torch.Tensor, labels: ArrayLike | Sequence[int] | None = None) -> torch.Tensor:
         """TCAV scores [r, k]: for each class r, the fraction of its examples (rows of a[n, d]
         whose `labels` are r; for a binary model, label 1; all rows without labels) whose
         sensitivity S_kr is positive. NaN for a class without examples."""
@@ -120,11 +138,11 @@ class ConceptActivationVectors(ZooModel):
         return out
 
     # -- losses and training
-    def probe_loss(self, out, c) -> torch.Tensor:
+    def probe_loss(self, out: CavProbeOutputs, c: torch.Tensor) -> torch.Tensor:
         """The probes' logistic loss: BCE of the concept logits s against labels c."""
         return F.binary_cross_entropy_with_logits(out.s, c.to(out.s.dtype))
 
-    def loss(self, batch, mode: str = "joint") -> torch.Tensor:
+    def loss(self, batch: tuple[torch.Tensor, ...], mode: str = "joint") -> torch.Tensor:
         """Loss of one (a, c, y) batch ((a, c) for mode 'probes'): 'head' the task loss, 'probes'
         the probes' logistic loss, 'joint' task + probe_weight × probes."""
         a, c = batch[0], batch[1]
@@ -138,7 +156,8 @@ class ConceptActivationVectors(ZooModel):
         task = task_loss(out.y, batch[2], self.task)
         return task if mode == "head" else task + self.probe_weight * self.probe_loss(out, c)
 
-    def fit(self, train, val=None, *, mode: str = "sequential", probe_epochs: int | None = None, **fit_kwargs):
+    def fit(self, train: Data, val: Data | None = None, *, mode: str = "sequential", probe_epochs: int | None = None,
+            **fit_kwargs: Any) -> dict[str, Any]:
         """'joint': one fit on the joint loss; 'sequential': the head, then the probes (for
         `probe_epochs`, default `epochs`), returning {'head': history, 'probes': history}."""
         from penrose_zoo.train import fit
@@ -155,7 +174,7 @@ class ConceptActivationVectors(ZooModel):
         h2 = self.fit_probes(train, val, **second)
         return {"head": h1, "probes": h2}
 
-    def fit_probes(self, train, val=None, **fit_kwargs) -> dict:
+    def fit_probes(self, train: Data, val: Data | None = None, **fit_kwargs: Any) -> dict[str, Any]:
         """Train the probes alone on (a, c[, y]) data; the head's parameters stay as they are."""
         from penrose_zoo.train import fit
 
@@ -170,7 +189,7 @@ class ConceptActivationVectors(ZooModel):
                 p.requires_grad_(True)
 
     @torch.no_grad()
-    def evaluate(self, data: tuple) -> dict:
+    def evaluate(self, data: tuple[torch.Tensor, ...]) -> dict[str, Any]:
         """Task accuracy, mean probe (concept) AUC and the TCAV scores on (a, c, y) data."""
         from penrose_zoo.metrics import accuracy, concept_aucs
 
@@ -186,7 +205,7 @@ class ConceptActivationVectors(ZooModel):
             self.train(was)
 
     # -- explanations
-    def explain(self, a, step=None) -> Explanation:
+    def explain(self, a: torch.Tensor, step: torch.Tensor | None = None) -> Explanation:
         """Probe logits as per-unit parts parts[..., d, k] = a_d V_dk; Σ_d parts + b_v = s."""
         out = self(a, step)
         return Explanation(out.s, a[..., :, None] * self.diagram.V, self.diagram.b_v, ("d",),
@@ -194,7 +213,8 @@ class ConceptActivationVectors(ZooModel):
                             "logits": out.y}, names=self.concept_names)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"a": torch.randn(batch, sizes["d"], generator=generator),
                 "step": 0.5 * torch.randn(batch, sizes["k"], generator=generator)}
 
@@ -202,8 +222,8 @@ class ConceptActivationVectors(ZooModel):
 # ---- probing ------------------------------------------------------------------------------------
 
 
-def probe_aucs(a_train, c_train, a_val, c_val, *, epochs: int = 30, lr: float = 1e-2, batch_size: int = 64,
-               seed: int = 0, standardise: bool = True) -> np.ndarray:
+def probe_aucs(a_train: ArrayLike, c_train: ArrayLike, a_val: ArrayLike, c_val: ArrayLike, *, epochs: int = 30,
+               lr: float = 1e-2, batch_size: int = 64, seed: int = 0, standardise: bool = True) -> np.ndarray:
     """Per-concept validation ROC-AUC of the diagram's probes (one CAV per concept, logistic loss)
     trained on representations a_train[n, d] with labels c_train[n, k] in {0, 1}; NaN where a
     concept's validation labels have one class. `standardise` scales each unit with the
@@ -224,7 +244,8 @@ def probe_aucs(a_train, c_train, a_val, c_val, *, epochs: int = 30, lr: float = 
         return concept_aucs(model.eval()(a_val).s, c_val)
 
 
-def probing_gap(a_train, b_train, c_train, a_val, b_val, c_val, **probe_kwargs) -> dict:
+def probing_gap(a_train: ArrayLike, b_train: ArrayLike, c_train: ArrayLike, a_val: ArrayLike, b_val: ArrayLike,
+                c_val: ArrayLike, **probe_kwargs: Any) -> dict[str, Any]:
     """The probing gap between representations a and b of the same examples: the probes' mean
     validation AUC on a minus that on b (positive: a carries concept signal b does not).
     Returns {'probe_auc_a', 'probe_auc_b', 'probing_gap'} (means over concepts with both
@@ -238,7 +259,8 @@ def probing_gap(a_train, b_train, c_train, a_val, b_val, c_val, **probe_kwargs) 
             "aucs_a": aucs_a, "aucs_b": aucs_b}
 
 
-def recipe(quick: bool = False, seed: int = 0, progress: bool = False):
+def recipe(quick: bool = False, seed: int = 0, progress: bool = False
+           ) -> tuple[ConceptActivationVectors, dict[str, float], dict[str, Any], dict[str, Any]]:
     """Train on the fortunes concept data, in the form of a `penrose_zoo.recipes.RECIPES` entry:
     the probed layer is the TF-IDF input layer, so the head is the whole classifier; returns
     (model, metrics, settings, history). Metrics: task accuracy, probe AUC, and the mean TCAV

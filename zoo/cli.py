@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -18,7 +19,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run `penrose zoo ARGV...`; returns the exit status.
 
     >>> main(["list"])  # doctest: +ELLIPSIS

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 
 from penrose_zoo.core import Explanation, ZooModel, task_loss
@@ -25,25 +28,29 @@ class LinearModel(ZooModel):
     defaults = {"f": 30, "r": 1}
     default_task = "binary"
 
-    def __init__(self, *, feature_names=None, **kwargs):
+    def __init__(self, *, feature_names: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.feature_names = tuple(feature_names or ())
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Outputs y[..., r]."""
         return self.diagram(x=x)
 
-    def explain(self, x) -> Explanation:
+    if TYPE_CHECKING:  # `model(x)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
+
+    def explain(self, x: torch.Tensor) -> Explanation:
         """Per-feature contributions parts[..., f, r]; Σ_f parts + b = y."""
         y = self(x)
         W = self.diagram.W
         return Explanation(y, x[..., :, None] * W, self.diagram.b, ("f",),
                            {"weights": W, "inputs": x}, names=self.feature_names)
 
-    def loss(self, batch):
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, target = batch
         return task_loss(self(x), target, self.task)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(batch, sizes["f"], generator=generator)}

@@ -2,9 +2,18 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import torch
 
 from penrose_zoo.core import Explanation, ZooModel, task_loss
+
+
+class MlpOutputs(NamedTuple):
+    """What `MLP` returns: the diagram's outputs, by name."""
+
+    y: torch.Tensor  # [..., r]
+    h: torch.Tensor  # [..., j]
 
 
 class MLP(ZooModel):
@@ -24,21 +33,25 @@ class MLP(ZooModel):
     defaults = {"f": 30, "j": 64, "r": 1}
     default_task = "binary"
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> MlpOutputs:
         """Outputs (y[..., r], h[..., j])."""
-        return self.diagram(x=x)
+        return MlpOutputs(*self.diagram(x=x))
 
-    def explain(self, x) -> Explanation:
+    if TYPE_CHECKING:  # `model(x)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
+
+    def explain(self, x: torch.Tensor) -> Explanation:
         """Hidden-unit contributions parts[..., j, r]; Σ_j parts + b2 = y."""
         out = self(x)
         W2 = self.diagram.W2
         return Explanation(out.y, out.h[..., :, None] * W2, self.diagram.b2, ("j",),
                            {"hidden": out.h, "weights": W2})
 
-    def loss(self, batch):
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, target = batch
         return task_loss(self(x).y, target, self.task)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(batch, sizes["f"], generator=generator)}

@@ -2,9 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
 import torch
 
 from penrose_zoo.core import Explanation, ZooModel, task_loss
+
+
+class NeuralAdditiveModelOutputs(NamedTuple):
+    """What `NeuralAdditiveModel` returns: the diagram's outputs, by name."""
+
+    y: torch.Tensor  # [..., r]
+    contrib: torch.Tensor  # [..., f, r]
 
 
 class NeuralAdditiveModel(ZooModel):
@@ -28,15 +38,20 @@ class NeuralAdditiveModel(ZooModel):
     defaults = {"f": 30, "i": 32, "j": 16, "r": 1}
     default_task = "binary"
 
-    def __init__(self, *, output_penalty: float = 1e-3, feature_names=None, **kwargs):
+    def __init__(self, *, output_penalty: float = 1e-3, feature_names: Sequence[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.output_penalty = float(output_penalty)
         self.feature_names = tuple(feature_names or ())
 
-    def forward(self, x):
-        return self.diagram(x=x)
+    def forward(self, x: torch.Tensor) -> NeuralAdditiveModelOutputs:
+        """Outputs (y[..., r], contrib[..., f, r])."""
+        return NeuralAdditiveModelOutputs(*self.diagram(x=x))
 
-    def explain(self, x) -> Explanation:
+    if TYPE_CHECKING:  # `model(x)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
+
+    def explain(self, x: torch.Tensor) -> Explanation:
         """Feature contributions parts[..., f, r]; Σ_f parts + bias = y."""
         out = self(x)
         return Explanation(out.y, out.contrib, self.diagram.bias, ("f",), {"inputs": x},
@@ -55,11 +70,12 @@ class NeuralAdditiveModel(ZooModel):
         finally:
             self.train(was)
 
-    def loss(self, batch):
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         x, target = batch
         out = self(x)
         return task_loss(out.y, target, self.task) + self.output_penalty * out.contrib.pow(2).mean()
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(batch, sizes["f"], generator=generator)}

@@ -9,10 +9,19 @@ activations with their task contributions.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 import torch
 
+if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
+    from matplotlib.figure import Figure
 
-def _plt():
+    from penrose_zoo.core import Explanation
+    from penrose_zoo.neural_additive_model import NeuralAdditiveModel
+
+
+def _plt() -> Any:
     import matplotlib
 
     if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "cairo"):
@@ -25,8 +34,9 @@ def _plt():
     return plt
 
 
-def plot_shape_functions(nam, x: torch.Tensor, feature_names=None, features=None, output: int = 0,
-                         points: int = 100, cols: int = 5):
+def plot_shape_functions(nam: NeuralAdditiveModel, x: torch.Tensor, feature_names: Sequence[str] | None = None,
+                         features: Iterable[int] | None = None, output: int = 0, points: int = 100,
+                         cols: int = 5) -> Figure:
     """One panel per feature: the NAM's shape function (its contribution to output `output`)
     over the range of that feature in `x` [n, f], with the data density as a rug."""
     plt = _plt()
@@ -52,7 +62,8 @@ def plot_shape_functions(nam, x: torch.Tensor, feature_names=None, features=None
     return fig
 
 
-def plot_concepts(explanation, example: int = 0, output: int | None = None, concept_names=None):
+def plot_concepts(explanation: Explanation, example: int = 0, output: int | None = None,
+                  concept_names: Sequence[str] | None = None) -> Figure:
     """Two bar charts for one example: the concept activations, and each concept's contribution
     to the predicted output (activation × task weight), with the bias and the total in the
     title."""

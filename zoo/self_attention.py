@@ -8,9 +8,19 @@ each next row; the bidirectional model reconstructs one row whose pixels were bl
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
 import torch
 
 from penrose_zoo.core import Explanation, ZooModel
+
+
+class SelfAttentionOutputs(NamedTuple):
+    """What `SelfAttention` and `CausalSelfAttention` return: the diagram's outputs, by name."""
+
+    y: torch.Tensor  # [..., t, e]
+    probs: torch.Tensor  # [..., h, t, p]
+    o: torch.Tensor  # [..., t, h, d]
 
 
 class SelfAttention(ZooModel):
@@ -35,10 +45,14 @@ class SelfAttention(ZooModel):
     tasks = ("regression",)
     default_task = "regression"
 
-    def forward(self, Z):
-        return self.diagram(Z=Z)
+    def forward(self, Z: torch.Tensor) -> SelfAttentionOutputs:
+        """Outputs (y[..., t, e], probs[..., h, t, p], o[..., t, h, d])."""
+        return SelfAttentionOutputs(*self.diagram(Z=Z))
 
-    def explain(self, Z) -> Explanation:
+    if TYPE_CHECKING:  # `model(Z)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
+
+    def explain(self, Z: torch.Tensor) -> Explanation:
         """Per-head contributions parts[..., h, t, e]; Σ_h parts = y."""
         out = self(Z)
         W_o = self.diagram.W_o
@@ -46,13 +60,14 @@ class SelfAttention(ZooModel):
         return Explanation(out.y, parts, torch.zeros((), dtype=out.y.dtype, device=out.y.device), ("h",),
                            {"probs": out.probs, "head_outputs": out.o}, out_legs=2)
 
-    def loss(self, batch):
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         Z, target, weight = batch
         err = (self(Z).y - target) ** 2
         return (err * weight).sum() / weight.sum().clamp_min(1)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"Z": torch.randn(batch, sizes["t"], sizes["e"], generator=generator)}
 
 

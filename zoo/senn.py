@@ -16,14 +16,25 @@ with the rest of the loss:
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
 from penrose_zoo.core import Explanation, ZooModel, task_loss
 
-__all__ = ["SelfExplainingNetwork", "recipe"]
+__all__ = ["SelfExplainingNetwork", "SennOutputs", "recipe"]
+
+
+class SennOutputs(NamedTuple):
+    """What `SelfExplainingNetwork` returns: the diagram's outputs, by name."""
+
+    y: torch.Tensor  # [..., r]
+    h: torch.Tensor  # [..., k]
+    theta: torch.Tensor  # [..., k, r]
+    contrib: torch.Tensor  # [..., k, r]
+    x_hat: torch.Tensor  # [..., f]
 
 
 class SelfExplainingNetwork(ZooModel):
@@ -54,7 +65,8 @@ class SelfExplainingNetwork(ZooModel):
     default_task = "binary"
 
     def __init__(self, *, robustness: float = 1e-1, reconstruction: float = 1e-2, sparsity: float = 0.0,
-                 concept_names: Sequence[str] | None = None, feature_names: Sequence[str] | None = None, **kwargs):
+                 concept_names: Sequence[str] | None = None, feature_names: Sequence[str] | None = None,
+                 **kwargs: Any) -> None:
         super().__init__(**kwargs)
         for name, v in (("robustness", robustness), ("reconstruction", reconstruction), ("sparsity", sparsity)):
             if not (float(v) >= 0):
@@ -68,12 +80,15 @@ class SelfExplainingNetwork(ZooModel):
         self.concept_names = tuple(concept_names)
         self.feature_names = tuple(feature_names or ())
 
-    def forward(self, x):
+    def forward(self, x: torch.Tensor) -> SennOutputs:
         """Outputs (y, h, theta, contrib, x_hat)."""
-        return self.diagram(x=x)
+        return SennOutputs(*self.diagram(x=x))
+
+    if TYPE_CHECKING:  # `model(x)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
 
     # -- the robustness penalty
-    def jacobians(self, x, out=None) -> tuple[torch.Tensor, torch.Tensor, object]:
+    def jacobians(self, x: torch.Tensor, out: SennOutputs | None = None) -> tuple[torch.Tensor, torch.Tensor, SennOutputs]:
         """(J_f[..., r, f], J_h[..., k, f], out): the Jacobians of the prediction and of the
         concepts with respect to the input, per example (examples are independent in the
         diagram, so the gradient of a batch sum is each example's gradient), built with
@@ -87,20 +102,20 @@ class SelfExplainingNetwork(ZooModel):
             elif not x.requires_grad:
                 raise ValueError("jacobians(x, out): x must require grad and `out` be computed from it")
 
-            def rows(t, n):
+            def rows(t: torch.Tensor, n: int) -> torch.Tensor:
                 return torch.stack([torch.autograd.grad(t[..., c].sum(), x, create_graph=True)[0]
                                     for c in range(n)], dim=-2)
 
             return rows(out.y, self.sizes["r"]), rows(out.h, self.sizes["k"]), out
 
-    def robustness_penalty(self, x, out=None) -> torch.Tensor:
+    def robustness_penalty(self, x: torch.Tensor, out: SennOutputs | None = None) -> torch.Tensor:
         """‖∇_x f(x) − θ(x)ᵀ J_x h(x)‖_F for each example: shape x.shape[:-1]."""
         J_f, J_h, out = self.jacobians(x, out)
         gap = J_f - torch.einsum("...kr,...kf->...rf", out.theta, J_h)
         return gap.flatten(-2).norm(dim=-1)
 
     # -- training
-    def loss_terms(self, batch) -> dict:
+    def loss_terms(self, batch: tuple[torch.Tensor, ...]) -> dict[str, torch.Tensor]:
         """{'task', 'robustness', 'reconstruction', 'sparsity', 'total'} for one (x, target) batch."""
         x, target = batch
         xg = x.detach().requires_grad_(True)
@@ -115,11 +130,11 @@ class SelfExplainingNetwork(ZooModel):
                           + self.reconstruction * terms["reconstruction"] + self.sparsity * terms["sparsity"])
         return terms
 
-    def loss(self, batch) -> torch.Tensor:
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         return self.loss_terms(batch)["total"]
 
     # -- explanations
-    def explain(self, x) -> Explanation:
+    def explain(self, x: torch.Tensor) -> Explanation:
         """Concept contributions parts[..., k, r] = θ_kr h_k; Σ_k parts = y."""
         out = self(x)
         return Explanation(out.y, out.contrib, out.y.new_zeros(self.sizes["r"]), ("k",),
@@ -127,11 +142,13 @@ class SelfExplainingNetwork(ZooModel):
                            names=self.concept_names)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(batch, sizes["f"], generator=generator)}
 
 
-def recipe(quick: bool = False, seed: int = 0, progress: bool = False):
+def recipe(quick: bool = False, seed: int = 0,
+           progress: bool = False) -> tuple[SelfExplainingNetwork, dict[str, float], dict[str, Any], dict[str, Any]]:
     """Train on breast_cancer (as the linear model and the NAM are), in the form of a
     `penrose_zoo.recipes.RECIPES` entry: returns (model, metrics, settings, history)."""
     from penrose_zoo.data import load_tabular

@@ -3,10 +3,19 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, NamedTuple
+
 import torch
 import torch.nn.functional as F
 
 from penrose_zoo.core import Explanation, ZooModel
+
+
+class SparseAutoencoderOutputs(NamedTuple):
+    """What `SparseAutoencoder` and `TopKSparseAutoencoder` return: the diagram's outputs, by name."""
+
+    x_hat: torch.Tensor  # [..., d]
+    c: torch.Tensor  # [..., k]
 
 
 class SparseAutoencoder(ZooModel):
@@ -28,14 +37,18 @@ class SparseAutoencoder(ZooModel):
     tasks = ("reconstruction",)
     default_task = "reconstruction"
 
-    def __init__(self, *, l1: float = 1e-3, **kwargs):
+    def __init__(self, *, l1: float = 1e-3, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.l1 = float(l1)
 
-    def forward(self, x):
-        return self.diagram(x=x)
+    def forward(self, x: torch.Tensor) -> SparseAutoencoderOutputs:
+        """Outputs (x_hat[..., d], c[..., k])."""
+        return SparseAutoencoderOutputs(*self.diagram(x=x))
 
-    def explain(self, x) -> Explanation:
+    if TYPE_CHECKING:  # `model(x)` is forward's type (nn.Module.__call__ is typed Any)
+        __call__ = forward
+
+    def explain(self, x: torch.Tensor) -> Explanation:
         """Dictionary contributions parts[..., k, d]; Σ_k parts + b_dec = x_hat."""
         out = self(x)
         W_dec = self.diagram.W_dec
@@ -45,13 +58,14 @@ class SparseAutoencoder(ZooModel):
     def sparsity_penalty(self, c: torch.Tensor) -> torch.Tensor:
         return self.l1 * (c * self.diagram.W_dec.norm(dim=-1)).sum(-1).mean()
 
-    def loss(self, batch):
+    def loss(self, batch: tuple[torch.Tensor, ...]) -> torch.Tensor:
         (x,) = batch[:1]
         out = self(x)
         return F.mse_loss(out.x_hat, x) + self.sparsity_penalty(out.c)
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict[str, int], batch: int,
+                    generator: torch.Generator | None = None) -> dict[str, torch.Tensor]:
         return {"x": torch.randn(batch, sizes["d"], generator=generator)}
 
 
@@ -69,5 +83,5 @@ class TopKSparseAutoencoder(SparseAutoencoder):
     diagram_file = "topk_sparse_autoencoder.pen"
     defaults = {"d": 64, "k": 256, "n_active": 16}
 
-    def __init__(self, *, l1: float = 0.0, **kwargs):
+    def __init__(self, *, l1: float = 0.0, **kwargs: Any) -> None:
         super().__init__(l1=l1, **kwargs)
