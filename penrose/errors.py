@@ -10,6 +10,7 @@ Every mistake a user can make surfaces as a `PenroseError` subclass that knows w
 from __future__ import annotations
 
 import difflib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 
@@ -106,7 +107,7 @@ class PenroseWarning(UserWarning):
     """A diagram that is valid but probably not what was meant (an unused input)."""
 
 
-def suggest(name: str, candidates) -> str:
+def suggest(name: str, candidates: Iterable[str]) -> str:
     """'; did you mean X?' when a near-miss exists, else ''."""
     close = difflib.get_close_matches(name, list(candidates), n=1, cutoff=0.6)
     return f"; did you mean '{close[0]}'?" if close else ""

@@ -28,16 +28,18 @@ views (bonds, free legs, graphs) are functions elsewhere, never stored state. Re
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field, fields
+from typing import Any
 
 from penrose.errors import NOWHERE, Span
 
 
-def _span():
+def _span() -> Any:
     return field(default=NOWHERE, compare=False, repr=False, kw_only=True)
 
 
-def _note_span():
+def _note_span() -> Any:
     # where the statement's trailing comment ('# ...') starts; fmt aligns notes by it
     return field(default=NOWHERE, compare=False, repr=False, kw_only=True)
 
@@ -45,7 +47,7 @@ def _note_span():
 # ---- expressions -----------------------------------------------------------------------------
 
 
-def _compared(node) -> list:
+def _compared(node: Any) -> list[Any]:
     """The fields of a record that take part in equality (spans and layout do not)."""
     return [getattr(node, f.name) for f in fields(node) if f.compare]
 
@@ -56,8 +58,8 @@ class _Expr:
 
     __slots__ = ()
 
-    def __eq__(self, other):
-        stack = [(self, other)]
+    def __eq__(self, other: object) -> bool:
+        stack: list[tuple[Any, Any]] = [(self, other)]
         while stack:
             a, b = stack.pop()
             if a is b:
@@ -74,8 +76,9 @@ class _Expr:
                 return False
         return True
 
-    def __hash__(self):
-        order, stack = [], [self]
+    def __hash__(self) -> int:
+        order: list[_Expr] = []
+        stack: list[Any] = [self]
         while stack:  # every expression node below self, parents before children
             n = stack.pop()
             if isinstance(n, _Expr):
@@ -83,9 +86,9 @@ class _Expr:
                 stack.extend(_compared(n))
             elif isinstance(n, tuple):
                 stack.extend(n)
-        memo: dict = {}
+        memo: dict[int, int] = {}
 
-        def h(x):
+        def h(x: Any) -> int:
             if isinstance(x, _Expr):
                 return memo[id(x)]
             if isinstance(x, tuple):
@@ -118,7 +121,7 @@ class String(_Expr):
 
 @dataclass(frozen=True, eq=False)
 class ListExpr(_Expr):
-    items: tuple
+    items: tuple[Any, ...]
     span: Span = _span()
 
 
@@ -139,13 +142,13 @@ class Neg(_Expr):
 @dataclass(frozen=True, eq=False)
 class Call(_Expr):
     func: str
-    args: tuple = ()
-    kwargs: tuple = ()  # ((name, expr), ...)
+    args: tuple[Any, ...] = ()
+    kwargs: tuple[tuple[str, Any], ...] = ()  # ((name, expr), ...)
     span: Span = _span()
     # written as a method, `h.detach()` rather than `detach(h)` (layout only)
     method: bool = field(default=False, compare=False, repr=False, kw_only=True)
 
-    def kwarg(self, key: str):
+    def kwarg(self, key: str) -> Any:
         for k, v in self.kwargs:
             if k == key:
                 return v
@@ -193,7 +196,7 @@ class Const:
 @dataclass(frozen=True)
 class Init:
     name: str = "normal"
-    kwargs: tuple = ()  # ((name, expr), ...)
+    kwargs: tuple[tuple[str, Any], ...] = ()  # ((name, expr), ...)
     span: Span = _span()
 
 
@@ -238,7 +241,7 @@ class Output:
 
 @dataclass(frozen=True)
 class Return:
-    values: tuple
+    values: tuple[Any, ...]
     note: str = ""
     span: Span = _span()
     note_span: Span = _note_span()
@@ -248,7 +251,7 @@ class Return:
 class Block:
     name: str
     formals: tuple[Tensor, ...]
-    body: tuple
+    body: tuple[Any, ...]
     note: str = ""
     span: Span = _span()
     note_span: Span = _note_span()
@@ -283,7 +286,7 @@ Stmt = Dim | Const | Tensor | Assign | Output | Return | Block | Include | Label
 
 @dataclass(frozen=True)
 class Diagram:
-    body: tuple
+    body: tuple[Any, ...]
     file: str = field(default="<string>", compare=False)
     source: str = field(default="", compare=False, repr=False)
 
@@ -294,7 +297,7 @@ class Diagram:
         stem = os.path.splitext(os.path.basename(self.file))[0]
         return stem if stem and not stem.startswith("<") else "diagram"
 
-    def _repr_svg_(self):
+    def _repr_svg_(self) -> str | None:
         """The figure, for notebooks (None when the diagram does not check)."""
         from penrose import display  # a hook the package binds to the renderer
 
@@ -306,7 +309,7 @@ class Diagram:
 # index legend, statements of a kind, uses and read counts) are in penrose/views.py.
 
 
-def children(expr) -> tuple:
+def children(expr: object) -> tuple[Any, ...]:
     """The direct sub-expressions of `expr`, in source order."""
     if isinstance(expr, BinOp):
         return (expr.left, expr.right)
@@ -319,7 +322,7 @@ def children(expr) -> tuple:
     return ()
 
 
-def walk(expr):
+def walk(expr: object) -> Iterator[Any]:
     """Every sub-expression of `expr`, parents first (iterative: any depth)."""
     stack = [expr]
     while stack:
