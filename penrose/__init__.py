@@ -27,11 +27,9 @@ from penrose.errors import (
     PenroseWarning,
 )
 from penrose.fmt import format_diagram
-from penrose.load import include_paths as _include_paths
-from penrose.load import read as _read  # imported before `def load` below, which then owns the name
+from penrose.load import load  # the function owns the name `penrose.load` (the module: `from penrose.load import ...`)
 from penrose.load import replace_includes
 from penrose.parse import parse, parse_file
-from penrose.stack import deep as _deep
 
 __version__ = "0.1.0"
 
@@ -46,10 +44,12 @@ def _notebook_svg(obj):
 _display.bind(_notebook_svg)  # the core calls penrose.display.svg and never imports the renderer
 
 
-def compile(path_or_text=None, *, seed=None, fuse_attention=True, text=None, include_paths=(), entries=None, **sizes):
-    """Compile a `.pen` file or text into an `nn.Module`; `sizes` override dim defaults.
+def compile(path_or_text=None, /, *, seed=None, fuse_attention=True, text=None, include_paths=(), entries=None, sizes=None,
+            **more_sizes):
+    """Compile a `.pen` file or text into an `nn.Module`; sizes override dim defaults.
 
-    Paths and text follow `load`'s rule. `seed` makes initialisation deterministic;
+    Paths, text and sizes follow `load`'s rules: `sizes={"d": 64}` sizes a dim of any name
+    (`seed`, `text`...), `d=64` one that is no option of this function. `seed` makes initialisation deterministic;
     `fuse_attention=False` keeps attention as the diagram's separate einsum/softmax steps instead
     of one scaled_dot_product_attention call. `entries={"hidden": "hidden.pen", ...}` makes one
     module with several entry points: each diagram becomes a method (`model.hidden(...)`) that
@@ -59,27 +59,11 @@ def compile(path_or_text=None, *, seed=None, fuse_attention=True, text=None, inc
 
     return compile_diagram(
         path_or_text, seed=seed, fuse_attention=fuse_attention, text=text, include_paths=include_paths,
-        entries=entries, **sizes
+        entries=entries, sizes=sizes, **more_sizes
     )
 
 
-@_deep  # read and check on one worker thread, where the include paths are in force
-def load(path_or_text=None, *, text=None, include_paths=(), **sizes) -> Checked:
-    """Parse and check a `.pen` file or text; returns the checked diagram. Imports no torch.
-
-    A `pathlib.Path` is a path; a str is text if it has a line break and a path if not; `text=`
-    is always text. A missing path is "cannot read X: No such file or directory", never a
-    syntax error. `include_paths` are folders includes may reach besides the top-level file's.
-
-    >>> load(text="dim e = 2\\ninput x[e]\\noutput x").outputs[0][0]
-    'x'
-    """
-    diagram = _read(path_or_text, text=text)
-    with _include_paths(include_paths):
-        return check(diagram, **sizes)
-
-
-def interpret(diagram, *args, params=None, training=False, **inputs):
+def interpret(diagram, *args, params=None, training=False, sizes=None, **inputs):
     """Evaluate a diagram directly (a second implementation, sharing no code with the compiler).
 
     >>> import torch
@@ -88,14 +72,15 @@ def interpret(diagram, *args, params=None, training=False, **inputs):
     """
     from penrose.interpret import interpret as _interpret
 
-    return _interpret(diagram, *args, params=params, training=training, **inputs)
+    return _interpret(diagram, *args, params=params, training=training, sizes=sizes, **inputs)
 
 
-def source(path_or_text=None, *, text=None, include_paths=(), entries=None, **sizes) -> str:
+def source(path_or_text=None, /, *, text=None, include_paths=(), entries=None, sizes=None, **more_sizes) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
-    from penrose.compiler import generate_source, load_entries
+    from penrose.compiler import generate_source
+    from penrose.load import load_entries
 
-    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, **sizes)
+    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return generate_source(checked, entries=more)
 
 

@@ -81,8 +81,12 @@ __all__ = [
 
 
 @deep
-def check(diagram: ir.Diagram, **sizes) -> Checked:
-    """Check a parsed diagram; `sizes` override dim defaults.
+def check(diagram: ir.Diagram, /, sizes=None, *, includes=None, **more_sizes) -> Checked:
+    """Check a parsed diagram; `sizes` (a mapping, or keywords) override dim defaults.
+
+    Checking reads no file: `includes` (`penrose.load.Includes`) holds the files the diagram
+    includes, read by the loader (`penrose.load.load`); without it they are read from disk here,
+    before checking, with no extra include folders.
 
     Deep programs (a 10,000-term sum, 1,000 nested calls) check; past even that room the
     error is a positioned `PenroseCheckError`, never a RecursionError.
@@ -92,10 +96,10 @@ def check(diagram: ir.Diagram, **sizes) -> Checked:
     >>> c.outputs[0][1].legs
     ('e',)
     """
-    return _run(_Checker(diagram, sizes))
+    return check_together([diagram], sizes, includes=None if includes is None else [includes], **more_sizes)[0]
 
 
-def check_together(diagrams, **sizes) -> list[Checked]:
+def check_together(diagrams, /, sizes=None, *, includes=None, **more_sizes) -> list[Checked]:
     """Check diagrams that share one set of sizes (the entries of one module): each takes the
     sizes it declares; a size that none of them declares is refused, as `check` refuses it.
 
@@ -105,7 +109,12 @@ def check_together(diagrams, **sizes) -> list[Checked]:
     >>> a.sizes.size(a.dims["e"]), b.sizes.size(b.dims["k"])
     (4, 5)
     """
-    checkers = [_Checker(d, sizes) for d in diagrams]
+    from penrose.load import merge_sizes, walk_includes
+
+    sizes = merge_sizes(sizes, more_sizes)
+    if includes is None:
+        includes = [walk_includes(d) for d in diagrams]
+    checkers = [_Checker(d, sizes, inc) for d, inc in zip(diagrams, includes, strict=True)]
     for c in checkers:  # one diagram alone refuses an unknown size first, as check does
         c.lenient = len(checkers) > 1
     results = [_run(c) for c in checkers]
@@ -147,8 +156,9 @@ class _Scope:
 
 
 class _Checker:
-    def __init__(self, diagram: ir.Diagram, sizes: dict):
+    def __init__(self, diagram: ir.Diagram, sizes: dict, includes):
         self.diagram = diagram
+        self.includes = includes  # penrose.load.Includes: the included files, read before checking
         self.file = diagram.file
         self.overrides = dict(sizes)
         self.S = Sizes()
@@ -275,13 +285,11 @@ class _Checker:
         return body
 
     def _include(self, inc: ir.Include, diagram: ir.Diagram):
-        """Resolve, read and collect an included file (penrose/load.py: where includes may reach)."""
-        from penrose.load import read_include, resolve_include
-
-        target = resolve_include(inc.path, inc.span, diagram.file, self.diagram.file)
+        """Collect an included file, read by the loader (penrose/load.py: where includes may reach)."""
+        target = self.includes.target(inc, diagram.file)
         if os.path.realpath(target) in self.including:
             raise PenroseCheckError(f"include cycle: {inc.path!r} includes itself", inc.span)
-        sub = read_include(target, inc.span)
+        sub = self.includes.diagram(inc, target)
         rest = self._collect(sub)
         for s in rest:
             if not isinstance(s, ir.Comment):

@@ -241,18 +241,19 @@ def _run(args) -> int:
         return _load(args.entry_point)(args.rest)
     if args.command == "check":
         for f in args.files:
-            c = penrose.load(_path(f), include_paths=args.include_paths, **_sizes(args.size))
+            c = penrose.load(_path(f), include_paths=args.include_paths, sizes=_sizes(args.size))
             _print_warnings(c)
             print(f"{f}: ok — {len(c.inputs)} input(s), {c.param_count():,} parameter(s), outputs "
                   + ", ".join(f"{n}[{', '.join(t.legs)}]" for n, t in c.outputs))
         return 0
     if args.command == "compile":
-        from penrose.compiler import generate_source, load_entries
+        from penrose.compiler import generate_source
+        from penrose.load import load_entries
 
         if args.output:
             _output(args.output, args.file)
         c, more = load_entries(_path(args.file), entries=_entries(args.entries), include_paths=args.include_paths,
-                               **_sizes(args.size))
+                               sizes=_sizes(args.size))
         for checked in (c, *more.values()):
             _print_warnings(checked)
         _write_or_print(args.output, generate_source(c, entries=more))
@@ -260,7 +261,7 @@ def _run(args) -> int:
     if args.command == "plan":
         from penrose.report import plan_report
 
-        print(plan_report(penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))))
+        print(plan_report(penrose.load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))))
         return 0
     if args.command == "fmt":
         from penrose.io import atomic_write_text, read_text
@@ -302,7 +303,7 @@ def _run(args) -> int:
 
             c = penrose.load(text=einsum_text(args.einsum, _sizes(args.size)))
         else:
-            c = penrose.load(_path(args.file), include_paths=args.include_paths, **_sizes(args.size))
+            c = penrose.load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))
         options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
                        unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
         if not args.output:

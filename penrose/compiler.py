@@ -1224,34 +1224,11 @@ def _repr_svg(checked):
     return display.svg(checked)
 
 
-@deep  # read and check on one worker thread, where the include paths are in force
-def load(path_or_text=None, *, text=None, include_paths=(), **sizes) -> Checked:
-    """Parse and check a path, `.pen` text or Diagram: `penrose.load`, which needs no torch."""
-    return load_entries(path_or_text, text=text, include_paths=include_paths, **sizes)[0]
-
-
-@deep
-def load_entries(path_or_text=None, *, entries=None, text=None, include_paths=(), **sizes) -> tuple[Checked, dict]:
-    """The checked diagram and its checked entries ({method: path, text, Diagram or Checked}),
-    all under one set of sizes (each diagram takes those it declares)."""
-    from penrose.check import check_together
-    from penrose.load import include_paths as allowing, read
-
-    if entries is not None and not isinstance(entries, dict):
-        raise TypeError(f"entries maps method names to diagrams, got {type(entries).__name__}")
-    entries = dict(entries or {})
-    with allowing(include_paths):
-        diagrams = [read(path_or_text, text=text)] + [e if isinstance(e, Checked) else read(e) for e in entries.values()]
-        checked = iter(check_together([d for d in diagrams if not isinstance(d, Checked)], **sizes))
-    done = [d if isinstance(d, Checked) else next(checked) for d in diagrams]
-    return done[0], dict(zip(entries, done[1:]))
-
-
 def compile_diagram(
-    path_or_text=None, *, seed: int | None = None, fuse_attention: bool = True, text=None, include_paths=(), entries=None,
-    **sizes
+    path_or_text=None, /, *, seed: int | None = None, fuse_attention: bool = True, text=None, include_paths=(), entries=None,
+    sizes=None, **more_sizes
 ) -> torch.nn.Module:
-    """`.pen` file or text → `nn.Module`; `sizes` override dim defaults (paths and text: penrose.load).
+    """`.pen` file or text → `nn.Module`; sizes override dim defaults (paths, text, sizes: penrose.load).
 
     `entries` ({method: diagram}) adds methods to the module, each another diagram run on the
     same parameters (shared by name): `compile("full.pen", entries={"hidden": "hidden.pen"})`
@@ -1261,16 +1238,19 @@ def compile_diagram(
     >>> m(torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, **sizes)
+    from penrose.load import load_entries
+
+    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return build(checked, seed=seed, fuse_attention=fuse_attention, entries=more)
 
 
-def write_source(path_or_text, out_path, *, text=None, include_paths=(), entries=None, **sizes) -> str:
+def write_source(path_or_text, out_path, /, *, text=None, include_paths=(), entries=None, sizes=None, **more_sizes) -> str:
     """Write the standalone module source to `out_path` atomically (penrose.io); returns it."""
     from penrose.io import atomic_write_text, writable_target
+    from penrose.load import load_entries
 
     writable_target(out_path)  # a bad target is refused before the work
-    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, **sizes)
+    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     source = generate_source(checked, standalone=True, entries=more)
     atomic_write_text(out_path, source)
     return source

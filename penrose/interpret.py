@@ -32,17 +32,15 @@ from __future__ import annotations
 
 import collections
 import math
-import os
 import re
 import sys
 
 import torch
 
 from penrose import ir, ops
-from penrose.check import check
 from penrose.checked import Checked
 from penrose.errors import PenroseError, PenroseShapeError
-from penrose.load import read
+from penrose.load import load, loadable
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
@@ -50,17 +48,18 @@ __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 # ---- entry points ------------------------------------------------------------------------------
 
 
-def interpret(diagram, *args, params=None, training=False, **inputs):
+def interpret(diagram, *args, params=None, training=False, sizes=None, **inputs):
     """Evaluate a diagram (a `Checked`, a path or `.pen` text) on its inputs.
 
     Returns what the compiled module's forward returns: one tensor, or a named tuple of the
     outputs in order. `params` maps state_dict names to tensors (a compiled module's
-    `state_dict()`, or the module itself); `training=True` makes dropout active.
+    `state_dict()`, or the module itself); `training=True` makes dropout active; `sizes`
+    ({dim: size}) sizes the diagram as `penrose.load(..., sizes=...)` does.
 
     >>> interpret("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y", torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    return Interpreter(diagram, params, training=training)(*args, **inputs)
+    return Interpreter(diagram, params, training=training, sizes=sizes)(*args, **inputs)
 
 
 class Interpreter:
@@ -72,8 +71,10 @@ class Interpreter:
     [4.0, 4.0]
     """
 
-    def __init__(self, diagram, params=None, *, training=False, seed=0):
-        self.checked = _as_checked(diagram)
+    def __init__(self, diagram, params=None, *, training=False, seed=0, sizes=None, include_paths=()):
+        if not loadable(diagram):  # the one loader (penrose.load): a path, text, Diagram, Checked or compiled module
+            raise PenroseError(f"cannot interpret a {type(diagram).__name__}; pass .pen text, a path or a Checked diagram")
+        self.checked = load(diagram, sizes=sizes, include_paths=include_paths)
         if params is None:
             params = init_params(self.checked, seed=seed)
         elif isinstance(params, torch.nn.Module):  # the live tensors, so gradients reach them
@@ -131,17 +132,6 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
 
     visit(checked, "")
     return out
-
-
-def _as_checked(diagram) -> Checked:
-    if isinstance(diagram, Checked):
-        return diagram
-    checked = getattr(diagram, "penrose_checked", None)  # a compiled module
-    if isinstance(checked, Checked):
-        return checked
-    if isinstance(diagram, (str, os.PathLike, ir.Diagram)):
-        return check(read(diagram))
-    raise PenroseError(f"cannot interpret a {type(diagram).__name__}; pass .pen text, a path or a Checked diagram")
 
 
 def _camel(name: str) -> str:

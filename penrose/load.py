@@ -1,24 +1,35 @@
-"""Paths and text → IR: which argument is a file, reading it, and where includes may reach.
+"""The one way in: a path, text or Diagram, sizes and include paths → a checked program.
 
-The layer between `parse` and `check`; it imports neither torch nor the checker.
+Everything that checks a diagram comes through here: `penrose.load`, `penrose.compile`,
+`penrose.source`, `penrose.render`, `penrose.interpret`, the CLI, and through the cached
+`penrose.workspace.Workspace` the notebook magic, `penrose serve`, the language server and the
+zoo's `load_diagram`. Loading is three steps: read the top diagram (`read`), read every file it
+includes, transitively (`walk_includes`, one resolver for all), then check, which reads nothing
+(`penrose.check.check(diagram, sizes, includes=...)`). This module imports neither torch nor the
+checker (until `load` is called).
 
-    >>> from penrose.load import read
-    >>> read(text="dim e = 2\\ninput x[e]\\noutput x").body[1].name
-    'x'
+    >>> from penrose.load import load
+    >>> load(text="dim text = 2\\ninput x[text]\\noutput x", sizes={"text": 8}).dim_sizes()
+    {'text': 8}
 
-Paths and text (`read`, and so `penrose.load`, `penrose.compile`, `penrose.source`):
+Sizes (`merge_sizes`): always a mapping, `sizes={"d": 64}`, so a dim of any name can be sized
+(`text`, `seed`, `entries`, `include_paths`...); the keyword form `d=64` is the same for names
+that are no option. Naming one dim both ways with two values is an error.
+
+Paths and text (`read`):
 
 - `text=...` is always diagram text; a `pathlib.Path` (any `os.PathLike`) is always a path;
 - a `str` with a line break is text, as is an empty or blank one (the empty diagram); any other
   `str` is a path. Every diagram has a line break (it needs an `output` and something to
   output), so a one-line string can only be a file name: `penrose.load("nope")` is
   "cannot read nope: No such file or directory", never a syntax error at `<string>:1:7`;
-- an `ir.Diagram` is taken as it is.
+- an `ir.Diagram` is taken as it is; a `Checked` diagram (or a compiled module, which carries
+  one) is returned as it is, or checked again when sizes are given.
 
 A path must name a regular, readable, non-empty UTF-8 file (a folder, a device, a FIFO is
 refused without being opened; see `penrose.io.read_text`).
 
-Includes (`resolve_include`, `read_include`, called by the checker):
+Includes (`resolve_include`, `walk_includes`):
 
 - `include "lib.pen"` is relative to the folder of the file that says it (for text: the working
   folder); an include names a `.pen` file;
@@ -37,19 +48,53 @@ Import names from this module (`from penrose.load import read`): the package att
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import contextvars
 import os
+from collections.abc import Callable, Mapping
 
 from penrose import ir
 from penrose.errors import PenroseCheckError, PenroseError, Span
 from penrose.io import read_text
 from penrose.parse import parse
+from penrose.stack import deep
 
-# Extra include folders for the check now running (set by penrose.load(include_paths=...));
-# a context variable, so threads and async tasks loading at once keep their own.
-_include_paths: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("penrose_include_paths", default=())
+__all__ = [
+    "Includes", "include_folders", "is_path", "load", "loadable", "load_entries", "merge_sizes", "read", "read_file",
+    "replace_includes", "resolve_include", "walk_includes",
+]
+
+
+# ---- sizes -------------------------------------------------------------------------------------
+
+
+def merge_sizes(sizes=None, more=None) -> dict:
+    """One mapping of sizes from `sizes={...}` and the keyword sizes `more`; a name given both
+    ways must have one value.
+
+    >>> merge_sizes({"text": 8}, {"d": 4})
+    {'text': 8, 'd': 4}
+    >>> merge_sizes({"d": 8}, {"d": 4})
+    Traceback (most recent call last):
+    ...
+    penrose.errors.PenroseError: error: size of 'd' given twice: 8 in sizes= and d=4
+    """
+    if sizes is None:
+        out: dict = {}
+    elif isinstance(sizes, Mapping):
+        out = dict(sizes)
+    else:
+        raise TypeError(f"sizes= maps dim (or const) names to sizes, got {type(sizes).__name__}")
+    for key in out:
+        if not isinstance(key, str):
+            raise TypeError(f"sizes= maps dim (or const) names to sizes; a key is a {type(key).__name__}: {key!r}")
+    for key, value in (more or {}).items():
+        if key in out and (out[key] != value or type(out[key]) is not type(value)):
+            raise PenroseError(f"size of {key!r} given twice: {out[key]!r} in sizes= and {key}={value!r}")
+        out[key] = value
+    return out
+
+
+# ---- paths and text ----------------------------------------------------------------------------
 
 
 def is_path(source) -> bool:
@@ -117,21 +162,27 @@ def read_file(path, *, included: bool = False) -> ir.Diagram:
     """Parse the diagram file at `path`; an empty file is an error naming it."""
     name = os.fspath(path)
     text = read_text(name)
-    if not text.lstrip("\ufeff").strip():
-        what = "an included file holds dims or blocks" if included else "a diagram declares at least an input and an output"
-        raise PenroseError(f"{name} is empty; {what}", Span(name))
+    if is_blank(text):
+        raise empty_file(name, included)
     return parse(text, file=name)
 
 
-@contextlib.contextmanager
-def include_paths(paths=()):
-    """Within this block, includes may also reach into (and are searched in) `paths`.
+def is_blank(text: str) -> bool:
+    return not text.lstrip("\ufeff").strip()
 
-    A context variable: it holds for checks on this thread (`penrose.load` reads and checks on
-    one `stack.deep` worker), not for threads started inside the block.
 
-    >>> with include_paths([os.sep]):
-    ...     allowed_folders("model.pen") == [os.getcwd(), os.sep]
+def empty_file(name: str, included: bool) -> PenroseError:
+    what = "an included file holds dims or blocks" if included else "a diagram declares at least an input and an output"
+    return PenroseError(f"{name} is empty; {what}", Span(name))
+
+
+# ---- includes ----------------------------------------------------------------------------------
+
+
+def include_folders(paths=()) -> tuple[str, ...]:
+    """The extra folders includes may reach (absolute); each must be a folder.
+
+    >>> include_folders(os.sep) == (os.sep,)
     True
     """
     if isinstance(paths, (str, os.PathLike)):
@@ -140,11 +191,7 @@ def include_paths(paths=()):
     for folder in folders:
         if not os.path.isdir(folder):
             raise PenroseError(f"include path {folder} is not a folder", Span(folder))
-    token = _include_paths.set(_include_paths.get() + folders)
-    try:
-        yield
-    finally:
-        _include_paths.reset(token)
+    return folders
 
 
 def project_folder(top_file: str) -> str:
@@ -154,9 +201,13 @@ def project_folder(top_file: str) -> str:
     return os.path.dirname(os.path.abspath(top_file))
 
 
-def allowed_folders(top_file: str) -> list[str]:
-    """The project folder, then the include paths in force."""
-    return [project_folder(top_file), *_include_paths.get()]
+def allowed_folders(top_file: str, include_paths=()) -> list[str]:
+    """The project folder, then the include folders.
+
+    >>> allowed_folders("model.pen", [os.sep]) == [os.getcwd(), os.sep]
+    True
+    """
+    return [project_folder(top_file), *include_paths]
 
 
 def _inside(path: str, folders) -> bool:
@@ -171,20 +222,21 @@ def _inside(path: str, folders) -> bool:
     return False
 
 
-def resolve_include(path: str, span: Span, including_file: str, top_file: str) -> str:
+def resolve_include(path: str, span: Span, including_file: str, top_file: str, include_paths=()) -> str:
     """The absolute path of the file `include path` names, or a positioned PenroseCheckError.
 
-    Nothing is opened here, and nothing outside the allowed folders is even looked at.
+    `include_paths` are absolute folders (`include_folders`). Nothing is opened here, and
+    nothing outside the allowed folders is even looked at.
     """
     if not path.endswith(".pen"):
         raise PenroseCheckError(f"cannot include {path!r}: an include names a .pen file", span)
-    folders = allowed_folders(top_file)
+    folders = allowed_folders(top_file, include_paths)
     base = os.path.dirname(os.path.abspath(including_file)) if not including_file.startswith("<") else os.getcwd()
     if os.path.isabs(path):
         candidates = [os.path.normpath(path)]
     else:
         candidates = [os.path.normpath(os.path.join(base, path))]
-        candidates += [os.path.normpath(os.path.join(f, path)) for f in _include_paths.get()]
+        candidates += [os.path.normpath(os.path.join(f, path)) for f in include_paths]
     for target in candidates:
         if not _inside(target, folders):
             allowed = " or ".join(folders)
@@ -200,28 +252,137 @@ def resolve_include(path: str, span: Span, including_file: str, top_file: str) -
     raise PenroseCheckError(f"cannot include {path!r}: no such file (looked at {', '.join(candidates)})", span)
 
 
-_INCLUDE_READER: contextvars.ContextVar = contextvars.ContextVar("penrose_include_reader", default=None)
+def file_key(path: str) -> str:
+    """A file as a key: symlinks resolved, case folded where the file system folds it."""
+    return path if path.startswith("<") else os.path.normcase(os.path.realpath(path))
 
 
-@contextlib.contextmanager
-def include_reader(reader):
-    """Within this block, included files are read by `reader(path) -> ir.Diagram` instead of
-    from disk (an editor's unsaved text: the language server); it raises PenroseError as
-    `read_file` does. A context variable, like `include_paths`."""
-    token = _INCLUDE_READER.set(reader)
-    try:
-        yield
-    finally:
-        _INCLUDE_READER.reset(token)
+@dataclasses.dataclass(frozen=True)
+class Includes:
+    """Every file a diagram includes, transitively, read before it is checked.
+
+    `targets` maps (including file, include path) to the file the include resolves to, or to
+    the refusal (outside the allowed folders, no such file); `files` maps each file reached,
+    in the order first reached, to its Diagram or to why it could not be read or parsed.
+    The checker asks `target(include, including_file)` and `diagram(include, target)`, and reads
+    nothing itself.
+    """
+
+    targets: Mapping = dataclasses.field(default_factory=dict)
+    files: Mapping = dataclasses.field(default_factory=dict)
+
+    def target(self, inc: ir.Include, including_file: str) -> str:
+        """The file an include resolves to, or its refusal at the include statement."""
+        target = self.targets.get((including_file, inc.path))
+        if target is None:
+            raise PenroseCheckError(f"cannot include {inc.path!r}: the file was not read before checking", inc.span)
+        if isinstance(target, PenroseError):
+            raise PenroseCheckError(target.message, inc.span)
+        return target
+
+    def diagram(self, inc: ir.Include, target: str) -> ir.Diagram:
+        """The Diagram of an included file, or its error (at the include when the file cannot be
+        read; in the file, with a note pointing at the include, when it does not parse)."""
+        found = self.files[target]
+        if isinstance(found, PenroseError):
+            if not found.span.line:  # unreadable, empty, not a regular file: say so at the include
+                raise PenroseCheckError(found.message, inc.span)
+            raise found.__class__(found.message, found.span, found.notes + (("included from here", inc.span),))
+        return found
 
 
-def read_include(target: str, span: Span) -> ir.Diagram:
-    """Parse an included file; its errors gain a note pointing at the include statement."""
-    note = (("included from here", span),)
-    reader = _INCLUDE_READER.get()
-    try:
-        return reader(target) if reader is not None else read_file(target, included=True)
-    except PenroseError as e:
-        if not e.span.line:  # unreadable, empty, not a regular file: say so at the include
-            raise PenroseCheckError(e.message, span) from None
-        raise e.__class__(e.message, e.span, e.notes + note) from None
+Reader = Callable[[str], ir.Diagram]
+
+
+def walk_includes(diagram: ir.Diagram, include_paths=(), read: Reader | None = None) -> Includes:
+    """Resolve and read the files `diagram` includes, transitively (each file once, cycles
+    included: the checker names the cycle). `include_paths` are absolute folders
+    (`include_folders`); `read(target)` parses a file or raises PenroseError (default: from
+    disk; a `Workspace` passes its cache and an editor's unsaved text).
+
+    >>> walk_includes(read("dim e = 2\\ninput x[e]\\noutput x")).files
+    {}
+    """
+    read = read or (lambda target: read_file(target, included=True))
+    targets: dict = {}
+    files: dict = {}
+    by_key: dict = {}
+    top = diagram.file
+    stack = [diagram]
+    while stack:
+        d = stack.pop()
+        for s in d.body:
+            if not isinstance(s, ir.Include) or (d.file, s.path) in targets:
+                continue
+            try:
+                target = resolve_include(s.path, s.span, d.file, top, include_paths)
+            except PenroseError as e:
+                targets[(d.file, s.path)] = e
+                continue
+            targets[(d.file, s.path)] = target
+            key = file_key(target)
+            if key in by_key:
+                files.setdefault(target, by_key[key])
+                continue
+            try:
+                sub = read(target)
+            except PenroseError as e:
+                sub = e
+            files[target] = by_key[key] = sub
+            if isinstance(sub, ir.Diagram):
+                stack.append(sub)
+    return Includes(targets, files)
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+
+def loadable(source) -> bool:
+    """Whether `load` takes `source`: a path, text, Diagram, Checked or compiled module."""
+    return isinstance(source, (str, os.PathLike, ir.Diagram)) or _compiled(source) is not None
+
+
+def _compiled(source):
+    """The Checked of a Checked or of a compiled module (which carries one), else None."""
+    from penrose.checked import Checked
+
+    if isinstance(source, Checked):
+        return source
+    found = getattr(source, "penrose_checked", None)
+    return found if isinstance(found, Checked) else None
+
+
+@deep  # parse and check with room for deep nesting
+def load(source=None, /, *, text=None, sizes=None, include_paths=(), **more_sizes):
+    """A path, `.pen` text, Diagram or Checked → its checked diagram (`penrose.load`).
+
+    `sizes={...}` (or keyword sizes) override dim defaults and const values; `include_paths`
+    are folders includes may reach besides the top-level file's. Imports no torch.
+
+    >>> load(text="dim e = 2\\ninput x[e]\\noutput x").outputs[0][0]
+    'x'
+    """
+    return load_entries(source, text=text, sizes=sizes, include_paths=include_paths, **more_sizes)[0]
+
+
+@deep
+def load_entries(source=None, /, *, text=None, sizes=None, include_paths=(), entries=None, read_include: Reader | None = None,
+                 **more_sizes) -> tuple:
+    """(the checked diagram, {method: checked entry}): the diagram and its `entries` ({method:
+    path, text, Diagram or Checked}), all under one set of sizes (each takes those it declares).
+    `read_include(target)` reads an included file (default: from disk)."""
+    from penrose.check import check_together
+
+    sizes = merge_sizes(sizes, more_sizes)
+    if entries is not None and not isinstance(entries, dict):
+        raise TypeError(f"entries maps method names to diagrams, got {type(entries).__name__}")
+    entries = dict(entries or {})
+    folders = include_folders(include_paths)
+    done = _compiled(source) if text is None else None
+    if done is not None and sizes:
+        done, source = None, done.diagram  # checked again at these sizes
+    diagrams = [done or read(source, text=text)] + [_compiled(e) or read(e) for e in entries.values()]
+    todo = [d for d in diagrams if isinstance(d, ir.Diagram)]
+    checked = iter(check_together(todo, sizes, includes=[walk_includes(d, folders, read_include) for d in todo]))
+    out = [d if not isinstance(d, ir.Diagram) else next(checked) for d in diagrams]
+    return out[0], dict(zip(entries, out[1:]))

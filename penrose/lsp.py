@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 from penrose import ir
 from penrose.errors import PenroseError, Span
+from penrose.load import file_key
 
 KEYWORDS = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat")
 DTYPES = ("float", "int", "bool")
@@ -77,11 +78,9 @@ def span_range(span: Span) -> Range:
     return Range(line, char, line, char + 1)
 
 
-@functools.lru_cache(maxsize=4096)
-def _norm(path: str) -> str:
-    """A path as a key: symlinks resolved, case folded where the file system folds it (cached:
-    links are not expected to change under an editor session)."""
-    return path if path.startswith("<") else os.path.normcase(os.path.realpath(path))
+# a path as a key (penrose.load.file_key: symlinks resolved, case folded where the file system
+# folds it), cached: links are not expected to change under an editor session
+_norm = functools.lru_cache(maxsize=4096)(file_key)
 
 
 # ---- the analysis ------------------------------------------------------------------------------
@@ -148,24 +147,6 @@ class Result:
         return [d for d in self.defs if _norm(d.file) == me]
 
 
-_overlay: contextvars.ContextVar = contextvars.ContextVar("penrose_lsp_overlay", default=None)
-
-
-def _read_disk(path: str):
-    """An included file from disk, as the loader reads it (its errors, word for word)."""
-    from penrose.load import read_file
-
-    return read_file(path, included=True)
-
-
-def _read_open(path: str):
-    """An included file as the analyzer of this check sees it: its open text, else the disk."""
-    found = _overlay.get()._parse_file(os.fspath(path))
-    if isinstance(found, PenroseError):
-        raise type(found)(found.message, found.span, found.notes)
-    return found
-
-
 class Analyzer:
     """Open documents and what the checker says about them.
 
@@ -177,30 +158,32 @@ class Analyzer:
     """
 
     def __init__(self, include_paths=()):
+        from penrose.workspace import Workspace
+
         self.include_paths = tuple(include_paths)
+        self.workspace = Workspace(self.include_paths)  # parses (open texts over the disk), include graphs, stamps
         self.docs: dict[str, str] = {}  # path -> text of the open documents
         self.results: dict[str, Result] = {}
-        self._parsed: dict[str, tuple] = {}  # normalised path -> (stamp, Diagram or PenroseError)
         self._defs: dict[str, tuple] = {}  # normalised path -> (Diagram, its Defs)
-        self._open: dict[str, str] | None = None  # normalised path -> open text (cached)
 
     # -- documents
     def set_text(self, path: str, text: str) -> list[str]:
         """Open or change a document; returns the open documents to analyse again (it and those
         that include it)."""
         self.docs[path] = text
-        self._open = None
+        self.workspace.set_text(path, text)
         return self.affected(path)
 
     def close(self, path: str) -> list[str]:
         self.docs.pop(path, None)
-        self._open = None
+        if not any(_norm(p) == _norm(path) for p in self.docs):
+            self.workspace.close(path)
         self.results.pop(path, None)
         return [p for p in self.affected(path) if p != path]
 
     def file_changed(self, path: str) -> list[str]:
         """A file changed on disk (saved, or changed by another program)."""
-        self._parsed.pop(_norm(path), None)
+        self.workspace.forget(path)
         return self.affected(path)
 
     def affected(self, path: str) -> list[str]:
@@ -217,7 +200,7 @@ class Analyzer:
         """A file's text: the open document's, else the disk's (None when unreadable)."""
         if path in self.docs:
             return self.docs[path]
-        t = self._texts().get(_norm(path))
+        t = self.workspace.text(path)
         if t is not None:
             return t
         try:
@@ -226,50 +209,9 @@ class Analyzer:
         except (OSError, UnicodeDecodeError):
             return None
 
-    def _texts(self) -> dict:
-        if self._open is None:
-            self._open = {_norm(p): t for p, t in self.docs.items()}
-        return self._open
-
-    @contextlib.contextmanager
-    def _context(self):
-        from penrose.load import include_paths, include_reader
-
-        token = _overlay.set(self)
-        try:
-            with include_paths(self.include_paths), include_reader(_read_open):
-                yield
-        finally:
-            _overlay.reset(token)
-
     def _parse_file(self, path: str):
-        """The Diagram of an included file (open text or disk), cached; a PenroseError if it fails."""
-        from penrose.parse import parse
-
-        key = _norm(path)
-        text = self._texts().get(key)
-        if text is not None:
-            stamp = ("text", hash(text))
-        else:
-            try:
-                st = os.stat(path)
-                stamp = ("disk", st.st_mtime_ns, st.st_size, st.st_ino)
-            except OSError:
-                stamp = ("missing",)
-        hit = self._parsed.get(key)
-        if hit and hit[0] == stamp:
-            return hit[1]
-        try:
-            if text is None:
-                value = _read_disk(path)
-            elif not text.lstrip("\ufeff").strip():
-                value = PenroseError(f"{path} is empty; an included file holds dims or blocks", Span(path))
-            else:
-                value = parse(text, file=path)
-        except PenroseError as e:
-            value = e
-        self._parsed[key] = (stamp, value)
-        return value
+        """The Diagram of a file (open text or disk; cached by the workspace); a PenroseError if it fails."""
+        return self.workspace.parse(path, included=True)
 
     # -- analysis
     def analyse(self, path: str) -> Result:
@@ -300,26 +242,23 @@ class Analyzer:
             res.seconds = time.perf_counter() - start
             self.results[path] = res
             return res
-        with self._context():
-            self._index(res)
-            if any(isinstance(s, ir.Output) for s in res.diagram.body):
-                self._check(res, res.diagram)
-            else:  # a library of dims and blocks: checked within a diagram that includes it
-                includer = self._includer(path)
-                if includer is not None:
-                    res.context = includer
-                    including = self._parse_file(includer)
-                    if isinstance(including, ir.Diagram):
-                        self._check(res, including)
+        self._index(res)
+        if any(isinstance(s, ir.Output) for s in res.diagram.body):
+            self._check(res, res.diagram)
+        else:  # a library of dims and blocks: checked within a diagram that includes it
+            includer = self._includer(path)
+            if includer is not None:
+                res.context = includer
+                including = self._parse_file(includer)
+                if isinstance(including, ir.Diagram):
+                    self._check(res, including)
         res.seconds = time.perf_counter() - start
         self.results[path] = res
         return res
 
     def _check(self, res: Result, diagram: ir.Diagram):
-        from penrose.check import check
-
-        try:
-            res.checked = check(diagram)
+        try:  # the one loader, its includes read through the workspace (open texts first)
+            res.checked = self.workspace.load(diagram)
         except PenroseError as e:
             res.diagnostics += self._diagnostics(e, res)
             prev = self.results.get(res.path)
@@ -391,37 +330,29 @@ class Analyzer:
         res.deps = seen
 
     def _walk_includes(self, path, diagram, seen: set, defs, includes):
-        from penrose.load import resolve_include
-
+        """The files `diagram` includes, transitively (the loader's walk, through the workspace):
+        their keys into `seen`, their names into `defs`, the lines of its own includes into
+        `includes` ({0-based line: target})."""
         if not isinstance(diagram, ir.Diagram):
             return
-        stack = [(path, diagram, True)]
-        top = path
-        while stack:
-            file, d, first = stack.pop()
-            for s in d.body:
-                if not isinstance(s, ir.Include):
-                    continue
-                try:
-                    target = resolve_include(s.path, s.span, file, top)
-                except PenroseError:
-                    continue
-                if first and includes is not None:
+        graph = self.workspace.includes(diagram)
+        if includes is not None:
+            for s in diagram.body:
+                target = graph.targets.get((diagram.file, s.path)) if isinstance(s, ir.Include) else None
+                if isinstance(target, str):
                     includes[s.span.line - 1] = target
-                key = _norm(target)
-                if key in seen:
-                    continue
-                seen.add(key)
-                sub = self._parse_file(target)
-                if isinstance(sub, ir.Diagram):
-                    if defs is not None:
-                        hit = self._defs.get(key)
-                        if hit is None or hit[0] is not sub:
-                            found: list = []
-                            self._defs_of(sub, (self.text_of(target) or "").lstrip("\ufeff").split("\n"), found)
-                            hit = self._defs[key] = (sub, found)
-                        defs.extend(hit[1])
-                    stack.append((target, sub, False))
+        for target, sub in graph.files.items():
+            key = _norm(target)
+            if key in seen:
+                continue
+            seen.add(key)
+            if isinstance(sub, ir.Diagram) and defs is not None:
+                hit = self._defs.get(key)
+                if hit is None or hit[0] is not sub:
+                    found: list = []
+                    self._defs_of(sub, (self.text_of(target) or "").lstrip("\ufeff").split("\n"), found)
+                    hit = self._defs[key] = (sub, found)
+                defs.extend(hit[1])
 
     @staticmethod
     def _defs_of(diagram: ir.Diagram, lines: list[str], out: list):

@@ -33,8 +33,10 @@ import html
 import shlex
 
 from penrose.errors import PenroseError
+from penrose.workspace import Workspace
 
 CELL_FILE = "<pen cell>"
+WORKSPACE = Workspace()  # the cells and the files they include: a cell run again unchanged is not checked again
 
 
 class PenCellError(Exception):
@@ -102,14 +104,9 @@ def run_cell(line: str, cell: str, namespace: dict | None = None, display=None):
     """What `%%pen` does, without IPython: check `cell`, show its figure with `display`, bind
     the compiled module in `namespace`; returns the module (or the checked diagram when no name
     is given). Raises PenCellError for a cell that does not check."""
-    from penrose.check import check
-    from penrose.load import include_paths
-    from penrose.parse import parse
-
     try:
         opts = _options(line)
-        with include_paths(opts["include_paths"]):
-            checked = check(parse(cell, file=CELL_FILE), **opts["sizes"])
+        checked = WORKSPACE.load(text=cell, file=CELL_FILE, sizes=opts["sizes"], include_paths=opts["include_paths"])
     except PenroseError as e:
         raise PenCellError(e) from None
     show = display or (lambda obj: None)

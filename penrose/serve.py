@@ -6,10 +6,10 @@
 The page shows the figure (`penrose.render`), the errors and warnings with their carets
 (`PenroseError.render()`), the Rosetta stone of the gallery (each statement's diagram, PyTorch
 line, equation and reading; `penrose.render.gallery`'s own pieces), and the generated PyTorch
-(`penrose.source`). A thread polls the file's modification time, and its includes', every
-`POLL` seconds; a change is checked and drawn at once, the figure and the errors first, the
-Rosetta stone and the PyTorch right after, and pushed to the page with server-sent events
-(`/events`). The page's one script is inline and fetches nothing but this server's own
+(`penrose.source`). A thread polls the stamps of the file and its includes every `POLL`
+seconds (`penrose.workspace`, which also caches the parses and the checks); a change is checked
+and drawn at once, the figure and the errors first, the Rosetta stone and the PyTorch right
+after, and pushed to the page with server-sent events (`/events`). The page's one script is inline and fetches nothing but this server's own
 `/state` and figures; without it, reloading the page shows the latest state.
 
 Standard library only (`http.server`), bound to 127.0.0.1 unless `--host` says otherwise; only
@@ -58,65 +58,30 @@ class State:
 class Live:
     """One watched diagram: its current State, rebuilt when it or an include changes."""
 
-    def __init__(self, path: Path, key: str, include_paths=(), sizes=None, equations=None):
+    def __init__(self, path: Path, key: str, include_paths=(), sizes=None, equations=None, workspace=None):
+        from penrose.workspace import Workspace
+
         self.path = path
         self.key = key  # the name in URLs (relative to the served folder)
         self.include_paths = tuple(include_paths)
+        self.workspace = workspace if workspace is not None else Workspace(self.include_paths)  # parses, includes, stamps
         self.sizes = dict(sizes or {})
         self.equations = equations if equations is not None else {}  # file name -> LaTeX (shared)
         self.state = State(title=path.name)
         self.cond = threading.Condition()
-        self.stamps: dict = {}
         self.version = 0
         self.assets: dict = {}  # URL path -> (version, bytes): the figures of the last few versions' pages
         self.building = threading.Lock()  # one rebuild at a time (the watcher, a first request)
 
     # -- watching
     def watched(self) -> list[str]:
-        return [str(self.path), *self._includes()]
-
-    def _includes(self) -> list[str]:
-        """The files the diagram includes, transitively (those that resolve)."""
-        from penrose.load import include_paths, read_file, resolve_include
-        from penrose import ir
-
-        out: list[str] = []
-        try:
-            with include_paths(self.include_paths):
-                stack = [(str(self.path), read_file(self.path))]
-                while stack:
-                    file, d = stack.pop()
-                    for s in d.body:
-                        if isinstance(s, ir.Include):
-                            try:
-                                target = resolve_include(s.path, s.span, file, str(self.path))
-                            except PenroseError:
-                                continue
-                            if target not in out:
-                                out.append(target)
-                                try:
-                                    stack.append((target, read_file(target, included=True)))
-                                except PenroseError:
-                                    pass
-        except PenroseError:
-            pass
-        return out
-
-    def _stamp(self, files) -> dict:
-        out = {}
-        for f in files:
-            try:
-                st = os.stat(f)
-                out[f] = (st.st_mtime_ns, st.st_size, st.st_ino)
-            except OSError:
-                out[f] = None
-        return out
+        """The diagram's file and the files it includes, transitively (as last read)."""
+        return self.workspace.files(self.path)
 
     def poll(self) -> bool:
         """Rebuild if the diagram or an include changed since the last look; True if it did."""
         with self.building:
-            files = list(self.stamps) or [str(self.path)]
-            if self.stamps and self._stamp(files) == self.stamps:
+            if self.version and self.workspace.fresh(self.path, sizes=self.sizes):
                 return False
             self.rebuild()
             return True
@@ -140,7 +105,6 @@ class Live:
         start = time.perf_counter()
         self.version += 1
         v = self.version
-        self.stamps = self._stamp(self.watched())  # before reading: a save during the build is seen next time
         state = State(version=v, phase="drawn", title=self.path.name)
         checked = None
         try:
@@ -177,13 +141,9 @@ class Live:
     def _check(self):
         import warnings as _warnings
 
-        from penrose.check import check
-        from penrose.load import include_paths, read
-
         with _warnings.catch_warnings():
             _warnings.simplefilter("ignore")
-            with include_paths(self.include_paths):
-                checked = check(read(self.path), **self.sizes)
+            checked = self.workspace.load(self.path, sizes=self.sizes)  # checked again only when a file it read changed
         return checked, list(checked.warnings)
 
     def _figure(self, checked) -> str:
@@ -257,6 +217,8 @@ class LiveServer:
     """Serve a `.pen` file (or a folder of them) live; `start()` / `stop()`, or a `with` block."""
 
     def __init__(self, path, host: str = "127.0.0.1", port: int = 8000, include_paths=(), sizes=None, poll: float = POLL):
+        from penrose.workspace import Workspace
+
         self.root = Path(path)
         if not self.root.exists():
             raise PenroseError(f"cannot serve {path}: no such file or folder", Span(str(path)))
@@ -265,6 +227,7 @@ class LiveServer:
         self.single = self.root.is_file()
         self.include_paths = tuple(include_paths)
         self.sizes = dict(sizes or {})
+        self.workspace = Workspace(self.include_paths)  # shared by the diagrams served: a library is parsed once
         self.poll_seconds = poll
         self.lives: dict[str, Live] = {}
         self.equations: dict[str, str] = {}  # file name -> LaTeX
@@ -294,7 +257,7 @@ class LiveServer:
             if key not in self.diagrams():
                 return None
             path = self.root if self.single else self.root / key
-            lv = Live(path, key, self.include_paths, self.sizes, self.equations)
+            lv = Live(path, key, self.include_paths, self.sizes, self.equations, self.workspace)
             self.lives[key] = lv
         lv.poll()
         return lv

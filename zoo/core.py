@@ -13,7 +13,6 @@ interventions), validation of user arguments, and `explain`. No layer is written
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, ClassVar
@@ -21,7 +20,8 @@ from typing import Callable, ClassVar
 import torch
 import torch.nn.functional as F
 
-import penrose
+from penrose.load import merge_sizes
+from penrose.workspace import Workspace
 
 ZOO_DIR = Path(__file__).resolve().parent
 
@@ -37,14 +37,13 @@ __all__ = [
 ]
 
 
-@functools.lru_cache(maxsize=256)
-def _load_cached(path: str, mtime_ns: int, sizes: tuple):
-    return penrose.load(path, **dict(sizes))
+_WORKSPACE = Workspace()  # the zoo's diagrams and what they include, parsed and checked once per change
 
 
-def load_diagram(path: Path, **sizes):
-    """The checked diagram (cached on the file's path, modification time and sizes)."""
-    return _load_cached(str(path), path.stat().st_mtime_ns, tuple(sorted(sizes.items())))
+def load_diagram(path: Path, sizes=None, **more_sizes):
+    """The checked diagram, at `sizes` (a mapping, or keywords); cached until the file, or a
+    file it includes, changes (`penrose.workspace`)."""
+    return _WORKSPACE.load(Path(path), sizes=merge_sizes(sizes, more_sizes))
 
 
 
@@ -138,7 +137,7 @@ class ZooModel(torch.nn.Module):
             raise ValueError(f"{type(self).__name__}: task must be one of {self.tasks}, got {self.task!r}")
         from penrose.compiler import build
 
-        self.diagram = build(load_diagram(self.diagram_path(), **{**self.defaults, **sizes}), seed=seed)
+        self.diagram = build(load_diagram(self.diagram_path(), {**self.defaults, **sizes}), seed=seed)
         self.sizes = {k: v for k, v in self.diagram.penrose_checked.dim_sizes().items() if v is not None}
         if self.task == "binary" and self.sizes.get("r", 1) != 1:
             raise ValueError(f"{type(self).__name__}: a binary task needs r = 1 output, got r = {self.sizes['r']}")
@@ -155,12 +154,12 @@ class ZooModel(torch.nn.Module):
     @classmethod
     def resolved_sizes(cls, **sizes) -> dict:
         """Every dim's size for these overrides (without compiling)."""
-        checked = load_diagram(cls.diagram_path(), **{**cls.defaults, **sizes})
+        checked = load_diagram(cls.diagram_path(), {**cls.defaults, **sizes})
         return {k: v for k, v in checked.dim_sizes().items() if v is not None}
 
     @classmethod
     def param_count(cls, **sizes) -> int:
-        return load_diagram(cls.diagram_path(), **{**cls.defaults, **sizes}).param_count()
+        return load_diagram(cls.diagram_path(), {**cls.defaults, **sizes}).param_count()
 
     # -- inputs
     @classmethod

@@ -54,23 +54,12 @@ def _max_width(max_width):
 
 
 def _checked(obj, sizes):
-    from penrose import ir
-    from penrose.check import Checked, check
+    """The checked diagram to draw (penrose.load: a path, text, Diagram, Checked or compiled module)."""
+    from penrose.load import load, loadable
 
-    if isinstance(obj, Checked):
-        return obj if not sizes else check(obj.diagram, **sizes)
-    if isinstance(obj, ir.Diagram):
-        return check(obj, **(sizes or {}))
-    checked = getattr(obj, "penrose_checked", None)  # a compiled module
-    if isinstance(checked, Checked):
-        return checked if not sizes else check(checked.diagram, **sizes)
-    if isinstance(obj, (str, os.PathLike)):
-        from penrose.parse import parse, parse_file
-
-        if isinstance(obj, os.PathLike) or ("\n" not in obj and obj.endswith(".pen")):
-            return check(parse_file(obj), **(sizes or {}))
-        return check(parse(obj), **(sizes or {}))
-    raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
+    if not loadable(obj):
+        raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
+    return load(obj, sizes=sizes)
 
 
 @deep

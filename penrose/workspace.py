@@ -1,0 +1,208 @@
+"""One workspace of files: cached parse → include graph → checked, kept fresh by file stamps.
+
+What the long-running users share (the language server, `penrose serve`, the notebook magic,
+the zoo's `load_diagram`): a file is parsed again only when its stamp changes (modification
+time in nanoseconds, size and inode; for an editor's unsaved text, the text itself), and a
+checked diagram is checked again only when the stamp of a file it was read from changed — the
+file itself or any file it includes, transitively. Loading goes through the one loader
+(`penrose.load`): the same include resolver, the same pure checker.
+
+    >>> import os, tempfile
+    >>> folder = tempfile.mkdtemp()
+    >>> with open(os.path.join(folder, "lib.pen"), "w") as f:
+    ...     _ = f.write("dim e = 2\\n")
+    >>> with open(os.path.join(folder, "m.pen"), "w") as f:
+    ...     _ = f.write('include "lib.pen"\\ninput x[e]\\noutput x\\n')
+    >>> ws = Workspace()
+    >>> ws.load(os.path.join(folder, "m.pen"), sizes={"e": 3}).dim_sizes()
+    {'e': 3}
+    >>> ws.load(os.path.join(folder, "m.pen"), sizes={"e": 3}) is ws.load(os.path.join(folder, "m.pen"), sizes={"e": 3})
+    True
+    >>> ws.parses  # m.pen and lib.pen, once each
+    2
+
+Editors overlay their unsaved text (`set_text`, `close`): an open file is read from the editor,
+not the disk, wherever it is included. A Workspace is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import threading
+
+from penrose import ir
+from penrose.errors import PenroseError
+from penrose.io import read_text
+from penrose.load import empty_file, file_key, include_folders, is_blank, is_path, load_entries, merge_sizes, walk_includes
+from penrose.parse import parse
+from penrose.stack import deep
+
+__all__ = ["Workspace", "stamp"]
+
+_EMPTY = object()  # a parsed file that holds nothing (its error depends on who reads it)
+
+
+def stamp(path: str) -> tuple:
+    """A file's stamp on disk: ("disk", mtime_ns, size, inode), or ("missing",)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return ("missing",)
+    return ("disk", st.st_mtime_ns, st.st_size, st.st_ino)
+
+
+def _key(what: tuple, text, sizes: dict, folders: tuple) -> tuple:
+    """A cached check's key: text is read, and relative paths resolve, from the working folder."""
+    return (*what, text, tuple(sorted(sizes.items())), folders, os.getcwd())
+
+
+class Workspace:
+    """Cached parses and checks of files (and editor texts), invalidated by file stamps.
+
+    `include_paths` are the folders includes may reach by default (each call may give others).
+    `parses` counts the files and texts parsed, for tests and benchmarks.
+    """
+
+    def __init__(self, include_paths=(), *, max_checked: int = 256):
+        self.include_paths = include_folders(include_paths)
+        self.parses = 0
+        self._lock = threading.RLock()
+        self._texts: dict[str, str] = {}  # file key -> an editor's unsaved text
+        self._parsed: dict[str, tuple] = {}  # path -> (stamp, Diagram | PenroseError | _EMPTY)
+        self._checked: collections.OrderedDict = collections.OrderedDict()  # key -> (stamps, result)
+        self._last: dict = {}  # key -> stamps of the files its last load read
+        self.max_checked = max_checked
+
+    # -- editors' texts
+    def set_text(self, path: str, text: str) -> None:
+        """An editor's unsaved text for `path`: read instead of the disk until `close`."""
+        with self._lock:
+            self._texts[file_key(os.fspath(path))] = text
+
+    def close(self, path: str) -> None:
+        with self._lock:
+            self._texts.pop(file_key(os.fspath(path)), None)
+
+    def text(self, path: str) -> str | None:
+        """The editor's text of `path`, if it is open."""
+        with self._lock:
+            return self._texts.get(file_key(os.fspath(path)))
+
+    def forget(self, path: str) -> None:
+        """Drop what is cached of `path` (a change the stamps may not show)."""
+        with self._lock:
+            self._parsed.pop(os.fspath(path), None)
+
+    # -- stamps
+    def stamp(self, path: str) -> tuple:
+        """The stamp of a file as this workspace reads it (an open text's is the text)."""
+        text = self.text(path)
+        return ("text", text) if text is not None else stamp(path)
+
+    def _fresh(self, stamps: dict) -> bool:
+        return all(self.stamp(f) == s for f, s in stamps.items())
+
+    # -- parsing
+    def parse(self, path, *, included: bool = False) -> ir.Diagram | PenroseError:
+        """The Diagram of the file at `path` (an open text, else the disk), parsed again only when
+        its stamp changed; a PenroseError (not raised) when it cannot be read or parsed."""
+        path = os.fspath(path)
+        now = self.stamp(path)  # before reading: a save during the read is seen next time
+        with self._lock:
+            hit = self._parsed.get(path)
+        if hit is not None and hit[0] == now:
+            found = hit[1]
+        else:
+            try:
+                text = now[1] if now[0] == "text" else read_text(path)
+                self.parses += 1
+                found = _EMPTY if is_blank(text) else parse(text, file=path)
+            except PenroseError as e:
+                found = e
+            with self._lock:
+                self._parsed[path] = (now, found)
+        return empty_file(path, included) if found is _EMPTY else found
+
+    def _read_include(self, target: str) -> ir.Diagram:
+        found = self.parse(target, included=True)
+        if isinstance(found, PenroseError):
+            raise found
+        return found
+
+    def includes(self, diagram: ir.Diagram, include_paths=None):
+        """The include graph of `diagram` (`penrose.load.Includes`), its files read through this
+        workspace's cache."""
+        folders = self.include_paths if include_paths is None else include_folders(include_paths)
+        return walk_includes(diagram, folders, self._read_include)
+
+    def files(self, path) -> list[str]:
+        """The files the last `load` of `path` read: the file and all it includes (those that
+        could be resolved, and those looked for and missing)."""
+        with self._lock:
+            found = [k for k in self._last if k[1] == os.fspath(path)]
+            return list(self._last[found[-1]]) if found else [os.fspath(path)]
+
+    # -- checking
+    def load(self, source=None, *, text: str | None = None, file: str = "<string>", sizes=None, include_paths=None):
+        """The checked diagram of a path (or `text`, named `file` in messages), checked again only
+        when a file it was read from changed; raises its PenroseError (the same one again until
+        then). `sizes` is a mapping, as for `penrose.load`; a Diagram or Checked is checked
+        through the loader without caching."""
+        sizes = merge_sizes(sizes)
+        folders = self.include_paths if include_paths is None else include_folders(include_paths)
+        if text is None and not is_path(source):
+            return deep(load_entries)(source, sizes=sizes, include_paths=folders, read_include=self._read_include)[0]
+        what = ("text", file) if text is not None else ("file", os.fspath(source))
+        key = _key(what, text, sizes, folders)
+        with self._lock:
+            hit = self._checked.get(key)
+            if hit is not None:
+                self._checked.move_to_end(key)
+        if hit is not None and self._fresh(hit[0]):
+            if isinstance(hit[1], PenroseError):
+                raise hit[1]
+            return hit[1]
+        stamps, result = deep(self._load)(what, text, sizes, folders)
+        with self._lock:
+            self._checked[key] = (stamps, result)
+            self._last.pop(key, None)
+            self._last[key] = stamps
+            while len(self._checked) > self.max_checked:
+                old, _ = self._checked.popitem(last=False)
+                self._last.pop(old, None)
+        if isinstance(result, PenroseError):
+            raise result
+        return result
+
+    def fresh(self, path, *, sizes=None, include_paths=None) -> bool:
+        """Whether `load(path, sizes=...)` would answer from the cache (nothing it read changed)."""
+        folders = self.include_paths if include_paths is None else include_folders(include_paths)
+        key = _key(("file", os.fspath(path)), None, merge_sizes(sizes), folders)
+        with self._lock:
+            hit = self._checked.get(key)
+        return hit is not None and self._fresh(hit[0])
+
+    def _load(self, what, text, sizes, folders):
+        """(stamps of the files read, Checked or PenroseError). An include that does not resolve
+        (no such file) is not watched: fix the including file, or save it again."""
+        stamps: dict = {}
+
+        def read_include(target: str) -> ir.Diagram:
+            stamps[target] = self.stamp(target)  # before reading, as `parse` does
+            return self._read_include(target)
+
+        try:
+            if what[0] == "text":
+                diagram = parse(text, file=what[1])
+            else:
+                stamps[what[1]] = self.stamp(what[1])
+                found = self.parse(what[1])
+                if isinstance(found, PenroseError):
+                    raise found
+                diagram = found
+            from penrose.check import check
+
+            return stamps, check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
+        except PenroseError as e:
+            return stamps, e
