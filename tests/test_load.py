@@ -261,3 +261,16 @@ def test_the_magic_does_not_parse_an_unchanged_include_again(project, monkeypatc
     assert magic.WORKSPACE.parses == 1  # lib.pen, once (the cell's own text is parsed with each new check)
     _write(project / "lib.pen", LIB.replace("e = 3", "e = 5"))
     assert magic.run_cell("--no-figure", MAIN).dim_sizes()["e"] == 5
+
+
+def test_the_loading_section_of_the_language_reference_runs(tmp_path, monkeypatch):
+    import re
+
+    text = (ROOT / "docs" / "language.md").read_text()
+    section = text[text.index("### Loading: one way in"):]
+    section = section[: section.index("\n## ")]
+    snippets = re.findall(r"```python\n(.*?)```", section, re.S)
+    assert len(snippets) == 2
+    monkeypatch.chdir(tmp_path)
+    for body in snippets:
+        exec(compile(body, "docs/language.md", "exec"), {})  # the reference's own snippets
