@@ -1,6 +1,6 @@
 """IR → checked diagram: every invariant, with positions.
 
-`check(diagram, **sizes)` walks the statements once and returns a `Checked` diagram whose values
+`check(diagram, sizes)` walks the statements once and returns a `Checked` diagram whose values
 carry their legs, size classes, dtype and batching. It raises `PenroseCheckError` (a
 `PenroseError`) at the first broken rule:
 

@@ -354,7 +354,7 @@ def write_tree(files: dict, out_dir) -> None:
 
 
 def _load(e: Entry):
-    from penrose.check import check
+    from penrose.load import load
     from penrose.parse import parse
 
     try:
@@ -365,7 +365,7 @@ def _load(e: Entry):
     diagram = parse(source, file=str(e.path))  # includes resolve next to the file
     if not any(isinstance(st, ir.Output) for st in diagram.body):
         return  # only blocks and dims: a library that other diagrams include
-    e.checked = check(diagram)
+    e.checked = load(diagram)  # the one loader: its includes read, then checked
     # pages and reports show the display path, never an absolute one
     e.checked.diagram = ir.Diagram(e.checked.diagram.body, file=e.display, source=source)
 
