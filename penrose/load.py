@@ -50,13 +50,20 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeGuard, Union
 
 from penrose import ir
 from penrose.errors import PenroseCheckError, PenroseError, Span
 from penrose.io import read_text
 from penrose.parse import parse
 from penrose.stack import deep
+
+if TYPE_CHECKING:
+    from penrose.checked import Checked
+
+Source = object  # a path (str or os.PathLike), .pen text, an ir.Diagram, a Checked or a compiled module
+Paths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
 
 __all__ = [
     "Includes", "include_folders", "is_path", "load", "loadable", "load_entries", "merge_sizes", "read", "read_file",
@@ -67,7 +74,7 @@ __all__ = [
 # ---- sizes -------------------------------------------------------------------------------------
 
 
-def merge_sizes(sizes=None, more=None) -> dict:
+def merge_sizes(sizes: Mapping[str, Any] | None = None, more: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One mapping of sizes from `sizes={...}` and the keyword sizes `more`; a name given both
     ways must have one value.
 
@@ -78,8 +85,9 @@ def merge_sizes(sizes=None, more=None) -> dict:
     ...
     penrose.errors.PenroseError: error: size of 'd' given twice: 8 in sizes= and d=4
     """
+    out: dict[str, Any]
     if sizes is None:
-        out: dict = {}
+        out = {}
     elif isinstance(sizes, Mapping):
         out = dict(sizes)
     else:
@@ -97,14 +105,14 @@ def merge_sizes(sizes=None, more=None) -> dict:
 # ---- paths and text ----------------------------------------------------------------------------
 
 
-def is_path(source) -> bool:
+def is_path(source: object) -> TypeGuard[str | os.PathLike[str]]:
     """Whether `read` treats `source` as a file name (the rule in this module's docstring)."""
     if isinstance(source, os.PathLike):
         return True
     return isinstance(source, str) and bool(source.strip()) and "\n" not in source and "\r" not in source
 
 
-def read(source=None, *, text: str | None = None) -> ir.Diagram:
+def read(source: object = None, *, text: str | None = None) -> ir.Diagram:
     """A path, `.pen` text or a Diagram → Diagram (syntax only; `penrose.check` does the rest).
 
     >>> read("dim e = 2\\ninput x[e]\\noutput x").file
@@ -129,7 +137,7 @@ def read(source=None, *, text: str | None = None) -> ir.Diagram:
     raise TypeError(f"expected a path, .pen text or a Diagram, got {type(source).__name__}")
 
 
-def replace_includes(diagram: ir.Diagram, replacements: dict) -> ir.Diagram:
+def replace_includes(diagram: ir.Diagram, replacements: dict[str, Any]) -> ir.Diagram:
     """The diagram with its top-level `include "A"` statements replaced, on the IR, by includes
     of the files `replacements[A]` names (a path or a list of paths, relative to the diagram's
     folder as its own includes are); the new statements keep the old one's position, so a
@@ -158,7 +166,7 @@ def replace_includes(diagram: ir.Diagram, replacements: dict) -> ir.Diagram:
     return dataclasses.replace(diagram, body=tuple(body))
 
 
-def read_file(path, *, included: bool = False) -> ir.Diagram:
+def read_file(path: str | os.PathLike[str], *, included: bool = False) -> ir.Diagram:
     """Parse the diagram file at `path`; an empty file is an error naming it."""
     name = os.fspath(path)
     text = read_text(name)
@@ -179,15 +187,14 @@ def empty_file(name: str, included: bool) -> PenroseError:
 # ---- includes ----------------------------------------------------------------------------------
 
 
-def include_folders(paths=()) -> tuple[str, ...]:
+def include_folders(paths: Paths = ()) -> tuple[str, ...]:
     """The extra folders includes may reach (absolute); each must be a folder.
 
     >>> include_folders(os.sep) == (os.sep,)
     True
     """
-    if isinstance(paths, (str, os.PathLike)):
-        paths = [paths]
-    folders = tuple(os.path.abspath(os.fspath(p)) for p in paths)
+    listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    folders = tuple(os.path.abspath(os.fspath(p)) for p in listed)
     for folder in folders:
         if not os.path.isdir(folder):
             raise PenroseError(f"include path {folder} is not a folder", Span(folder))
@@ -201,7 +208,7 @@ def project_folder(top_file: str) -> str:
     return os.path.dirname(os.path.abspath(top_file))
 
 
-def allowed_folders(top_file: str, include_paths=()) -> list[str]:
+def allowed_folders(top_file: str, include_paths: Sequence[str] = ()) -> list[str]:
     """The project folder, then the include folders.
 
     >>> allowed_folders("model.pen", [os.sep]) == [os.getcwd(), os.sep]
@@ -210,7 +217,7 @@ def allowed_folders(top_file: str, include_paths=()) -> list[str]:
     return [project_folder(top_file), *include_paths]
 
 
-def _inside(path: str, folders) -> bool:
+def _inside(path: str, folders: Sequence[str]) -> bool:
     real = os.path.realpath(path)
     for folder in folders:
         root = os.path.realpath(folder)
@@ -222,7 +229,7 @@ def _inside(path: str, folders) -> bool:
     return False
 
 
-def resolve_include(path: str, span: Span, including_file: str, top_file: str, include_paths=()) -> str:
+def resolve_include(path: str, span: Span, including_file: str, top_file: str, include_paths: Sequence[str] = ()) -> str:
     """The absolute path of the file `include path` names, or a positioned PenroseCheckError.
 
     `include_paths` are absolute folders (`include_folders`). Nothing is opened here, and
@@ -268,8 +275,8 @@ class Includes:
     nothing itself.
     """
 
-    targets: Mapping = dataclasses.field(default_factory=dict)
-    files: Mapping = dataclasses.field(default_factory=dict)
+    targets: Mapping[tuple[str, str], str | PenroseError] = dataclasses.field(default_factory=dict)
+    files: Mapping[str, ir.Diagram | PenroseError] = dataclasses.field(default_factory=dict)
 
     def target(self, inc: ir.Include, including_file: str) -> str:
         """The file an include resolves to, or its refusal at the include statement."""
@@ -294,7 +301,11 @@ class Includes:
 Reader = Callable[[str], ir.Diagram]
 
 
-def walk_includes(diagram: ir.Diagram, include_paths=(), read: Reader | None = None) -> Includes:
+def _read_included(target: str) -> ir.Diagram:
+    return read_file(target, included=True)
+
+
+def walk_includes(diagram: ir.Diagram, include_paths: Sequence[str] = (), read: Reader | None = None) -> Includes:
     """Resolve and read the files `diagram` includes, transitively (each file once, cycles
     included: the checker names the cycle). `include_paths` are absolute folders
     (`include_folders`); `read(target)` parses a file or raises PenroseError (default: from
@@ -303,10 +314,10 @@ def walk_includes(diagram: ir.Diagram, include_paths=(), read: Reader | None = N
     >>> walk_includes(read("dim e = 2\\ninput x[e]\\noutput x")).files
     {}
     """
-    read = read or (lambda target: read_file(target, included=True))
-    targets: dict = {}
-    files: dict = {}
-    by_key: dict = {}
+    read = read or _read_included
+    targets: dict[tuple[str, str], str | PenroseError] = {}
+    files: dict[str, ir.Diagram | PenroseError] = {}
+    by_key: dict[str, ir.Diagram | PenroseError] = {}
     top = diagram.file
     stack = [diagram]
     while stack:
@@ -324,6 +335,7 @@ def walk_includes(diagram: ir.Diagram, include_paths=(), read: Reader | None = N
             if key in by_key:
                 files.setdefault(target, by_key[key])
                 continue
+            sub: ir.Diagram | PenroseError
             try:
                 sub = read(target)
             except PenroseError as e:
@@ -337,12 +349,12 @@ def walk_includes(diagram: ir.Diagram, include_paths=(), read: Reader | None = N
 # ---- loading -----------------------------------------------------------------------------------
 
 
-def loadable(source) -> bool:
+def loadable(source: object) -> bool:
     """Whether `load` takes `source`: a path, text, Diagram, Checked or compiled module."""
     return isinstance(source, (str, os.PathLike, ir.Diagram)) or _compiled(source) is not None
 
 
-def _compiled(source):
+def _compiled(source: object) -> Checked | None:
     """The Checked of a Checked or of a compiled module (which carries one), else None."""
     from penrose.checked import Checked
 
@@ -353,7 +365,8 @@ def _compiled(source):
 
 
 @deep  # parse and check with room for deep nesting
-def load(source=None, /, *, text=None, sizes=None, include_paths=(), **more_sizes):
+def load(source: Source = None, /, *, text: str | None = None, sizes: Mapping[str, Any] | None = None,
+         include_paths: Paths = (), **more_sizes: Any) -> Checked:
     """A path, `.pen` text, Diagram or Checked → its checked diagram (`penrose.load`).
 
     `sizes={...}` (or keyword sizes) override dim defaults and const values; `include_paths`
@@ -366,8 +379,9 @@ def load(source=None, /, *, text=None, sizes=None, include_paths=(), **more_size
 
 
 @deep
-def load_entries(source=None, /, *, text=None, sizes=None, include_paths=(), entries=None, read_include: Reader | None = None,
-                 **more_sizes) -> tuple:
+def load_entries(source: Source = None, /, *, text: str | None = None, sizes: Mapping[str, Any] | None = None,
+                 include_paths: Paths = (), entries: dict[str, Any] | None = None, read_include: Reader | None = None,
+                 **more_sizes: Any) -> tuple[Checked, dict[str, Checked]]:
     """(the checked diagram, {method: checked entry}): the diagram and its `entries` ({method:
     path, text, Diagram or Checked}), all under one set of sizes (each takes those it declares).
     `read_include(target)` reads an included file (default: from disk)."""
@@ -379,10 +393,12 @@ def load_entries(source=None, /, *, text=None, sizes=None, include_paths=(), ent
     entries = dict(entries or {})
     folders = include_folders(include_paths)
     done = _compiled(source) if text is None else None
-    if done is not None and sizes:
-        done, source = None, done.diagram  # checked again at these sizes
-    diagrams = [done or read(source, text=text)] + [_compiled(e) or read(e) for e in entries.values()]
+    if done is not None and sizes:  # checked again at these sizes
+        source = done.diagram
+        done = None
+    diagrams: list[Checked | ir.Diagram] = [done or read(source, text=text)]
+    diagrams += [_compiled(e) or read(e) for e in entries.values()]
     todo = [d for d in diagrams if isinstance(d, ir.Diagram)]
     checked = iter(check_together(todo, sizes, includes=[walk_includes(d, folders, read_include) for d in todo]))
-    out = [d if not isinstance(d, ir.Diagram) else next(checked) for d in diagrams]
+    out = [next(checked) if isinstance(d, ir.Diagram) else d for d in diagrams]
     return out[0], dict(zip(entries, out[1:]))

@@ -39,7 +39,7 @@ def deep(fn):
         result: list = []
         error: list = []
 
-        context = contextvars.copy_context()  # the caller's context variables (include paths) come along
+        context = contextvars.copy_context()  # the caller's context variables come along
 
         def run():
             _local.deep = True

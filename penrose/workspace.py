@@ -30,20 +30,31 @@ from __future__ import annotations
 import collections
 import os
 import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, cast
 
 from penrose import ir
 from penrose.errors import PenroseError
 from penrose.io import read_text
-from penrose.load import empty_file, file_key, include_folders, is_blank, is_path, load_entries, merge_sizes, walk_includes
+from penrose.load import (
+    Includes, Paths, empty_file, file_key, include_folders, is_blank, is_path, load_entries, merge_sizes, walk_includes,
+)
 from penrose.parse import parse
 from penrose.stack import deep
+
+if TYPE_CHECKING:
+    from penrose.checked import Checked
 
 __all__ = ["Workspace", "stamp"]
 
 _EMPTY = object()  # a parsed file that holds nothing (its error depends on who reads it)
 
 
-def stamp(path: str) -> tuple:
+Stamp = tuple[Any, ...]  # ("disk", mtime_ns, size, inode), ("text", text) or ("missing",)
+Key = tuple[Any, ...]
+
+
+def stamp(path: str | os.PathLike[str]) -> Stamp:
     """A file's stamp on disk: ("disk", mtime_ns, size, inode), or ("missing",)."""
     try:
         st = os.stat(path)
@@ -52,7 +63,7 @@ def stamp(path: str) -> tuple:
     return ("disk", st.st_mtime_ns, st.st_size, st.st_ino)
 
 
-def _key(what: tuple, text, sizes: dict, folders: tuple) -> tuple:
+def _key(what: tuple[str, str], text: str | None, sizes: dict[str, Any], folders: tuple[str, ...]) -> Key:
     """A cached check's key: text is read, and relative paths resolve, from the working folder."""
     return (*what, text, tuple(sorted(sizes.items())), folders, os.getcwd())
 
@@ -64,65 +75,69 @@ class Workspace:
     `parses` counts the files and texts parsed, for tests and benchmarks.
     """
 
-    def __init__(self, include_paths=(), *, max_checked: int = 256):
+    def __init__(self, include_paths: Paths = (), *, max_checked: int = 256):
         self.include_paths = include_folders(include_paths)
         self.parses = 0
         self._lock = threading.RLock()
         self._texts: dict[str, str] = {}  # file key -> an editor's unsaved text
-        self._parsed: dict[str, tuple] = {}  # path -> (stamp, Diagram | PenroseError | _EMPTY)
-        self._checked: collections.OrderedDict = collections.OrderedDict()  # key -> (stamps, result)
-        self._last: dict = {}  # key -> stamps of the files its last load read
+        self._parsed: dict[str, tuple[Stamp, object]] = {}  # path -> (stamp, Diagram | PenroseError | _EMPTY)
+        self._checked: collections.OrderedDict[Key, tuple[dict[str, Stamp], Checked | PenroseError]] = collections.OrderedDict()
+        self._last: dict[Key, dict[str, Stamp]] = {}  # key -> stamps of the files its last load read
         self.max_checked = max_checked
 
     # -- editors' texts
-    def set_text(self, path: str, text: str) -> None:
+    def set_text(self, path: str | os.PathLike[str], text: str) -> None:
         """An editor's unsaved text for `path`: read instead of the disk until `close`."""
         with self._lock:
             self._texts[file_key(os.fspath(path))] = text
 
-    def close(self, path: str) -> None:
+    def close(self, path: str | os.PathLike[str]) -> None:
         with self._lock:
             self._texts.pop(file_key(os.fspath(path)), None)
 
-    def text(self, path: str) -> str | None:
+    def text(self, path: str | os.PathLike[str]) -> str | None:
         """The editor's text of `path`, if it is open."""
         with self._lock:
             return self._texts.get(file_key(os.fspath(path)))
 
-    def forget(self, path: str) -> None:
+    def forget(self, path: str | os.PathLike[str]) -> None:
         """Drop what is cached of `path` (a change the stamps may not show)."""
         with self._lock:
             self._parsed.pop(os.fspath(path), None)
 
     # -- stamps
-    def stamp(self, path: str) -> tuple:
+    def stamp(self, path: str | os.PathLike[str]) -> Stamp:
         """The stamp of a file as this workspace reads it (an open text's is the text)."""
         text = self.text(path)
         return ("text", text) if text is not None else stamp(path)
 
-    def _fresh(self, stamps: dict) -> bool:
+    def _fresh(self, stamps: dict[str, Stamp]) -> bool:
         return all(self.stamp(f) == s for f, s in stamps.items())
 
     # -- parsing
-    def parse(self, path, *, included: bool = False) -> ir.Diagram | PenroseError:
+    def parse(self, path: str | os.PathLike[str], *, included: bool = False) -> ir.Diagram | PenroseError:
         """The Diagram of the file at `path` (an open text, else the disk), parsed again only when
         its stamp changed; a PenroseError (not raised) when it cannot be read or parsed."""
-        path = os.fspath(path)
-        now = self.stamp(path)  # before reading: a save during the read is seen next time
+        name = os.fspath(path)
+        now = self.stamp(name)  # before reading: a save during the read is seen next time
         with self._lock:
-            hit = self._parsed.get(path)
+            hit = self._parsed.get(name)
+        found: object
         if hit is not None and hit[0] == now:
             found = hit[1]
         else:
             try:
-                text = now[1] if now[0] == "text" else read_text(path)
+                text = now[1] if now[0] == "text" else read_text(name)
                 self.parses += 1
-                found = _EMPTY if is_blank(text) else parse(text, file=path)
+                found = _EMPTY if is_blank(text) else parse(text, file=name)
             except PenroseError as e:
                 found = e
             with self._lock:
-                self._parsed[path] = (now, found)
-        return empty_file(path, included) if found is _EMPTY else found
+                self._parsed[name] = (now, found)
+        if found is _EMPTY:
+            return empty_file(name, included)
+        assert isinstance(found, (ir.Diagram, PenroseError))
+        return found
 
     def _read_include(self, target: str) -> ir.Diagram:
         found = self.parse(target, included=True)
@@ -130,13 +145,13 @@ class Workspace:
             raise found
         return found
 
-    def includes(self, diagram: ir.Diagram, include_paths=None):
+    def includes(self, diagram: ir.Diagram, include_paths: Paths | None = None) -> Includes:
         """The include graph of `diagram` (`penrose.load.Includes`), its files read through this
         workspace's cache."""
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
         return walk_includes(diagram, folders, self._read_include)
 
-    def files(self, path) -> list[str]:
+    def files(self, path: str | os.PathLike[str]) -> list[str]:
         """The files the last `load` of `path` read: the file and all it includes (those that
         could be resolved, and those looked for and missing)."""
         with self._lock:
@@ -144,7 +159,8 @@ class Workspace:
             return list(self._last[found[-1]]) if found else [os.fspath(path)]
 
     # -- checking
-    def load(self, source=None, *, text: str | None = None, file: str = "<string>", sizes=None, include_paths=None):
+    def load(self, source: object = None, *, text: str | None = None, file: str = "<string>",
+             sizes: Mapping[str, Any] | None = None, include_paths: Paths | None = None) -> Checked:
         """The checked diagram of a path (or `text`, named `file` in messages), checked again only
         when a file it was read from changed; raises its PenroseError (the same one again until
         then). `sizes` is a mapping, as for `penrose.load`; a Diagram or Checked is checked
@@ -152,8 +168,9 @@ class Workspace:
         sizes = merge_sizes(sizes)
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
         if text is None and not is_path(source):
-            return deep(load_entries)(source, sizes=sizes, include_paths=folders, read_include=self._read_include)[0]
-        what = ("text", file) if text is not None else ("file", os.fspath(source))
+            checked: Checked = load_entries(source, sizes=sizes, include_paths=folders, read_include=self._read_include)[0]
+            return checked
+        what = ("text", file) if text is not None else ("file", os.fspath(cast("str | os.PathLike[str]", source)))
         key = _key(what, text, sizes, folders)
         with self._lock:
             hit = self._checked.get(key)
@@ -163,7 +180,7 @@ class Workspace:
             if isinstance(hit[1], PenroseError):
                 raise hit[1]
             return hit[1]
-        stamps, result = deep(self._load)(what, text, sizes, folders)
+        stamps, result = self._load(what, text, sizes, folders)
         with self._lock:
             self._checked[key] = (stamps, result)
             self._last.pop(key, None)
@@ -175,7 +192,8 @@ class Workspace:
             raise result
         return result
 
-    def fresh(self, path, *, sizes=None, include_paths=None) -> bool:
+    def fresh(self, path: str | os.PathLike[str], *, sizes: Mapping[str, Any] | None = None,
+              include_paths: Paths | None = None) -> bool:
         """Whether `load(path, sizes=...)` would answer from the cache (nothing it read changed)."""
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
         key = _key(("file", os.fspath(path)), None, merge_sizes(sizes), folders)
@@ -183,16 +201,19 @@ class Workspace:
             hit = self._checked.get(key)
         return hit is not None and self._fresh(hit[0])
 
-    def _load(self, what, text, sizes, folders):
+    @deep  # parse and check with room for deep nesting
+    def _load(self, what: tuple[str, str], text: str | None, sizes: dict[str, Any],
+              folders: tuple[str, ...]) -> tuple[dict[str, Stamp], Checked | PenroseError]:
         """(stamps of the files read, Checked or PenroseError). An include that does not resolve
         (no such file) is not watched: fix the including file, or save it again."""
-        stamps: dict = {}
+        stamps: dict[str, Stamp] = {}
 
         def read_include(target: str) -> ir.Diagram:
             stamps[target] = self.stamp(target)  # before reading, as `parse` does
             return self._read_include(target)
 
         try:
+            diagram: ir.Diagram
             if what[0] == "text":
                 diagram = parse(text, file=what[1])
             else:
@@ -203,6 +224,7 @@ class Workspace:
                 diagram = found
             from penrose.check import check
 
-            return stamps, check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
+            checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
+            return stamps, checked
         except PenroseError as e:
             return stamps, e

@@ -23,7 +23,6 @@ from penrose.checked import Checked
 from penrose.compiler import generate_source
 from penrose.errors import PenroseCheckError, PenroseError
 from penrose.load import Includes, load, load_entries, merge_sizes, walk_includes
-from penrose.parse import parse
 from penrose.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
