@@ -66,8 +66,18 @@ Source = object  # a path (str or os.PathLike), .pen text, an ir.Diagram, a Chec
 Paths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
 
 __all__ = [
-    "Includes", "include_folders", "is_path", "load", "loadable", "load_entries", "merge_sizes", "read", "read_file",
-    "replace_includes", "resolve_include", "walk_includes",
+    "Includes",
+    "include_folders",
+    "is_path",
+    "load",
+    "load_entries",
+    "loadable",
+    "merge_sizes",
+    "read",
+    "read_file",
+    "replace_includes",
+    "resolve_include",
+    "walk_includes",
 ]
 
 

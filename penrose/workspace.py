@@ -37,7 +37,16 @@ from penrose import ir
 from penrose.errors import PenroseError
 from penrose.io import read_text
 from penrose.load import (
-    Includes, Paths, empty_file, file_key, include_folders, is_blank, is_path, load_entries, merge_sizes, walk_includes,
+    Includes,
+    Paths,
+    empty_file,
+    file_key,
+    include_folders,
+    is_blank,
+    is_path,
+    load_entries,
+    merge_sizes,
+    walk_includes,
 )
 from penrose.parse import parse
 from penrose.stack import deep

@@ -59,12 +59,13 @@ def summary(c: Checked) -> tuple:
 
 def _entry_points(path: Path, sizes: dict) -> dict:
     """The checked diagram of `path` at `sizes` through every entry point."""
+    from penrose_zoo.core import load_diagram
+
     from penrose.interpret import Interpreter
     from penrose.lsp import Analyzer
     from penrose.magic import run_cell
     from penrose.render import _checked as render_checked
     from penrose.serve import Live
-    from penrose_zoo.core import load_diagram
 
     out = {
         "penrose.load": penrose.load(path, sizes=sizes),
@@ -268,7 +269,7 @@ def test_the_loading_section_of_the_language_reference_runs(tmp_path, monkeypatc
     text = (ROOT / "docs" / "language.md").read_text()
     section = text[text.index("### Loading: one way in"):]
     section = section[: section.index("\n## ")]
-    snippets = re.findall(r"```python\n(.*?)```", section, re.S)
+    snippets = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
     assert len(snippets) == 2
     monkeypatch.chdir(tmp_path)
     for body in snippets:
