@@ -137,13 +137,13 @@ def read(source: object = None, *, text: str | None = None) -> ir.Diagram:
             raise TypeError("pass either a path or text=..., not both")
         if not isinstance(text, str):
             raise TypeError(f"text= takes a str, got {type(text).__name__}")
-        return parse(text)
+        return _parse(text)
     if isinstance(source, ir.Diagram):
         return source
     if is_path(source):
         return read_file(source)
     if isinstance(source, str):
-        return parse(source)
+        return _parse(source)
     raise TypeError(f"expected a path, .pen text or a Diagram, got {type(source).__name__}")
 
 
@@ -182,7 +182,12 @@ def read_file(path: str | os.PathLike[str], *, included: bool = False) -> ir.Dia
     text = read_text(name)
     if is_blank(text):
         raise empty_file(name, included)
-    return parse(text, file=name)
+    return _parse(text, file=name)
+
+
+def _parse(text: str, file: str = "<string>") -> ir.Diagram:
+    diagram: ir.Diagram = parse(text, file=file)
+    return diagram
 
 
 def is_blank(text: str) -> bool:
@@ -385,7 +390,8 @@ def load(source: Source = None, /, *, text: str | None = None, sizes: Mapping[st
     >>> load(text="dim e = 2\\ninput x[e]\\noutput x").outputs[0][0]
     'x'
     """
-    return load_entries(source, text=text, sizes=sizes, include_paths=include_paths, **more_sizes)[0]
+    checked: Checked = load_entries(source, text=text, sizes=sizes, include_paths=include_paths, **more_sizes)[0]
+    return checked
 
 
 @deep

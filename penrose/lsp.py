@@ -30,8 +30,6 @@ the client offers another).
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import os
 import re

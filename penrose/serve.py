@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import html
 import json
-import os
 import re
 import threading
 import time

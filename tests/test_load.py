@@ -262,15 +262,3 @@ def test_the_magic_does_not_parse_an_unchanged_include_again(project, monkeypatc
     _write(project / "lib.pen", LIB.replace("e = 3", "e = 5"))
     assert magic.run_cell("--no-figure", MAIN).dim_sizes()["e"] == 5
 
-
-def test_the_loading_section_of_the_language_reference_runs(tmp_path, monkeypatch):
-    import re
-
-    text = (ROOT / "docs" / "language.md").read_text()
-    section = text[text.index("### Loading: one way in"):]
-    section = section[: section.index("\n## ")]
-    snippets = re.findall(r"```python\n(.*?)```", section, re.DOTALL)
-    assert len(snippets) == 2
-    monkeypatch.chdir(tmp_path)
-    for body in snippets:
-        exec(compile(body, "docs/language.md", "exec"), {})  # the reference's own snippets
