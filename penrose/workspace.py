@@ -28,6 +28,7 @@ not the disk, wherever it is included. A Workspace is safe to share between thre
 from __future__ import annotations
 
 import collections
+import functools
 import os
 import threading
 from collections.abc import Mapping
@@ -93,21 +94,25 @@ class Workspace:
         self._checked: collections.OrderedDict[Key, tuple[dict[str, Stamp], Checked | PenroseError]] = collections.OrderedDict()
         self._last: dict[Key, dict[str, Stamp]] = {}  # key -> stamps of the files its last load read
         self.max_checked = max_checked
+        # a path as a key, cached: links are not expected to change under a long-running tool
+        self._file_key = functools.lru_cache(maxsize=4096)(file_key)
 
     # -- editors' texts
     def set_text(self, path: str | os.PathLike[str], text: str) -> None:
         """An editor's unsaved text for `path`: read instead of the disk until `close`."""
         with self._lock:
-            self._texts[file_key(os.fspath(path))] = text
+            self._texts[self._file_key(os.fspath(path))] = text
 
     def close(self, path: str | os.PathLike[str]) -> None:
         with self._lock:
-            self._texts.pop(file_key(os.fspath(path)), None)
+            self._texts.pop(self._file_key(os.fspath(path)), None)
 
     def text(self, path: str | os.PathLike[str]) -> str | None:
         """The editor's text of `path`, if it is open."""
+        if not self._texts:  # no editor: nothing to resolve
+            return None
         with self._lock:
-            return self._texts.get(file_key(os.fspath(path)))
+            return self._texts.get(self._file_key(os.fspath(path)))
 
     def forget(self, path: str | os.PathLike[str]) -> None:
         """Drop what is cached of `path` (a change the stamps may not show)."""
@@ -137,11 +142,11 @@ class Workspace:
         else:
             try:
                 text = now[1] if now[0] == "text" else read_text(name)
-                self.parses += 1
                 found = _EMPTY if is_blank(text) else parse(text, file=name)
             except PenroseError as e:
                 found = e
             with self._lock:
+                self.parses += 1
                 self._parsed[name] = (now, found)
         if found is _EMPTY:
             return empty_file(name, included)
