@@ -50,3 +50,8 @@ def test_cli_latency_bench_runs():
     for line in ("python -c pass", "penrose check", "penrose fmt", "penrose plan", "penrose render", "300 statements"):
         assert line in out, out
     assert "statements/s" in out and out.rstrip().splitlines()[-1].startswith("targets: ")
+
+
+def test_workspace_bench_runs_and_reparses_only_the_changed_file():
+    out = _run("bench/workspace.py", "--small")
+    assert "nothing changed" in out and "(1 file parsed per change, of 7)" in out
