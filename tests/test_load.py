@@ -100,7 +100,8 @@ def test_every_entry_point_gives_the_same_checked_diagram(project, sizes, monkey
             assert summary(c) == want, name
 
 
-def test_the_cli_sizes_through_the_loader(project):
+def test_the_cli_sizes_a_dim_named_text(project):
+    """Regression: `--size text=7` reached penrose.load as the keyword text=7 (the diagram's text)."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / ".shim") + os.pathsep + os.environ.get("PYTHONPATH", "")}
     run = subprocess.run([sys.executable, "-m", "penrose.cli", "compile", str(project / "main.pen"), "--size", "text=7"],
                          capture_output=True, text=True, env=env, timeout=120)
@@ -262,3 +263,15 @@ def test_the_magic_does_not_parse_an_unchanged_include_again(project, monkeypatc
     _write(project / "lib.pen", LIB.replace("e = 3", "e = 5"))
     assert magic.run_cell("--no-figure", MAIN).dim_sizes()["e"] == 5
 
+
+
+def test_zoo_load_diagram_sees_a_change_in_an_included_file(project):
+    """Regression: the zoo's cache was keyed on the diagram file's own modification time only,
+    so an edited include kept the old checked diagram."""
+    from penrose_zoo.core import load_diagram
+
+    main = project / "main.pen"
+    assert load_diagram(main).dim_sizes() == {"text": 4, "e": 3}
+    _write(project / "lib.pen", LIB.replace("e = 3", "e = 7"))
+    assert load_diagram(main).dim_sizes() == {"text": 4, "e": 7}
+    assert load_diagram(main, {"text": 2}, e=7).dim_sizes() == {"text": 2, "e": 7}
