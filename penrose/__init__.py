@@ -15,6 +15,12 @@ The pipeline: text --parse--> IR --check--> checked IR --compile--> PyTorch sour
 with render (figures, equations, readings) beside compile.
 """
 
+from __future__ import annotations
+
+from collections.abc import Mapping as _Mapping
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from penrose import display as _display
 from penrose.check import LIMITS, Checked, check
 from penrose.errors import (
@@ -31,6 +37,11 @@ from penrose.load import load  # the function owns the name `penrose.load` (the 
 from penrose.load import replace_includes
 from penrose.parse import parse, parse_file
 
+if _TYPE_CHECKING:
+    import torch
+
+    from penrose.load import Paths
+
 __version__ = "0.1.0"
 
 
@@ -44,8 +55,9 @@ def _notebook_svg(obj):
 _display.bind(_notebook_svg)  # the core calls penrose.display.svg and never imports the renderer
 
 
-def compile(path_or_text=None, /, *, seed=None, fuse_attention=True, text=None, include_paths=(), entries=None, sizes=None,
-            **more_sizes):
+def compile(path_or_text: object = None, /, *, seed: int | None = None, fuse_attention: bool = True, text: str | None = None,
+            include_paths: Paths = (), entries: dict[str, _Any] | None = None, sizes: _Mapping[str, _Any] | None = None,
+            **more_sizes: _Any) -> torch.nn.Module:
     """Compile a `.pen` file or text into an `nn.Module`; sizes override dim defaults.
 
     Paths, text and sizes follow `load`'s rules: `sizes={"d": 64}` sizes a dim of any name
@@ -63,7 +75,8 @@ def compile(path_or_text=None, /, *, seed=None, fuse_attention=True, text=None, 
     )
 
 
-def interpret(diagram, *args, params=None, training=False, sizes=None, **inputs):
+def interpret(diagram: object, *args: _Any, params: _Any = None, training: bool = False, sizes: _Mapping[str, _Any] | None = None,
+              **inputs: _Any) -> _Any:
     """Evaluate a diagram directly (a second implementation, sharing no code with the compiler).
 
     >>> import torch
@@ -75,7 +88,8 @@ def interpret(diagram, *args, params=None, training=False, sizes=None, **inputs)
     return _interpret(diagram, *args, params=params, training=training, sizes=sizes, **inputs)
 
 
-def source(path_or_text=None, /, *, text=None, include_paths=(), entries=None, sizes=None, **more_sizes) -> str:
+def source(path_or_text: object = None, /, *, text: str | None = None, include_paths: Paths = (),
+           entries: dict[str, _Any] | None = None, sizes: _Mapping[str, _Any] | None = None, **more_sizes: _Any) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
     from penrose.compiler import generate_source
     from penrose.load import load_entries

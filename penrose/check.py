@@ -41,7 +41,9 @@ from __future__ import annotations
 import keyword
 import math
 import os
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from penrose import ir, ops
 from penrose.blocks import order as block_order
@@ -70,6 +72,9 @@ from penrose.tables import (
     Limits,
 )
 
+if TYPE_CHECKING:
+    from penrose.load import Includes
+
 # the names other modules and tests import from here: the checked IR, the tables, the checker
 __all__ = [
     "CStmt", "Checked", "DTYPES", "Decl", "FLOAT32_MAX", "FUNCTIONS", "GENERATED", "IDENT", "INITS", "INT64_MAX",
@@ -81,7 +86,8 @@ __all__ = [
 
 
 @deep
-def check(diagram: ir.Diagram, /, sizes=None, *, includes=None, **more_sizes) -> Checked:
+def check(diagram: ir.Diagram, /, sizes: Mapping[str, Any] | None = None, *, includes: Includes | None = None,
+          **more_sizes: Any) -> Checked:
     """Check a parsed diagram; `sizes` (a mapping, or keywords) override dim defaults.
 
     Checking reads no file: `includes` (`penrose.load.Includes`) holds the files the diagram

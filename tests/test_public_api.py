@@ -64,15 +64,10 @@ ALLOWED_MISSING: set[str] = {
     "penrose_zoo.prototype_concept_model.PrototypeConceptModel.explain",
     # the penrose package's own API (outside this branch's scope, the zoo): annotated with the
     # rest of issue 21's typed API
-    "penrose.check.check",
     "penrose.checked.Checked.buffers",
     "penrose.checked.Checked.inputs",
     "penrose.checked.Checked.params",
-    "penrose.compile",
-    "penrose.interpret",
-    "penrose.load",
     "penrose.parse.parse_file",
-    "penrose.source",
     "penrose.trace",
 }
 

@@ -15,11 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ClassVar
+from collections.abc import Mapping
+from typing import Any, Callable, ClassVar
 
 import torch
 import torch.nn.functional as F
 
+from penrose.checked import Checked
 from penrose.load import merge_sizes
 from penrose.workspace import Workspace
 
@@ -40,7 +42,7 @@ __all__ = [
 _WORKSPACE = Workspace()  # the zoo's diagrams and what they include, parsed and checked once per change
 
 
-def load_diagram(path: Path, sizes=None, **more_sizes):
+def load_diagram(path: Path, sizes: Mapping[str, Any] | None = None, **more_sizes: Any) -> Checked:
     """The checked diagram, at `sizes` (a mapping, or keywords); cached until the file, or a
     file it includes, changes (`penrose.workspace`)."""
     return _WORKSPACE.load(Path(path), sizes=merge_sizes(sizes, more_sizes))
