@@ -12,22 +12,36 @@ and drawn at once, the figure and the errors first, the Rosetta stone and the Py
 after, and pushed to the page with server-sent events (`/events`). The page's one script is inline and fetches nothing but this server's own
 `/state` and figures; without it, reloading the page shows the latest state.
 
-Standard library only (`http.server`), bound to 127.0.0.1 unless `--host` says otherwise; only
-the `.pen` files given (or under the folder given) are ever read. `LiveServer` runs it inside a
-program or a test (`with LiveServer(path, port=0) as s: s.url`).
+Standard library only (`http.server`), bound to 127.0.0.1 unless `--host` says otherwise.
+`LiveServer` runs it inside a program or a test (`with LiveServer(path, port=0) as s: s.url`).
+
+What is served, and to whom (docs/security.md):
+
+- only the `.pen` file given, or the `.pen` files under the folder given, whose *real* path
+  (every symlink resolved, `os.path.realpath`) lies inside that file or folder; a link in the
+  folder to `/etc/passwd` or to a `.pen` file elsewhere is neither listed nor served (404), and
+  the check is made again on every request, so a link changed while serving is refused too.
+  A diagram's includes follow the loader's rule (its folder and `--include-path`s, `penrose.load`);
+- only to requests whose `Host` header names the address the server is bound to, with its port:
+  `127.0.0.1`, `localhost` and `[::1]` for a loopback binding, the bound address itself for
+  another, any IP literal for `0.0.0.0`/`::`. Any other name (a DNS-rebinding page's
+  `evil.example`) gets 403, as does a request whose `Origin` (sent by browsers on the event
+  stream and on cross-site requests) is not `http://` + such a host. Nothing but GET is answered.
 """
 
 from __future__ import annotations
 
 import html
+import ipaddress
 import json
+import os
 import re
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, quote, unquote, urlparse
+from urllib.parse import parse_qs, quote, urlparse, urlsplit
 
 from penrose.errors import PenroseError, PenroseRenderError, Span
 
@@ -219,6 +233,8 @@ class LiveServer:
         from penrose.workspace import Workspace
 
         self.root = Path(path)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port <= 65535:
+            raise PenroseError(f"cannot serve on port {port!r}: a port is an integer from 0 to 65535", Span(str(path)))
         if not self.root.exists():
             raise PenroseError(f"cannot serve {path}: no such file or folder", Span(str(path)))
         if self.root.is_file() and self.root.suffix != ".pen":
@@ -237,6 +253,8 @@ class LiveServer:
         self.httpd = ThreadingHTTPServer((host, port), _handler(self))
         self.httpd.daemon_threads = True
         self.threads: list[threading.Thread] = []
+        self.real_root = os.path.realpath(self.root)  # what every served file must resolve inside
+        self.hosts = _Hosts(host, self.httpd.server_address[1])
 
     @property
     def url(self) -> str:
@@ -244,18 +262,39 @@ class LiveServer:
         return f"http://{host}:{port}/"
 
     def diagrams(self) -> list[str]:
-        """The keys (relative paths) of the diagrams this server may show."""
+        """The keys (relative paths) of the diagrams this server may show: regular `.pen` files
+        whose real path lies inside the served file or folder."""
         if self.single:
-            return [self.root.name]
-        return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*.pen") if p.is_file())
+            return [self.root.name] if self.contains(self.root) else []
+        return sorted(p.relative_to(self.root).as_posix() for p in self.root.rglob("*.pen") if self.contains(p))
+
+    def contains(self, path) -> bool:
+        """Whether `path` resolves (through every symlink) to a regular file inside what is served."""
+        real = os.path.realpath(path)
+        if self.single:
+            inside = real == self.real_root
+        else:
+            try:
+                inside = os.path.commonpath([real, self.real_root]) == self.real_root
+            except ValueError:  # another drive (Windows)
+                inside = False
+        return inside and os.path.isfile(real)
+
+    def allowed(self, host: str | None, origin: str | None) -> bool:
+        """Whether a request with these `Host` and `Origin` headers may be answered."""
+        return host is not None and host in self.hosts and (origin is None or self.hosts.origin(origin))
 
     def live(self, key: str) -> Live | None:
+        if not isinstance(key, str) or not key or "\x00" in key or len(key) > 4096:
+            return None
+        path = self.root if self.single else self.root / key
         with self.lock:
+            if key not in self.lives and key not in self.diagrams():
+                return None
+            if not self.contains(path):  # again on every request: a link may have been changed
+                return None
             if key in self.lives:
                 return self.lives[key]
-            if key not in self.diagrams():
-                return None
-            path = self.root if self.single else self.root / key
             lv = Live(path, key, self.include_paths, self.sizes, self.equations, self.workspace)
             self.lives[key] = lv
         lv.poll()
@@ -329,6 +368,43 @@ def serve(path, host: str = "127.0.0.1", port: int = 8000, include_paths=(), siz
     return 0
 
 
+class _Hosts:
+    """The `Host` header values a server bound to `host`:`port` answers: the bound address (all
+    three loopback names for a loopback binding, any IP literal for a wildcard one), that port."""
+
+    def __init__(self, host: str, port: int):
+        self.port = port
+        self.names = {host.lower().strip("[]")}
+        ip = _ip(host)
+        self.any_ip = ip is not None and ip.is_unspecified
+        if host.lower() == "localhost" or (ip is not None and (ip.is_loopback or ip.is_unspecified)):
+            self.names |= {"127.0.0.1", "localhost", "::1"}
+
+    def __contains__(self, value) -> bool:
+        if not isinstance(value, str) or not value.isascii() or any(c.isspace() for c in value.strip()):
+            return False
+        try:
+            u = urlsplit("//" + value.strip())
+            name, port = u.hostname, u.port
+        except ValueError:  # a port that is not a number, an unbalanced bracket
+            return False
+        if not name or u.username is not None or u.password is not None or u.path or u.query or u.fragment:
+            return False
+        if (port if port is not None else 80) != self.port:
+            return False
+        return name in self.names or (self.any_ip and _ip(name) is not None)
+
+    def origin(self, value: str) -> bool:
+        return value.lower().startswith("http://") and value[len("http://"):] in self
+
+
+def _ip(name: str):
+    try:
+        return ipaddress.ip_address(name.strip("[]"))
+    except ValueError:
+        return None
+
+
 def _handler(server: LiveServer):
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -348,10 +424,26 @@ def _handler(server: LiveServer):
         def _not_found(self):
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
+        def _refused(self) -> bool:
+            """403 unless the Host (and any Origin) name this server: no DNS rebinding."""
+            if server.allowed(self.headers.get("Host"), self.headers.get("Origin")):
+                return False
+            self.close_connection = True
+            self._send(403, b"forbidden: this server answers only requests addressed to its own address\n",
+                       "text/plain; charset=utf-8")
+            return True
+
         def do_GET(self):
-            u = urlparse(self.path)
-            q = parse_qs(u.query)
-            key = unquote(q.get("file", [""])[0]) or (server.root.name if server.single else "")
+            try:
+                if self._refused():
+                    return
+                u = urlparse(self.path)
+                q = parse_qs(u.query)
+            except (BrokenPipeError, ConnectionResetError):
+                return
+            except ValueError:
+                return self._send(400, b"bad request\n", "text/plain; charset=utf-8")
+            key = q.get("file", [""])[0] or (server.root.name if server.single else "")
             try:
                 if u.path == "/":
                     if not server.single and not q.get("file"):
