@@ -54,8 +54,10 @@ def _kind(mode: int) -> str:
 # -- reading ----------------------------------------------------------------------------------
 
 
-def read_text(path) -> str:
-    """The UTF-8 text of the regular file at `path`; every failure is a PenroseError naming it."""
+def read_text(path, max_bytes: int | None = None) -> str:
+    """The UTF-8 text of the regular file at `path`; every failure is a PenroseError naming it.
+    With `max_bytes`, a larger file is refused (by its size, then by reading at most one byte
+    more: a file that grows, or a /proc file that says 0, cannot make it read on)."""
     name = os.fspath(path)
     if "\x00" in name:  # os.stat raises ValueError for it
         raise PenroseError(f"cannot read {name!r}: a file name holds no NUL character", Span(repr(name)[1:-1]))
@@ -65,8 +67,12 @@ def read_text(path) -> str:
             raise IsADirectoryError(21, "Is a directory")
         if not stat.S_ISREG(st.st_mode):
             raise PenroseError(f"cannot read {name}: not a regular file ({_kind(st.st_mode)})", Span(name))
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise PenroseError(f"cannot read {name}: {st.st_size} bytes, over the limit of {max_bytes}", Span(name))
         with open(name, "rb") as f:
-            data = f.read()
+            data = f.read() if max_bytes is None else f.read(max_bytes + 1)
+        if max_bytes is not None and len(data) > max_bytes:
+            raise PenroseError(f"cannot read {name}: over the limit of {max_bytes} bytes", Span(name))
     except OSError as e:
         raise PenroseError(f"cannot read {name}: {e.strerror or e}", Span(name)) from None
     try:

@@ -45,6 +45,7 @@ DTYPES = ("float", "int", "bool")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HINT = re.compile(r"did you mean '([^']+)'\?")
 TENSOR_KINDS = ("input", "param", "buffer", "formal", "tensor")
+MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open)
 
 # ---- positions ---------------------------------------------------------------------------------
 
@@ -155,11 +156,15 @@ class Analyzer:
     [(2, 9, "unknown tensor 'z'")]
     """
 
-    def __init__(self, include_paths=()):
+    def __init__(self, include_paths=(), roots=None):
         from penrose.workspace import Workspace
 
         self.include_paths = tuple(include_paths)
-        self.workspace = Workspace(self.include_paths)  # parses (open texts over the disk), include graphs, stamps
+        # where files on disk may be read (besides the include paths): a list of folders, or a
+        # callable giving them (the server's workspace folders); None: anywhere (a Python caller)
+        self.roots = roots
+        # parses (open texts over the disk, read through `read_disk`), include graphs, stamps
+        self.workspace = Workspace(self.include_paths, reader=self.read_disk)
         self.docs: dict[str, str] = {}  # path -> text of the open documents
         self.results: dict[str, Result] = {}
         self._defs: dict[str, tuple] = {}  # normalised path -> (Diagram, its Defs)
@@ -202,10 +207,40 @@ class Analyzer:
         if t is not None:
             return t
         try:
-            with open(path, encoding="utf-8-sig") as f:
-                return f.read().replace("\r\n", "\n")
-        except (OSError, UnicodeDecodeError):
+            return self.read_disk(path).lstrip("\ufeff").replace("\r\n", "\n")
+        except PenroseError:
             return None
+
+    def refusal(self, path: str) -> str | None:
+        """Why the file at `path` may not be read from disk (None: it may): it must resolve to a
+        regular file inside the workspace folders or the include paths (docs/security.md)."""
+        if path.startswith("<"):
+            return f"cannot read {path}: not a file"
+        if "\x00" in path:
+            return f"cannot read {path!r}: a file name holds no NUL character"
+        if self.roots is not None:
+            roots = self.roots() if callable(self.roots) else self.roots
+            folders = [*roots, *self.include_paths]
+            if not folders:  # a client without workspace folders: those of its open documents
+                folders = sorted({os.path.dirname(os.path.abspath(p)) for p in self.docs if not p.startswith("<")})
+            from penrose.load import _inside
+
+            if not _inside(path, folders):
+                where = " or ".join(folders) or "no folder"
+                return (f"cannot read {path}: it lies outside the workspace folders and include paths ({where}); "
+                        "open it in the editor or add its folder to the workspace (or --include-path)")
+        return None
+
+    def read_disk(self, path) -> str:
+        """A file's text from disk, if `refusal` allows it: a regular file of at most
+        MAX_FILE_BYTES (a PenroseError naming the file otherwise)."""
+        from penrose.io import read_text
+
+        path = os.fspath(path)
+        why = self.refusal(path)
+        if why:
+            raise PenroseError(why, Span(path))
+        return read_text(path, max_bytes=MAX_FILE_BYTES)
 
     def _parse_file(self, path: str):
         """The Diagram of a file (open text or disk; cached by the workspace); a PenroseError if it fails."""
@@ -222,6 +257,14 @@ class Analyzer:
         from penrose.parse import parse
 
         start = time.perf_counter()
+        if path not in self.docs and self.workspace.text(path) is None:  # not open: read from disk only where allowed
+            try:
+                self.read_disk(path)
+            except PenroseError as e:
+                res = Result(path, "", diagnostics=[Diagnostic(path, Range(0, 0, 0, 0), e.message)])
+                res.seconds = time.perf_counter() - start
+                self.results[path] = res
+                return res
         text = self.text_of(path)
         if text is None:
             text = ""
@@ -927,7 +970,16 @@ def server(include_paths=()):
     from penrose import __version__
 
     ls = LanguageServer("penrose", __version__, text_document_sync_kind=T.TextDocumentSyncKind.Incremental)
-    an = Analyzer(include_paths)
+    def workspace_roots() -> list[str]:
+        """The client's workspace folders (and root), as paths: where files on disk may be read."""
+        try:
+            ws = ls.workspace
+        except Exception:  # noqa: BLE001 - before initialize: no workspace, so no folder
+            return []
+        uris_ = [f.uri for f in (ws.folders or {}).values()] + ([ws.root_uri] if ws.root_uri else [])
+        return [p for p in (to_fs_path(u) for u in uris_ if isinstance(u, str) and u.startswith("file:")) if p]
+
+    an = Analyzer(include_paths, roots=workspace_roots)
     uris: dict[str, str] = {}  # path -> the URI the client uses for it
 
     def path_of(uri: str) -> str:
@@ -1088,6 +1140,8 @@ def server(include_paths=()):
 
 def run_stdio(include_paths=()) -> int:
     """Serve over stdin/stdout until the client says exit (`penrose lsp`)."""
+    from penrose.lsp_io import serve_stdio
+
     ls = server(include_paths)
-    ls.start_io()
+    serve_stdio(ls)  # pygls's handlers, a transport that survives broken messages (penrose.lsp_io)
     return 0

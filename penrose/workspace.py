@@ -31,7 +31,7 @@ import collections
 import functools
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from penrose import ir
@@ -85,8 +85,10 @@ class Workspace:
     `parses` counts the files and texts parsed, for tests and benchmarks.
     """
 
-    def __init__(self, include_paths: Paths = (), *, max_checked: int = 256):
+    def __init__(self, include_paths: Paths = (), *, max_checked: int = 256,
+                 reader: Callable[[str], str] | None = None):
         self.include_paths = include_folders(include_paths)
+        self._read = reader or read_text  # how a file is read from disk (the language server's limits it)
         self.parses = 0
         self._lock = threading.RLock()
         self._texts: dict[str, str] = {}  # file key -> an editor's unsaved text
@@ -141,7 +143,7 @@ class Workspace:
             found = hit[1]
         else:
             try:
-                text = now[1] if now[0] == "text" else read_text(name)
+                text = now[1] if now[0] == "text" else self._read(name)
                 found = _EMPTY if is_blank(text) else parse(text, file=name)
             except PenroseError as e:
                 found = e

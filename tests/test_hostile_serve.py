@@ -59,7 +59,7 @@ def served(tmp_path):
 
 @needs_symlinks
 def test_symlink_to_a_passwd_like_file_is_not_served(served):
-    server, root, _ = served
+    server, _, _ = served
     status, body = _get(server, "/")
     assert status == 200 and "good.pen" in body and "alias.pen" in body
     assert "passwd.pen" not in body and "other.pen" not in body and "linkdir" not in body
