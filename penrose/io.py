@@ -81,6 +81,55 @@ def read_text(path, max_bytes: int | None = None) -> str:
         raise _not_utf8(name, data, e) from None
 
 
+def read_json(path, *, max_bytes: int = 1 << 20, max_depth: int = 32):
+    """The JSON document in the file at `path`, read within limits: at most `max_bytes` (a
+    PenroseError naming the file and the size), nested at most `max_depth` deep (naming the byte
+    where it goes deeper; Python's reader would otherwise hit a RecursionError), no key twice in
+    one object (naming the key). NaN and Infinity are read as floats (a schema refuses them where
+    a field must be finite)."""
+    import json
+
+    name = os.fspath(path)
+    text = read_text(name, max_bytes=max_bytes)
+    deep = _too_deep(text, max_depth)
+    if deep is not None:
+        raise PenroseError(f"{name}: JSON nested more than {max_depth} levels deep (at character {deep})")
+
+    def pairs(items):
+        seen: dict = {}
+        for k, v in items:
+            if k in seen:
+                raise PenroseError(f"{name}: key {k!r} appears twice in one object")
+            seen[k] = v
+        return seen
+
+    try:
+        return json.loads(text, object_pairs_hook=pairs)
+    except json.JSONDecodeError as e:
+        raise PenroseError(f"{name}: not a readable JSON file ({e.msg} at line {e.lineno}, column {e.colno})") from None
+    except RecursionError:  # not reached after _too_deep; kept so no traceback can escape
+        raise PenroseError(f"{name}: JSON nested too deeply") from None
+
+
+def _too_deep(text: str, max_depth: int):
+    """The index of the first bracket past `max_depth` levels (strings skipped), or None."""
+    depth, i, n = 0, 0, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                i += 2 if text[i] == "\\" else 1
+        elif ch in "[{":
+            depth += 1
+            if depth > max_depth:
+                return i
+        elif ch in "]}":
+            depth -= 1
+        i += 1
+    return None
+
+
 def _not_utf8(name: str, data: bytes, e: UnicodeDecodeError) -> PenroseSyntaxError:
     """Positioned at the first bad byte; the line itself is not shown (it does not decode)."""
     before = data[: e.start]
@@ -137,17 +186,30 @@ def atomic_write_bytes(path, data: bytes) -> None:
     >>> atomic_write_bytes(p, b"\\x00\\x01"); open(p, "rb").read()
     b'\\x00\\x01'
     """
+
+    def write(tmp: str) -> None:
+        with open(tmp, "wb") as f:
+            f.write(data)
+
+    atomic_write_file(path, write)
+
+
+def atomic_write_file(path, write) -> None:
+    """`write(tmp)` fills a temporary file (its path, a str) in the target's folder; it is then
+    flushed to disk, given the target's mode rule (an existing file keeps its mode, a new one gets
+    0666 less the umask: the same for every file penrose writes, whatever wrote the bytes) and
+    renamed over `path`. A writer that fails leaves the old file whole and no temporary file."""
     name = os.fspath(path)
     target = writable_target(name)
     mode = _mode_for(target)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        os.close(fd)
     except OSError as e:
         raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
+        write(tmp)
+        with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
         os.chmod(tmp, mode)  # mkstemp makes the file private (0600); keep the file's own mode
         os.replace(tmp, target)

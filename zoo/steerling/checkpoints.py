@@ -24,7 +24,7 @@ import torch
 from penrose.errors import PenroseError
 
 __all__ = ["FORMAT", "concept_id", "config_differences", "load_checkpoint", "load_optimizer", "optimizer_state_tensors",
-           "read_train_state", "save_checkpoint"]
+           "read_concept_names", "read_optimizer", "read_train_state", "save_checkpoint"]
 
 FORMAT = "penrose-steerling-train"
 
@@ -54,30 +54,99 @@ def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg, step: int, h
     when already gathered (FSDP); default: read from opt, indexed by model.parameters()."""
     from safetensors.torch import save_file
 
-    from penrose.io import atomic_write_text
+    from penrose.io import atomic_write_file, atomic_write_text
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     model.save(out)
     tok.save(out / "tokenizer.json")
     atomic_write_text(out / "concepts.json", json.dumps({"known": list(concept_names)}, indent=1) + "\n")
-    tmp = out / "optimizer.safetensors.tmp"
     if optimizer_tensors is None:
         optimizer_tensors = optimizer_state_tensors(opt, list(model.parameters()))
-    save_file(optimizer_tensors, str(tmp))
-    os.replace(tmp, out / "optimizer.safetensors")
+    atomic_write_file(out / "optimizer.safetensors", lambda tmp: save_file(optimizer_tensors, tmp))
     state = {"format": FORMAT, "version": 1, "config": dataclasses.asdict(cfg), "step": step, "history": history}
     atomic_write_text(out / "train.json", json.dumps(state, indent=1) + "\n")
 
 
 def read_train_state(path: str | os.PathLike) -> dict:
+    """train.json of a training checkpoint, checked (schema.read_json's limits; format, version,
+    step, config fields of TrainConfig with their types, history lists) before anything uses it:
+    every problem a CheckpointError naming the file and the field."""
+    from penrose_zoo.steerling.schema import CheckpointError, read_json
+
     p = Path(path) / "train.json"
     if not p.is_file():
-        raise PenroseError(f"{path}: no train.json; not a checkpoint written by `penrose steerling train`")
-    state = json.loads(p.read_text())
-    if state.get("format") != FORMAT:
-        raise PenroseError(f"{p}: not a penrose steerling training state")
+        raise CheckpointError(f"{path}: no train.json; not a checkpoint written by `penrose steerling train`")
+    state = read_json(p, max_bytes=64 << 20)  # the history grows with the steps
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{p}: not a penrose steerling training state (no field 'format' = {FORMAT!r})")
+    step = state.get("step")
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+        raise CheckpointError(f"{p}: field 'step' = {step!r}: expected a whole number of at least 0")
+    history = state.get("history")
+    if not isinstance(history, dict) or not all(isinstance(history.get(k, []), list) for k in ("train", "val")):
+        raise CheckpointError(f"{p}: field 'history' must be an object with lists 'train' and 'val'")
+    history.setdefault("train", [])
+    history.setdefault("val", [])
+    config = state.get("config")
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{p}: field 'config' must be an object (the training configuration)")
+    _check_train_config(p, config)
     return state
+
+
+def _check_train_config(file: Path, config: dict) -> None:
+    """Each field of a saved TrainConfig is a field of it, of its default's JSON type."""
+    import math
+
+    from penrose_zoo.steerling.schema import CheckpointError
+    from penrose_zoo.steerling.train import TrainConfig
+
+    fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise CheckpointError(f"{file}: unknown field(s) {', '.join(repr('config.' + k) for k in unknown)} (not TrainConfig fields)")
+    for k, v in config.items():
+        d = fields[k].default
+        kinds = {bool: (bool,), int: (int,), float: (int, float), str: (str,)}
+        hint = str(fields[k].type)
+        if v is None:
+            ok = d is None or "None" in hint
+        elif "dict" in hint:
+            ok = isinstance(v, dict)
+        elif "list" in hint:
+            ok = isinstance(v, list) and all(isinstance(x, str) for x in v)
+        else:
+            want = type(d) if d is not None else (float if "float" in hint else int if "int" in hint else str)
+            ok = isinstance(v, kinds[want]) and (want is bool or not isinstance(v, bool))
+            ok = ok and not (isinstance(v, float) and not math.isfinite(v))
+            ok = ok and not (want is int and v < 0)
+        if not ok:
+            raise CheckpointError(f"{file}: field 'config.{k}' = {v!r}: expected {hint.replace('|', 'or')}"
+                                  + (" (finite, not negative)" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""))
+
+
+def read_optimizer(path: str | os.PathLike) -> dict[str, torch.Tensor]:
+    """optimizer.safetensors of a training checkpoint: its tensors, every one finite (a NaN moment
+    would carry on into every later step) and keyed "i.name"; a CheckpointError naming the file and
+    the tensor otherwise."""
+    from safetensors.torch import load_file
+
+    from penrose_zoo.steerling.release import _check_finite
+    from penrose_zoo.steerling.schema import CheckpointError
+
+    file = Path(path) / "optimizer.safetensors"
+    try:
+        tensors = load_file(str(file))
+    except Exception as e:  # noqa: BLE001 - safetensors' own error, OSError: a damaged or missing file
+        raise CheckpointError(f"{file}: not a readable safetensors file ({e})") from None
+    for key, t in tensors.items():
+        i, dot, _ = key.partition(".")
+        if not dot or not i.isascii() or not i.isdigit():
+            raise CheckpointError(f"{file}: tensor {key!r} is not named 'i.state' (i the parameter's index)")
+        if t.is_floating_point():
+            _check_finite(file, key, t)
+    return tensors
 
 
 def config_differences(saved: dict, cfg) -> list[str]:
@@ -100,8 +169,30 @@ def load_checkpoint(path: str | os.PathLike):
     state = read_train_state(path)
     model = Steerling.load(path)
     tok = tokenizer_for(path, vocab_size=model.vocab_size)  # its tokenizer.json, vocabulary checked
-    names = json.loads((path / "concepts.json").read_text())["known"]
+    names = read_concept_names(path, model.sizes["c"])
     return model, tok, names, state
+
+
+def read_concept_names(path: str | os.PathLike, n: int | None = None) -> list[str]:
+    """concepts.json's known names: a list of distinct, non-empty strings (`n` of them when given);
+    a CheckpointError naming the file and the entry otherwise."""
+    from penrose_zoo.steerling.schema import CheckpointError, read_json
+
+    file = Path(path) / "concepts.json"
+    doc = read_json(file, max_bytes=64 << 20)
+    names = doc.get("known") if isinstance(doc, dict) else None
+    if not isinstance(names, list):
+        raise CheckpointError(f"{file}: expected an object with a list 'known' (the known concept names)")
+    seen: dict[str, int] = {}
+    for i, name in enumerate(names):
+        if not isinstance(name, str) or not name.strip():
+            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r}: expected a concept name (a non-empty string)")
+        if name in seen:
+            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r} repeats known[{seen[name]}]")
+        seen[name] = i
+    if n is not None and len(names) != n:
+        raise CheckpointError(f"{file}: field 'known' has {len(names)} names, but the model has {n} known concepts")
+    return names
 
 
 def concept_id(names, name: str) -> int:

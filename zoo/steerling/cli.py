@@ -304,9 +304,10 @@ def _known_names(checkpoint, model) -> list[str]:
     """The checkpoint's known concept names (concepts.json of a training checkpoint), else ids."""
     from pathlib import Path
 
-    path = Path(checkpoint) / "concepts.json"
-    if path.is_file():
-        return list(json.loads(path.read_text())["known"])
+    from penrose_zoo.steerling.checkpoints import read_concept_names
+
+    if (Path(checkpoint) / "concepts.json").is_file():
+        return read_concept_names(checkpoint, model.sizes["c"])
     return [str(i) for i in range(model.sizes["c"])]
 
 

@@ -8,6 +8,7 @@ and `with_heads` swaps them into a top-level diagram. The diagram files themselv
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import penrose
@@ -86,13 +87,19 @@ def full_configs(model_config: dict, concept_config: dict) -> tuple[dict, dict]:
 
 
 def _whole(value) -> bool:
-    return not isinstance(value, bool) and isinstance(value, (int, float)) and value == int(value) and value > 0
+    return (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value) and value > 0
+            and value == int(value))
 
 
 def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> dict[str, int]:
     """The dims of dims.pen for a release config (defaults filled in). Raises PenroseCompileError
     for anything the diagrams do not draw, naming every such config field."""
     m, c = full_configs(model_config, concept_config)
+    from penrose_zoo.steerling.schema import CONCEPT_SCHEMA, MODEL_SCHEMA, PENROSE_SCHEMA, check_fields
+
+    check_fields("model_config", m, MODEL_SCHEMA, "", error=PenroseCompileError)  # types, ranges, finiteness
+    check_fields("concept_config", c, CONCEPT_SCHEMA, "", error=PenroseCompileError)
+    check_fields("Steerling", {"vocab_size": vocab_size}, PENROSE_SCHEMA, "", error=PenroseCompileError)
     bad: list[tuple[str, object, str]] = []
     for field, (want, why) in _REQUIRED.items():
         have = m[field] if field in m else c[field]

@@ -73,6 +73,7 @@ from penrose_zoo.steerling.config import (  # re-exported (__all__)
     with_heads,
 )
 from penrose_zoo.steerling.outputs import OUTPUT_FIELDS, SteerlingOutput
+from penrose_zoo.steerling.schema import PENROSE_SCHEMA, check_fields
 from penrose_zoo.steerling.release import (
     EMBEDDING_KEY,
     RELEASE_NAMES,
@@ -122,6 +123,8 @@ class Steerling(torch.nn.Module):
         self.model_config, self.concept_config = full_configs(model_config, concept_config)
         self.vocab_size = int(vocab_size)
         self.variant = "causal" if causal else "block_causal"
+        check_fields("Steerling", {"large_concept_threshold": large_concept_threshold},
+                     PENROSE_SCHEMA, "", error=PenroseCompileError)
         self.large_concept_threshold = int(large_concept_threshold)
         self.concept_parts = concept_parts(model_config, concept_config, vocab_size)
         self.concept_block = int(self.concept_config["block_size"])  # concepts per block of a blocked head
@@ -187,30 +190,31 @@ class Steerling(torch.nn.Module):
         `path/config.json` (the configs as differences from the release defaults)."""
         from safetensors.torch import save_file
 
-        from penrose.io import atomic_write_text
+        from penrose.io import atomic_write_file, atomic_write_text
 
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.contiguous().cpu() for k, v in self.release_state_dict().items()}
-        tmp = path / "model.safetensors.tmp"
-        save_file(tensors, str(tmp), metadata={"format": "pt", "producer": "penrose_zoo.steerling"})
-        os.replace(tmp, path / "model.safetensors")
+        # one mode rule for both files (penrose.io: an existing file keeps its mode, a new one 0666 less the umask)
+        atomic_write_file(path / "model.safetensors",
+                          lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", "producer": "penrose_zoo.steerling"}))
         atomic_write_text(path / "config.json", json.dumps(self.config_dict(), indent=2) + "\n")
         return path
 
     @classmethod
     def load(cls, path: str | os.PathLike, *, dtype: torch.dtype | str | None = None, device=None,
-             strict: bool = True, **kw) -> "Steerling":
+             strict: bool = True, allow_nonfinite: bool = False, **kw) -> "Steerling":
         """Read a checkpoint folder: one written by `save`, or the published layout (see
         `from_pretrained`). dtype None: float32 for `save`'s layout, as stored for the published
-        one. `kw` (causal, large_concept_threshold) overrides what config.json says."""
+        one. `kw` (causal, large_concept_threshold) overrides what config.json says. A weight
+        holding NaN or ±inf is a CheckpointError naming it, unless `allow_nonfinite=True`."""
         from penrose_zoo.steerling.release import load_directory
 
-        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, **kw)
+        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, allow_nonfinite=allow_nonfinite, **kw)
 
     @classmethod
     def from_pretrained(cls, path: str | os.PathLike, dtype: torch.dtype | str | None = torch.bfloat16, device=None,
-                        *, strict: bool = True, **kw) -> "Steerling":
+                        *, strict: bool = True, allow_nonfinite: bool = False, **kw) -> "Steerling":
         """The model of a checkpoint folder in the published layout (steerling 0.2.0's
         `SteerlingGenerator.from_pretrained`): config.json with the model fields at the top level
         plus `interpretable`, `concept`, `vocab_size`, `instruct` (the hub's keys are ignored), and
@@ -222,10 +226,11 @@ class Steerling(torch.nn.Module):
         model is built on the meta device and its parameters are the files' memory-mapped tensors
         (converted to `dtype` / moved to `device` one tensor at a time when they differ), so
         loading holds one copy of the weights. Unknown weights raise, or with strict=False are
-        ignored with a warning. dtype None keeps the stored dtype."""
+        ignored with a warning. dtype None keeps the stored dtype. A weight holding NaN or ±inf is
+        a CheckpointError naming it, unless `allow_nonfinite=True`."""
         from penrose_zoo.steerling.release import load_directory
 
-        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, **kw)
+        return load_directory(cls, path, dtype=dtype, device=device, strict=strict, allow_nonfinite=allow_nonfinite, **kw)
 
     # -- forward -------------------------------------------------------------------------------
     @property

@@ -27,16 +27,12 @@ weights.
 
 from __future__ import annotations
 
-import json
 import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from torch import Tensor
-
-from penrose.errors import PenroseCompileError, PenroseError, PenroseShapeError, PenroseWarning
 from penrose_zoo.steerling.config import (
     CONCEPT_DEFAULTS,
     LARGE_CONCEPT_THRESHOLD,
@@ -45,11 +41,23 @@ from penrose_zoo.steerling.config import (
     RELEASE_MASK_ID,
     RELEASE_VOCAB_SIZE,
 )
+from penrose_zoo.steerling.schema import (
+    CONCEPT_SCHEMA,
+    MODEL_SCHEMA,
+    PENROSE_SCHEMA,
+    PUBLISHED_SCHEMA,
+    CheckpointError,
+    check_fields,
+    check_memory,
+    read_json,
+)
+from torch import Tensor
 
-
-class CheckpointError(PenroseError):
-    """A checkpoint folder that cannot be loaded; the message names the file and the field or key."""
-
+from penrose.errors import (
+    PenroseCompileError,
+    PenroseShapeError,
+    PenroseWarning,
+)
 
 # ---------------------------------------------------------------------------------------------
 # Diagram parameter names ↔ release state_dict keys
@@ -193,14 +201,11 @@ def read_config(path: str | Path) -> CheckpointConfig:
     if not path.is_dir():
         raise CheckpointError(f"{path}: no such checkpoint folder")
     file = path / "config.json"
-    if not file.is_file():
+    if not file.exists() and not file.is_symlink():  # a device or FIFO is read_json's to refuse
         weights = "" if any(path.glob("*.safetensors")) else f", no {SINGLE_FILE} (nor shards listed in {INDEX_FILE})"
         raise CheckpointError(f"{path}: no config.json{weights}; a checkpoint is a folder with config.json and its "
                               f"weights ({SINGLE_FILE}, or shards model-0000i-of-0000n.safetensors listed in {INDEX_FILE})")
-    try:
-        cfg = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise CheckpointError(f"{file}: not a readable JSON file ({e})") from None
+    cfg = read_json(file)
     if not isinstance(cfg, dict):
         raise CheckpointError(f"{file}: expected a JSON object, got {type(cfg).__name__}")
     if "model_config" in cfg or "concept_config" in cfg or "variant" in cfg:
@@ -212,14 +217,29 @@ def _penrose_config(file: Path, cfg: dict) -> CheckpointConfig:
     for key in ("model_config", "concept_config"):
         if not isinstance(cfg.get(key, {}), dict):
             raise CheckpointError(f"{file}: field {key!r} must be an object, got {type(cfg[key]).__name__}")
+    model, concept = dict(cfg.get("model_config", {})), dict(cfg.get("concept_config", {}))
+    for given, schema, prefix in ((model, MODEL_SCHEMA, "model_config."), (concept, CONCEPT_SCHEMA, "concept_config.")):
+        unknown = sorted(set(given) - set(schema))
+        if unknown:
+            raise CheckpointError(f"{file}: unknown field(s) {', '.join(repr(prefix + k) for k in unknown)}")
+        check_fields(file, given, schema, prefix)
+    check_fields(file, cfg, PENROSE_SCHEMA, "")
     variant = cfg.get("variant", "block_causal")
-    if variant not in ("block_causal", "causal"):
-        raise CheckpointError(f"{file}: field 'variant' = {variant!r}; expected 'block_causal' or 'causal'")
+    vocab = cfg.get("vocab_size", RELEASE_VOCAB_SIZE)
+    mask = cfg.get("mask_token_id")
+    if mask is not None and mask >= vocab:
+        raise CheckpointError(f"{file}: field 'mask_token_id' = {mask}: expected a token id below vocab_size ({vocab})")
+    _check_sizes(file, model, concept, vocab, "model_config.", "concept_config.")
     opts = {"causal": variant == "causal",
             "large_concept_threshold": cfg.get("large_concept_threshold", LARGE_CONCEPT_THRESHOLD)}
-    mask = cfg.get("mask_token_id")
-    return CheckpointConfig("penrose", dict(cfg.get("model_config", {})), dict(cfg.get("concept_config", {})),
-                            cfg.get("vocab_size", RELEASE_VOCAB_SIZE), opts, None if mask is None else int(mask))
+    return CheckpointConfig("penrose", model, concept, vocab, opts, mask)
+
+
+def _check_sizes(file: Path, model: dict, concept: dict, vocab: int, model_prefix: str, concept_prefix: str) -> None:
+    """The weights the configs make fit in memory (schema.check_memory), fields named as in the file."""
+    m, c = {**MODEL_DEFAULTS, **model}, {**CONCEPT_DEFAULTS, **concept}
+    paths = {k: model_prefix + k for k in MODEL_DEFAULTS} | {"concept." + k: concept_prefix + k for k in CONCEPT_DEFAULTS}
+    check_memory(file, m, c, vocab, paths)
 
 
 def _published_config(file: Path, cfg: dict) -> CheckpointConfig:
@@ -249,17 +269,15 @@ def _published_config(file: Path, cfg: dict) -> CheckpointConfig:
             raise CheckpointError(f"{file}: no field 'concept' (the concept config the concept heads are built from)")
         raise bad("concept", "expected an object (the concept config)")
     model = {k: v for k, v in cfg.items() if k in MODEL_DEFAULTS and k != "model_type"}
-    _check_types(file, model, MODEL_DEFAULTS, "")
+    check_fields(file, model, MODEL_SCHEMA, "")
     unknown = sorted(set(concept) - set(CONCEPT_DEFAULTS))
     if unknown:
         raise CheckpointError(f"{file}: field 'concept' has unknown field(s) {', '.join(map(repr, unknown))}")
-    _check_types(file, concept, CONCEPT_DEFAULTS, "concept.")
+    check_fields(file, concept, CONCEPT_SCHEMA, "concept.")
+    check_fields(file, cfg, PUBLISHED_SCHEMA, "")
     instruct = cfg.get("instruct", False)
-    if not isinstance(instruct, bool):
-        raise bad("instruct", "expected true or false")
     vocab = cfg.get("vocab_size", RELEASE_INSTRUCT_VOCAB_SIZE if instruct else RELEASE_VOCAB_SIZE)
-    if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab <= 0:
-        raise bad("vocab_size", "expected a positive whole number")
+    _check_sizes(file, model, concept, vocab, "", "concept.")
     rest = [k for k in cfg if k not in MODEL_DEFAULTS and k not in PUBLISHED_KEYS]
     other = [k for k in rest if k not in HUB_KEYS]
     if other:
@@ -267,29 +285,6 @@ def _published_config(file: Path, cfg: dict) -> CheckpointConfig:
                       PenroseWarning, stacklevel=3)
     return CheckpointConfig("published", model, dict(concept), vocab, {},
                             RELEASE_MASK_ID if vocab > RELEASE_MASK_ID else None, instruct, tuple(rest))
-
-
-def _check_types(file: Path, values: dict, defaults: dict, prefix: str) -> None:
-    """Each value of the JSON type its release default has (int fields whole numbers, float fields
-    numbers, bool fields booleans, str fields strings; None where the default or the release allows)."""
-    nullable = {"n_kv_heads", "intermediate_size", "clip_qkv", "n_unknown_concepts", "topk_known",
-                "topk_known_features", "unknown_topk"}
-    for k, v in values.items():
-        d = defaults[k]
-        if v is None and (d is None or k in nullable):
-            continue
-        if isinstance(d, bool):
-            ok = isinstance(v, bool)
-        elif isinstance(d, float):
-            ok = isinstance(v, (int, float)) and not isinstance(v, bool)
-        elif isinstance(d, int) or d is None:
-            ok = isinstance(v, int) and not isinstance(v, bool)
-        else:
-            ok = isinstance(v, type(d))
-        if not ok:
-            want = {bool: "true or false", float: "a number", int: "a whole number", str: "a string"}[
-                type(d) if d is not None else int]
-            raise CheckpointError(f"{file}: field {prefix + k!r} = {v!r}: expected {want}")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -312,10 +307,7 @@ def weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
     """The weight files of a checkpoint folder and, when there is an index, its weight_map."""
     index = path / INDEX_FILE
     if index.is_file():
-        try:
-            doc = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise CheckpointError(f"{index}: not a readable JSON file ({e})") from None
+        doc = read_json(index, max_bytes=64 << 20)  # a weight map of a many-layer model is long
         wmap = doc.get("weight_map") if isinstance(doc, dict) else None
         if not isinstance(wmap, dict) or not wmap or not all(isinstance(v, str) for v in wmap.values()):
             raise CheckpointError(f"{index}: no field 'weight_map' ({{weight name: shard file}})")
@@ -434,18 +426,70 @@ def read_tensors(stored: dict[str, StoredTensor], source: dict[str, str], *, dty
                     if not direct:
                         t = t.to(device)
                     out[k] = t if dtype is None or t.dtype == dtype else t.to(dtype)
+        except CheckpointError:
+            raise
         except Exception as e:
             raise CheckpointError(f"{f}: reading the weights failed ({e})") from None
     return out
 
 
-def load_directory(cls, path, *, dtype: torch.dtype | str | None = None, device=None, strict: bool = True, **kw):
+def check_finite_files(stored: dict[str, StoredTensor], keys, chunk_bytes: int = 1 << 26) -> None:
+    """Every stored tensor of `keys` is finite: read from its file in chunks through one buffer
+    (plain reads, not the memory map the model will use, so loading still maps the weights
+    untouched); CheckpointError naming the file and the first tensor holding a NaN or ±inf."""
+    import json as _json
+    import struct
+
+    by_file: dict[Path, list[str]] = {}
+    for k in dict.fromkeys(keys):
+        by_file.setdefault(stored[k].file, []).append(k)
+    buf = bytearray(chunk_bytes)
+    for f, names in by_file.items():
+        with open(f, "rb") as fh:
+            (n,) = struct.unpack("<Q", fh.read(8))
+            header = _json.loads(fh.read(n))  # safe_open has read this header already: it is well formed
+            base = 8 + n
+            for k in names:
+                dt = _FLOAT_DTYPES[header[k]["dtype"]]
+                begin, end = header[k]["data_offsets"]
+                size = torch.empty((), dtype=dt).element_size()
+                step = chunk_bytes // size * size
+                fh.seek(base + begin)
+                at = begin
+                while at < end:
+                    want = min(step, end - at)
+                    view = memoryview(buf)[:want]
+                    got = fh.readinto(view)
+                    if got != want:
+                        raise CheckpointError(f"{f}: tensor {k} is cut short (the file ends inside it)")
+                    _check_finite(f, k, torch.frombuffer(view, dtype=dt), offset=(at - begin) // size,
+                                  total=(end - begin) // size)
+                    at += want
+
+
+def _check_finite(file, key: str, t: Tensor, chunk: int = 1 << 24, offset: int = 0, total: int | None = None) -> None:
+    """CheckpointError naming `file` and tensor `key` if `t` (entries `offset`... of a tensor of
+    `total`) holds a NaN or an infinity; checked in chunks, never a second full-size tensor."""
+    flat = t.reshape(-1)
+    for start in range(0, flat.numel(), chunk):
+        finite = torch.isfinite(flat[start : start + chunk])
+        if not bool(finite.all()):
+            first = start + int((~finite).nonzero()[0, 0])
+            raise CheckpointError(
+                f"{file}: tensor {key} holds a non-finite value ({float(flat[first])} at entry {offset + first:,} of "
+                f"{total if total is not None else flat.numel():,}); a model with it generates nothing meaningful "
+                "(load with allow_nonfinite=True to inspect it anyway)")
+
+
+def load_directory(cls, path, *, dtype: torch.dtype | str | None = None, device=None, strict: bool = True,
+                   allow_nonfinite: bool = False, **kw):
     """A `cls` (Steerling) model read from the checkpoint folder `path` (either layout, see the
     module docstring) onto `device` (default CPU). dtype None: float32 for penrose's layout (what
     `Steerling.save` writes), as stored for the published one (the token embedding's dtype when
     the files mix dtypes). `kw`: Steerling's options (causal, large_concept_threshold), over
     what config.json says. Everything is checked before a weight is read; on any error nothing is
-    returned (CheckpointError naming the file and the field or key)."""
+    returned (CheckpointError naming the file and the field or key). Weights holding NaN or ±inf
+    are refused as they are read (naming the tensor) unless `allow_nonfinite=True`."""
     given = dtype
     if isinstance(dtype, str):
         dtype = getattr(torch, dtype.removeprefix("torch."), None)
@@ -465,6 +509,8 @@ def load_directory(cls, path, *, dtype: torch.dtype | str | None = None, device=
     source = check_stored(path, stored, model.expected_release_shapes(), strict=strict)
     if dtype is None:
         dtype = torch.float32 if cfg.layout == "penrose" else _FLOAT_DTYPES[stored[source[EMBEDDING_KEY]].dtype]
+    if not allow_nonfinite:
+        check_finite_files(stored, source.values())
     tensors = read_tensors(stored, source, dtype=dtype, device=device)
     if TIED_KEY in stored and source[EMBEDDING_KEY] != TIED_KEY:  # stored twice: the same tensor?
         (lm,) = read_tensors(stored, {TIED_KEY: TIED_KEY}, dtype=dtype, device=device).values()

@@ -235,7 +235,9 @@ class _Base:
             path = path / "tokenizer.json"
         doc = {"format": TOKENIZER_FORMAT, "version": 1, "kind": self.kind,
                "special_tokens": list(self.special_tokens), **self._payload()}
-        path.write_text(json.dumps(doc, ensure_ascii=False))
+        from penrose.io import atomic_write_text
+
+        atomic_write_text(path, json.dumps(doc, ensure_ascii=False))  # penrose.io's one mode rule
         return path
 
 
@@ -420,10 +422,13 @@ class SteerlingTokenizer(_Base):
 
 
 def _read_doc(path: Path) -> dict:
+    from penrose.errors import PenroseError
+    from penrose.io import read_json
+
     try:
-        doc = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise TokenizerError(f"{path}: not a readable tokenizer JSON file ({e})") from e
+        doc = read_json(path, max_bytes=256 << 20, max_depth=32)
+    except PenroseError as e:
+        raise TokenizerError(f"{path}: not a readable tokenizer JSON file ({e.message})") from None
     if not isinstance(doc, dict) or doc.get("format") != TOKENIZER_FORMAT:
         raise TokenizerError(f"{path}: not a {TOKENIZER_FORMAT} file")
     return doc
@@ -495,13 +500,23 @@ def tokenizer_for(source, *, vocab_size: int | None = None):
     cfg: dict = {}
     cfg_path = folder / "config.json"
     if cfg_path.is_file():
+        from penrose.errors import PenroseError
+        from penrose.io import read_json
+
         try:
-            cfg = json.loads(cfg_path.read_text())
-        except (OSError, json.JSONDecodeError) as e:
-            raise TokenizerError(f"{cfg_path}: not readable JSON ({e})") from e
+            cfg = read_json(cfg_path)
+        except PenroseError as e:
+            raise TokenizerError(f"{cfg_path}: not readable JSON ({e.message})") from None
+        if not isinstance(cfg, dict):
+            raise TokenizerError(f"{cfg_path}: expected a JSON object")
     elif vocab_size is None:
         raise TokenizerError(f"{folder}: no config.json to read the vocabulary size from")
-    vocab = int(vocab_size if vocab_size is not None else cfg.get("vocab_size", RELEASE_VOCAB_SIZE))
+    if vocab_size is None:
+        vocab = cfg.get("vocab_size", RELEASE_VOCAB_SIZE)
+        if isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1:
+            raise TokenizerError(f"{cfg_path}: field 'vocab_size' = {vocab!r}: expected a whole number of at least 1")
+    else:
+        vocab = int(vocab_size)
     tok_path = folder / "tokenizer.json"
     if tok_path.is_file():
         try:

@@ -396,9 +396,9 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
     params = list(model.parameters())  # (after wrap: FSDP's sharded parameters)
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if resume:
-        from safetensors.torch import load_file
+        from penrose_zoo.steerling.checkpoints import read_optimizer
 
-        comm.load_optimizer(opt, params, load_file(str(out / "optimizer.safetensors")))
+        comm.load_optimizer(opt, params, read_optimizer(out))  # every moment finite, named by parameter
         log(f"resuming {out} at step {step}/{cfg.steps}")
     else:
         log(f"training {n_params:,} parameters ({cfg.preset}, {cfg.variant}, "
