@@ -100,8 +100,8 @@ def test_the_releases_column_names(tmp_path):
 
 @pytest.mark.parametrize("body,message", [
     ("id,name\n0,a\n", r"no column concept_id \(columns: id, name"),
-    (HEADER + "x,a,,known,,,true,false,false,false\n", r":2: concept_id is 'x'; expected a whole number"),
-    (HEADER + "0,a,,known,,,maybe,false,false,false\n", r":2: is_steerable is 'maybe'"),
+    (HEADER + "x,a,,known,,,true,false,false,false\n", r":2: row 1: concept_id is 'x'; expected a whole number"),
+    (HEADER + "0,a,,known,,,maybe,false,false,false\n", r":2: row 1: is_steerable is 'maybe'"),
     (HEADER + "0,a,,both,,,true,false,false,false\n", r"head is 'both'; expected known or unknown"),
     (HEADER + "0,a,,known,,,,,,\n0,b,,known,,,,,,\n", r"known concept id 0 appears twice"),
 ])

@@ -18,6 +18,14 @@ pyarrow), with one row per concept and the columns
     3
     >>> [c.name for c in cat.search("court")]                                # doctest: +SKIP
 
+A CSV file is read strictly (`read_csv`): UTF-8 (a byte that is not is reported at its line and
+column), fields separated by commas, quoted with `"` (`""` inside a quoted field), every row
+as many fields as the header, a field at most `MAX_FIELD` characters, the file at most
+`MAX_FILE_BYTES`. A short or long row, a quote never closed or followed by text, an oversized
+field, a line break in a field other than `description`, an empty `concept_id` or `name`, an id
+or a name (in one head) given twice: each is a `CatalogError` naming the file, the line and
+column, the row and the column's name. Nothing is guessed (no concept named 'None').
+
 Lookups: `get(id)` (a `Concept`), `search(text)` (every word of text, case-insensitive, in the
 name or the description; name matches rank first), `group(group_id)` (the group's concepts),
 `group_of(id)` (the ids of a concept's group, itself first — the release's `group`),
@@ -48,6 +56,8 @@ REQUIRED = ("concept_id", "name")
 #: the release parquet's column names for ours
 ALIASES = {"concept_name": "name", "concept_description": "description", "public_group_id": "group_id"}
 HEADS = ("known", "unknown")
+MAX_FIELD = 65536  # characters in one CSV field
+MAX_FILE_BYTES = 256 << 20  # a catalog file (the release's ~135k concepts take ~20 MB)
 
 
 class CatalogError(PenroseError, LookupError):
@@ -104,6 +114,9 @@ def _int(v, col: str, where: str) -> int:
 
 def _concept(row: dict, where: str) -> Concept:
     row = {ALIASES.get(k, k): v for k, v in row.items()}
+    for col in REQUIRED:
+        if _missing(row.get(col)):
+            raise CatalogError(f"{where}: {col} is empty; every concept needs a {col.replace('_', ' ')}")
     head = "known" if _missing(row.get("head")) else str(row["head"]).strip().lower()
     if head not in HEADS:
         raise CatalogError(f"{where}: head is {row['head']!r}; expected known or unknown")
@@ -136,14 +149,117 @@ def _read_rows(path: Path) -> tuple[list[str], Iterable[tuple[str, dict]]]:
             records = pyarrow.parquet.read_table(path).to_pylist()
         cols = list(records[0]) if records else []
         return cols, ((f"{path}: row {i + 1}", r) for i, r in enumerate(records))
+    header, records = read_csv(path)
+    return header, ((where, dict(zip(header, fields))) for where, fields in records)
+
+
+def read_csv(path: Path) -> tuple[list[str], list[tuple[str, list[str]]]]:
+    """(header, [(where, fields)]) of a CSV file read strictly (see the module doc); `where` is
+    "file:line: row N". Every malformed row is a CatalogError naming file, line, column and row."""
+    from penrose.io import read_text
+
     try:
-        text = path.read_text(encoding="utf-8-sig")
-    except (OSError, UnicodeDecodeError) as e:
-        raise CatalogError(f"{path}: cannot read the catalog ({e})") from e
-    reader = csv.DictReader(io.StringIO(text, newline=""))
-    cols = [c.strip() for c in reader.fieldnames or []]
-    reader.fieldnames = cols
-    return cols, ((f"{path}:{reader.line_num}", r) for r in reader)
+        text = read_text(path, max_bytes=MAX_FILE_BYTES)
+    except PenroseError as e:
+        where = f"{path}:{e.span.line}:{e.span.col}" if e.span.line else str(path)
+        raise CatalogError(f"{where}: cannot read the catalog: {e.message}") from None
+    rows = _csv_rows(text.removeprefix("\ufeff"), str(path))
+    if not rows:
+        return [], []
+    (hline, header) = rows[0]
+    header = [h.strip() for h in header]
+    seen: dict[str, int] = {}
+    for i, h in enumerate(header):
+        if h in seen:
+            raise CatalogError(f"{path}:{hline}: the header names column {h!r} twice (columns {seen[h] + 1} and {i + 1})")
+        seen[h] = i
+    out = []
+    for n, (line, fields) in enumerate(rows[1:], start=1):
+        if fields == [""]:
+            continue  # a blank line
+        for col, value in zip(header, fields):
+            if ("\n" in value or "\r" in value) and ALIASES.get(col, col) != "description":
+                raise CatalogError(f"{path}:{line}: row {n}, column {col!r} holds a line break (a quote never closed "
+                                   "on an earlier line?); only a description may span lines")
+        if len(fields) != len(header):
+            cols = ", ".join(header[len(fields):]) if len(fields) < len(header) else f"{len(fields) - len(header)} extra"
+            raise CatalogError(f"{path}:{line}: row {n} has {len(fields)} field(s), the header {len(header)} "
+                               f"({'missing: ' + cols if len(fields) < len(header) else cols}); "
+                               "a row gives every column, empty where there is nothing")
+        out.append((f"{path}:{line}: row {n}", fields))
+    return header, out
+
+
+def _csv_rows(text: str, name: str) -> list[tuple[int, list[str]]]:
+    """[(line of the row's start, fields)]: RFC 4180 with positions in every error."""
+    rows: list[tuple[int, list[str]]] = []
+    i, n, line, col0 = 0, len(text), 1, 0  # col0: index where the current line starts
+    fields: list[str] = []
+    start_line = 1
+    while i <= n:
+        # one field
+        if i < n and text[i] == '"':
+            qline, qcol = line, i - col0 + 1
+            i += 1
+            parts = []
+            while True:
+                j = text.find('"', i)
+                if j < 0:
+                    raise CatalogError(f"{name}:{qline}:{qcol}: row {len(rows)} (column {len(fields) + 1}): a quote opened "
+                                       "here is never closed")
+                parts.append(text[i:j])
+                if j + 1 < n and text[j + 1] == '"':
+                    parts.append('"')
+                    i = j + 2
+                    continue
+                i = j + 1
+                break
+            value = "".join(parts)
+            for k, ch in enumerate(value):  # keep line numbers right across quoted line breaks
+                if ch == "\n" or (ch == "\r" and (k + 1 == len(value) or value[k + 1] != "\n")):
+                    line += 1
+            if "\n" in value or "\r" in value:
+                col0 = i - (len(value) - max(value.rfind("\n"), value.rfind("\r")) - 1) - 2
+            if i < n and text[i] not in ",\r\n":
+                raise CatalogError(f"{name}:{line}:{i - col0 + 1}: row {len(rows)} (column {len(fields) + 1}): text after "
+                                   "the closing quote of a field (a quote inside a quoted field is written \"\")")
+        else:
+            j = i
+            while j < n and text[j] not in ',\r\n':
+                j += 1
+            value = text[i:j]
+            if '"' in value:
+                raise CatalogError(f"{name}:{line}:{i - col0 + 1 + value.index(chr(34))}: row {len(rows)} (column "
+                                   f"{len(fields) + 1}): a quote inside an unquoted field; quote the field and write it \"\"")
+            i = j
+        if len(value) > MAX_FIELD:
+            raise CatalogError(f"{name}:{line}: row {len(rows)} (column {len(fields) + 1}): a field of {len(value):,} "
+                               f"characters, over the limit of {MAX_FIELD:,}")
+        if "\x00" in value:
+            raise CatalogError(f"{name}:{line}: row {len(rows)} (column {len(fields) + 1}): a NUL character")
+        fields.append(value)
+        if i >= n:
+            if fields != [""] or rows:
+                rows.append((start_line, fields))
+            break
+        ch = text[i]
+        if ch == ",":
+            i += 1
+            if i == n:  # a trailing comma: one more, empty field
+                fields.append("")
+                rows.append((start_line, fields))
+                break
+            continue
+        # a line end
+        i += 2 if text.startswith("\r\n", i) else 1
+        rows.append((start_line, fields))
+        line += 1
+        col0 = i
+        start_line = line
+        fields = []
+        if i == n:
+            break
+    return rows
 
 
 class ConceptCatalog:
@@ -172,7 +288,16 @@ class ConceptCatalog:
         if missing:
             raise CatalogError(f"{path}: the catalog has no column {', '.join(missing)} (columns: {', '.join(cols) or 'none'}; "
                                f"expected {', '.join(COLUMNS)})")
-        return cls([_concept(r, where) for where, r in rows], str(path))
+        concepts, ids, names = [], {}, {}
+        for where, r in rows:
+            c = _concept(r, where)
+            for seen, key, what in ((ids, (c.head, c.concept_id), f"{c.head} concept id {c.concept_id}"),
+                                    (names, (c.head, c.name), f"{c.head} concept name {c.name!r}")):
+                if key in seen:
+                    raise CatalogError(f"{where}: {what} appears twice (first at {seen[key]})")
+                seen[key] = where
+            concepts.append(c)
+        return cls(concepts, str(path))
 
     # --- lookups -------------------------------------------------------------------------------
 
