@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import warnings
 
@@ -23,20 +24,60 @@ examples:
 """
 
 
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def ascii_number(text: str, whole: bool = False):
+    """A finite number written in ASCII digits (`12`, `-0.5`, `1e-3`), else None: no other
+    script's digits (`٣`), no `_` separators, no nan or inf."""
+    if not isinstance(text, str) or not _NUMBER.fullmatch(text.strip()):
+        return None
+    t = text.strip()
+    if re.fullmatch(r"[+-]?[0-9]+", t):
+        return int(t)
+    if whole:
+        return None
+    value = float(t)
+    return value if value == value and value not in (float("inf"), float("-inf")) else None
+
+
+def ascii_int(text: str) -> int:
+    """argparse type: a whole number in ASCII digits (argparse's `int` would take `٣` as 3)."""
+    import argparse
+
+    value = ascii_number(text, whole=True)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a whole number in ASCII digits, got {text!r}")
+    return value
+
+
+def ascii_float(text: str) -> float:
+    """argparse type: a finite number in ASCII digits (no nan, inf, `٣` or `1_0`)."""
+    import argparse
+
+    value = ascii_number(text)
+    if value is None:
+        raise argparse.ArgumentTypeError(f"expected a finite number in ASCII digits, got {text!r}")
+    return float(value)
+
+
 def _sizes(items) -> dict:
+    """--size NAME=NUMBER, repeated: {name: number}. NAME an identifier, NUMBER in ASCII digits;
+    one name given twice must be given the same number."""
     from penrose.errors import PenroseError
 
-    out = {}
+    out: dict = {}
     for item in items or []:
-        name, _, value = item.partition("=")
-        value = value.strip()
-        try:  # a dim's size (a whole number) or a const's value (any finite number)
-            number = int(value) if value.lstrip("+-").isdigit() else float(value)
-        except ValueError:
-            number = None
-        if not name.strip() or number is None or number != number or number in (float("inf"), float("-inf")):
-            raise PenroseError(f"--size expects NAME=NUMBER (a dim's size or a const's value), got {item!r}")
-        out[name.strip()] = number
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        number = ascii_number(value) if eq else None
+        if not _NAME.fullmatch(name) or number is None:
+            raise PenroseError(f"--size expects NAME=NUMBER (a dim's size or a const's value; an identifier, then a "
+                               f"finite number in ASCII digits), got {item!r}")
+        if name in out and out[name] != number:
+            raise PenroseError(f"--size {name} is given twice, as {out[name]} and {number}; give it once")
+        out[name] = number
     return out
 
 
@@ -150,7 +191,7 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
                    "Without -o, svg or TikZ text is printed")
     c.add_argument("--format", metavar="FORMAT", help="svg | png | pdf | tikz (default: from the -o file's extension, else svg)")
     c.add_argument("--snippet", action="store_true", help="TikZ: only the tikzpicture environment, to \\input into a paper")
-    c.add_argument("--max-width", type=float, metavar="N", dest="max_width",
+    c.add_argument("--max-width", type=ascii_float, metavar="N", dest="max_width",
                    help="scale the figure down (never up) to at most N wide: pixels for svg and png, points for pdf and TikZ")
     c.add_argument("--view", default="diagram", help="diagram | statement:N | block:NAME (default: diagram)")
     c.add_argument("--direction", choices=["LR", "TB"], default="LR", help="left to right (default) or top-down")
@@ -179,7 +220,7 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
     c = add("serve", "a live page of a diagram: figure, Rosetta stone, PyTorch and errors, updated on every save",
             "penrose serve zoo/paper/mlp.pen --port 8000")
     c.add_argument("path", help="a .pen file, or a folder of them")
-    c.add_argument("--port", type=int, default=8000, help="0 picks a free port (default 8000)")
+    c.add_argument("--port", type=ascii_int, default=8000, help="0 picks a free port (default 8000)")
     c.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
     c.add_argument("--size", action="append", metavar="NAME=N")
     _include_path_option(c)

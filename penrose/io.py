@@ -22,7 +22,9 @@ Writing (`atomic_write_bytes`, `atomic_write_text`):
 - an existing file keeps its permission bits; a new one gets 0666 less the umask;
 - a folder, a device, a FIFO or a socket is refused (so is `-o /dev/null`: print to stdout
   instead), as is a file the user may not write (a read-only file stays read-only), all before
-  anything is written. `writable_target(path)` runs these checks alone, so a command can refuse
+  anything is written. Read-only means: this user may not write it (`os.access`), or it has no
+  write permission bit at all (mode 0444, `chmod a-w`) — refused even for root, who could write
+  it. `writable_target(path)` runs these checks alone, so a command can refuse
   a bad `-o` before doing its work.
 """
 
@@ -169,7 +171,9 @@ def writable_target(path) -> Path:
                 + ("; leave out -o to print instead" if stat.S_ISCHR(st.st_mode) else ""),
                 Span(name),
             )
-        if not os.access(target, os.W_OK):
+        if not os.access(target, os.W_OK) or not st.st_mode & 0o222:
+            # no write bit at all (chmod a-w, 0444) is read-only for everyone, root included:
+            # root may write any file, but penrose does not overwrite one marked read-only
             raise PenroseError(f"cannot write {name}: permission denied (the file is read-only)", Span(name))
     folder = target.parent
     if not folder.is_dir():
@@ -188,7 +192,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
     """
 
     def write(tmp: str) -> None:
-        with open(tmp, "wb") as f:
+        with os.fdopen(os.open(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as f:
             f.write(data)
 
     atomic_write_file(path, write)

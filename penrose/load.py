@@ -208,7 +208,14 @@ def include_folders(paths: Paths = ()) -> tuple[str, ...]:
     >>> include_folders(os.sep) == (os.sep,)
     True
     """
+    if paths is None:
+        paths = ()
+    if isinstance(paths, (bytes, dict)) or not isinstance(paths, (str, os.PathLike)) and not hasattr(paths, "__iter__"):
+        raise TypeError(f"include_paths= takes a folder or a list of folders (str or os.PathLike), not {type(paths).__name__}")
     listed = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    for p in listed:
+        if not isinstance(p, (str, os.PathLike)):
+            raise TypeError(f"include_paths= takes folders as str or os.PathLike, not {type(p).__name__} ({p!r:.40})")
     folders = tuple(os.path.abspath(os.fspath(p)) for p in listed)
     for folder in folders:
         if not os.path.isdir(folder):

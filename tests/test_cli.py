@@ -89,7 +89,8 @@ def test_check_missing_file(files, capsys):
 
 def test_bad_size_option(files, capsys):
     code, _, err = run(capsys, "check", files / "good.pen", "--size", "e=x")
-    assert code == 1 and err == "error: --size expects NAME=NUMBER (a dim's size or a const's value), got 'e=x'\n"
+    assert code == 1 and err == ("error: --size expects NAME=NUMBER (a dim's size or a const's value; an identifier, then a finite "
+                           "number in ASCII digits), got 'e=x'\n")
     code, _, err = run(capsys, "check", files / "good.pen", "--size", "q=3")
     assert code == 1 and "unknown dim 'q' in sizes" in err
 

@@ -56,18 +56,40 @@ def _export(module, inputs):
         raise PenroseTraceError(f"{what} cannot be expressed in .pen", span) from None
 
 
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
 def _hints(dims, inputs, module):
-    out = {}
+    """{(input, axis): name} from dims= (a mapping name -> axis or (input, axis)), every part
+    type-checked: a clear PenroseTraceError, never an AttributeError."""
+    from collections.abc import Mapping
+
+    if dims is None:
+        return {}
+    if not isinstance(dims, Mapping):
+        raise PenroseTraceError(f"dims= takes a mapping of dim names to axes, e.g. {{'b': 0, 't': 1}} or {{'t': (1, 0)}}, "
+                                f"not a {type(dims).__name__} ({dims!r:.40})")
+    out: dict = {}
     params = {k.rsplit(".", 1)[-1] for k in module.state_dict()}
-    for name, where in (dims or {}).items():
+    for name, where in dims.items():
         if not isinstance(name, str) or not ok_name(name):
             raise PenroseTraceError(f"dims=: {name!r} is not a usable dim name")
         if name in params:
             raise PenroseTraceError(f"dims=: {name!r} is the name of a parameter or buffer; a dim needs another")
-        idx, axis = (0, where) if isinstance(where, int) else tuple(where)
+        if _is_int(where):
+            idx, axis = 0, where
+        elif isinstance(where, (tuple, list)) and len(where) == 2 and all(_is_int(w) for w in where):
+            idx, axis = where
+        else:
+            raise PenroseTraceError(f"dims=: {name!r} maps to {where!r}; expected an axis of the first input (an int) "
+                                    "or (input, axis), two ints")
         if not 0 <= idx < len(inputs) or not -inputs[idx].dim() <= axis < inputs[idx].dim():
             raise PenroseTraceError(f"dims=: {name!r} names axis {axis} of input {idx}, which it does not have")
-        out[(idx, axis % inputs[idx].dim())] = name
+        key = (idx, axis % inputs[idx].dim())
+        if key in out:
+            raise PenroseTraceError(f"dims=: {out[key]!r} and {name!r} both name axis {key[1]} of input {key[0]}")
+        out[key] = name
     return out
 
 
@@ -79,6 +101,13 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     for i, x in enumerate(inputs):
         if not isinstance(x, torch.Tensor):
             raise PenroseTraceError(f"example input {i + 1} is a {type(x).__name__}; the inputs of a diagram are tensors")
+    for flag, value in (("verify", verify), ("notes", notes)):
+        if not isinstance(value, bool):
+            raise PenroseTraceError(f"{flag}= takes True or False, not {value!r}")
+    if batch is not None and not isinstance(batch, bool):
+        raise PenroseTraceError(f"batch= takes None, True or False, not {batch!r}")
+    if title is not None and not isinstance(title, str):
+        raise PenroseTraceError(f"title= takes a string, not {type(title).__name__}")
     hints = _hints(dims, inputs, module)
     was_training = module.training
     module.eval()
@@ -232,16 +261,23 @@ def load_class(target: str):
     return cls
 
 
+MAX_EXAMPLE_ENTRIES = 1 << 26  # the largest example input `penrose trace --input` makes (256 MiB as float32)
+
+
 def parse_shape(text: str):
     """SHAPE: `4,16` or `4x16`, optionally `:int` or `:bool` (integer ids, a mask)."""
     body, _, dtype = text.partition(":")
     parts = [p for p in body.replace("x", ",").replace("X", ",").split(",") if p.strip()]
-    try:
-        shape = [int(p) for p in parts]
-    except ValueError:
-        shape = None
-    if shape is None or any(s < 0 for s in shape) or dtype not in ("", "float", "int", "long", "bool"):
+    import math
+    import re
+
+    ok = all(re.fullmatch(r"[0-9]+", p.strip()) for p in parts)  # ASCII digits only: int() would read "٣" as 3
+    shape = [int(p) for p in parts] if ok else None
+    if shape is None or dtype not in ("", "float", "int", "long", "bool"):
         raise PenroseTraceError(f"--input expects a shape such as 4,16 or 4x16 (optionally :int or :bool), got {text!r}")
+    if math.prod(shape) > MAX_EXAMPLE_ENTRIES:
+        raise PenroseTraceError(f"--input {text!r}: an example input of {math.prod(shape):,} entries is over the limit of "
+                                f"{MAX_EXAMPLE_ENTRIES:,}; trace with a small example (sizes are read from it)")
     g = torch.Generator().manual_seed(0)
     if dtype in ("int", "long"):
         return torch.randint(0, 2, shape, generator=g)
@@ -263,11 +299,14 @@ def trace_command(target: str, shapes, dims=(), verify=True, notes=False) -> str
     inputs = [parse_shape(s) for s in shapes]
     hints = {}
     for item in dims or ():
+        import re
+
         name, _, axis = item.partition("=")
-        try:
-            hints[name.strip()] = int(axis)
-        except ValueError:
-            raise PenroseTraceError(f"--dim expects NAME=AXIS (an axis of the first input), got {item!r}") from None
+        if not re.fullmatch(r"-?[0-9]+", axis.strip()):
+            raise PenroseTraceError(f"--dim expects NAME=AXIS (an axis of the first input, ASCII digits), got {item!r}")
+        if name.strip() in hints and hints[name.strip()] != int(axis):
+            raise PenroseTraceError(f"--dim {name.strip()} is given twice, as axes {hints[name.strip()]} and {int(axis)}")
+        hints[name.strip()] = int(axis)
     mod_name, _, cls_name = target.rpartition(":")
     title = f"{os.path.basename(mod_name)}:{cls_name}" if mod_name.endswith(".py") else target
     return trace_module(module, inputs, dims=hints, verify=verify, notes=notes, title=title)

@@ -36,9 +36,7 @@ the known concept (the one steering and --intervene take).
 
 from __future__ import annotations
 
-import csv
 import difflib
-import io
 import math
 import os
 from dataclasses import dataclass
@@ -104,6 +102,8 @@ def _flag(v, col: str, where: str) -> bool:
 
 def _int(v, col: str, where: str) -> int:
     try:
+        if isinstance(v, str) and not v.strip().isascii():
+            raise ValueError  # float() reads other scripts' digits ("٣" as 3)
         f = float(v)
         if not f.is_integer():
             raise ValueError
@@ -364,7 +364,7 @@ class ConceptCatalog:
         if len(named) > 1:
             raise CatalogError(f"concept name {key!r} is ambiguous in {self.source}: ids "
                                f"{', '.join(f'{c.concept_id} ({c.head})' for c in named)}; give the id")
-        if key.isdigit():
+        if key.isascii() and key.isdigit():
             return self.get(int(key), head)
         names = [c.name for c in self._rows if head is None or c.head == head]
         lower = {n.lower(): n for n in names}

@@ -199,7 +199,7 @@ def concept_id(names, name: str) -> int:
     """The id of a known concept by name (or a number); a clear error for an unknown one."""
     if name in names:
         return list(names).index(name)
-    if name.isdigit() and int(name) < len(names):
+    if name.isascii() and name.isdigit() and int(name) < len(names):
         return int(name)
     import difflib
 

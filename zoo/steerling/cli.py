@@ -40,6 +40,8 @@ import json
 import os
 import sys
 
+from penrose.cli import ascii_float, ascii_int, ascii_number  # ASCII digits only (argparse int() takes "٣")
+
 TINY_MODEL = dict(n_layers=2, n_head=4, n_kv_heads=2, n_embd=64, block_size=256, diff_block_size=8,
                   intermediate_size=128)
 TINY_CONCEPTS = dict(n_concepts=40, n_unknown_concepts=56, concept_dim=64, topk_known=4, topk_known_features=4,
@@ -59,16 +61,16 @@ def _steering_options(parser) -> None:
     parser.add_argument("--unlearn", action="append", default=[], metavar="CONCEPT=STRENGTH",
                         help="unlearn a known concept (SteeringConfig.injection_relu): negative injection plus a "
                              "relu logit mask of this strength (the release's default 20); repeatable")
-    parser.add_argument("--unlearn-alpha", type=float, default=-7.0,
+    parser.add_argument("--unlearn-alpha", type=ascii_float, default=-7.0,
                         help="--unlearn: the raw injection alpha (default -7, the release's)")
     parser.add_argument("--unlearn-group", action="store_true",
                         help="--unlearn: inject along the concept's whole catalog group (needs --catalog)")
-    parser.add_argument("--inject-layer", type=int, default=None, metavar="N",
+    parser.add_argument("--inject-layer", type=ascii_int, default=None, metavar="N",
                         help="inject after layers N, N+1, ... (1-based; default n_layers // 4 for --inject, "
                              "n_layers // 2 for --unlearn)")
     parser.add_argument("--schedule", default=None, choices=["fixed", "hard_cutoff"],
                         help="injection schedule (default: hard_cutoff for --inject, fixed for --unlearn)")
-    parser.add_argument("--cutoff-tokens", type=int, default=None, metavar="N",
+    parser.add_argument("--cutoff-tokens", type=ascii_int, default=None, metavar="N",
                         help="hard_cutoff: tokens generated with the injection on (default 32)")
 
 
@@ -115,11 +117,11 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="sample text from a checkpoint")
     _checkpoint_option(g, device=True)
     g.add_argument("--prompt", required=True)
-    g.add_argument("--max-new-tokens", type=int, default=32)
-    g.add_argument("--temperature", type=float, default=1.0, help="0 = greedy")
-    g.add_argument("--top-p", type=float, default=0.9)
-    g.add_argument("--steps-per-block", type=int, default=8, help="block diffusion: unmasking steps per block")
-    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--max-new-tokens", type=ascii_int, default=32)
+    g.add_argument("--temperature", type=ascii_float, default=1.0, help="0 = greedy")
+    g.add_argument("--top-p", type=ascii_float, default=0.9)
+    g.add_argument("--steps-per-block", type=ascii_int, default=8, help="block diffusion: unmasking steps per block")
+    g.add_argument("--seed", type=ascii_int, default=0)
     g.add_argument("--intervene", action="append", default=[], metavar="CONCEPT=WEIGHT",
                    help="set a known concept's weight at every position (repeatable); CONCEPT is an id, "
                         "or a name with --catalog")
@@ -131,8 +133,8 @@ def _parser() -> argparse.ArgumentParser:
     i.add_argument("--out", required=True)
     i.add_argument("--tiny", action="store_true", help="a tiny configuration (the default is the release's: 8B)")
     i.add_argument("--causal", action="store_true", help="the causal variant (autoregressive generation)")
-    i.add_argument("--vocab-size", type=int, default=None)
-    i.add_argument("--seed", type=int, default=0)
+    i.add_argument("--vocab-size", type=ascii_int, default=None)
+    i.add_argument("--seed", type=ascii_int, default=0)
 
     n = sub.add_parser("info", help="print a checkpoint's sizes and parameter count")
     _checkpoint_option(n, device=True)
@@ -141,28 +143,28 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", default="tiny", help="tiny | small")
     t.add_argument("--data", default="fortunes", help="'fortunes' or a directory of category files")
     t.add_argument("--categories", default=None, help="comma-separated category files to read (default all)")
-    t.add_argument("--max-chunks", type=int, default=0, help="use a fixed sample of this many training chunks")
-    t.add_argument("--steps", type=int, default=100)
+    t.add_argument("--max-chunks", type=ascii_int, default=0, help="use a fixed sample of this many training chunks")
+    t.add_argument("--steps", type=ascii_int, default=100)
     t.add_argument("--out", required=True, help="checkpoint folder (resumed if it holds one)")
     t.add_argument("--variant", default="causal", choices=["causal", "block_causal"],
                    help="causal: next-token loss; block_causal: masked diffusion loss")
     t.add_argument("--epsilon", action="store_true", help="keep the residual ε (default: pure bottleneck)")
-    t.add_argument("--lambda-concept", type=float, default=0.1)
-    t.add_argument("--lambda-indep", type=float, default=1.0)
-    t.add_argument("--lambda-rec", type=float, default=0.1)
-    t.add_argument("--negative-weight", type=float, default=1.0, help="weight of unannotated concepts as negatives")
-    t.add_argument("--teacher-forcing-steps", type=int, default=0, help="anneal teacher forcing 1 → 0 over N steps")
+    t.add_argument("--lambda-concept", type=ascii_float, default=0.1)
+    t.add_argument("--lambda-indep", type=ascii_float, default=1.0)
+    t.add_argument("--lambda-rec", type=ascii_float, default=0.1)
+    t.add_argument("--negative-weight", type=ascii_float, default=1.0, help="weight of unannotated concepts as negatives")
+    t.add_argument("--teacher-forcing-steps", type=ascii_int, default=0, help="anneal teacher forcing 1 → 0 over N steps")
     t.add_argument("--tokenizer", default="byte", choices=["byte", "bpe"])
-    t.add_argument("--bpe-vocab", type=int, default=1024)
-    t.add_argument("--seq-len", type=int, default=None)
-    t.add_argument("--batch-size", type=int, default=None)
-    t.add_argument("--lr", type=float, default=None)
-    t.add_argument("--seed", type=int, default=0)
-    t.add_argument("--val-every", type=int, default=50)
-    t.add_argument("--save-every", type=int, default=100)
-    t.add_argument("--stop-after", type=int, default=None, help="stop after N steps of this call (resumable)")
+    t.add_argument("--bpe-vocab", type=ascii_int, default=1024)
+    t.add_argument("--seq-len", type=ascii_int, default=None)
+    t.add_argument("--batch-size", type=ascii_int, default=None)
+    t.add_argument("--lr", type=ascii_float, default=None)
+    t.add_argument("--seed", type=ascii_int, default=0)
+    t.add_argument("--val-every", type=ascii_int, default=50)
+    t.add_argument("--save-every", type=ascii_int, default=100)
+    t.add_argument("--stop-after", type=ascii_int, default=None, help="stop after N steps of this call (resumable)")
     t.add_argument("--no-progress", action="store_true")
-    t.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    t.add_argument("--threads", type=ascii_int, default=None, help="torch.set_num_threads")
     t.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
 
@@ -173,8 +175,8 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--heatmap", default=None,
                    help="PNG path (default: CHECKPOINT/explain.png for a training checkpoint, else explain.png here: "
                         "a downloaded checkpoint folder is left as it is)")
-    x.add_argument("--top", type=int, default=3, help="concepts shown per token")
-    x.add_argument("--ig-steps", type=int, default=32)
+    x.add_argument("--top", type=ascii_int, default=3, help="concepts shown per token")
+    x.add_argument("--ig-steps", type=ascii_int, default=32)
     x.add_argument("--concept", default=None, metavar="NAME|ID",
                    help="also: this known concept's probability per token and its token attribution")
     x.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for --concept")
@@ -185,20 +187,20 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--concept", default=None, metavar="NAME|ID", help="known concept name (or id) for --scale / --value")
     s.add_argument("--catalog", default=None, metavar="FILE",
                    help="concept labels (CSV or parquet) to read NAME in (default: the checkpoint's names)")
-    s.add_argument("--scale", type=float, default=None, help="multiply the concept's weight by S")
-    s.add_argument("--value", type=float, default=None, help="set the concept's weight to V instead")
+    s.add_argument("--scale", type=ascii_float, default=None, help="multiply the concept's weight by S")
+    s.add_argument("--value", type=ascii_float, default=None, help="set the concept's weight to V instead")
     s.add_argument("--prompt", required=True)
-    s.add_argument("--max-new-tokens", type=int, default=40,
+    s.add_argument("--max-new-tokens", type=ascii_int, default=40,
                    help="with --inject / --unlearn rounded up to a multiple of the diffusion block (the release's sampler)")
     s.add_argument("--json", action="store_true")
     _steering_options(s)
-    s.add_argument("--temperature", type=float, default=0.0,
+    s.add_argument("--temperature", type=ascii_float, default=0.0,
                    help="--inject / --unlearn: 0 = greedy (default); above 0 temperature sampling with --top-p")
-    s.add_argument("--top-p", type=float, default=0.8)
+    s.add_argument("--top-p", type=ascii_float, default=0.8)
     s.add_argument("--entropy-sampling", action="store_true",
                    help="--inject / --unlearn: the release's default entropy-adaptive sampler")
-    s.add_argument("--repetition-penalty", type=float, default=1.1, help="the release's default 1.1")
-    s.add_argument("--seed", type=int, default=0)
+    s.add_argument("--repetition-penalty", type=ascii_float, default=1.1, help="the release's default 1.1")
+    s.add_argument("--seed", type=ascii_int, default=0)
 
     v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
     _checkpoint_option(v)
@@ -209,20 +211,20 @@ def _parser() -> argparse.ArgumentParser:
                    help="labels file (CSV or parquet) that names the known concepts the corpus categories are")
     v.add_argument("--concept", action="append", default=None, metavar="CATEGORY=ID|NAME", dest="concept_map",
                    help="the known concept of a corpus category (repeatable; else by --catalog name)")
-    v.add_argument("--seq-len", type=int, default=None, help="tokens per row (default: the tiny preset's)")
-    v.add_argument("--max-chunks", type=int, default=0, help="a fixed sample of the corpus (0 = all)")
+    v.add_argument("--seq-len", type=ascii_int, default=None, help="tokens per row (default: the tiny preset's)")
+    v.add_argument("--max-chunks", type=ascii_int, default=0, help="a fixed sample of the corpus (0 = all)")
     v.add_argument("--json", action="store_true")
-    v.add_argument("--max-batches", type=int, default=16)
+    v.add_argument("--max-batches", type=ascii_int, default=16)
 
     c = sub.add_parser("concepts", help="look concepts up in a catalog (labels file)")
     c.add_argument("--catalog", default=os.environ.get("STEERLING_CONCEPTS_PATH"), metavar="FILE",
                    help="CSV or parquet labels file (default: $STEERLING_CONCEPTS_PATH)")
     c.add_argument("--search", default=None, metavar="TEXT", help="words to find in names and descriptions")
     c.add_argument("--id", default=None, metavar="NAME|ID", help="show one concept")
-    c.add_argument("--group", type=int, default=None, metavar="GROUP_ID", help="the concepts of a group")
+    c.add_argument("--group", type=ascii_int, default=None, metavar="GROUP_ID", help="the concepts of a group")
     c.add_argument("--head", default=None, choices=["known", "unknown"])
     c.add_argument("--steerable", action="store_true", help="steerable concepts only")
-    c.add_argument("--limit", type=int, default=50)
+    c.add_argument("--limit", type=ascii_int, default=50)
     c.add_argument("--json", action="store_true")
 
     from penrose_zoo.steerling.scaling import add_arguments
@@ -263,15 +265,14 @@ def _intervention(items, catalog: str | None = None) -> dict[int, float]:
     out = {}
     for item in items:
         concept, eq, w = item.rpartition("=")
-        try:
-            weight = float(w)
-            if not eq or not concept:
-                raise ValueError
-        except ValueError:
-            raise PenroseError(f"--intervene expects CONCEPT=WEIGHT (an id, or a name with --catalog), got {item!r}") from None
+        weight = ascii_number(w)
+        if weight is None or not eq or not concept:
+            raise PenroseError(f"--intervene expects CONCEPT=WEIGHT (an id, or a name with --catalog; WEIGHT a finite "
+                               f"number in ASCII digits), got {item!r}")
+        weight = float(weight)
         if cat is not None:
             out[cat.resolve(concept, head="known")] = weight
-        elif concept.strip().isdigit():
+        elif concept.strip().isascii() and concept.strip().isdigit():
             out[int(concept)] = weight
         else:
             raise PenroseError(f"--intervene {item!r}: {concept!r} is not a concept id; give --catalog FILE to use names")
@@ -314,7 +315,6 @@ def _known_names(checkpoint, model) -> list[str]:
 def _concept_strengths(items, flag: str, args, names) -> list[tuple[int, float]]:
     """(id, strength) of CONCEPT=STRENGTH items: CONCEPT an id or a name (in --catalog when given,
     else among the checkpoint's names); STRENGTH a finite number."""
-    import math
 
     from penrose.errors import PenroseError
     from penrose_zoo.steerling.checkpoints import concept_id
@@ -322,21 +322,18 @@ def _concept_strengths(items, flag: str, args, names) -> list[tuple[int, float]]
     out = []
     for item in items:
         concept, eq, w = item.rpartition("=")
-        try:
-            strength = float(w)
-            if not eq or not concept:
-                raise ValueError
-        except ValueError:
-            raise PenroseError(f"{flag} expects CONCEPT=STRENGTH (an id, or a name), got {item!r}") from None
-        if not math.isfinite(strength):
-            raise PenroseError(f"{flag} {item!r}: the strength {w!r} is not a finite number")
+        strength = ascii_number(w)
+        if strength is None or not eq or not concept:
+            raise PenroseError(f"{flag} expects CONCEPT=STRENGTH (an id, or a name; STRENGTH a finite number in ASCII "
+                               f"digits), got {item!r}")
+        strength = float(strength)
         if args.catalog:
             c = _catalog(args.catalog).lookup(concept, head="known")
             if c.concept_id >= len(names):
                 raise PenroseError(f"{flag} {item!r}: {concept!r} is known concept {c.concept_id} in {args.catalog}, but "
                                    f"this checkpoint has {len(names)} known concepts (ids 0..{len(names) - 1})")
             out.append((c.concept_id, strength))
-        elif concept.strip().isdigit() and concept.strip() not in names and int(concept) >= len(names):
+        elif concept.strip().isascii() and concept.strip().isdigit() and concept.strip() not in names and int(concept) >= len(names):
             raise PenroseError(f"{flag} {item!r}: known concept id {int(concept)} is out of range; this checkpoint has "
                                f"{len(names)} known concepts (ids 0..{len(names) - 1})")
         else:
