@@ -15,6 +15,7 @@ that loop (the handlers stay pygls's):
   message with no id to answer is reported in the client's log (`window/logMessage`);
 - a well-formed request whose params do not fit the protocol (a position of -1 or 2**40, a
   string where a number goes) is answered with -32602 `InvalidParams`;
+- a request before `initialize` is answered -32002 (ServerNotInitialized), a notification dropped;
 - none of this stops the server: it serves until `exit` or the end of stdin.
 
 Everything here is transport; `penrose.lsp` holds the analysis and the handlers.
@@ -34,7 +35,7 @@ MAX_BODY = 64 * 1024 * 1024  # bytes in one message (a document's text travels w
 MAX_HEADER = 8192  # bytes in one header block
 IDLE = 1.0  # seconds without a byte after which a partial message counts as broken
 
-PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS = -32700, -32600, -32602
+PARSE_ERROR, INVALID_REQUEST, INVALID_PARAMS, SERVER_NOT_INITIALIZED = -32700, -32600, -32602, -32002
 
 _HEADER_END = re.compile(rb"\r?\n\r?\n")
 _CONTENT_LENGTH = re.compile(rb"content-length[ \t]*:", re.IGNORECASE)
@@ -84,7 +85,7 @@ def _is_id(value) -> bool:
 
 
 class Framer:
-    """Split a byte stream into message bodies (bytes) and `Broken` reports; None at the end.
+    """Split a byte stream into messages (`Message`: bytes and JSON) and `Broken` reports; None at the end.
 
     `read(timeout)` gives the next chunk of bytes (b"" at the end of the stream) or None when
     nothing came within `timeout` seconds.
@@ -134,7 +135,7 @@ class Framer:
         return Broken(code, reason, raw)
 
     def next(self):
-        """The next message body (bytes), a `Broken` report, or None at the end of the stream."""
+        """The next `Message`, a `Broken` report, or None at the end of the stream."""
         while True:
             while self.buf[:1] == b"\n" or self.buf[:2] == b"\r\n":  # blank lines between messages
                 del self.buf[: 1 if self.buf[:1] == b"\n" else 2]
@@ -165,7 +166,7 @@ class Framer:
                                         f"a body shorter than its Content-Length ({cut} of {length} bytes)", wait=False)
             body = bytes(self.buf[body_start : body_start + length])
             try:
-                json.loads(body)
+                obj = json.loads(body)
             except (ValueError, RecursionError):
                 inner = _CONTENT_LENGTH.search(body)
                 if inner is not None:  # cut short by the next message: frame from its header
@@ -174,7 +175,16 @@ class Framer:
                 del self.buf[: body_start + length]
                 return Broken(PARSE_ERROR, "the body is not JSON", body)
             del self.buf[: body_start + length]
-            return body
+            return Message(body, obj)
+
+
+class Message:
+    """A framed message: its bytes and the JSON they hold."""
+
+    __slots__ = ("body", "obj")
+
+    def __init__(self, body: bytes, obj):
+        self.body, self.obj = body, obj
 
 
 def _json_end(buf: bytearray, start: int):
@@ -286,14 +296,17 @@ async def _loop(ls, framer: Framer):
             handle(ls.protocol, item)
 
 
-def handle(protocol, body: bytes) -> None:
-    """Decode one framed body and hand it to pygls; what pygls would drop is answered."""
+def handle(protocol, message) -> None:
+    """Hand one framed message (a `Message`, or its bytes) to pygls; what pygls would drop is answered."""
     from pygls.exceptions import JsonRpcException
 
-    try:
-        obj = json.loads(body)
-    except (ValueError, RecursionError):
-        return _report(protocol, Broken(PARSE_ERROR, "the body is not JSON", body))
+    if isinstance(message, Message):
+        obj = message.obj
+    else:
+        try:
+            obj = json.loads(message)
+        except (ValueError, RecursionError):
+            return _report(protocol, Broken(PARSE_ERROR, "the body is not JSON", message))
     if not isinstance(obj, dict):
         return _report(protocol, Broken(INVALID_REQUEST, "a message is a JSON object (batches are not part of LSP)"))
     mid = obj.get("id")
@@ -302,13 +315,21 @@ def handle(protocol, body: bytes) -> None:
         b = Broken(INVALID_REQUEST, 'not a JSON-RPC 2.0 message ("jsonrpc": "2.0", a string method, an integer or string id)')
         b.id = mid if has_id else None
         return _report(protocol, b)
+    method = obj.get("method")
+    if method == "initialize":
+        protocol._penrose_initialized = True
+    elif method is not None and method != "exit" and not getattr(protocol, "_penrose_initialized", False):
+        if has_id:  # the protocol's answer to a request before initialize; a notification is dropped
+            protocol._send_data({"jsonrpc": "2.0", "id": mid, "error": {"code": SERVER_NOT_INITIALIZED,
+                                                                         "message": f"{method} before initialize"}})
+        return None
     wrong = _mistyped(obj.get("params"))
     if wrong and "method" in obj:
         b = Broken(INVALID_PARAMS, f"invalid params for {obj['method']}: {wrong}")
         b.id = mid if has_id else None
         return _report(protocol, b)
     try:
-        message = protocol.structure_message(obj)
+        structured = protocol.structure_message(obj)
     except JsonRpcException as e:
         b = Broken(INVALID_PARAMS if "method" in obj else INVALID_REQUEST,
                    f"invalid params for {obj.get('method')!s}: {_validation_detail(e)}")
@@ -319,7 +340,7 @@ def handle(protocol, body: bytes) -> None:
         b.id = mid if has_id and "method" in obj else None
         return _report(protocol, b)
     try:
-        protocol.handle_message(message)
+        protocol.handle_message(structured)
     except (SystemExit, KeyboardInterrupt, BrokenPipeError):
         raise
     except Exception as e:

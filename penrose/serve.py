@@ -426,7 +426,8 @@ def _handler(server: LiveServer):
 
         def _refused(self) -> bool:
             """403 unless the Host (and any Origin) name this server: no DNS rebinding."""
-            if server.allowed(self.headers.get("Host"), self.headers.get("Origin")):
+            hosts, origins = self.headers.get_all("Host") or [], self.headers.get_all("Origin") or []
+            if len(hosts) == 1 and len(origins) <= 1 and server.allowed(hosts[0], origins[0] if origins else None):
                 return False
             self.close_connection = True
             self._send(403, b"forbidden: this server answers only requests addressed to its own address\n",

@@ -228,7 +228,7 @@ def test_a_device_inside_the_workspace_is_refused_without_reading():
 
 def test_the_framer_alone():
     """The framing, byte by byte: each broken message becomes one report, the good ones pass."""
-    from penrose.lsp_io import Broken, Framer
+    from penrose.lsp_io import Broken, Framer, Message
 
     good = _body({"jsonrpc": "2.0", "id": 1, "method": "x"})
     stream = (b"Content-Length: x\r\n\r\n" + _body(_hover(2)) + b"Content-Length: %d\r\n\r\n" % len(good) + good
@@ -237,7 +237,24 @@ def test_the_framer_alone():
     framer = Framer(lambda timeout: chunks.pop(0) if chunks else b"", idle=0.01)
     out = []
     while (item := framer.next()) is not None:
-        out.append(item if isinstance(item, bytes) else ("broken", item.id))
+        out.append(item.body if isinstance(item, Message) else ("broken", item.id))
     assert out[0] == ("broken", 2) and out[1] == good and out[-1] == good
     assert all(isinstance(x, bytes) or x[0] == "broken" for x in out) and len([x for x in out if x == good]) == 2
     assert isinstance(Broken(-32700, "x", b'{"id": "a\\"b"'), Broken) and Broken(-32700, "x", b'{"id": "a\\"b"').id == 'a"b'
+
+
+def test_requests_before_initialize_are_answered_not_initialized():
+    rpc = Raw.__new__(Raw)
+    rpc.proc = subprocess.Popen([sys.executable, "-m", "penrose.cli", "lsp"], cwd=ROOT, stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    rpc.cond, rpc.answers, rpc.notes, rpc.ids = threading.Condition(), {}, [], 0
+    threading.Thread(target=rpc._read, daemon=True).start()
+    try:
+        rpc.send({"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover",
+                  "params": {"textDocument": {"uri": "file:///dev/zero"}, "position": {"line": 0, "character": 0}}})
+        assert rpc.answer(1)["error"]["code"] == -32002
+        rpc.send({"jsonrpc": "2.0", "id": 2, "method": "initialize", "params": {"processId": None, "rootUri": None, "capabilities": {}}})
+        assert "capabilities" in rpc.answer(2)["result"]
+    finally:
+        rpc.proc.kill()
+        rpc.proc.wait()

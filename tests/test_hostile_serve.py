@@ -148,6 +148,13 @@ def test_a_request_without_host_gets_403(tmp_path):
         conn.endheaders()
         assert conn.getresponse().status == 403
         conn.close()
+        conn = http.client.HTTPConnection(u.hostname, u.port, timeout=10)  # two Hosts: which one is meant?
+        conn.putrequest("GET", "/state", skip_host=True)
+        conn.putheader("Host", u.netloc)
+        conn.putheader("Host", "evil.example")
+        conn.endheaders()
+        assert conn.getresponse().status == 403
+        conn.close()
 
 
 def test_foreign_origin_on_the_event_stream_gets_403(tmp_path):

@@ -157,7 +157,8 @@ def check_memory(file, m: dict, c: dict, vocab: int, paths: dict[str, str]) -> N
     G = m["n_kv_heads"] if m["n_kv_heads"] is not None else H
     D = E // H if H and E >= H else 1
     F = m["intermediate_size"] if m["intermediate_size"] is not None else m["mlp_ratio"] * E
-    n, u, j = c["n_concepts"], c["n_unknown_concepts"] or 0, c["factorize_rank"]
+    pm = c["pad_multiple"]
+    n, u, j = -(-c["n_concepts"] // pm) * pm, -(-(c["n_unknown_concepts"] or 0) // pm) * pm, c["factorize_rank"]  # rows as stored
     L = m["n_layers"]
     # (weight, entries, fields that size it, how many of it)
     weights = [
