@@ -170,6 +170,8 @@ def test_direct_construction_checks_the_same_schema():
         Steerling(MODEL, {**CONCEPT, "block_size": 0}, VOCAB)
     with pytest.raises(PenroseCompileError, match="'rope_base' = nan"):
         Steerling({**MODEL, "rope_base": float("nan")}, CONCEPT, VOCAB)
+    with pytest.raises(PenroseCompileError, match=r"Steerling: the weight .*'concept_config.n_concepts' = 1,000,000,000.*bytes"):
+        Steerling(MODEL, {**CONCEPT, "n_concepts": 10**9}, VOCAB)
 
 
 def test_files_are_written_with_one_mode_rule(tmp_path):

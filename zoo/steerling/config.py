@@ -95,11 +95,14 @@ def diagram_sizes(model_config: dict, concept_config: dict, vocab_size: int) -> 
     """The dims of dims.pen for a release config (defaults filled in). Raises PenroseCompileError
     for anything the diagrams do not draw, naming every such config field."""
     m, c = full_configs(model_config, concept_config)
-    from penrose_zoo.steerling.schema import CONCEPT_SCHEMA, MODEL_SCHEMA, PENROSE_SCHEMA, check_fields
+    from penrose_zoo.steerling.schema import CONCEPT_SCHEMA, MODEL_SCHEMA, PENROSE_SCHEMA, check_fields, check_memory
 
     check_fields("model_config", m, MODEL_SCHEMA, "", error=PenroseCompileError)  # types, ranges, finiteness
     check_fields("concept_config", c, CONCEPT_SCHEMA, "", error=PenroseCompileError)
     check_fields("Steerling", {"vocab_size": vocab_size}, PENROSE_SCHEMA, "", error=PenroseCompileError)
+    if m["n_embd"] >= m["n_head"]:  # sizes that would not fit, named by field (else a zoo diagram would be named)
+        paths = {k: f"model_config.{k}" for k in m} | {f"concept.{k}": f"concept_config.{k}" for k in c}
+        check_memory("Steerling", m, c, vocab_size, paths, error=PenroseCompileError)
     bad: list[tuple[str, object, str]] = []
     for field, (want, why) in _REQUIRED.items():
         have = m[field] if field in m else c[field]

@@ -145,7 +145,7 @@ def _show(v) -> str:
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def check_memory(file, m: dict, c: dict, vocab: int, paths: dict[str, str]) -> None:
+def check_memory(file, m: dict, c: dict, vocab: int, paths: dict[str, str], error=None) -> None:
     """The weights the configs `m`, `c` (defaults filled in) would make, as float32, fit in
     penrose's limits (`penrose.check.LIMITS`: per tensor and in all): else a CheckpointError
     naming the fields that size the largest weight, their values and the bytes. `paths` maps a
@@ -185,14 +185,14 @@ def check_memory(file, m: dict, c: dict, vocab: int, paths: dict[str, str]) -> N
     per = LIMITS.value("tensor_bytes")
     big = max(weights, key=lambda w: w[1])
     if 4 * big[1] > per:
-        raise CheckpointError(f"{file}: the weight {big[0]} sized by {fields(big[2])} would take {_bytes(4 * big[1])} "
+        raise (error or CheckpointError)(f"{file}: the weight {big[0]} sized by {fields(big[2])} would take {_bytes(4 * big[1])} "
                               f"({4 * big[1]:,} bytes) as float32, beyond the limit of {_bytes(per)} per tensor; "
                               f"{Limits.how_to_raise('tensor_bytes')}")
     total = sum(4 * entries * count for _, entries, _, count in weights)
     limit = LIMITS.value("total_bytes")
     if total > limit:
         share = max(weights, key=lambda w: w[1] * w[3])
-        raise CheckpointError(f"{file}: the weights would take {_bytes(total)} ({total:,} bytes) as float32 in all, "
+        raise (error or CheckpointError)(f"{file}: the weights would take {_bytes(total)} ({total:,} bytes) as float32 in all, "
                               f"beyond the limit of {_bytes(limit)}; the largest share is {share[0]} × {share[3]}, sized by "
                               f"{fields(share[2] + (('n_layers',) if share[3] == L and L > 1 else ()))}; "
                               f"{Limits.how_to_raise('total_bytes')}")
