@@ -472,7 +472,10 @@ def _check_finite(file, key: str, t: Tensor, chunk: int = 1 << 24, offset: int =
     `total`) holds a NaN or an infinity; checked in chunks, never a second full-size tensor."""
     flat = t.reshape(-1)
     for start in range(0, flat.numel(), chunk):
-        finite = torch.isfinite(flat[start : start + chunk])
+        part = flat[start : start + chunk]
+        if bool(torch.isfinite(part.sum())):  # a NaN or an inf makes the sum one: a finite sum clears the chunk fast
+            continue
+        finite = torch.isfinite(part)  # an inf sum may be an overflow: look entry by entry
         if not bool(finite.all()):
             first = start + int((~finite).nonzero()[0, 0])
             raise CheckpointError(
