@@ -168,10 +168,14 @@ class Framer:
             try:
                 obj = json.loads(body)
             except (ValueError, RecursionError):
-                inner = _CONTENT_LENGTH.search(body)
-                if inner is not None:  # cut short by the next message: frame from its header
+                end = body_start + length
+                if _ends_in_header_start(body):  # the next header may begin inside: see all of it
+                    while len(self.buf) < end + 16 and self._more(self.idle):
+                        pass
+                inner = _CONTENT_LENGTH.search(self.buf, body_start, end + 16)
+                if inner is not None and inner.start() < end:  # cut short by the next message: frame from its header
                     return self._resync(body_start - 1, PARSE_ERROR, "a body shorter than its Content-Length",
-                                        broken_until=body_start + inner.start())
+                                        broken_until=inner.start())
                 del self.buf[: body_start + length]
                 return Broken(PARSE_ERROR, "the body is not JSON", body)
             del self.buf[: body_start + length]
@@ -185,6 +189,12 @@ class Message:
 
     def __init__(self, body: bytes, obj):
         self.body, self.obj = body, obj
+
+
+def _ends_in_header_start(body: bytes) -> bool:
+    """Whether `body` ends with the first letters of `Content-Length:` (any case)."""
+    tail = body[-15:].lower()
+    return any(tail.endswith(b"content-length:"[:k]) for k in range(1, 16))
 
 
 def _json_end(buf: bytearray, start: int):

@@ -149,6 +149,30 @@ def test_messages_without_an_id_are_skipped_and_logged(lsp, body):
         assert lsp.cond.wait_for(lambda: any(n["method"] == "window/logMessage" for n in lsp.notes[since:]), WAIT)
 
 
+@pytest.mark.parametrize("cut", [1, 4, 9, 15, 20])
+def test_a_length_that_ends_inside_the_next_header(lsp, cut):
+    """The bad message's declared body runs `cut` bytes into the next message's header: that
+    message is still framed and answered."""
+    bad = b'{"jsonrpc": "2.0", "id": 130, "method": "textDocument/hover"'
+    lsp.write(b"Content-Length: %d\r\n\r\n" % (len(bad) + cut) + bad)
+    _still_serving(lsp)
+    assert lsp.answer(130)["error"]["code"] == -32700
+
+
+def test_seeded_garbage_then_a_valid_hover(lsp):
+    """Random junk (header fragments, JSON fragments, bytes) between valid messages: each valid
+    hover after it is answered."""
+    import random
+
+    rnd = random.Random(24)
+    pieces = [b"Content-Length: ", b"\r\n", b"\r\n\r\n", b"{", b"}", b'"id": 3', b"abc", b"\xff\xfe", b"[", b"]",
+              b"Content-Type: x", b"12", b":", b'"', b"\\", b" "]
+    for _ in range(12):
+        junk = b"".join(rnd.choice(pieces) for _ in range(rnd.randint(1, 12)))
+        lsp.write(junk + b"\r\n\r\n")
+        _still_serving(lsp)
+
+
 def test_junk_without_any_header_is_skipped(lsp):
     lsp.write(b"hello, this is not LSP\r\n" + b"\x00" * 100 + b"\r\n")
     _still_serving(lsp)
