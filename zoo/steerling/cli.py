@@ -322,10 +322,11 @@ def _concept_strengths(items, flag: str, args, names) -> list[tuple[int, float]]
     out = []
     for item in items:
         concept, eq, w = item.rpartition("=")
+        if not eq or not concept or not w.strip():
+            raise PenroseError(f"{flag} expects CONCEPT=STRENGTH (an id, or a name), got {item!r}")
         strength = ascii_number(w)
-        if strength is None or not eq or not concept:
-            raise PenroseError(f"{flag} expects CONCEPT=STRENGTH (an id, or a name; STRENGTH a finite number in ASCII "
-                               f"digits), got {item!r}")
+        if strength is None:
+            raise PenroseError(f"{flag} {item!r}: the strength {w!r} is not a finite number (in ASCII digits)")
         strength = float(strength)
         if args.catalog:
             c = _catalog(args.catalog).lookup(concept, head="known")
