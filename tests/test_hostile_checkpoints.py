@@ -247,3 +247,19 @@ def test_optimizer_state_with_nan_is_refused(tmp_path):
 
 def test_every_refusal_is_a_penrose_error():
     assert issubclass(CheckpointError, PenroseError)
+
+
+@pytest.mark.parametrize("doc, match", [
+    ({"format": "x"}, "not a"), ({"special_tokens": 5}, "special tokens"), ({"kind": "bpe", "bpe": "garbage"}, "field 'bpe'"),
+    ({"kind": "bpe", "bpe": {"model": 7}}, "field 'bpe' is not a tokenizer"), ({"kind": "nonesuch"}, "unknown tokenizer kind"),
+])
+def test_a_damaged_tokenizer_json(tmp_path, doc, match):
+    from penrose_zoo.steerling.tokenizer import SPECIAL_TOKENS, TOKENIZER_FORMAT, TokenizerError, load_tokenizer
+
+    full = {"format": TOKENIZER_FORMAT, "version": 1, "kind": "byte", "special_tokens": list(SPECIAL_TOKENS), **doc}
+    (tmp_path / "tokenizer.json").write_text(json.dumps(full))
+    with pytest.raises(TokenizerError, match=match):
+        load_tokenizer(tmp_path)
+    (tmp_path / "tokenizer.json").write_text("[" * 50_000)
+    with pytest.raises(TokenizerError, match="nested more than"):
+        load_tokenizer(tmp_path)

@@ -446,14 +446,20 @@ def load_tokenizer(path: str | os.PathLike) -> ByteTokenizer | BPETokenizer | St
         want = RELEASE_SPECIAL_TOKENS + (RELEASE_INSTRUCT_TOKENS if instruct else ())
     else:
         want = SPECIAL_TOKENS
-    if tuple(doc.get("special_tokens", ())) != want:
+    special = doc.get("special_tokens", [])
+    if not isinstance(special, list) or tuple(special) != want:
         raise TokenizerError(f"{path}: special tokens {doc.get('special_tokens')} differ from {list(want)}")
     if kind == "byte":
         return ByteTokenizer()
     if kind == "bpe":
         from tokenizers import Tokenizer
 
-        return BPETokenizer(Tokenizer.from_str(json.dumps(doc["bpe"])))
+        if not isinstance(doc.get("bpe"), dict):
+            raise TokenizerError(f"{path}: field 'bpe' must be an object (the tokenizers library's model)")
+        try:
+            return BPETokenizer(Tokenizer.from_str(json.dumps(doc["bpe"])))
+        except Exception as e:  # noqa: BLE001 - the tokenizers library's own error: a damaged file
+            raise TokenizerError(f"{path}: field 'bpe' is not a tokenizer the tokenizers library reads ({e})") from None
     if kind == "release":
         return SteerlingTokenizer(instruct=instruct)
     raise TokenizerError(f"{path}: unknown tokenizer kind {kind!r}")
