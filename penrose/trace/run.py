@@ -297,7 +297,7 @@ def trace_command(target: str, shapes, dims=(), verify=True, notes=False) -> str
     if not shapes:
         raise PenroseTraceError("trace: give the example inputs' shapes with --input SHAPE (one per input)")
     inputs = [parse_shape(s) for s in shapes]
-    hints = {}
+    hints: dict[str, int] = {}
     for item in dims or ():
         import re
 

@@ -288,7 +288,9 @@ class ConceptCatalog:
         if missing:
             raise CatalogError(f"{path}: the catalog has no column {', '.join(missing)} (columns: {', '.join(cols) or 'none'}; "
                                f"expected {', '.join(COLUMNS)})")
-        concepts, ids, names = [], {}, {}
+        concepts: list[Concept] = []
+        ids: dict[tuple, str] = {}
+        names: dict[tuple, str] = {}
         for where, r in rows:
             c = _concept(r, where)
             for seen, key, what in ((ids, (c.head, c.concept_id), f"{c.head} concept id {c.concept_id}"),
