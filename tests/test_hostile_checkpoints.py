@@ -263,3 +263,17 @@ def test_a_damaged_tokenizer_json(tmp_path, doc, match):
     (tmp_path / "tokenizer.json").write_text("[" * 50_000)
     with pytest.raises(TokenizerError, match="nested more than"):
         load_tokenizer(tmp_path)
+
+
+def test_sampling_nan_logits_is_a_clear_error():
+    from penrose_zoo.steerling.generate import GenerationConfig, sample_logits, sample_token
+
+    logits = torch.zeros(2, 5)
+    logits[1, 3] = float("nan")
+    for t in (0.0, 1.0):
+        with pytest.raises(PenroseError, match="row 1 hold NaN or \\+inf"):
+            sample_logits(logits, temperature=t)
+    with pytest.raises(PenroseError, match="only -inf"):
+        sample_logits(torch.zeros(1, 3), banned=[0, 1, 2])
+    with pytest.raises(PenroseError, match="NaN"):
+        sample_token(logits[1], GenerationConfig())

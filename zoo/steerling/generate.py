@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, fields
 import torch
 from torch import Tensor
 
-from penrose.errors import PenroseShapeError
+from penrose.errors import PenroseError, PenroseShapeError
 from penrose_zoo.steerling import tokenizer as _tokenizer
 
 
@@ -59,6 +59,17 @@ def ByteTokenizer(**kw) -> _tokenizer.ByteTokenizer:  # noqa: N802 - the name ca
     return _tokenizer.ByteTokenizer(**kw)
 
 
+def _check_logits(logits: Tensor) -> None:
+    """A clear error, not torch.multinomial's, when a row of logits cannot be sampled: a NaN or
+    +inf (a model with non-finite weights, loaded with allow_nonfinite=True), or every token banned."""
+    bad = torch.isnan(logits).any(dim=-1) | torch.isposinf(logits).any(dim=-1) | torch.isneginf(logits).all(dim=-1)
+    if bool(bad.any()):
+        row = int(bad.nonzero()[0, 0])
+        what = "NaN or +inf" if bool(torch.isnan(logits[row]).any() | torch.isposinf(logits[row]).any()) else "only -inf"
+        raise PenroseError(f"cannot sample: the logits of row {row} hold {what} (non-finite weights, loaded with "
+                           "allow_nonfinite=True? or every token banned)")
+
+
 def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
                   generator: torch.Generator | None = None, banned: list[int] | None = None) -> tuple[Tensor, Tensor]:
     """Sample one token per row of `logits` (n, v). Returns (tokens, confidence): the confidence
@@ -67,6 +78,7 @@ def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
     logits = logits.float().clone()
     if banned:
         logits[:, banned] = -math.inf
+    _check_logits(logits)
     if temperature <= 0:
         probs = torch.softmax(logits, dim=-1)
         conf, tok = probs.max(dim=-1)
@@ -380,6 +392,7 @@ def sample_token(logits_1d: Tensor, config: GenerationConfig, generator: torch.G
     """One token from one position's logits, as the release's `_sample_token`: entropy sampling
     (temperature 0.3 + 0.4 · normalised entropy, then top-p), else temperature + top-p when both
     are above 0, else the argmax."""
+    _check_logits(logits_1d.reshape(1, -1))
     if config.use_entropy_sampling:
         probs_raw = torch.softmax(logits_1d, dim=-1)
         sorted_probs, _ = torch.sort(probs_raw, descending=True)
