@@ -163,6 +163,16 @@ def test_nan_weights_are_found_while_loading(tmp_path, saved):
         Steerling.from_pretrained(path, dtype=None)
 
 
+def test_from_release_refuses_nan_weights(saved):
+    sd = load_file(str(saved / "model.safetensors"))
+    key = "transformer.ln_f.weight"
+    sd[key] = sd[key].clone()
+    sd[key][0] = float("inf")
+    with pytest.raises(CheckpointError, match=rf"state_dict: tensor {key} holds a non-finite value \(inf at entry 0"):
+        Steerling.from_release(sd, MODEL, CONCEPT, VOCAB)
+    assert Steerling.from_release(sd, MODEL, CONCEPT, VOCAB, allow_nonfinite=True) is not None
+
+
 def test_direct_construction_checks_the_same_schema():
     with pytest.raises(PenroseCompileError, match="large_concept_threshold"):
         Steerling(MODEL, CONCEPT, VOCAB, large_concept_threshold="x")

@@ -155,12 +155,19 @@ class Steerling(torch.nn.Module):
                      vocab_size: int, **kw) -> "Steerling":
         """The model with the release's weights (state_dict under the release's key names).
 
-        Every key, shape and dtype is checked before anything is built; the tensors are used as
-        they are (no copy) when already float32."""
+        Every key, shape and dtype is checked before anything is built, and every tensor for NaN
+        and ±inf (unless allow_nonfinite=True); the tensors are used as they are (no copy) when
+        already float32."""
+        allow_nonfinite = kw.pop("allow_nonfinite", False)
         sizes = diagram_sizes(model_config, concept_config, vocab_size)  # config errors first
         with torch.device("meta"):
             model = cls(model_config, concept_config, vocab_size, **kw)
         tensors = model._check_release_state_dict(state_dict, sizes)
+        if not allow_nonfinite:  # as loading a folder: a NaN or inf weight is named, not sampled from
+            from penrose_zoo.steerling.release import _check_finite
+
+            for key, t in tensors.items():
+                _check_finite("state_dict", model._names.get(key, key), t.detach())
         model.net.load_state_dict(tensors, strict=True, assign=True)
         return model
 
