@@ -221,7 +221,7 @@ def _parser(discovered=None) -> argparse.ArgumentParser:
             "penrose serve zoo/paper/mlp.pen --port 8000")
     c.add_argument("path", help="a .pen file, or a folder of them")
     c.add_argument("--port", type=ascii_int, default=8000, help="0 picks a free port (default 8000)")
-    c.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only)")
+    c.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1: this machine only); requests must name it (with the port) in their Host header, others get 403 (docs/security.md)")
     c.add_argument("--size", action="append", metavar="NAME=N")
     _include_path_option(c)
 
