@@ -82,7 +82,9 @@ class Workspace:
     """Cached parses and checks of files (and editor texts), invalidated by file stamps.
 
     `include_paths` are the folders includes may reach by default (each call may give others).
-    `parses` counts the files and texts parsed, for tests and benchmarks.
+    `parses` counts the files and texts parsed, for tests and benchmarks. `reader(path) -> str`
+    reads a file from disk (default `penrose.io.read_text`); the language server passes one that
+    refuses files outside the workspace folders and over a size limit (docs/security.md).
     """
 
     def __init__(self, include_paths: Paths = (), *, max_checked: int = 256,
