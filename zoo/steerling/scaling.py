@@ -124,6 +124,11 @@ def power_law_fit(C, loss, seeds=None) -> dict:
     return {**f, "b_std": b_std, "b_std_source": source, "b_per_seed": per_seed}
 
 
+# exponents equal up to rounding are equal: with seeds that agree exactly (b_std = 0) a difference
+# of 1e-16 from the fits' arithmetic would otherwise count as "the exponents differ"
+_EXPONENT_TOL = 1e-9
+
+
 def _finite(x):
     return None if x is None or (isinstance(x, float) and not math.isfinite(x)) else x
 
@@ -175,7 +180,7 @@ def analyse(rows: list[dict]) -> dict:
                 "offset_log10_loss": off, "loss_ratio": 10 ** off,
                 "loss_base_at_C0": 10 ** (base["a"] + base["b"] * x0), "loss_at_C0": 10 ** (f["a"] + f["b"] * x0),
                 "b_base": base["b"], "b": f["b"], "b_diff": diff, "b_diff_std": _finite(sd),
-                "exponents_differ": bool(math.isfinite(sd) and abs(diff) > 2 * sd),
+                "exponents_differ": bool(math.isfinite(sd) and abs(diff) > 2 * sd + _EXPONENT_TOL),
                 "tax_per_size": {s: float(np.mean(t)) for s, t in tax.items()},
             })
     return {"fits": fits, "comparisons": comparisons, "trends": trends, "claims": claims(comparisons, trends)}
