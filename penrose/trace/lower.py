@@ -36,6 +36,10 @@ UNARY = {  # aten name -> .pen function
 }
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 IDENTITY = {"contiguous", "clone", "alias", "lift_fresh_copy", "_to_copy", "to", "type_as", "view_as_real_noop"}
+INPLACE_KEEP = {"index_put_", "fill_", "zero_", "copy_"}  # refused with their own reasons
+VIEW_OPS = {"view", "reshape", "_unsafe_view", "transpose", "permute", "select", "slice", "expand", "unsqueeze", "squeeze",
+            "t", "narrow", "split", "split_with_sizes", "chunk", "unbind", "alias", "diagonal", "as_strided", "unflatten",
+            "flatten", "movedim", "swapaxes", "view_as", "expand_as", "getitem"}
 SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
 
@@ -79,6 +83,9 @@ class Lowerer:
         self.values: dict = {}
         self.placeholders: dict = {}  # placeholder name -> (kind, target)
         self.state = dict(module.state_dict(keep_vars=True))
+        # every param and buffer, non-persistent buffers too (rotary caches): the tensors forward reads
+        self.tensors = {**dict(module.named_buffers(remove_duplicate=False)), **self.state}
+        self.persistent = set(self.state)
         self.aliases = {}  # a state-dict name -> the other names of the same tensor (tied weights)
         by_tensor = {}
         for name, t in list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False)):
@@ -96,6 +103,7 @@ class Lowerer:
         self.outputs: list = []  # Views at the top level
         self.input_views: list = []
         self.batch_size = None
+        self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -106,7 +114,45 @@ class Lowerer:
         return None
 
     def fail(self, message, node=None):
-        raise PenroseTraceError(message, self.where(node))
+        node = node or self.node
+        raise PenroseTraceError(message, self.deeper(node, self.where(node)))
+
+    def deeper(self, node, span):
+        """The line inside a helper function that made `node`, when export recorded only the line
+        of forward that called the helper: forward runs again (eval, no grad) under a mode that
+        records the Python stack of every call of the node's torch function, and the call made
+        from `span`'s line names its innermost user frame."""
+        fn = node.meta.get("torch_fn") if node is not None else None
+        name = fn[1].rsplit(".", 1)[-1] if fn and len(fn) == 2 and isinstance(fn[1], str) else None
+        if span is None or not name:
+            return span
+        import traceback
+
+        from torch.overrides import TorchFunctionMode
+
+        stacks = []
+
+        class Record(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                if getattr(func, "__name__", None) == name:
+                    stacks.append(traceback.extract_stack()[:-1])
+                return func(*args, **(kwargs or {}))
+
+        was = self.module.training
+        self.module.eval()
+        try:
+            with torch.no_grad(), Record():
+                self.module(*self.inputs)
+        except Exception:  # noqa: BLE001, S110 - only a better line is sought; the error stands either way
+            pass
+        finally:
+            self.module.train(was)
+        for stack in stacks:
+            user = [f for f in stack if _user_file(f.filename)]
+            if any(f.filename == span.file and f.lineno == span.line for f in user):
+                inner = user[-1]
+                return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
+        return span
 
     def unsupported(self, what=None, why=""):
         name = what or torch_name(self.node)
@@ -140,7 +186,11 @@ class Lowerer:
             elif node.op == "output":
                 self.enter_root()
                 outs = node.args[0]
-                for o in outs if isinstance(outs, (tuple, list)) else [outs]:
+                outs = list(outs) if isinstance(outs, (tuple, list)) else [outs]
+                kinds = [spec.kind.name for spec in sig.output_specs]
+                if len(kinds) == len(outs):  # a mutated buffer or input is an output of export's graph, not the module's
+                    outs = [o for o, k in zip(outs, kinds) if k == "USER_OUTPUT"]
+                for o in outs:
                     if o is None or not hasattr(o, "op"):
                         self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", node)
                     v = self.get(o)
@@ -338,6 +388,10 @@ class Lowerer:
 
     def state_view(self, entry):
         _, kind, target, node = entry
+        if kind in ("CONSTANT_TENSOR", "CUSTOM_OBJ"):
+            value = self.ep.constants.get(target) if kind == "CONSTANT_TENSOR" else None
+            if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:  # torch.tensor(-1e4): a number
+                return _scalar(value)
         if kind not in ("PARAMETER", "BUFFER"):
             self.fail(f"a constant tensor ({node.name}) is used; a diagram's tensors are inputs, params and buffers "
                       "(register it as a buffer)")
@@ -355,9 +409,16 @@ class Lowerer:
                       f"module {owner or '(top)'!r}; a block's params are reachable only inside its own calls")
         p = region.params.get(target)
         if p is None:
-            tensor = self.state.get(target)
+            tensor = self.tensors.get(target)
             p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
-        return self.lift(View(p, list(p.legs), False), self.cur)
+            p.span = self.where(self.node)
+        v = self.lift(View(p, list(p.legs), False), self.cur)
+        if p.value is not None and p.value.dtype == torch.bool:  # a bool buffer (a causal mask): loaded as 1 and 0
+            key = ("mask", p.id, v.pval.id)
+            if key not in self.masks:
+                self.masks[key] = self.map_expr(v, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
+            return self.masks[key]
+        return v
 
     def declare_state(self, region, target, local, kind, tensor) -> PVal:
         """The param (or buffer) `target` of `region`, declared with a leg per axis."""
@@ -365,8 +426,13 @@ class Lowerer:
         for j, s in enumerate(tensor.shape):
             role = "one" if s == 1 else ("out" if j == 0 else "in") if tensor.dim() == 2 else "feat"
             legs.append(self.C.new(s, role=role, origin=f"axis {j} of {target}"))
-        p = PVal(legs, False, _dtype(tensor.dtype), region, "param" if kind == "PARAMETER" else "buffer", param=local, hint=local)
-        p.value = tensor.detach() if isinstance(tensor, torch.Tensor) and not tensor.is_meta else None
+        dtype = _dtype(tensor.dtype)
+        if dtype == "bool" and kind == "BUFFER":
+            dtype = "float"  # a diagram's buffers are float: a bool mask loads as 1 and 0, read as `mask != 0`
+        p = PVal(legs, False, dtype, region, "param" if kind == "PARAMETER" else "buffer", param=local, hint=local)
+        real = isinstance(tensor, torch.Tensor) and not tensor.is_meta and type(tensor) in (torch.Tensor, torch.nn.Parameter)
+        p.value = tensor.detach() if real else None
+        p.persistent = target in self.persistent or kind == "PARAMETER"
         self.C.register(p)
         region.params[target] = p
         return p
@@ -495,6 +561,11 @@ class Lowerer:
         packet = _packet(node)
         if packet in SKIP:
             return None
+        if packet.endswith("_") and not packet.startswith("_") and packet not in INPLACE_KEEP:
+            return self.in_place(node, packet[:-1])
+        return self.dispatch(node, packet)
+
+    def dispatch(self, node, packet):
         fn = getattr(self, f"op_{packet}", None)
         if fn is None:
             if packet in UNARY:
@@ -505,6 +576,29 @@ class Lowerer:
                 return self.identity()
             self.unsupported()
         return fn(node)
+
+    def in_place(self, node, packet):
+        """`x += y`, `x.relu_()`, `nn.ReLU(inplace=True)`, `masked_fill_`: functionalised, the update
+        is the value it produces, and every later read of `x` reads that value. Refused where the
+        update would be seen through another tensor (a view of it, a param or buffer, an input)."""
+        target = node.args[0] if node.args else None
+        name = torch_name(node)
+        if not hasattr(target, "op"):
+            self.unsupported(name, why="an in-place update of something that is not a tensor")
+        entry = self.values.get(target)
+        if isinstance(entry, tuple) and entry and entry[0] == "state":
+            self.unsupported(name, why=f"it updates {entry[2]!r} in place (inplace=True on a parameter or buffer: "
+                                       "state the diagram does not keep)")
+        if target.op == "placeholder":
+            self.unsupported(name, why="it updates an input in place (inplace=True on the module's input)")
+        if target.op == "call_function" and _packet(target) in VIEW_OPS and any(
+                u is not node and self.index.get(u, -1) > self.index.get(node, -1) for u in _base(target).users):
+            self.unsupported(name, why="it updates a view in place (inplace=True), which changes the tensor it views")
+        if getattr(self, f"op_{packet}", None) is None and packet not in UNARY and packet not in COMPARE:
+            self.unsupported(name, why=f"{packet} (without inplace) cannot be expressed either")
+        result = self.dispatch(node, packet)
+        self.values[target] = result  # later reads of the updated tensor read its new value
+        return result
 
     def args(self, node) -> dict:
         schema = getattr(node.target, "_schema", None)
@@ -552,18 +646,33 @@ class Lowerer:
 
     # ---- element-wise ---------------------------------------------------------------------------------
     def identity(self):
-        """contiguous, clone, alias, and conversions that keep the dtype: the same tensor."""
+        """contiguous, clone, alias, and conversions: the same tensor. A diagram has one float
+        dtype (the model's), so a cast between float dtypes is the same tensor (`softmax(x,
+        dtype=torch.float32).to(x.dtype)`, `.float()` in a float32 model); a bool mask made a
+        number is `where(mask, 1, 0)`; a conversion between kinds (float to int, int to float)
+        is refused."""
         x = self.get(self.node.args[0])
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return x  # torch.tensor(-1e4) and its copies: a number
         if not isinstance(x, View):
             self.unsupported()
         src = self.node.args[0].meta.get("val") if hasattr(self.node.args[0], "meta") else None
         want = self.out_dtype()
-        if want is not None and isinstance(src, torch.Tensor) and src.dtype != want:
-            self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram does not change dtypes")
-        return x
+        if want is None or not isinstance(src, torch.Tensor) or src.dtype == want:
+            return x
+        if src.is_floating_point() and want.is_floating_point:
+            return x
+        if src.dtype == torch.bool and want.is_floating_point:
+            return self.as_number(x)
+        if _dtype(src.dtype) == _dtype(want):
+            return x
+        self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers "
+                             "and one float dtype to another")
 
     def op_detach(self, node):
         x = self.view_arg(node.args[0])
+        if not isinstance(x, View):
+            return x  # a number has no gradient to stop
         return self.unary_call("detach", x)
 
     def unary(self, fn, **kw):
@@ -785,6 +894,78 @@ class Lowerer:
         a = self.args(node)
         cond, x, y = self.view_arg(a["condition"], "condition"), self.view_arg(a["self"]), self.view_arg(a["other"])
         return self.where_(cond, x, y)
+
+    def op_full(self, node):
+        """torch.full / zeros / ones / scalar_tensor / new_full of a constant shape: the number,
+        which every operation it meets broadcasts (`torch.full([], finfo.min)`, GPT-2's mask
+        value). A filled tensor whose own axes a result keeps is refused."""
+        fill = {"zeros": 0, "new_zeros": 0, "ones": 1, "new_ones": 1}.get(_packet(node))
+        if fill is None:
+            a = self.args(node)
+            fill = a.get("fill_value", a.get("s"))
+        if hasattr(fill, "op") or isinstance(fill, torch.SymInt) or not isinstance(fill, int | float):
+            self.unsupported(why="the fill value is not a constant number")
+        shape = self.out_shape() or []
+        if any(not isinstance(s, int) for s in shape):
+            self.unsupported(why="a shape known only at run time")
+        if math.prod(shape) != 1:
+            for u in node.users:  # a number only where the other operands carry every axis it has
+                others = [a.meta.get("val") for a in u.args if hasattr(a, "meta") and a is not node]
+                shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
+                out = self.out_shape(u)
+                if out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != out:
+                    self.unsupported(why=f"a filled tensor of shape {tuple(shape)} whose axes the result keeps "
+                                         "(a number broadcasts only where the other operands carry every axis)")
+        dt = self.out_dtype()
+        if dt == torch.bool:
+            return bool(fill)
+        return float(fill) if dt is None or dt.is_floating_point else int(fill)
+
+    op_zeros = op_ones = op_scalar_tensor = op_new_full = op_new_zeros = op_new_ones = op_full
+
+    def full_shape(self, v: View) -> list:
+        return ([self.batch_size] if v.batched else []) + [1 if c is None else c.size for c in v.axes]
+
+    def tile(self, x: View, dim: int, n: int, interleave: bool) -> View:
+        """x copied n times along torch dim `dim`: a new leg of size n merged with the axis, outside
+        it (`Tensor.repeat`, tiles) or inside it (`repeat_interleave`, each entry n times)."""
+        full = self.full_shape(x)
+        at = dim if not interleave else dim + 1
+        y = self.unsqueezed(x, at)
+        sizes = full[:at] + [n] + full[at:]
+        y = self.expand(y, sizes)
+        merged = full[:dim] + [full[dim] * n] + full[dim + 1:]
+        return self.reshape(y, merged)
+
+    def op_repeat(self, node):
+        """Tensor.repeat(sizes): each axis tiled (a copy leg merged outside it); a size-1 axis expanded."""
+        x = self.view_arg(node.args[0])
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        sizes = [int(s) for s in node.args[1]]
+        while len(x.full) < len(sizes):
+            x = self.unsqueezed(x, 0)
+        for d in range(len(sizes) - 1, -1, -1):
+            n = sizes[d]
+            if n == 1:
+                continue
+            full = self.full_shape(x)
+            if full[d] == 1:
+                x = self.expand(x, full[:d] + [n] + full[d + 1:])
+            else:
+                x = self.tile(x, d, n, interleave=False)
+        return x
+
+    def op_repeat_interleave(self, node):
+        """repeat_interleave(x, n, dim): each entry n times along dim (Mistral's grouped-query heads)."""
+        a = self.args(node)
+        x, n, dim = self.view_arg(a.get("self", node.args[0])), a.get("repeats"), a.get("dim")
+        if not isinstance(x, View) or not isinstance(n, int) or isinstance(n, bool):
+            self.unsupported(why="repeats that are not one whole number (a tensor of counts)")
+        if dim is None:
+            self.unsupported(why="no dim (it flattens the tensor first)")
+        d = dim % len(x.full)
+        return x if n == 1 else self.tile(x, d, n, interleave=True)
 
     def op_zeros_like(self, node):
         """zeros_like(x), ones_like(x), full_like(x, v): the number itself, which every operation it
@@ -1691,6 +1872,19 @@ class Lowerer:
         return View(p, list(ids.axes) + [w.axes[1]], ids.batched)
 
 
+def _base(node):
+    """The tensor a chain of views is a view of."""
+    while node.op == "call_function" and _packet(node) in VIEW_OPS and node.args and hasattr(node.args[0], "op"):
+        node = node.args[0]
+    return node
+
+
+def _scalar(t):
+    """A one-element tensor's value as a Python number (bool masks as 1 and 0)."""
+    v = t.item()
+    return float(v) if t.is_floating_point() else int(v)
+
+
 def _describe(c) -> str:
     return c.origin.split(" (")[0] if isinstance(c, Cls) and c.origin else "an axis"
 
@@ -1717,6 +1911,14 @@ def _in_torch(path: str) -> bool:
 
         _TORCH_DIR = os.path.dirname(torch.__file__)
     return path.startswith(_TORCH_DIR)
+
+
+def _user_file(path: str) -> bool:
+    """A frame of the user's code: not torch's, not penrose's own, a file that exists."""
+    import os
+
+    own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return not _in_torch(path) and not os.path.abspath(path).startswith(own + os.sep) and os.path.exists(path)
 
 
 def _is_block(mod) -> bool:

@@ -133,7 +133,8 @@ _pval_ids = itertools.count()
 class PVal:
     """A penrose tensor: legs in its own order; how it is made (`stmt`) or declared (`kind`)."""
 
-    __slots__ = ("id", "legs", "batched", "dtype", "region", "kind", "param", "stmt", "src", "hint", "node", "value")
+    __slots__ = ("id", "legs", "batched", "dtype", "region", "kind", "param", "stmt", "src", "hint", "node", "value", "span",
+                 "persistent")
 
     def __init__(self, legs, batched, dtype, region, kind, *, param=None, src=None, hint=None, node=None):
         self.id = next(_pval_ids)
@@ -148,6 +149,8 @@ class PVal:
         self.hint = hint  # a name wish
         self.node = node  # the export node's name
         self.value = None  # a param's tensor (for `~ ones` / `~ zeros`)
+        self.span = None  # where the user's code first reads a param or buffer
+        self.persistent = True  # a buffer registered with persistent=False is not in the state dict
 
     def __repr__(self) -> str:
         return f"PVal#{self.id}({self.kind}, {self.legs})"

@@ -182,7 +182,7 @@ def _verify(text, module, inputs, ignore=frozenset()):
     from penrose.compiler import compile_diagram
 
     model = compile_diagram(None, text=text)
-    ref = next((t for t in list(module.parameters()) + list(module.buffers()) if t.is_floating_point()), None)
+    ref = next((t for t in list(module.parameters()) + list(module.buffers()) + list(inputs) if t.is_floating_point()), None)
     if ref is not None:
         model = model.to(dtype=ref.dtype, device=ref.device)
     missing, unexpected = model.load_state_dict(module.state_dict(), strict=False)

@@ -19,7 +19,7 @@ import math
 import re
 from collections import defaultdict
 
-from penrose.tables import FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
+from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
 from penrose.trace.errors import PenroseTraceError, span_at
 from penrose.trace.model import (
     BinOp, Call, CallStmt, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, Ref, Stmt, Str, TensorList,
@@ -82,6 +82,8 @@ def num_text(v) -> str:
         return "inf" if v > 0 else "-inf"
     if math.isnan(v):
         raise PenroseTraceError("a NaN constant cannot be written in .pen")
+    if abs(v) > FLOAT32_MAX:  # -torch.finfo(torch.float64).max, a float64 model's mask fill: the most float32 holds
+        return repr(math.copysign(FLOAT32_MAX, v))
     if v.is_integer() and abs(v) < 1e15:
         return str(int(v)) if v != 0 or math.copysign(1, v) > 0 else "0"
     return repr(v)
@@ -313,8 +315,12 @@ class Writer:
         self.first_keys: dict = {}
 
     def fail(self, message, region=None):
+        raise PenroseTraceError(message, self.where(region))
+
+    @staticmethod
+    def where(region):
         src = region.call.src if region is not None and region.call is not None else None
-        raise PenroseTraceError(message, span_at(*src) if src else None)
+        return span_at(*src) if src else None
 
     # -- bodies and keys
     def body(self, region):
@@ -474,8 +480,8 @@ class Writer:
         for p in sorted(region.params.values(), key=lambda p: p.id):
             if not canonical and not pen_name_ok(p.param):
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
-                self.fail(f"the state-dict name {where!r} cannot be kept: {p.param!r} is reserved in .pen "
-                          "(a keyword, or a name the generated module uses)", region)
+                raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} is reserved in .pen "
+                                        "(a keyword, or a name the generated module uses)", p.span or self.where(region))
             init = ""
             if p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):

@@ -1,0 +1,314 @@
+"""penrose.trace on ordinary PyTorch the first tracer refused or failed on: named regressions for
+each bug (issue 25), in-place ops, constant fills, repeats, casts, bool-buffer masks, extreme
+fills, and refusals that name the op, the cause and the user's own line (inside helpers too).
+
+Each round trip is tests/test_trace.py's: trace → compile → strict load_state_dict → the same
+outputs and gradients (inputs' and parameters') in float64.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+import torch
+from torch import nn
+import torch.nn.functional as F
+from test_trace import round_trip
+
+import penrose
+from penrose.trace import PenroseTraceError
+
+
+def _line_of(obj, code):
+    """The line number of the first line of `obj`'s source that contains `code`."""
+    lines, first = inspect.getsourcelines(obj)
+    return first + next(i for i, line in enumerate(lines) if code in line)
+
+
+# ---- bugs -------------------------------------------------------------------------------------------------
+
+
+class NonPersistentScale(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.register_buffer("scale", torch.rand(4) + 0.5, persistent=False)
+
+    def forward(self, x):
+        return self.lin(x) * self.scale
+
+
+def test_regression_non_persistent_buffer_read_in_forward_is_traced():
+    """It crashed the writer (GuardOnDataDependentSymNode at trace/write.py): its value was
+    export's fake tensor, whose `(value == 1).all()` guards on data."""
+    m = NonPersistentScale().double()
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    text = penrose.trace(m, x)
+    assert "buffer scale[" in text
+    twin = penrose.compile(text).double()
+    twin.load_state_dict({**m.state_dict(), "scale": m.scale})
+    torch.testing.assert_close(twin(x), m(x))
+
+
+class InplaceReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 8)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(8, 3)
+
+    def forward(self, x):
+        return self.out(self.act(self.fc(x)))
+
+
+def test_regression_relu_inplace_round_trips():
+    """`nn.ReLU(inplace=True)` was refused as "F.relu cannot be expressed", a supported op."""
+    text = round_trip(InplaceReLU(), torch.randn(4, 6))
+    assert "relu(" in text
+
+
+class UnderscoreBias(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self._bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return x + self._bias
+
+
+class PersistentBoolMask(nn.Module):
+    """Hugging Face GPT-2's: a bool tril buffer, torch.where with a scalar tensor of the fill."""
+
+    def __init__(self, n=5):
+        super().__init__()
+        self.register_buffer("bias", torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, n, n))
+
+    def forward(self, x):
+        att = x @ x.transpose(-1, -2)
+        mask_value = torch.full([], torch.finfo(att.dtype).min, dtype=att.dtype)
+        att = torch.where(self.bias, att, mask_value)
+        fill = torch.tensor(-1e4, dtype=att.dtype)
+        att = torch.where(self.bias, att, fill)
+        return att.softmax(-1)
+
+
+def test_regression_persistent_bool_buffer_in_where():
+    """It failed inside: `where: the first argument must be a bool mask` (the buffer was declared
+    float). A bool buffer loads as 1 and 0 and is read as `bias != 0`."""
+    text = round_trip(PersistentBoolMask(), torch.randn(2, 5, 3))
+    assert "bias != 0" in text
+
+
+class FinfoFill(nn.Module):
+    def __init__(self, n=5):
+        super().__init__()
+        self.register_buffer("mask", torch.tril(torch.ones(n, n)))
+
+    def forward(self, x):
+        att = x @ x.transpose(-1, -2)
+        att = att.masked_fill(self.mask == 0, -torch.finfo(att.dtype).max)
+        return att.softmax(-1)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+def test_regression_finfo_fill_in_any_dtype(dtype):
+    """A float64 module filling with -torch.finfo(dtype).max failed: `beyond float32's range`."""
+    m = FinfoFill().to(dtype)
+    x = torch.randn(2, 5, 3, dtype=dtype)
+    text = penrose.trace(m, x)  # verified against the module
+    twin = penrose.compile(text).to(dtype)
+    twin.load_state_dict(m.state_dict())
+    torch.testing.assert_close(twin(x), m(x))
+
+
+def _sorted_last(y):
+    return torch.sort(y, dim=-1).values
+
+
+class SortInHelper(nn.Module):
+    def forward(self, x):
+        return _sorted_last(x) + 1
+
+
+def test_regression_unsupported_op_in_a_helper_is_reported_at_its_own_line():
+    """It was reported at the helper's call site in forward."""
+    with pytest.raises(PenroseTraceError) as e:
+        penrose.trace(SortInHelper(), torch.randn(2, 4))
+    assert "torch.sort" in e.value.message
+    assert e.value.span.line == _line_of(_sorted_last, "torch.sort")
+
+
+# ---- in-place ops, functionalised ------------------------------------------------------------------------
+
+
+class LoRALinear(nn.Module):
+    """loralib's MergedLinear-style forward: `result += ...`."""
+
+    def __init__(self, d=6, f=5, r=2):
+        super().__init__()
+        self.weight = nn.Parameter(torch.randn(f, d) / 3)
+        self.bias = nn.Parameter(torch.randn(f) / 3)
+        self.lora_A = nn.Parameter(torch.randn(r, d) / 3)
+        self.lora_B = nn.Parameter(torch.randn(f, r) / 3)
+        self.scaling = 0.5
+
+    def forward(self, x):
+        result = F.linear(x, self.weight, bias=self.bias)
+        result += (x @ self.lora_A.transpose(0, 1) @ self.lora_B.transpose(0, 1)) * self.scaling
+        return result
+
+
+class PerceiverMask(nn.Module):
+    """Perceiver-style: scores.masked_fill_(~mask, -max), then relu_ and mul_."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        sim = self.q(x) @ x.transpose(-1, -2)
+        max_neg = -torch.finfo(sim.dtype).max
+        sim.masked_fill_(~mask[:, None, :], max_neg)
+        attn = sim.softmax(dim=-1)
+        out = attn @ x
+        out.mul_(2.0)
+        out.add_(1.0)
+        return out.relu_()
+
+
+def test_in_place_add_is_the_value_it_produces():
+    round_trip(LoRALinear(), torch.randn(3, 6))
+
+
+def test_in_place_masked_fill_relu_and_arithmetic():
+    mask = torch.rand(2, 5) > 0.3
+    mask[:, 0] = True
+    round_trip(PerceiverMask(), torch.randn(2, 5, 4), mask)
+
+
+class ViewUpdatedInPlace(nn.Module):
+    def forward(self, x):
+        y = x * 2
+        y[:, 0].add_(1.0)
+        return y
+
+
+class BufferUpdatedInPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("count", torch.zeros(4))
+
+    def forward(self, x):
+        self.count.add_(1.0)
+        return x + self.count
+
+
+@pytest.mark.parametrize("make, code, cause", [
+    (ViewUpdatedInPlace, "add_(1.0)", "updates a view in place"),
+    (BufferUpdatedInPlace, "add_(1.0)", "in place"),
+], ids=["view", "buffer"])
+def test_in_place_updates_seen_elsewhere_are_refused_with_the_cause(make, code, cause):
+    with pytest.raises(PenroseTraceError) as e:
+        penrose.trace(make(), torch.randn(2, 4))
+    assert cause in e.value.message and "add_" in e.value.message
+    assert e.value.span.line == _line_of(make, code)
+
+
+# ---- constant fills, repeats, casts ----------------------------------------------------------------------
+
+
+class SetAttentionSeeds(nn.Module):
+    """Set Transformer's PMA: learned seeds repeated over the batch (`S.repeat(B, 1, 1)`)."""
+
+    def __init__(self, d=4, k=2):
+        super().__init__()
+        self.S = nn.Parameter(torch.randn(1, k, d))
+        self.fc = nn.Linear(d, d)
+
+    def forward(self, X):
+        Q = self.S.repeat(X.size(0), 1, 1)
+        A = torch.softmax(Q @ self.fc(X).transpose(1, 2), dim=-1)
+        return A @ X
+
+
+class Tiles(nn.Module):
+    def forward(self, x):
+        a = x.repeat(1, 2, 1)  # tiles along the tokens
+        b = torch.repeat_interleave(x, 3, dim=-1)  # each feature three times
+        c = x.unsqueeze(2).expand(-1, -1, 2, -1)
+        return a * 2, b + 1, c - 1
+
+
+class GroupedQueryHeads(nn.Module):
+    """Mistral's reference: kv heads repeated with repeat_interleave to the query heads."""
+
+    def __init__(self, d=8, n_heads=4, n_kv=2):
+        super().__init__()
+        self.n_heads, self.n_kv, self.hd = n_heads, n_kv, d // n_heads
+        self.wq = nn.Linear(d, n_heads * self.hd, bias=False)
+        self.wk = nn.Linear(d, n_kv * self.hd, bias=False)
+        self.wv = nn.Linear(d, n_kv * self.hd, bias=False)
+
+    def forward(self, x):
+        B, T, _ = x.shape
+        q = self.wq(x).view(B, T, self.n_heads, self.hd)
+        k = self.wk(x).view(B, T, self.n_kv, self.hd)
+        v = self.wv(x).view(B, T, self.n_kv, self.hd)
+        k = torch.repeat_interleave(k, repeats=self.n_heads // self.n_kv, dim=2)
+        v = torch.repeat_interleave(v, repeats=self.n_heads // self.n_kv, dim=2)
+        q, k, v = (t.transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-1, -2) / self.hd ** 0.5).softmax(-1)
+        return (att @ v).transpose(1, 2).reshape(B, T, -1)
+
+
+class FullsAndCasts(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x, mask):
+        h = self.fc(x).float().to(x.dtype)  # no-op casts (float to float)
+        neg = torch.full((1, 1), -1e9, dtype=h.dtype)
+        zero = torch.zeros([], dtype=h.dtype)
+        h = torch.where(mask, h, neg) + zero + torch.ones(1)
+        return h.softmax(-1) * mask.to(h.dtype)
+
+
+def test_tensor_repeat_over_the_batch():
+    round_trip(SetAttentionSeeds(), torch.randn(3, 5, 4))
+
+
+def test_repeat_repeat_interleave_and_expand():
+    text = round_trip(Tiles(), torch.randn(2, 3, 4))
+    assert "repeat(" in text
+
+
+def test_repeat_interleave_grouped_query_heads():
+    round_trip(GroupedQueryHeads(), torch.randn(2, 5, 8))
+
+
+def test_constant_fills_and_same_kind_casts():
+    mask = torch.rand(2, 3, 4) > 0.4
+    round_trip(FullsAndCasts(), torch.randn(2, 3, 4), mask, tol=1e-6)  # the module's .float() rounds
+
+
+class IntCast(nn.Module):
+    def forward(self, x):
+        return x.long() + 1
+
+
+class WideFill(nn.Module):
+    def forward(self, x):
+        return x[:, None, :] + torch.ones(3, 4)
+
+
+@pytest.mark.parametrize("make, code, cause", [
+    (IntCast, "x.long()", "converts torch.float32 to torch.int64"),
+    (WideFill, "torch.ones(3, 4)", "a filled tensor of shape (3, 4)"),
+], ids=["float-to-int", "fill-with-new-axes"])
+def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
+    with pytest.raises(PenroseTraceError) as e:
+        penrose.trace(make(), torch.randn(2, 4))
+    assert cause in e.value.message
+    assert e.value.span.line == _line_of(make, code)
