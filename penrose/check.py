@@ -70,6 +70,8 @@ from penrose.tables import (
     MODULE_ATTRS,
     PEN_KEYWORDS,
     Limits,
+    quoted,
+    unquote,
 )
 
 if TYPE_CHECKING:
@@ -409,6 +411,13 @@ class _Checker:
         return value
 
     def _name_ok(self, name: str, span: Span, what: str, module_attr=True):
+        if quoted(name):  # `self`, `_bias`: a state-dict name kept as it is
+            if what not in ("param", "buffer", "instance"):
+                raise PenroseCheckError(f"{what} name {name}: a quoted name is only for a param, buffer or instance "
+                                        "(a state-dict name the language's rules would refuse)", span)
+            if unquote(name) in MODULE_ATTRS:
+                raise PenroseCheckError(f"{what} name {name} clashes with torch.nn.Module.{unquote(name)}", span)
+            return
         if not IDENT.match(name):
             raise PenroseCheckError(f"invalid {what} name {name!r}: names start with a letter (not '_')", span)
         if keyword.iskeyword(name) or keyword.issoftkeyword(name):

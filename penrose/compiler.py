@@ -26,6 +26,7 @@ import torch
 from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
+from penrose.tables import quoted, unquote
 from penrose.check import Checked, V
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span
 from penrose.fmt import format_stmt
@@ -196,7 +197,7 @@ class _Emitter:
         return self.aligned(x, align, None)
 
     def param_ref(self, name: str | None):
-        return P.attr(P.name("self"), name) if name else P.const(None)
+        return _member(P.name("self"), name) if name else P.const(None)
 
     # -- attention, fused
     def attention_code(self, att):
@@ -410,7 +411,7 @@ class _Emitter:
         def find(c: Checked, node):
             own = c.params + c.buffers
             if own:
-                return P.unparse(P.attr(node, own[0].tensor.name))
+                return P.unparse(_member(node, own[0].tensor.name))
             for inst in c.instances.values():
                 sub = _instance_node(inst.name, node)
                 found = find(self.c.blocks[inst.block], P.subscript(sub, P.const(0)) if inst.repeat is not None else sub)
@@ -478,10 +479,12 @@ class _Emitter:
             shape = ", ".join(self.size_code(cl, d.tensor.span) for cl in d.type.cls)
             empty = f"torch.empty({shape})" if shape else "torch.empty(())"
             comment = f"  # {self.shape_comment(d.type)}"
-            if d.tensor.kind == "param":
+            if d.tensor.kind == "param" and not quoted(d.tensor.name):
                 line = f"        self.{d.tensor.name} = torch.nn.Parameter({empty}){comment}"
+            elif d.tensor.kind == "param":
+                line = f"        self.register_parameter({unquote(d.tensor.name)!r}, torch.nn.Parameter({empty})){comment}"
             else:
-                line = f"        self.register_buffer({d.tensor.name!r}, {empty}){comment}"
+                line = f"        self.register_buffer({unquote(d.tensor.name)!r}, {empty}){comment}"
             out[d.tensor.name] = (line, self.init_line(d), d.tensor.span)
         return out
 
@@ -499,7 +502,7 @@ class _Emitter:
 
     def init_line(self, d) -> str:
         t = d.tensor
-        target = f"self.{t.name}"
+        target = P.unparse(_member(P.name("self"), t.name))
         init = t.init or ir.Init("normal", (("std", ir.Number(0.02)),))
         kw = {k: v.value for k, v in init.kwargs}
         name = init.name
@@ -917,7 +920,7 @@ def _atom_dimsize(em: _Emitter, v: V):
 
 def _atom_ref(em: _Emitter, v: V):
     name = v.attrs["name"]
-    return P.attr(P.name("self"), name) if v.attrs["kind"] in ("param", "buffer") else P.name(name)
+    return _member(P.name("self"), name) if v.attrs["kind"] in ("param", "buffer") else P.name(name)
 
 
 def _atom_block(em: _Emitter, v: V):
@@ -1087,12 +1090,24 @@ def _method_name_ok(name: str, what: str, c: Checked):
             "that torch.nn.Module does not use)", Span(c.diagram.file))
 
 
+def _member(node, name: str):
+    """The ast of param or buffer `name` of `node`: `self.weight`; a quoted name's text where Python
+    can write it (`self.self`, `self._bias`), else getattr(self, 'class')."""
+    name = unquote(name)
+    if name.isidentifier() and not keyword.iskeyword(name):
+        return P.attr(node, name)
+    return P.call(P.name("getattr"), node, P.const(name))
+
+
 def _instance_node(name: str, node=None):
     """The ast of instance `name` under `node` (default `self`): attributes for names,
     `_modules['0']` for the numbers of a dotted path (`net.0` is `self.net._modules['0']`)."""
     node = P.name("self") if node is None else node
     for part in name.split(".") if name else ():
-        node = P.subscript(P.attr(node, "_modules"), P.const(part)) if part.isdigit() else P.attr(node, part)
+        if part.isdigit() or quoted(part):  # `self` of a quoted path: self.attention._modules['self']
+            node = P.subscript(P.attr(node, "_modules"), P.const(unquote(part)))
+        else:
+            node = P.attr(node, part)
     return node
 
 
@@ -1103,7 +1118,7 @@ def _instance_init(insts: dict) -> list[str]:
     lines, made = [], set()
     for name, (module, _) in insts.items():
         parts = name.split(".")
-        if len(parts) == 1 and not parts[0].isdigit():
+        if len(parts) == 1 and not parts[0].isdigit() and not quoted(parts[0]):
             lines.append(f"        self.{name} = {module}")
             continue
         for k in range(1, len(parts) + 1):
@@ -1112,7 +1127,7 @@ def _instance_init(insts: dict) -> list[str]:
                 continue
             made.add(path)
             holder = P.unparse(_instance_node(".".join(parts[:k - 1])))
-            lines.append(f"        {holder}.add_module({parts[k - 1]!r}, {module if k == len(parts) else '_Container()'})")
+            lines.append(f"        {holder}.add_module({unquote(parts[k - 1])!r}, {module if k == len(parts) else '_Container()'})")
     return lines
 
 

@@ -44,7 +44,7 @@ _STEP = re.compile(r"^\s*(\d+)\)\s*")
 _INT = re.compile(r"\d+")  # a NUMBER that is a whole number (NUMBER's digits are \d, as here)
 # an instance's name after `as`: a name or a dotted path of names and numbers (the grammar's
 # INSTANCE; the Pygments lexer reads it from here)
-INSTANCE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+))*"
+INSTANCE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+|`[^`.\n]+`)(?:\.(?:[A-Za-z_][A-Za-z0-9_]*|\d+|`[^`.\n]+`))*"
 _INSTANCE = re.compile(INSTANCE_PATTERN)
 
 
@@ -86,7 +86,7 @@ _TOKENS = re.compile(
       (?P<CONTINUE>\\[ \t]*\n)                 # a backslash continuing the line
     | (?P<NL>\n)
     | (?P<COMMENT>\#[^\n]*)
-    | (?P<NAME>[A-Za-z_][A-Za-z0-9_]*)
+    | (?P<NAME>[A-Za-z_][A-Za-z0-9_]*|`[^`.\n]+`)   # a quoted name: `self`, `_bias`
     | (?P<NUMBER>(?:\d+\.\d*|\.\d+|\d+)(?:[eE][+-]?\d+)?)
     | (?P<STRING>'[^'\n]*'|"[^"\n]*")
     | (?P<OP>\.\.\.|\*\*|//|<=|>=|==|!=|[-+*/<>=.,:~()\[\]{}])

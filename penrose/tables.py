@@ -27,6 +27,16 @@ from penrose.errors import PenroseCheckError
 
 IDENT = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
+
+def quoted(name: str) -> bool:
+    """A quoted name (`self`, `_bias`, `output`): a state-dict name the language's own rules would refuse."""
+    return len(name) > 2 and name[0] == name[-1] == "`"
+
+
+def unquote(name: str) -> str:
+    """The name a quoted name stands for (`self` is self); other names as they are."""
+    return name[1:-1] if quoted(name) else name
+
 # Attributes of torch.nn.Module and names the generated source uses (tests keep this list in sync
 # with dir(torch.nn.Module)); a param, buffer or instance with one of these names would clash.
 MODULE_ATTRS = frozenset(

@@ -312,3 +312,58 @@ def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
         penrose.trace(make(), torch.randn(2, 4))
     assert cause in e.value.message
     assert e.value.span.line == _line_of(make, code)
+
+
+# ---- state-dict names: quoted names ------------------------------------------------------------------------
+
+
+class Reserved(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.self = nn.Linear(4, 4)
+        self.output = nn.Linear(4, 4)
+        self.register_buffer("input", torch.rand(4))
+        self._bias = nn.Parameter(torch.randn(4))
+
+    def forward(self, x):
+        return self.output(self.self(x) * self.input) + self._bias
+
+
+def test_regression_reserved_state_dict_names_are_quoted():
+    """`_bias` was refused (without position), `self` and `output` as instance names too."""
+    text = round_trip(Reserved(), torch.randn(3, 4))
+    for quoted in ("as `self`", "as `output`", "buffer `input`[", "param `_bias`["):
+        assert quoted in text
+
+
+def test_quoted_names_in_the_language():
+    text = """
+dim e = 3
+block lin(x[e]) {
+  param weight[e, e]
+  param `_bias`[e]
+  return einsum('e,fe->f', x, weight) + `_bias`
+}
+input x[e]
+buffer `class`[e]
+y = lin(x + `class`) as attention.`self`
+output y
+"""
+    model = penrose.compile(text)
+    assert sorted(model.state_dict()) == ["attention.self._bias", "attention.self.weight", "class"]
+    state = {k: torch.randn(v.shape) for k, v in model.state_dict().items()}
+    model.load_state_dict(state, strict=True)
+    x = torch.randn(2, 3)
+    want = (x + state["class"]) @ state["attention.self.weight"].T + state["attention.self._bias"]
+    torch.testing.assert_close(model(x), want)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("dim e = 3\ninput x[e]\n`y` = x * 2\noutput `y`", "a quoted name is only for a param, buffer or instance"),
+    ("dim e = 3\ninput x[e]\nparam `training`[e]\ny = x * `training`\noutput y", "clashes with torch.nn.Module.training"),
+])
+def test_quoted_names_are_refused_where_they_cannot_stand(text, message):
+    with pytest.raises(penrose.PenroseError) as e:
+        penrose.compile(text)
+    assert message in str(e.value)
+    assert e.value.span.line == 3

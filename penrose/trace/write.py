@@ -42,6 +42,16 @@ def pen_name_ok(name: str, module_attr: bool = True) -> bool:
             and not (module_attr and name in MODULE_ATTRS))
 
 
+def pen_name(name: str) -> str | None:
+    """A state-dict name as the diagram writes it: itself where .pen allows it, else quoted
+    (`self`, `_bias`, `output`); None for a name no quoting holds (a backquote, a line break)."""
+    if pen_name_ok(name):
+        return name
+    if name and not any(ch in name for ch in "`.\n") and name not in MODULE_ATTRS:
+        return f"`{name}`"
+    return None
+
+
 def ok_name(name: str) -> bool:
     return bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name) and name not in RESERVED
 
@@ -478,10 +488,10 @@ class Writer:
         if canonical:
             lines.append("(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
         for p in sorted(region.params.values(), key=lambda p: p.id):
-            if not canonical and not pen_name_ok(p.param):
+            if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
-                raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} is reserved in .pen "
-                                        "(a keyword, or a name the generated module uses)", p.span or self.where(region))
+                raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
+                                        "even quoted", p.span or self.where(region))
             init = ""
             if p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
@@ -498,15 +508,14 @@ class Writer:
                 inst = reg.rel_name()
                 if it.chain:
                     inst = inst[: -len(".0")]
-                    mod = f" repeat {len(it.chain)} as {inst}"
-                else:
-                    # a dotted path (`as net.0`, a Sequential's or ModuleList's child) keeps the
-                    # state-dict names; each of its names must be one .pen allows
-                    bad = next((part for part in inst.split(".") if not part.isdigit() and not pen_name_ok(part)), None)
-                    if not canonical and bad is not None:
-                        self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {bad!r} is reserved "
-                                  "(a keyword, or a name the generated module uses)", reg)
-                    mod = f" as {inst}"
+                # a dotted path (`as net.0`, a Sequential's or ModuleList's child) keeps the
+                # state-dict names, each quoted where .pen's rules would refuse it (`as attention.`self``)
+                parts = [part if part.isdigit() else pen_name(part) for part in inst.split(".")]
+                if not canonical and None in parts:
+                    bad = inst.split(".")[parts.index(None)]
+                    self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {bad!r} cannot be written, even quoted", reg)
+                inst = ".".join(p or "" for p in parts)
+                mod = f" repeat {len(it.chain)} as {inst}" if it.chain else f" as {inst}"
                 bname = block_name(reg)
                 if mod == f" as {bname}":
                     mod = ""
@@ -683,7 +692,7 @@ class Writer:
         taken = set(RESERVED) | set(self.dim_sizes) | {bd.name for bd in self.blocks}
         fixed = {}
         for p in region.params.values():
-            fixed[p.id] = p.param
+            fixed[p.id] = pen_name(p.param) or p.param
         instances = set()
         for it in b.kept:
             if isinstance(it, CallStmt):
