@@ -29,7 +29,7 @@ RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"
 
 ROLE_LETTERS = {
     "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
-    "head": "hg", "headdim": "dc", "key": "spu", "piece": "efc", "slice": "spu", "joined": "fc", "copy": "rk",
+    "head": "hg", "headdim": "dc", "key": "sjk", "piece": "efc", "slice": "uvwpq", "joined": "fc", "copy": "rk",
     "one": ["one"], "part": "uvw",
 }
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -187,6 +187,26 @@ def _atomic(e) -> bool:
     return isinstance(e, (Ref, Call, Einsum, Leg)) or (isinstance(e, Num) and not num_text(e.value).startswith("-"))
 
 
+MAX_DEPTH = 3  # calls nested in one statement (`softmax(einsum(...) / sqrt(d), s)` is three)
+
+
+def call_depth(e, inline) -> int:
+    """How many calls an expression nests, counting those of the values written inline."""
+    if isinstance(e, Ref):
+        inner = inline(e.pval)
+        return call_depth(inner, inline) if inner is not None else 0
+    if isinstance(e, (Call, Einsum)):
+        args = list(e.args) + [v for _, v in e.kwargs] if isinstance(e, Call) else list(e.operands)
+        return 1 + max((call_depth(a, inline) for a in args), default=0)
+    if isinstance(e, BinOp):
+        return max(call_depth(e.a, inline), call_depth(e.b, inline))
+    if isinstance(e, Neg):
+        return call_depth(e.a, inline)
+    if isinstance(e, TensorList):
+        return max((call_depth(x, inline) for x in e.items), default=0)
+    return 0
+
+
 def refs(e, out):
     """The PVals an expression reads, in order."""
     if isinstance(e, Ref):
@@ -281,15 +301,29 @@ class Body:
             else:
                 runs.append([it])
             prev = src
+        later = defaultdict(int)  # pval id -> reads by statements of other lines (and the results)
+        for it in self.items:
+            for p in (refs(it.expr, []) if isinstance(it, Stmt) else it.args):
+                later[(p.id, it.src)] += 1
         for run in runs:
             last = run[-1]
             targets = line_targets(last.src)
-            if targets and len(targets) == len(last.outs):
-                for p, t in zip(last.outs, targets):
-                    if ok_name(t):
-                        self.named[p.id] = t
+            if not targets:
+                continue
+            made = [p for it in run for p in it.outs]
+            # the values the line hands on (read by other lines, or results): the line's names, in order
+            escaping = [p for p in made if p in results or any(n for (pid, src), n in later.items() if pid == p.id and src != last.src)]
+            chosen = last.outs if len(targets) == len(last.outs) else escaping if len(targets) == len(escaping) else []
+            for p, t in zip(chosen, targets):
+                if ok_name(t):
+                    self.named[p.id] = t
         self.inlined = {}
         for it in self.items:
+            if isinstance(it, Stmt):  # no statement nests more than MAX_DEPTH calls: a deeper operand is named
+                while call_depth(it.expr, self.inline) > MAX_DEPTH:
+                    deepest = max((p for p in refs(it.expr, []) if p.id in self.inlined),
+                                  key=lambda p: call_depth(self.inlined[p.id], self.inline))
+                    del self.inlined[deepest.id]
             if isinstance(it, Stmt) and len(it.outs) == 1 and it.inline_ok:
                 p = it.outs[0]
                 if p.id not in self.named and self.uses[p.id] == 1 and p.hint is None:
@@ -603,6 +637,27 @@ class Writer:
         def free_of(name, r):
             return all(id(h) not in conflicts[id(r)] for h in holders[name])
 
+        sizes_of = attribute_sizes(self.L.module)
+        roles_of = defaultdict(set)  # a root -> the roles of every leg joined into it
+        for c in C.all:
+            roles_of[id(C.find(c))].add(c.role)
+
+        def attr_letter(r):
+            """The letter the module's own attributes give an axis: its heads (n_head, num_heads), key-value
+            heads (num_key_value_heads), head dim (head_dim), width (hidden_size, n_embd), copies (n_rep)."""
+            if r.role == "head" or (r.merge and r.size in sizes_of["h"] and not r.role.startswith("in_")):
+                if r.size in sizes_of["g"] and r.size not in sizes_of["h"]:
+                    return "g"
+                if r.size in sizes_of["h"]:
+                    return "h"
+            if "headdim" in roles_of[id(r)] and r.size in sizes_of["d"]:
+                return "d"
+            if r.role == "copy" and r.size in sizes_of["r"]:
+                return "r"
+            if r.role.startswith("in_") and (r.merge or r.size in sizes_of["e"]) and r.role != "in_other":
+                return "e"  # the model width: one name through the diagram, even where a view splits it
+            return None
+
         def name(r):
             if id(r) in names:
                 return names[id(r)]
@@ -612,6 +667,9 @@ class Writer:
                 for n in list(holders):
                     if size_of[n] == r.size and merge_of.get(n) == want and n not in exclusive and free_of(n, r):
                         return assign(r, n, want)
+                letter = attr_letter(r)
+                if letter and letter not in taken and letter not in holders and letter not in fac:
+                    return assign(r, letter, want)
                 joined = "".join(fac)
                 if ok_name(joined) and joined not in taken and joined not in holders:
                     return assign(r, joined, want)
@@ -620,10 +678,11 @@ class Writer:
             if r.pref and r.pref not in taken and r.pref not in exclusive and r.pref not in merge_of:
                 if r.pref not in holders or (size_of[r.pref] == r.size and free_of(r.pref, r)):
                     return assign(r, r.pref, None)
-            for n in list(holders):
-                if size_of[n] == r.size and n not in exclusive and n not in merge_of and free_of(n, r):
-                    return assign(r, n, None)
-            pref = ROLE_LETTERS.get(r.role, "")
+            letter = attr_letter(r)  # one letter, one axis: a name is never shared by two axes of one size
+            if letter and letter not in taken and letter not in holders:
+                return assign(r, letter, None)
+            role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
+            pref = ROLE_LETTERS.get(role, "")
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
             for ch in [c for c in letters if c not in soft] + [c for c in letters if c in soft]:
                 if ch not in taken and ch not in holders:
@@ -641,7 +700,13 @@ class Writer:
                 merge_of[n] = merge
             return n
 
-        for r in sorted(roots.values(), key=lambda r: r.id):
+        # the width first (so that a view of it keeps its name), then heads and head dims, then the rest
+        def first(r):
+            if r.role in ("in_last", "in_only") and attr_letter(r):
+                return 0
+            return 1 if roles_of[id(r)] & {"head", "headdim", "key", "copy"} else 2
+
+        for r in sorted(roots.values(), key=lambda r: (first(r), r.id)):
             if r.vals or r.merge or id(r) in conflicts:
                 name(r)
         self.leg_names = names
@@ -658,11 +723,7 @@ class Writer:
         return n
 
     def _late_name(self, r):
-        for n, hs in self.dim_holders.items():
-            if self.dim_sizes[n] == r.size and n not in self.dim_merge:
-                hs.append(r)
-                return n
-        n = next(ch for ch in LETTERS if ch not in self.dim_sizes and ch not in RESERVED)
+        n = next(ch for ch in LETTERS if ch not in self.dim_sizes and ch not in RESERVED)  # one letter, one axis
         self.dim_sizes[n] = r.size
         self.dim_holders[n].append(r)
         return n
@@ -739,6 +800,9 @@ class Writer:
         for i, it in enumerate(b.kept):
             for p in it.outs:
                 wish = b.named.get(p.id) or p.hint
+                if wish is None and isinstance(it, Stmt) and len(it.outs) == 1:  # a part of a long line: the line's name
+                    targets = line_targets(it.src)
+                    wish = targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
                 if wish is None and isinstance(it, CallStmt):
                     inst = it.region.rel_name()
                     wish = (inst[:-2] if it.chain else inst).split(".")[0] + "_out"
@@ -855,6 +919,30 @@ class Writer:
             if self.C.find(c) is r and c.origin:
                 return c.origin
         return ""
+
+
+# module attributes (and a Hugging Face config's) that size an axis, by the letter the axis takes
+SIZE_ATTRS = {
+    "h": ("n_head", "n_heads", "num_heads", "num_attention_heads", "nhead", "heads", "n_q_heads"),
+    "g": ("num_key_value_heads", "n_kv_heads", "n_kv_head", "num_kv_heads", "n_kv"),
+    "d": ("head_dim", "head_size", "attention_head_size", "d_head", "dim_head", "d_k", "kv_channels", "hd", "head_dim_"),
+    "e": ("hidden_size", "n_embd", "d_model", "embed_dim", "dim", "n_embed", "width", "all_head_size", "in_features"),
+    "r": ("num_key_value_groups", "n_rep", "n_groups"),
+}
+
+
+def attribute_sizes(module) -> dict:
+    """letter -> the sizes the module's (and its submodules' and configs') attributes give it."""
+    out = {k: set() for k in SIZE_ATTRS}
+    for m in module.modules():
+        for owner in (m, getattr(m, "config", None)):
+            attrs = vars(owner) if owner is not None and hasattr(owner, "__dict__") else {}
+            for letter, keys in SIZE_ATTRS.items():
+                for k in keys:
+                    v = attrs.get(k)
+                    if isinstance(v, int) and not isinstance(v, bool) and v > 1:
+                        out[letter].add(v)
+    return out
 
 
 def _fallback(it):
