@@ -33,8 +33,10 @@ def _quiet():
 def _user_frame(exc):
     """The innermost frame of the user's code in an exception's traceback."""
     best = None
+    stdlib = os.path.dirname(os.__file__)
     for fr in traceback.extract_tb(exc.__traceback__):
-        if not _in_torch(fr.filename) and not fr.filename.startswith(os.path.dirname(__file__)) and os.path.exists(fr.filename):
+        if not _in_torch(fr.filename) and not fr.filename.startswith((os.path.dirname(__file__), stdlib + os.sep)) \
+                and os.path.exists(fr.filename):
             best = fr
     return best
 

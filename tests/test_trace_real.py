@@ -1,0 +1,242 @@
+"""penrose.trace on code nobody here wrote: Hugging Face transformers' and timm's own modules.
+
+Tiny random configurations, no downloads (`pretrained=False` where timm has it). Each module is
+traced, compiled, loaded with its own state dict (strict: every name kept, `attention.self`
+quoted), and compared with the original in values and gradients (inputs' and parameters') in
+float32 and float64; every traced text also passes the readability checks: no statement nests
+more than three calls, each dim letter is one axis, every dim is in the index legend.
+
+timm imports torchvision, which PyPI builds do not let import beside this torch: the layers used
+here never touch it, so tests/torchvision_stub.py stands in for it when it cannot be imported.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+import torchvision_stub
+from torch import nn
+
+import penrose
+from penrose.trace import write as trace_write
+
+torchvision_stub.install()
+
+import timm.layers  # noqa: E402 - after the torchvision stand-in
+from timm.models.mlp_mixer import MixerBlock  # noqa: E402
+from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
+from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
+from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig  # noqa: E402
+from transformers.models.bert import modeling_bert as bert  # noqa: E402
+from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
+from transformers.models.llama import modeling_llama as llama  # noqa: E402
+from transformers.models.mistral import modeling_mistral as mistral  # noqa: E402
+from transformers.models.vit import modeling_vit as vit  # noqa: E402
+
+T, WIDTH = 5, 16
+
+
+def _eager(config):
+    config._attn_implementation = "eager"  # the attention written out in torch, not a kernel
+    return config
+
+
+def _configs():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        small = dict(hidden_size=WIDTH, intermediate_size=24, num_attention_heads=4, num_hidden_layers=1, vocab_size=11)
+        return {
+            "gpt2": _eager(GPT2Config(n_embd=WIDTH, n_head=4, n_layer=1, n_positions=8, vocab_size=11, bos_token_id=0,
+                                      eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)),
+            "llama": _eager(LlamaConfig(**small, num_key_value_heads=2, max_position_embeddings=16)),
+            "mistral": _eager(MistralConfig(**small, num_key_value_heads=2, max_position_embeddings=16, sliding_window=None)),
+            "bert": _eager(BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+            "vit": _eager(ViTConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+        }
+
+
+class FirstOutput(nn.Module):
+    """A layer whose forward returns a tuple (Hugging Face's): its first element."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x):
+        out = self.layer(x)
+        return out[0] if isinstance(out, tuple) else out
+
+
+class WithRotary(nn.Module):
+    """LLaMA and Mistral layers take the rotary (cos, sin) as one tuple argument: here two inputs."""
+
+    def __init__(self, layer):
+        super().__init__()
+        self.layer = layer
+
+    def forward(self, x, cos, sin):
+        out = self.layer(x, position_embeddings=(cos, sin), attention_mask=None)
+        return out[0] if isinstance(out, tuple) else out
+
+
+def _rotary(config, rotary_cls):
+    """cos and sin from the model's own rotary embedding, for positions 0 .. T-1."""
+    with torch.no_grad():
+        return rotary_cls(config=config)(torch.randn(2, T, WIDTH), torch.arange(T)[None].expand(2, T))
+
+
+def _hf(name):
+    c = _configs()
+    rot = {"llama": (llama, llama.LlamaRotaryEmbedding), "mistral": (mistral, mistral.MistralRotaryEmbedding)}
+    makers = {
+        "gpt2-attention": lambda: FirstOutput(gpt2.GPT2Attention(c["gpt2"], layer_idx=0)),
+        "gpt2-mlp": lambda: gpt2.GPT2MLP(4 * WIDTH, c["gpt2"]),
+        "gpt2-block": lambda: FirstOutput(gpt2.GPT2Block(c["gpt2"], layer_idx=0)),
+        "llama-attention": lambda: WithRotary(llama.LlamaAttention(c["llama"], layer_idx=0)),
+        "llama-mlp": lambda: llama.LlamaMLP(c["llama"]),
+        "llama-decoder-layer": lambda: WithRotary(llama.LlamaDecoderLayer(c["llama"], layer_idx=0)),
+        "mistral-attention": lambda: WithRotary(mistral.MistralAttention(c["mistral"], layer_idx=0)),
+        "mistral-mlp": lambda: mistral.MistralMLP(c["mistral"]),
+        "mistral-decoder-layer": lambda: WithRotary(mistral.MistralDecoderLayer(c["mistral"], layer_idx=0)),
+        "bert-attention": lambda: FirstOutput(bert.BertAttention(c["bert"])),
+        "bert-intermediate": lambda: bert.BertIntermediate(c["bert"]),
+        "bert-layer": lambda: FirstOutput(bert.BertLayer(c["bert"])),
+        "vit-attention": lambda: FirstOutput(vit.ViTAttention(c["vit"])),
+        "vit-layer": lambda: FirstOutput(vit.ViTLayer(c["vit"])),
+    }
+    module = makers[name]()
+    x = torch.randn(2, T, WIDTH)
+    family = name.split("-")[0]
+    if family in rot and not name.endswith("-mlp"):
+        return module, (x, *_rotary(c[family], rot[family][1]))
+    return module, (x,)
+
+
+def _timm(name):
+    makers = {
+        "timm-vit-block": lambda: TimmBlock(dim=WIDTH, num_heads=4, mlp_ratio=2.0, qkv_bias=True),
+        "timm-vit-attention": lambda: TimmAttention(dim=WIDTH, num_heads=4, qkv_bias=True),
+        "timm-mixer-block": lambda: MixerBlock(dim=WIDTH, seq_len=T, mlp_ratio=(0.5, 2.0)),
+        "timm-mlp": lambda: timm.layers.Mlp(WIDTH, 32),
+        "timm-swiglu": lambda: timm.layers.SwiGLU(WIDTH, 32),
+    }
+    return makers[name](), (torch.randn(2, T, WIDTH),)
+
+
+HF = ["gpt2-attention", "gpt2-mlp", "gpt2-block", "llama-attention", "llama-mlp", "llama-decoder-layer",
+      "mistral-attention", "mistral-mlp", "mistral-decoder-layer", "bert-attention", "bert-intermediate", "bert-layer",
+      "vit-attention", "vit-layer"]
+TIMM = ["timm-vit-block", "timm-vit-attention", "timm-mixer-block", "timm-mlp", "timm-swiglu"]
+
+
+# ---- readability -------------------------------------------------------------------------------------------
+
+
+def call_depth(code: str) -> int:
+    """How many calls a line nests (parentheses after a name; a pattern's groups are in strings)."""
+    code = re.sub(r"'[^']*'|\"[^\"]*\"", "''", code.split("#", 1)[0])
+    stack, deepest = [], 0
+    for i, ch in enumerate(code):
+        if ch == "(":
+            stack.append(i > 0 and (code[i - 1].isalnum() or code[i - 1] == "_"))
+            deepest = max(deepest, sum(stack))
+        elif ch == ")" and stack:
+            stack.pop()
+    return deepest
+
+
+def check_readable(text: str, writer) -> None:
+    deep = [line for line in text.splitlines() if call_depth(line) > 3]
+    assert not deep, f"statements nesting more than three calls: {deep}"
+    shared = {n: len({id(r) for r in rs}) for n, rs in writer.dim_holders.items()
+              if len({id(r) for r in rs}) > 1 and n not in writer.dim_merge}  # a product (bt = b * t) is one meaning
+    assert not shared, f"dim letters that stand for more than one axis: {shared}"
+    legend = {m.group(1) for m in re.finditer(r"^#\s+(\w+)\s{2}\S", text, re.M)}
+    dims = set(writer.dim_sizes)
+    assert dims <= legend, f"dims the index legend does not explain: {sorted(dims - legend)}"
+
+
+@pytest.fixture
+def writers(monkeypatch):
+    """The tracer's writers, kept to read the names they gave."""
+    made = []
+    original = trace_write.Writer.write
+
+    def write(self, header):
+        made.append(self)
+        return original(self, header)
+
+    monkeypatch.setattr(trace_write.Writer, "write", write)
+    return made
+
+
+# ---- the round trip ---------------------------------------------------------------------------------------
+
+TOL = {torch.float32: 2e-5, torch.float64: 1e-6}  # float64: Hugging Face's softmax runs in float32
+
+
+def round_trip(module, inputs, dtype):
+    torch.manual_seed(0)
+    module = module.to(dtype).eval()
+    with torch.no_grad():  # away from the initialisation, so that ones and zeros are not special
+        for p in module.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    inputs = [x.to(dtype) for x in inputs]
+    text = penrose.trace(module, *inputs)
+    twin = penrose.compile(text).to(dtype).eval()
+    twin.load_state_dict(module.state_dict(), strict=True)  # the module's own names, every one
+    a = [x.clone().requires_grad_() for x in inputs]
+    b = [x.clone().requires_grad_() for x in inputs]
+    want, got = module(*a), twin(*b)
+    tol = TOL[dtype]
+    torch.testing.assert_close(got, want, rtol=tol, atol=tol)
+    cot = torch.randn_like(want)
+    want.backward(cot)
+    got.backward(cot)
+    for x, y in zip(a, b):
+        torch.testing.assert_close(y.grad, x.grad, rtol=10 * tol, atol=10 * tol)
+    theirs = dict(module.named_parameters())
+    for name, p in twin.state_dict(keep_vars=True).items():
+        if isinstance(p, nn.Parameter):
+            torch.testing.assert_close(p.grad, theirs[name].grad, rtol=10 * tol, atol=10 * tol, msg=name)
+    return text
+
+
+DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["float32", "float64"])
+
+
+@DTYPES
+@pytest.mark.parametrize("name", HF)
+def test_transformers_modules_round_trip(name, dtype, writers):
+    module, inputs = _hf(name)
+    text = round_trip(module, inputs, dtype)
+    check_readable(text, writers[-1])
+
+
+@DTYPES
+@pytest.mark.parametrize("name", TIMM)
+def test_timm_modules_round_trip(name, dtype, writers):
+    module, inputs = _timm(name)
+    text = round_trip(module, inputs, dtype)
+    check_readable(text, writers[-1])
+
+
+def test_bert_keeps_its_reserved_state_dict_names():
+    module, inputs = _hf("bert-layer")
+    text = penrose.trace(module, *inputs)
+    assert "as `self`" in text and "as `output`" in text
+
+
+def test_llama_legs_are_named_from_its_attributes():
+    """num_attention_heads, num_key_value_heads, head_dim → h, g, d; the width one name, e."""
+    module, inputs = _hf("llama-attention")
+    text = penrose.trace(module, *inputs)
+    assert "dim h = g * r" in text and "dim e = h * d" in text
+    assert "input x[t, e]" in text
+
+
+def test_readability_check_can_fail():
+    assert call_depth("y = a(b(c(d(x))))") == 4 and call_depth("y = rearrange(x, 't (h d) -> t h d')") == 1
