@@ -16,6 +16,7 @@ import pytest
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from trace_readability import traced
 
 import penrose
 from penrose.cli import main
@@ -176,7 +177,7 @@ def round_trip(module, *inputs, tol=1e-10, **options):
     module = module.double()
     _perturb(module)
     inputs = [x.double() if x.is_floating_point() else x for x in inputs]
-    text = penrose.trace(module, *inputs, **options)
+    text = traced(module, *inputs, **options)  # and readable (tests/trace_readability.py)
     model = penrose.compile(text).double()
     model.load_state_dict(module.state_dict())  # strict: every name matches
     module.eval()

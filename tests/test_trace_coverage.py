@@ -12,9 +12,9 @@ import inspect
 
 import pytest
 import torch
-from torch import nn
 import torch.nn.functional as F
 from test_trace import round_trip
+from torch import nn
 
 import penrose
 from penrose.trace import PenroseTraceError

@@ -12,29 +12,28 @@ here never touch it, so tests/torchvision_stub.py stands in for it when it canno
 
 from __future__ import annotations
 
-import re
 import warnings
 
 import pytest
 import torch
 import torchvision_stub
 from torch import nn
+from trace_readability import call_depth, traced
 
 import penrose
-from penrose.trace import write as trace_write
 
 torchvision_stub.install()
 
-import timm.layers  # noqa: E402 - after the torchvision stand-in
-from timm.models.mlp_mixer import MixerBlock  # noqa: E402
-from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
-from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
-from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig  # noqa: E402
-from transformers.models.bert import modeling_bert as bert  # noqa: E402
-from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
-from transformers.models.llama import modeling_llama as llama  # noqa: E402
-from transformers.models.mistral import modeling_mistral as mistral  # noqa: E402
-from transformers.models.vit import modeling_vit as vit  # noqa: E402
+import timm.layers
+from timm.models.mlp_mixer import MixerBlock
+from timm.models.vision_transformer import Attention as TimmAttention
+from timm.models.vision_transformer import Block as TimmBlock
+from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig
+from transformers.models.bert import modeling_bert as bert
+from transformers.models.gpt2 import modeling_gpt2 as gpt2
+from transformers.models.llama import modeling_llama as llama
+from transformers.models.mistral import modeling_mistral as mistral
+from transformers.models.vit import modeling_vit as vit
 
 T, WIDTH = 5, 16
 
@@ -47,7 +46,7 @@ def _eager(config):
 def _configs():
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        small = dict(hidden_size=WIDTH, intermediate_size=24, num_attention_heads=4, num_hidden_layers=1, vocab_size=11)
+        small = {"hidden_size": WIDTH, "intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11}
         return {
             "gpt2": _eager(GPT2Config(n_embd=WIDTH, n_head=4, n_layer=1, n_positions=8, vocab_size=11, bos_token_id=0,
                                       eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)),
@@ -132,47 +131,6 @@ HF = ["gpt2-attention", "gpt2-mlp", "gpt2-block", "llama-attention", "llama-mlp"
 TIMM = ["timm-vit-block", "timm-vit-attention", "timm-mixer-block", "timm-mlp", "timm-swiglu"]
 
 
-# ---- readability -------------------------------------------------------------------------------------------
-
-
-def call_depth(code: str) -> int:
-    """How many calls a line nests (parentheses after a name; a pattern's groups are in strings)."""
-    code = re.sub(r"'[^']*'|\"[^\"]*\"", "''", code.split("#", 1)[0])
-    stack, deepest = [], 0
-    for i, ch in enumerate(code):
-        if ch == "(":
-            stack.append(i > 0 and (code[i - 1].isalnum() or code[i - 1] == "_"))
-            deepest = max(deepest, sum(stack))
-        elif ch == ")" and stack:
-            stack.pop()
-    return deepest
-
-
-def check_readable(text: str, writer) -> None:
-    deep = [line for line in text.splitlines() if call_depth(line) > 3]
-    assert not deep, f"statements nesting more than three calls: {deep}"
-    shared = {n: len({id(r) for r in rs}) for n, rs in writer.dim_holders.items()
-              if len({id(r) for r in rs}) > 1 and n not in writer.dim_merge}  # a product (bt = b * t) is one meaning
-    assert not shared, f"dim letters that stand for more than one axis: {shared}"
-    legend = {m.group(1) for m in re.finditer(r"^#\s+(\w+)\s{2}\S", text, re.M)}
-    dims = set(writer.dim_sizes)
-    assert dims <= legend, f"dims the index legend does not explain: {sorted(dims - legend)}"
-
-
-@pytest.fixture
-def writers(monkeypatch):
-    """The tracer's writers, kept to read the names they gave."""
-    made = []
-    original = trace_write.Writer.write
-
-    def write(self, header):
-        made.append(self)
-        return original(self, header)
-
-    monkeypatch.setattr(trace_write.Writer, "write", write)
-    return made
-
-
 # ---- the round trip ---------------------------------------------------------------------------------------
 
 TOL = {torch.float32: 2e-5, torch.float64: 1e-6}  # float64: Hugging Face's softmax runs in float32
@@ -185,7 +143,7 @@ def round_trip(module, inputs, dtype):
         for p in module.parameters():
             p.add_(torch.randn_like(p) * 0.1)
     inputs = [x.to(dtype) for x in inputs]
-    text = penrose.trace(module, *inputs)
+    text = traced(module, *inputs)  # and readable
     twin = penrose.compile(text).to(dtype).eval()
     twin.load_state_dict(module.state_dict(), strict=True)  # the module's own names, every one
     a = [x.clone().requires_grad_() for x in inputs]
@@ -210,18 +168,16 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["
 
 @DTYPES
 @pytest.mark.parametrize("name", HF)
-def test_transformers_modules_round_trip(name, dtype, writers):
+def test_transformers_modules_round_trip(name, dtype):
     module, inputs = _hf(name)
-    text = round_trip(module, inputs, dtype)
-    check_readable(text, writers[-1])
+    round_trip(module, inputs, dtype)
 
 
 @DTYPES
 @pytest.mark.parametrize("name", TIMM)
-def test_timm_modules_round_trip(name, dtype, writers):
+def test_timm_modules_round_trip(name, dtype):
     module, inputs = _timm(name)
-    text = round_trip(module, inputs, dtype)
-    check_readable(text, writers[-1])
+    round_trip(module, inputs, dtype)
 
 
 def test_bert_keeps_its_reserved_state_dict_names():

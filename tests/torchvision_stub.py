@@ -22,7 +22,7 @@ class _Placeholder(type):
 
 
 class _Module(types.ModuleType):
-    __path__: list = []
+    __path__: tuple = ()
 
     def __getattr__(self, name):
         if name.startswith("__"):

@@ -638,6 +638,11 @@ class Writer:
             return all(id(h) not in conflicts[id(r)] for h in holders[name])
 
         sizes_of = attribute_sizes(self.L.module)
+        self.meaning = {}  # a dim named from the module's attributes -> its meaning in words
+
+        def described(letter, r):
+            key = sizes_of[letter].get(r.size)
+            return f"{MEANINGS[letter]} ({key} = {r.size})" if key else MEANINGS[letter]
         roles_of = defaultdict(set)  # a root -> the roles of every leg joined into it
         for c in C.all:
             roles_of[id(C.find(c))].add(c.role)
@@ -669,6 +674,7 @@ class Writer:
                         return assign(r, n, want)
                 letter = attr_letter(r)
                 if letter and letter not in taken and letter not in holders and letter not in fac:
+                    self.meaning[letter] = described(letter, r)
                     return assign(r, letter, want)
                 joined = "".join(fac)
                 if ok_name(joined) and joined not in taken and joined not in holders:
@@ -680,6 +686,7 @@ class Writer:
                     return assign(r, r.pref, None)
             letter = attr_letter(r)  # one letter, one axis: a name is never shared by two axes of one size
             if letter and letter not in taken and letter not in holders:
+                self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
             role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
             pref = ROLE_LETTERS.get(role, "")
@@ -904,7 +911,9 @@ class Writer:
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
         out = ["# index legend:"]
         for n in order:
-            if n in self.dim_merge:
+            if n in getattr(self, "meaning", {}):
+                meaning = self.meaning[n] + (f": {' times '.join(self.dim_merge[n])}" if n in self.dim_merge else "")
+            elif n in self.dim_merge:
                 meaning = f"{' and '.join(self.dim_merge[n])} merged (a view)"
             else:
                 hs = sorted(self.dim_holders[n], key=lambda r: r.id)
@@ -931,9 +940,12 @@ SIZE_ATTRS = {
 }
 
 
+MEANINGS = {"h": "heads", "g": "key-value heads", "d": "head dim", "e": "model width", "r": "copies of each key-value head"}
+
+
 def attribute_sizes(module) -> dict:
-    """letter -> the sizes the module's (and its submodules' and configs') attributes give it."""
-    out = {k: set() for k in SIZE_ATTRS}
+    """letter -> {size: the attribute that gives it} from the module's (and its submodules' and configs') attributes."""
+    out = {k: {} for k in SIZE_ATTRS}
     for m in module.modules():
         for owner in (m, getattr(m, "config", None)):
             attrs = vars(owner) if owner is not None and hasattr(owner, "__dict__") else {}
@@ -941,7 +953,7 @@ def attribute_sizes(module) -> dict:
                 for k in keys:
                     v = attrs.get(k)
                     if isinstance(v, int) and not isinstance(v, bool) and v > 1:
-                        out[letter].add(v)
+                        out[letter].setdefault(v, k)
     return out
 
 
