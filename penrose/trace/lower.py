@@ -1499,7 +1499,7 @@ class Lowerer:
                 right.append(go[0][1])
             elif len(go) == 1:
                 n = len(gn)
-                roles = ["head", "headdim"] if n == 2 else ["part"] * n
+                roles = ["part"] * (n - 2) + ["head", "headdim"]  # (3, heads, head dim) of a fused qkv too
                 src = go[0][1]
                 merged = self.C.find(src).merge
                 if merged and [self.C.find(f).size for f in merged] == [sz for _, sz in gn] and not any(
