@@ -367,3 +367,52 @@ def test_quoted_names_are_refused_where_they_cannot_stand(text, message):
         penrose.compile(text)
     assert message in str(e.value)
     assert e.value.span.line == 3
+
+
+# ---- more code written the way public repositories write it ------------------------------------------------
+
+
+class ShiftedPositions(nn.Module):
+    """Hugging Face GPT-2's positions: torch.arange(T) + past_seen_tokens, unsqueezed, embedded."""
+
+    def __init__(self, n_positions=8, d=4):
+        super().__init__()
+        self.wpe = nn.Embedding(n_positions, d)
+
+    def forward(self, x):
+        past_seen_tokens = 0
+        position_ids = torch.arange(x.shape[1], device=x.device) + past_seen_tokens
+        position_ids = position_ids.unsqueeze(0)
+        return x + self.wpe(position_ids)
+
+
+def _modulate(x, shift, scale):
+    return x * (1 + scale.unsqueeze(1)) + shift.unsqueeze(1)
+
+
+class DiTBlock(nn.Module):
+    """DiT's block: adaLN modulation chunked six ways, nn.MultiheadAttention, a tanh-GELU MLP."""
+
+    def __init__(self, hidden_size=8, num_heads=2):
+        super().__init__()
+        self.norm1 = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
+        self.attn = nn.MultiheadAttention(hidden_size, num_heads, batch_first=True)
+        self.norm2 = nn.LayerNorm(hidden_size, elementwise_affine=False, eps=1e-6)
+        self.mlp = nn.Sequential(nn.Linear(hidden_size, 2 * hidden_size), nn.GELU(approximate="tanh"),
+                                 nn.Linear(2 * hidden_size, hidden_size))
+        self.adaLN_modulation = nn.Sequential(nn.SiLU(), nn.Linear(hidden_size, 6 * hidden_size))
+
+    def forward(self, x, c):
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = self.adaLN_modulation(c).chunk(6, dim=1)
+        h = _modulate(self.norm1(x), shift_msa, scale_msa)
+        x = x + gate_msa.unsqueeze(1) * self.attn(h, h, h, need_weights=False)[0]
+        return x + gate_mlp.unsqueeze(1) * self.mlp(_modulate(self.norm2(x), shift_mlp, scale_mlp))
+
+
+def test_shifted_positions_are_a_slice_of_the_table():
+    text = round_trip(ShiftedPositions(), torch.randn(2, 5, 4))
+    assert "slice(" in text
+
+
+def test_dit_block():
+    round_trip(DiTBlock(), torch.randn(2, 5, 8), torch.randn(2, 8))

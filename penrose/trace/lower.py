@@ -566,7 +566,28 @@ class Lowerer:
             return None
         if packet.endswith("_") and not packet.startswith("_") and packet not in INPLACE_KEEP:
             return self.in_place(node, packet[:-1])
+        moved = self.positions(node, packet)
+        if moved is not None:
+            return moved
         return self.dispatch(node, packet)
+
+    def positions(self, node, packet):
+        """Positions `torch.arange(T)` carried through what keeps them positions 0 .. T-1 shifted:
+        `+ past` (a number), `unsqueeze(0)`, `expand(B, -1)`, casts and copies; None otherwise.
+        (Hugging Face's `position_ids = torch.arange(T) + past_seen_tokens` then `.unsqueeze(0)`.)"""
+        src = self.values.get(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+        if not (isinstance(src, tuple) and src and src[0] == "arange"):
+            return None
+        _, start, end, step, made = src
+        if packet == "add" and len(node.args) > 1 and isinstance(node.args[1], int) and not isinstance(node.args[1], bool):
+            return ("arange", start + node.args[1], end + node.args[1], step, made)
+        leading = self.out_shape() or []
+        if packet in ("unsqueeze", "expand", "view", "reshape") and [s for s in leading if s != 1][-1:] == [len(range(start, end, step))] \
+                and (packet != "expand" or len(leading) <= 2):
+            return src  # leading axes of one size (or the batch's): the same positions for every row
+        if packet in IDENTITY and _dtype(self.out_dtype()) == "int":
+            return src
+        return None
 
     def dispatch(self, node, packet):
         fn = getattr(self, f"op_{packet}", None)
