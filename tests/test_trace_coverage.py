@@ -303,13 +303,29 @@ class WideFill(nn.Module):
         return x[:, None, :] + torch.ones(3, 4)
 
 
+class Conv(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Conv1d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.proj(x.unsqueeze(0)).squeeze(0)
+
+
+class CumSum(nn.Module):
+    def forward(self, x):
+        return x.cumsum(-1) * 2
+
+
 @pytest.mark.parametrize("make, code, cause", [
     (IntCast, "x.long()", "converts torch.float32 to torch.int64"),
     (WideFill, "torch.ones(3, 4)", "a filled tensor of shape (3, 4)"),
-], ids=["float-to-int", "fill-with-new-axes"])
+    (Conv, "self.proj(", "torch.conv1d cannot be expressed in .pen: a convolution"),
+    (CumSum, "x.cumsum(-1)", "Tensor.cumsum cannot be expressed in .pen: a cumulative op"),
+], ids=["float-to-int", "fill-with-new-axes", "conv", "cumsum"])
 def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
     with pytest.raises(PenroseTraceError) as e:
-        penrose.trace(make(), torch.randn(2, 4))
+        penrose.trace(make(), torch.randn(2, 4) if make is not Conv else torch.randn(4, 6))
     assert cause in e.value.message
     assert e.value.span.line == _line_of(make, code)
 

@@ -40,6 +40,23 @@ INPLACE_KEEP = {"index_put_", "fill_", "zero_", "copy_"}  # refused with their o
 VIEW_OPS = {"view", "reshape", "_unsafe_view", "transpose", "permute", "select", "slice", "expand", "unsqueeze", "squeeze",
             "t", "narrow", "split", "split_with_sizes", "chunk", "unbind", "alias", "diagonal", "as_strided", "unflatten",
             "flatten", "movedim", "swapaxes", "view_as", "expand_as", "getitem"}
+# why an op the language lacks is refused, in words (the refusal names the op and the user's line too)
+CAUSES = {
+    **dict.fromkeys(("conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d", "conv_transpose2d", "_convolution"),
+                    "a convolution: the language has no sliding windows (trace the layers after it, on its output)"),
+    **dict.fromkeys(("max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
+                     "max_pool2d_with_indices"), "pooling over a sliding window"),
+    **dict.fromkeys(("batch_norm", "_native_batch_norm_legit_no_training", "native_batch_norm", "instance_norm", "group_norm"),
+                    "a norm over the batch or over groups of channels (layernorm and rmsnorm normalise one axis)"),
+    **dict.fromkeys(("sort", "argsort", "argmax", "argmin", "kthvalue", "median"), "it orders values or returns indices"),
+    **dict.fromkeys(("cumsum", "cumprod", "cummax", "logcumsumexp"), "a cumulative op (a running sum along an axis)"),
+    **dict.fromkeys(("gather", "index", "index_put", "scatter_add", "take_along_dim"),
+                    "indexing by a tensor of indices (only an embedding's rows are expressible: gather(table, ids))"),
+    **dict.fromkeys(("sin", "cos", "tan", "atan", "erf", "floor", "ceil", "round", "sign"), "a function the language does not have"),
+    **dict.fromkeys(("tril", "triu"), "a mask made in forward (register it as a buffer, or write causal(t, s))"),
+    "maximum": "the element-wise maximum of two tensors (write where(a > b, a, b))",
+    "minimum": "the element-wise minimum of two tensors (write where(a < b, a, b))",
+}
 SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 
 
@@ -156,6 +173,8 @@ class Lowerer:
 
     def unsupported(self, what=None, why=""):
         name = what or torch_name(self.node)
+        if not why and self.node is not None and self.node.op == "call_function":
+            why = CAUSES.get(_packet(self.node), "")
         self.fail(f"{name} cannot be expressed in .pen{': ' + why if why else ''}")
 
     # ---- the walk -----------------------------------------------------------------------------------
