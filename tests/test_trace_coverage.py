@@ -209,10 +209,14 @@ class BufferUpdatedInPlace(nn.Module):
     (BufferUpdatedInPlace, "add_(1.0)", "in place"),
 ], ids=["view", "buffer"])
 def test_in_place_updates_seen_elsewhere_are_refused_with_the_cause(make, code, cause):
+    module = make()
+    before = {k: v.clone() for k, v in module.state_dict().items()}
     with pytest.raises(PenroseTraceError) as e:
-        penrose.trace(make(), torch.randn(2, 4))
+        penrose.trace(module, torch.randn(2, 4))
     assert cause in e.value.message and "add_" in e.value.message
     assert e.value.span.line == _line_of(make, code)
+    for k, v in module.state_dict().items():  # finding the line ran forward again: the buffer is as it was
+        torch.testing.assert_close(v, before[k], rtol=0, atol=0)
 
 
 # ---- constant fills, repeats, casts ----------------------------------------------------------------------

@@ -157,6 +157,7 @@ class Lowerer:
 
         was = self.module.training
         self.module.eval()
+        state = [(t, t.detach().clone()) for t in list(self.module.parameters()) + list(self.module.buffers())]
         try:
             with torch.no_grad(), Record():
                 self.module(*self.inputs)
@@ -164,6 +165,9 @@ class Lowerer:
             pass
         finally:
             self.module.train(was)
+            with torch.no_grad():  # what forward updated in place (a running count) is as it was
+                for t, saved in state:
+                    t.copy_(saved)
         for stack in stacks:
             user = [f for f in stack if _user_file(f.filename)]
             if any(f.filename == span.file and f.lineno == span.line for f in user):
