@@ -38,22 +38,22 @@ from transformers.models.vit import modeling_vit as vit
 T, WIDTH = 5, 16
 
 
-def _eager(config):
-    config._attn_implementation = "eager"  # the attention written out in torch, not a kernel
+def _eager(config, attention="eager"):
+    config._attn_implementation = attention  # eager: written out in torch; sdpa: F.scaled_dot_product_attention
     return config
 
 
-def _configs():
+def _configs(attention="eager"):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         small = {"hidden_size": WIDTH, "intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 1, "vocab_size": 11}
         return {
-            "gpt2": _eager(GPT2Config(n_embd=WIDTH, n_head=4, n_layer=1, n_positions=8, vocab_size=11, bos_token_id=0,
+            "gpt2": _eager(attention=attention, config=GPT2Config(n_embd=WIDTH, n_head=4, n_layer=1, n_positions=8, vocab_size=11, bos_token_id=0,
                                       eos_token_id=0, attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0)),
-            "llama": _eager(LlamaConfig(**small, num_key_value_heads=2, max_position_embeddings=16)),
-            "mistral": _eager(MistralConfig(**small, num_key_value_heads=2, max_position_embeddings=16, sliding_window=None)),
-            "bert": _eager(BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
-            "vit": _eager(ViTConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+            "llama": _eager(attention=attention, config=LlamaConfig(**small, num_key_value_heads=2, max_position_embeddings=16)),
+            "mistral": _eager(attention=attention, config=MistralConfig(**small, num_key_value_heads=2, max_position_embeddings=16, sliding_window=None)),
+            "bert": _eager(attention=attention, config=BertConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
+            "vit": _eager(attention=attention, config=ViTConfig(**small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)),
         }
 
 
@@ -87,8 +87,8 @@ def _rotary(config, rotary_cls):
         return rotary_cls(config=config)(torch.randn(2, T, WIDTH), torch.arange(T)[None].expand(2, T))
 
 
-def _hf(name):
-    c = _configs()
+def _hf(name, attention="eager"):
+    c = _configs(attention)
     rot = {"llama": (llama, llama.LlamaRotaryEmbedding), "mistral": (mistral, mistral.MistralRotaryEmbedding)}
     makers = {
         "gpt2-attention": lambda: FirstOutput(gpt2.GPT2Attention(c["gpt2"], layer_idx=0)),
@@ -170,6 +170,15 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=["
 @pytest.mark.parametrize("name", HF)
 def test_transformers_modules_round_trip(name, dtype):
     module, inputs = _hf(name)
+    round_trip(module, inputs, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["gpt2-attention", "llama-attention", "mistral-decoder-layer", "bert-attention", "vit-attention"])
+def test_transformers_sdpa_attention_round_trips(name, dtype):
+    """The default attention of transformers: F.scaled_dot_product_attention (enable_gqa=True for
+    LLaMA's and Mistral's grouped-query heads)."""
+    module, inputs = _hf(name, attention="sdpa")
     round_trip(module, inputs, dtype)
 
 

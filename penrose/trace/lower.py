@@ -1275,8 +1275,13 @@ class Lowerer:
     def op_scaled_dot_product_attention(self, node):
         a = self.args(node)
         q, k, v = (self.view_arg(a[n]) for n in ("query", "key", "value"))
-        if a.get("enable_gqa"):
-            self.unsupported(why="enable_gqa=True")
+        if a.get("enable_gqa"):  # grouped-query heads: each key-value head serves h / g query heads
+            hq, hk = self.full_shape(q)[-3], self.full_shape(k)[-3]
+            if hq != hk:
+                if len(k.full) < 3 or hq % hk:
+                    self.unsupported(why="enable_gqa=True with query heads that are not a multiple of the key-value heads")
+                k = self.tile(k, len(k.full) - 3, hq // hk, interleave=True)
+                v = self.tile(v, len(v.full) - 3, hq // hk, interleave=True)
         mask, p, causal, scale = a.get("attn_mask"), a.get("dropout_p", 0.0), a.get("is_causal", False), a.get("scale")
         kk = [("b", j) for j in range(len(k.full) - 2)] + ["s", "e"]
         kq = [("b", j) for j in range(len(q.full) - 2)] + ["l", "e"]
