@@ -24,16 +24,16 @@ import penrose
 
 torchvision_stub.install()
 
-import timm.layers
-from timm.models.mlp_mixer import MixerBlock
-from timm.models.vision_transformer import Attention as TimmAttention
-from timm.models.vision_transformer import Block as TimmBlock
-from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig
-from transformers.models.bert import modeling_bert as bert
-from transformers.models.gpt2 import modeling_gpt2 as gpt2
-from transformers.models.llama import modeling_llama as llama
-from transformers.models.mistral import modeling_mistral as mistral
-from transformers.models.vit import modeling_vit as vit
+import timm.layers  # noqa: E402 - after the torchvision stand-in
+from timm.models.mlp_mixer import MixerBlock  # noqa: E402
+from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
+from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
+from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig  # noqa: E402
+from transformers.models.bert import modeling_bert as bert  # noqa: E402
+from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
+from transformers.models.llama import modeling_llama as llama  # noqa: E402
+from transformers.models.mistral import modeling_mistral as mistral  # noqa: E402
+from transformers.models.vit import modeling_vit as vit  # noqa: E402
 
 T, WIDTH = 5, 16
 
