@@ -436,3 +436,53 @@ def test_shifted_positions_are_a_slice_of_the_table():
 
 def test_dit_block():
     round_trip(DiTBlock(), torch.randn(2, 5, 8), torch.randn(2, 8))
+
+
+class GEGLU(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.proj = nn.Linear(d, 2 * d)
+        self.out = nn.Linear(d, d)
+
+    def forward(self, x):
+        a, gate = self.proj(x).chunk(2, dim=-1)
+        return self.out(a * F.gelu(gate))
+
+
+class IntMaskAttention(nn.Module):
+    """An integer padding mask (== 0), softmax in float32 then type_as: the annotated-transformer way."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, mask):
+        att = self.q(x) @ x.transpose(-2, -1) / x.size(-1) ** 0.5
+        att = att.masked_fill(mask.unsqueeze(1) == 0, -1e9)
+        return F.softmax(att, dim=-1, dtype=torch.float32).type_as(x) @ x
+
+
+class TriuBoolBuffer(nn.Module):
+    def __init__(self, n=5):
+        super().__init__()
+        self.register_buffer("mask", torch.triu(torch.ones(n, n), diagonal=1).bool())
+
+    def forward(self, x):
+        att = x @ x.transpose(-1, -2)
+        return att.masked_fill(self.mask, float("-inf")).softmax(-1)
+
+
+class BaddbmmScores(nn.Module):
+    """Bloom's and GPT-NeoX's scores: torch.baddbmm(zeros, q, kᵀ, beta=0, alpha=1/√d)."""
+
+    def forward(self, q, k):
+        return torch.baddbmm(torch.zeros(1, 1, 1, dtype=q.dtype), q, k.transpose(1, 2), beta=0.0, alpha=0.5).softmax(-1)
+
+
+def test_geglu_int_mask_triu_buffer_and_baddbmm():
+    round_trip(GEGLU(), torch.randn(2, 5, 8))
+    mask = torch.ones(2, 5, dtype=torch.long)
+    mask[0, 3:] = 0
+    round_trip(IntMaskAttention(), torch.randn(2, 5, 8), mask, tol=1e-6)  # the module's float32 softmax rounds
+    round_trip(TriuBoolBuffer(), torch.randn(2, 5, 4))
+    round_trip(BaddbmmScores(), torch.randn(2, 5, 4), torch.randn(2, 6, 4))

@@ -54,6 +54,7 @@ CAUSES = {
                     "indexing by a tensor of indices (only an embedding's rows are expressible: gather(table, ids))"),
     **dict.fromkeys(("sin", "cos", "tan", "atan", "erf", "floor", "ceil", "round", "sign"), "a function the language does not have"),
     **dict.fromkeys(("tril", "triu"), "a mask made in forward (register it as a buffer, or write causal(t, s))"),
+    **dict.fromkeys(("pad", "constant_pad_nd", "reflection_pad1d", "replication_pad1d"), "padding (borders the language has no axis for)"),
     "maximum": "the element-wise maximum of two tensors (write where(a > b, a, b))",
     "minimum": "the element-wise minimum of two tensors (write where(a < b, a, b))",
 }
@@ -1184,6 +1185,18 @@ class Lowerer:
             self.unsupported(why="beta or alpha other than 1")
         m = self.matmul(self.view_arg(a["mat1"]), self.view_arg(a["mat2"]))
         return self.binop("+", m, self.view_arg(a["self"]))
+
+    def op_baddbmm(self, node):
+        """beta * input + alpha * (batch1 @ batch2) (Bloom's, GPT-NeoX's scores): an einsum, scaled, plus input."""
+        a = self.args(node)
+        y = self.matmul(self.view_arg(a["batch1"]), self.view_arg(a["batch2"]))
+        alpha, beta = a.get("alpha", 1), a.get("beta", 1)
+        if alpha != 1:
+            y = self.binop("*", y, alpha)
+        if beta == 0:
+            return y
+        base = self.view_arg(a["self"])
+        return self.binop("+", y, base if beta == 1 else self.binop("*", base, beta))
 
     def op_linear(self, node):
         a = self.args(node)
