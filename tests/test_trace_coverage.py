@@ -46,6 +46,7 @@ def test_regression_non_persistent_buffer_read_in_forward_is_traced():
     x = torch.randn(2, 3, 4, dtype=torch.float64)
     text = penrose.trace(m, x)
     assert "buffer scale[" in text
+    assert "# Buffers registered with persistent=False: scale;" in text  # and how to load them
     twin = penrose.compile(text).double()
     twin.load_state_dict({**m.state_dict(), "scale": m.scale})
     torch.testing.assert_close(twin(x), m(x))
