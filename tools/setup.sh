@@ -54,5 +54,9 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   quiet_pip install -q torch==2.13.0
 fi
 quiet_pip install -q -e ".[zoo,test,editor,dev]"
+# timm without its torchvision requirement (pyproject.toml's trace-test extra says why)
+if ! "$PY" -c "import timm" >/dev/null 2>&1; then
+  quiet_pip install -q --no-deps "timm>=1.0"
+fi
 echo "penrose: set-up complete in $("$PY" -c 'import sys; print(sys.prefix)')" >&2
 echo "$PY"
