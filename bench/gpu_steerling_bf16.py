@@ -14,20 +14,29 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from penrose_zoo.steerling import Steerling  # noqa: E402
 
-SMALL = dict(
+class Config(TypedDict):
+    model: dict  # Steerling's model config
+    concepts: dict  # its concept config
+    vocab: int
+    batch: int
+    length: int
+
+
+SMALL = Config(
     model=dict(n_layers=4, n_head=8, n_kv_heads=2, n_embd=512, block_size=1024, diff_block_size=64,
                intermediate_size=1536),
     concepts=dict(n_concepts=512, n_unknown_concepts=2048, concept_dim=512, factorize_rank=64,
                   topk_known=32, topk_known_features=32, unknown_topk=64),
     vocab=4096, batch=8, length=1024,
 )
-TINY = dict(
+TINY = Config(
     model=dict(n_layers=1, n_head=2, n_kv_heads=1, n_embd=32, block_size=64, diff_block_size=8, intermediate_size=64),
     concepts=dict(n_concepts=16, n_unknown_concepts=32, concept_dim=32, factorize_rank=8, topk_known=4,
                   topk_known_features=4, unknown_topk=4),

@@ -52,7 +52,7 @@ class Client:
         self.responses: dict = {}
         self.notifications: list = []
         self.cond = threading.Condition()
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
 
     def __enter__(self):
         self.proc = subprocess.Popen(self.command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -100,6 +100,8 @@ class Client:
                 self.cond.notify_all()
 
     def _send(self, msg: dict):
+        if self.proc is None or self.proc.stdin is None:
+            raise RuntimeError("the language server is not running: use the client inside `with`")
         body = json.dumps(msg).encode("utf-8")
         self.proc.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
         self.proc.stdin.flush()

@@ -19,6 +19,7 @@ import argparse
 import math
 import sys
 from pathlib import Path
+from typing import TypedDict
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +33,19 @@ from common import paired_ratio, reduced, threads_note  # noqa: E402
 from penrose_zoo.steerling import Steerling  # noqa: E402
 from penrose_zoo.steerling.cli import TINY_CONCEPTS, TINY_MODEL  # noqa: E402
 
-CONFIGS = {
-    "tiny": dict(model=TINY_MODEL, concept=TINY_CONCEPTS, vocab=260, batch=2, length=64),  # `penrose steerling init --tiny`
-    "small": dict(
+
+
+class Config(TypedDict):
+    model: dict  # Steerling's model config
+    concept: dict  # its concept config
+    vocab: int
+    batch: int
+    length: int
+
+
+CONFIGS: dict[str, Config] = {
+    "tiny": Config(model=TINY_MODEL, concept=TINY_CONCEPTS, vocab=260, batch=2, length=64),  # `penrose steerling init --tiny`
+    "small": Config(
         model=dict(n_layers=4, n_head=8, n_kv_heads=2, n_embd=256, block_size=512, diff_block_size=64, intermediate_size=704),
         concept=dict(n_concepts=1000, n_unknown_concepts=3000, concept_dim=256, topk_known=32, topk_known_features=32,
                      factorize_rank=64, unknown_topk=128),

@@ -91,7 +91,8 @@ def write_checkpoint(out: Path, cfg: dict, shard_bytes: int, seed: int = 0) -> d
     g = torch.Generator().manual_seed(seed)
     total = 0
     for file, keys in zip(files, shards):
-        header, offset = {"__metadata__": {"format": "pt"}}, 0
+        header: dict[str, dict] = {"__metadata__": {"format": "pt"}}
+        offset = 0
         for k in keys:
             nbytes = 2 * math.prod(shapes[k])
             header[names[k]] = {"dtype": "BF16", "shape": list(shapes[k]), "data_offsets": [offset, offset + nbytes]}
@@ -104,14 +105,14 @@ def write_checkpoint(out: Path, cfg: dict, shard_bytes: int, seed: int = 0) -> d
             for k in keys:
                 shape = shapes[k]
                 if len(shape) == 1:  # norm weights: ones with a little noise
-                    f.write((1 + 0.05 * torch.randn(shape, generator=g)).to(torch.bfloat16).view(torch.uint8).numpy())
+                    f.write((1 + 0.05 * torch.randn(shape, generator=g)).to(torch.bfloat16).view(torch.uint8).numpy().data)
                     continue
                 rows, cols = shape
                 step = max(1, CHUNK_BYTES // (4 * cols))
                 scale = 1.0 / math.sqrt(cols)
                 for r in range(0, rows, step):
                     part = torch.randn(min(step, rows - r), cols, generator=g).mul_(scale).to(torch.bfloat16)
-                    f.write(part.view(torch.uint8).numpy())
+                    f.write(part.view(torch.uint8).numpy().data)
             total += offset
         os.replace(out / (file + ".tmp"), out / file)
     wmap = {names[k]: file for file, keys in zip(files, shards) for k in keys}

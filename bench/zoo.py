@@ -26,6 +26,8 @@ from common import paired_ratio, reduced, threads_note  # noqa: E402
 import penrose_zoo  # noqa: E402
 
 spec = importlib.util.spec_from_file_location("zoo_refs", ROOT / "tests" / "references" / "zoo_refs.py")
+if spec is None or spec.loader is None:
+    raise ImportError(f"cannot load the zoo references from {ROOT / 'tests' / 'references' / 'zoo_refs.py'}")
 refs = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(refs)
 

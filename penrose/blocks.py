@@ -24,7 +24,7 @@ from penrose.errors import PenroseCheckError
 
 def calls(body) -> list[tuple[str, object]]:
     """(callee, span) for every call in the assignments and returns of `body`, in source order."""
-    out = []
+    out: list[tuple[str, object]] = []
     for s in body:
         if isinstance(s, ir.Assign):
             exprs = [s.value]

@@ -17,7 +17,9 @@ What the names mean (dims, sizes, which side may hold what) is the checker's par
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NoReturn
 
 from penrose.einsum_spec import spec_span
 from penrose.errors import NOWHERE, PenroseCheckError, Span
@@ -88,7 +90,7 @@ def parse(text: str, span: Span = NOWHERE, what: str = "rearrange") -> Pattern:
     `span` is the string literal's span (quotes included), `what` the function, for messages.
     """
 
-    def fail(msg, start, end=None):
+    def fail(msg: str, start: int, end: int | None = None) -> NoReturn:
         raise PenroseCheckError(f"{what}: {msg}", spec_span(span, start, end))
 
     arrows = [m.start() for m in re.finditer("->", text)]
@@ -102,15 +104,15 @@ def parse(text: str, span: Span = NOWHERE, what: str = "rearrange") -> Pattern:
     return Pattern(text, left, right)
 
 
-def _side(text: str, lo: int, hi: int, fail) -> Side:
+def _side(text: str, lo: int, hi: int, fail: Callable[..., NoReturn]) -> Side:
     groups: list[Group] = []
     seen: dict[str, int] = {}
-    open_at = None
+    open_at: int | None = None
     current: list[Axis] = []
     i = lo
-    ellipsis_at = None
+    ellipsis_at: int | None = None
 
-    def add(axis: Axis):
+    def add(axis: Axis) -> None:
         if axis.ellipsis:
             nonlocal ellipsis_at
             if ellipsis_at is not None:

@@ -189,7 +189,8 @@ def _lex(text: str, span: Span, words: bool) -> Parsed:
         if second >= 0:
             raise PenroseCheckError("an einsum spec has at most one '->'", spec_span(span, second, second + 2))
     lhs_end = arrow if arrow >= 0 else len(text)
-    inputs, start = [], 0
+    inputs: list[Term] = []
+    start = 0
     while True:
         comma = text.find(",", start, lhs_end)
         stop = comma if comma >= 0 else lhs_end
@@ -310,6 +311,7 @@ def resolve(
             w = k - m
             width = max(width, w)
             before, after = t.labels[: t.ellipsis], t.labels[t.ellipsis :]
+            assert t.ellipsis_at is not None  # set together with t.ellipsis by _term
             dots = (t.ellipsis_at, t.ellipsis_at + 3)
             labels = tuple(l.name for l in before) + tuple(ellipsis_label(w - 1 - j) for j in range(w))
             labels += tuple(l.name for l in after)
@@ -318,8 +320,8 @@ def resolve(
         where.append(at)
     counts: dict[str, int] = {}
     for t in p.inputs:
-        for l in t.names:
-            counts[l] = counts.get(l, 0) + 1
+        for name in t.names:
+            counts[name] = counts.get(name, 0) + 1
     dims = tuple(ellipsis_label(k) for k in reversed(range(width)))
     if p.output is None:
         out = dims + tuple(sorted(l for l, c in counts.items() if c == 1))

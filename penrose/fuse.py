@@ -40,7 +40,7 @@ class Attention:
     mask: V | None
     mask_kind: str  # 'bool' | 'additive' | 'causal' | ''
     absorbed: list  # CStmt objects folded into the call
-    scores: V | None = None  # the score einsum
+    scores: V  # the score einsum
 
 
 def find_attention(c: Checked, uses: dict | None = None) -> dict:

@@ -97,8 +97,8 @@ def read_json(path, *, max_bytes: int = 1 << 20, max_depth: int = 32):
     if deep is not None:
         raise PenroseError(f"{name}: JSON nested more than {max_depth} levels deep (at character {deep})")
 
-    def pairs(items):
-        seen: dict = {}
+    def pairs(items: list[tuple[str, object]]) -> dict[str, object]:
+        seen: dict[str, object] = {}
         for k, v in items:
             if k in seen:
                 raise PenroseError(f"{name}: key {k!r} appears twice in one object")

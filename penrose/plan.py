@@ -352,6 +352,7 @@ def _exact(inputs, output, dims) -> list[tuple[int, ...]]:
             if sub == 0:
                 break
             sub = (sub - 1) & rest
+        assert top is not None  # a subset of two or more operands splits at least once (a = low)
         best[s] = top
 
     path: list[tuple[int, ...]] = []

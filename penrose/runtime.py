@@ -152,7 +152,7 @@ def _rope(x, pos_dim, dim, base):
     return y if y.dtype == x.dtype else y.to(x.dtype)
 
 
-_CONSTANTS = {}  # masks and RoPE tables: constants of their sizes, shared by every call
+_CONSTANTS: dict[tuple, object] = {}  # masks and RoPE tables: constants of their sizes, shared by every call
 
 
 def _remember(key, value):

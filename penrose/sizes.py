@@ -25,7 +25,7 @@ from penrose.errors import PenroseCheckError, Span
 class Sizes:
     """Union-find over size classes; each class may know its size and where it came from."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.parent: list[int] = []
         self.value: list[int | None] = []
         self.origin: list[tuple[str, Span]] = []
@@ -33,7 +33,7 @@ class Sizes:
         self.fixed: list[bool] = []  # carried by a param or buffer: never read at run time
         self.fed: list[bool] = []  # carried by a top-level input
 
-    def new(self, label: str, value: int | None, origin: tuple[str, Span], fixed=False, fed=False) -> int:
+    def new(self, label: str, value: int | None, origin: tuple[str, Span], fixed: bool = False, fed: bool = False) -> int:
         self.parent.append(len(self.parent))
         self.value.append(value)
         self.origin.append(origin)
@@ -55,12 +55,12 @@ class Sizes:
         r = self.find(c)
         return self.fed[r] and not self.fixed[r]
 
-    def mark(self, c: int, fixed=False, fed=False):
+    def mark(self, c: int, fixed: bool = False, fed: bool = False) -> None:
         r = self.find(c)
         self.fixed[r] = self.fixed[r] or fixed
         self.fed[r] = self.fed[r] or fed
 
-    def unify(self, a: int, b: int, here: tuple[str, Span]):
+    def unify(self, a: int, b: int, here: tuple[str, Span]) -> None:
         ra, rb = self.find(a), self.find(b)
         if ra == rb:
             return

@@ -20,6 +20,14 @@ import gc
 import functools
 import sys
 import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, ParamSpec, TypeVar
+
+if TYPE_CHECKING:
+    from penrose.errors import PenroseError, Span
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 STACK_BYTES = 512 * 1024 * 1024  # virtual: the pages are touched only as deep as the recursion goes
 RECURSION_LIMIT = 200_000
@@ -29,19 +37,19 @@ _lock = threading.Lock()
 _active = [0]  # threads running deep work; the recursion limit stays raised while any does
 
 
-def deep(fn):
+def deep(fn: Callable[_P, _R]) -> Callable[_P, _R]:
     """Decorator: run `fn` with room for deep recursion (see the module docstring)."""
 
     @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
         if getattr(_local, "deep", False):
             return fn(*args, **kwargs)
-        result: list = []
-        error: list = []
+        result: list[_R] = []
+        error: list[BaseException] = []
 
         context = contextvars.copy_context()  # the caller's context variables come along
 
-        def run():
+        def run() -> None:
             _local.deep = True
             paused = gc.isenabled()
             if paused:  # a stage builds many small records at once: collect after it, not during it
@@ -83,7 +91,7 @@ def deep(fn):
 _saved = [sys.getrecursionlimit()]
 
 
-def too_deep(span, what: str = "expression", kind=None):
+def too_deep(span: Span, what: str = "expression", kind: type[PenroseError] | None = None) -> PenroseError:
     """The error for a program deeper than even `deep` gives room for (`kind`: the PenroseError
     subclass of the stage that met it)."""
     from penrose.errors import PenroseError

@@ -96,7 +96,8 @@ class _LegendReader:
     """The items of a legend, read line by line (`legend` says how lines continue items)."""
 
     def __init__(self, diagram: ir.Diagram, head: str):
-        self.diagram, self._dims = diagram, None
+        self.diagram = diagram
+        self._dims: dict[str, ir.Dim] | None = None
         self.items: list[str] = []
         self.depth = 0  # parentheses left open by the last item
         self.comma = False  # the text so far ends with a comma (the next line starts an item)
@@ -104,7 +105,7 @@ class _LegendReader:
         self._add(head, join=False)
 
     @property
-    def dims(self) -> dict:
+    def dims(self) -> dict[str, ir.Dim]:
         if self._dims is None:  # read only when a line needs them (most legends never do)
             self._dims = _declared_dims(self.diagram)
         return self._dims
@@ -124,7 +125,7 @@ class _LegendReader:
 
     def _leads_with_dim(self, line: str) -> bool:
         m = _FIRST_WORD.match(line)
-        return bool(m) and m.group() in self.dims and line[m.end() : m.end() + 1] in ("", " ", "\t", ":", "=", ",")
+        return m is not None and m.group() in self.dims and line[m.end() : m.end() + 1] in ("", " ", "\t", ":", "=", ",")
 
     def _starts_item(self, line: str) -> bool:
         """A line that starts a new item rather than going on with a cut meaning: a bullet, a

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import io
-import os
 import re
 import shlex
 from dataclasses import dataclass, field

@@ -157,3 +157,9 @@ def test_every_figure_of_a_page_is_a_zoomable_one_with_its_script(zoo_files):
     scripts = re.findall(r"<script\b([^>]*)>", page)
     assert scripts == [""]  # one script, inline: nothing fetched
     assert "index.html" in zoo_files and "<script" not in zoo_files["index.html"].decode()
+
+
+def test_figure_structure_of_an_svg_that_is_no_figure_is_a_value_error():
+    """Regression: an SVG without penrose.render's top-level <g> failed with AttributeError on None."""
+    with pytest.raises(ValueError, match="no top-level <g>"):
+        figure_structure('<svg xmlns="http://www.w3.org/2000/svg"><rect/></svg>')

@@ -26,6 +26,7 @@ from penrose_zoo.steerling.losses import (
     masked_diffusion_loss,
     next_token_loss,
     reconstruction_loss,
+    reduced_loss,
     steerling_loss,
     token_sums,
     teacher_forced_features,
@@ -344,3 +345,15 @@ def test_token_sums_of_row_shards_add_up_to_the_token_loss():
                  for r in shards]
         torch.testing.assert_close(sum(p[0] for p in parts), num)
         assert int(sum(p[1] for p in parts)) == int(den)
+
+
+def test_reduced_loss_needs_known_gt_only_for_the_reconstruction_term():
+    """known_gt is read only when weights.rec is not 0: None is fine without it, and a clear
+    ValueError with it (regression: it reached `hidden - None`)."""
+    out, batch, _ = _fake()
+    args = (out, batch.input_ids, batch.chunk_index, batch.chunk_labels, None)
+    total, parts = reduced_loss(*args, weights=LossWeights(concept=0.0, indep=0.0, rec=0.0), pad_id=batch.pad_id)
+    assert set(parts) == {"token", "total"}
+    assert torch.allclose(total, next_token_loss(out.logits, batch.input_ids, ignore_ids=(batch.pad_id,)))
+    with pytest.raises(ValueError, match="known_gt is needed"):
+        reduced_loss(*args, weights=LossWeights(concept=0.0, indep=0.0, rec=0.1), pad_id=batch.pad_id)

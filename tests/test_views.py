@@ -149,7 +149,7 @@ def test_source_map_pairs_every_statement_with_its_lines():
         "w = _split.narrow(-1, 4, 2)  # [..., t, c=2]",
     ]
     assert [t.strip() for t in got["TwiceBlock", 6]] == ["return g + h"]
-    for cls, span, a, b in lines:  # each range lies in its class's forward()
+    for cls, _span, a, b in lines:  # each range lies in its class's forward()
         k = a - 1
         while not text[k].startswith("class "):
             k -= 1

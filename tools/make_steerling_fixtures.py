@@ -56,6 +56,7 @@ import math
 import sys
 from dataclasses import fields
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import save_file
@@ -389,6 +390,8 @@ def build(spec: dict) -> None:
     for h in hooks:
         h.remove()
 
+    if hidden_base is None:
+        raise SystemExit("the fixture spec has no 'base' forward run: the top-k checks start from its hidden state")
     with torch.no_grad():
         gaps = topk_checks(model, hidden_base, spec["runs"], ccfg)
     known_logits = tensors.get("base.known_logits")
@@ -666,7 +669,7 @@ def build_steering() -> None:
         gen_cfg = GenerationConfig(**gen_kw)
         steering = _steering_config(run.get("steering"))
         prompt = prompts[run["prompt"]]
-        prepared = {"direction": None, "inject_layer": None, "relu": None}
+        prepared: dict[str, Any] = {"direction": None, "inject_layer": None, "relu": None}
         if steering is not None and steering.has_injection:
             d, a, layer = generator._prepare_steering(steering)
             prepared.update(direction=d, inject_layer=layer)
@@ -770,7 +773,7 @@ def build_steering() -> None:
     if bad:
         raise SystemExit(f"near-tie in {bad}: {margins_all}; change STEERING_SEED")
 
-    top_tokens = {}
+    top_tokens: dict[str, Any] = {}
     for cid in TOP_TOKEN_CONCEPTS:
         pairs = generator.concept_top_tokens(cid, k=10)
         top_tokens[str(cid)] = {"ids": [int(t) for t, _ in pairs], "scores": [v for _, v in pairs]}

@@ -66,8 +66,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     t0 = time.perf_counter()
-    print(f"| model | data | validation results | settings | time |")
-    print(f"| --- | --- | --- | --- | --- |")
+    print("| model | data | validation results | settings | time |")
+    print("| --- | --- | --- | --- | --- |")
     for name in args.only or RECIPES:
         r = run(name, quick=args.quick, seed=args.seed, progress=args.progress)
         settings = ", ".join(f"{k}={v}" for k, v in r.settings.items())

@@ -163,10 +163,10 @@ class Chromium:
             raise FileNotFoundError("no Chromium found (Debian: apt-get install chromium)")
         self.timeout = timeout
         self.width, self.height = width, height
-        self.proc = None
-        self.ws = None
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.ws: _WebSocket | None = None
         self.next_id = 0
-        self.events: list = []
+        self.events: list[dict] = []
 
     def __enter__(self):
         self.profile = tempfile.mkdtemp(prefix="penrose-chromium-")
@@ -205,14 +205,20 @@ class Chromium:
         shutil.rmtree(getattr(self, "profile", ""), ignore_errors=True)
         return False
 
+    def _socket(self) -> _WebSocket:
+        if self.ws is None:
+            raise RuntimeError("Chromium is not running: use it inside `with Chromium() as browser:`")
+        return self.ws
+
     def call(self, method: str, params: dict | None = None) -> dict:
         """Send one DevTools command and wait for its answer; events seen meanwhile are kept."""
+        ws = self._socket()
         self.next_id += 1
         mid = self.next_id
-        self.ws.send(json.dumps({"id": mid, "method": method, "params": params or {}}))
+        ws.send(json.dumps({"id": mid, "method": method, "params": params or {}}))
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
-            msg = json.loads(self.ws.recv())
+            msg = json.loads(ws.recv())
             if msg.get("id") == mid:
                 if "error" in msg:
                     raise RuntimeError(f"{method}: {msg['error'].get('message')}")
@@ -222,12 +228,13 @@ class Chromium:
         raise TimeoutError(f"{method} got no answer in {self.timeout:.0f} s")
 
     def wait_for(self, event: str) -> dict:
+        ws = self._socket()
         deadline = time.monotonic() + self.timeout
         while time.monotonic() < deadline:
             for i, e in enumerate(self.events):
                 if e["method"] == event:
                     return self.events.pop(i)
-            msg = json.loads(self.ws.recv())
+            msg = json.loads(ws.recv())
             if "method" in msg:
                 self.events.append(msg)
         raise TimeoutError(f"no {event} in {self.timeout:.0f} s")

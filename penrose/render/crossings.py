@@ -105,7 +105,7 @@ def _point(p, q, r, s):
     return (p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1]))
 
 
-def _box(points):
+def _box(points: list) -> tuple[float, float, float, float]:
     xs, ys = [p[0] for p in points], [p[1] for p in points]
     return min(xs), min(ys), max(xs), max(ys)
 
@@ -139,15 +139,18 @@ def crossings(dot_text_or_layout) -> list:
     out = []
     es = lay.edges
     boxes = [_box(e.points) if e.points else None for e in es]
-    order = sorted(range(len(es)), key=lambda i: boxes[i][0] if boxes[i] else 0.0)
+    lefts = [box[0] if box is not None else 0.0 for box in boxes]
+    order = sorted(range(len(es)), key=lefts.__getitem__)
     for n, i in enumerate(order):  # a sweep over x: only edges whose boxes overlap are compared
-        if boxes[i] is None:
+        box_i = boxes[i]
+        if box_i is None:
             continue
         a = es[i]
         for j in order[n + 1 :]:
-            if boxes[j] is None:
+            box_j = boxes[j]
+            if box_j is None:
                 continue
-            if boxes[j][0] > boxes[i][2]:
+            if box_j[0] > box_i[2]:
                 break
             b = es[j]
             if {a.tail, a.head} & {b.tail, b.head}:

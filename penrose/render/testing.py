@@ -120,6 +120,8 @@ def figure_structure(svg: str) -> Structure:
     """Parse a figure rendered by `penrose.render` into its nodes and wires."""
     root = ET.fromstring(svg.encode("utf-8") if isinstance(svg, str) else svg)
     graph = root.find(f"{SVG}g")
+    if graph is None:
+        raise ValueError("not a figure from penrose.render: the SVG has no top-level <g>")
     title = (graph.findtext(f"{SVG}title") or "").strip()
     header = [("".join(t.itertext())).strip() for t in graph.findall(f"{SVG}text")]
     nodes, wires = {}, []

@@ -49,10 +49,10 @@ _MATH = {
 }
 _GREEK = ("alpha beta gamma delta varepsilon zeta eta theta iota kappa lambda mu nu xi o pi rho "
           "varsigma sigma tau upsilon phi chi psi omega").split()
-for _i, _name in enumerate(_GREEK):
-    _MATH[chr(0x3B1 + _i)] = "o" if _name == "o" else "\\" + _name
-for _ch, _name in zip("ΓΔΘΛΞΠΣΥΦΨΩ", "Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega".split()):
-    _MATH[_ch] = "\\" + _name
+for _i, _letter in enumerate(_GREEK):
+    _MATH[chr(0x3B1 + _i)] = "o" if _letter == "o" else "\\" + _letter
+for _ch, _letter in zip("ΓΔΘΛΞΠΣΥΦΨΩ", "Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega".split()):
+    _MATH[_ch] = "\\" + _letter
 _MATH.update({"ϵ": r"\epsilon", "ϑ": r"\vartheta", "ϕ": r"\phi", "ϱ": r"\varrho", "ϖ": r"\varpi"})
 _GREEK_LATIN = dict(zip("ΑΒΕΖΗΙΚΜΝΟΡΤΧ", "ABEZHIKMNOPTX"))  # capitals that look like Latin ones
 _TEXT = {
@@ -215,9 +215,10 @@ def label_lines(label: str, base: _Style, name: str = "") -> tuple[list, str]:
         try:
             p.feed(label)
             p.close()
+            parsed = True
         except Exception:  # not HTML after all: the text as written
-            p = None
-        if p is not None:
+            parsed = False
+        if parsed:
             lines = p.lines
             aligns = p.aligns
             if lines and not lines[-1] and len(lines) > 1:  # a trailing <BR/> ends the last line
@@ -299,13 +300,15 @@ def _size(size: float) -> str:
 
 
 class _Colors:
-    def __init__(self):
+    def __init__(self) -> None:
         self.used: dict[str, str] = {}
 
     def __call__(self, color: str) -> str | None:
         h = _hex(color)
-        if h is None:
-            return None
+        return None if h is None else self.of_hex(h)
+
+    def of_hex(self, h: str) -> str:
+        """The name of a colour given as `_hex` writes it ('2166AC')."""
         name = "pen" + h
         self.used[h] = name
         return name
@@ -522,7 +525,9 @@ def layout_to_tikz(layout: dict, snippet: bool = False, max_width: float | None 
     scale = 1.0
     if max_width is not None and width > max_width:
         scale = max_width / width
-    lw = lambda w: f"line width={_num(w * scale)}bp"  # line widths do not scale with the picture
+    def lw(w: float) -> str:  # line widths do not scale with the picture
+        return f"line width={_num(w * scale)}bp"
+
     title = str(layout.get("name", "figure"))
 
     styles: dict = {}  # (kind, option text) -> style name
@@ -585,20 +590,24 @@ def layout_to_tikz(layout: dict, snippet: bool = False, max_width: float | None 
         body.append("% wires: the splines Graphviz routed (a bundle of legs is its parallel lines)")
     for e in edges:
         shapes = [s for s in _shapes(e["_draw_"]) if s.op in ("b", "B", "L")]
-        visible = [s for s in shapes if s.pen and _hex(s.pen)]
+        visible: list[tuple[str, _Shape]] = []  # (pen colour as hex, line) of each line drawn in ink
+        for s in shapes:
+            pen_hex = _hex(s.pen) if s.pen else None
+            if pen_hex:
+                visible.append((pen_hex, s))
         if len(visible) > 1:  # a colour list: white lines between the others are the gaps
-            inked = [s for s in visible if _hex(s.pen) != "FFFFFF"]
+            inked = [(pen_hex, s) for pen_hex, s in visible if pen_hex != "FFFFFF"]
             visible = inked or visible
-        by_look: dict = {}
-        for s in visible:
-            by_look.setdefault((_hex(s.pen), s.width, s.dash), []).append(s)
-        tail = names_by_id.get(e.get("tail"), "?")
-        head = names_by_id.get(e.get("head"), "?")
+        by_look: dict[tuple[str, float, str], list[_Shape]] = {}
+        for pen_hex, s in visible:
+            by_look.setdefault((pen_hex, s.width, s.dash), []).append(s)
+        tail_name = names_by_id.get(e.get("tail"), "?")
+        head_name = names_by_id.get(e.get("head"), "?")
         for k, ((pen, width_, dash), group) in enumerate(by_look.items()):
-            opts = [colors("#" + pen), lw(width_)] + ([dash] if dash else [])
+            opts = [colors.of_hex(pen), lw(width_)] + ([dash] if dash else [])
             path = " ".join(_curve(s.points) if s.op in ("b", "B") else " -- ".join(_pt(p) for p in s.points) for s in group)
             if k == 0:  # one \draw per wire; a second colour of the same wire is a \path
-                body.append(f"\\draw[{', '.join(opts)}] {path}; % {tail} -- {head}")
+                body.append(f"\\draw[{', '.join(opts)}] {path}; % {tail_name} -- {head_name}")
             else:
                 body.append(f"\\path[draw={', '.join(opts)}] {path};")
         for key in ("_hdraw_", "_tdraw_"):  # arrowheads, when a figure has them
@@ -682,7 +691,9 @@ def layout_to_tikz(layout: dict, snippet: bool = False, max_width: float | None 
 
 def _node_look(shapes: list, o: dict, scale: float, colors: _Colors):
     """(style options, extra paths drawn before the node, per-node geometry options) of a node."""
-    lw = lambda w: f"line width={_num(w * scale)}bp"
+    def lw(w: float) -> str:
+        return f"line width={_num(w * scale)}bp"
+
     shape_name = str(o.get("shape", "ellipse")).lower()
     if not shapes:  # plaintext, none: only the label
         w = _float(o, "width", 0.0) * 72
@@ -738,7 +749,8 @@ def _node_look(shapes: list, o: dict, scale: float, colors: _Colors):
 def _baselines(ops) -> list:
     """(x, y, align) of each line of text Graphviz drew, top to bottom (sub- and superscripts are
     part of their line)."""
-    flags, lines = 0, {}
+    flags = 0
+    lines: dict[float, tuple] = {}
     for op in ops or []:
         if op.get("op") == "t":
             flags = int(op.get("fontchar", 0))

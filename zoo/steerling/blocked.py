@@ -54,16 +54,19 @@ def select_topk(x: Tensor, predictor: Tensor, k: int, *, block: int = 4096,
     n = predictor.shape[0]
     k = min(k, n)
     lead = x.shape[:-1]
-    best_l = best_r = best_i = None
+    best: tuple[Tensor, Tensor, Tensor] | None = None  # (logits, ranks, ids) kept so far
     for start in range(0, n, block):
         end = min(start + block, n)
         l = _logits(x, predictor[start:end])
         r = torch.sigmoid(l) if by_sigmoid else l
         idx = torch.arange(start, end, device=x.device).expand(*lead, end - start)
-        if best_l is not None:
-            l, r, idx = torch.cat([best_l, l], -1), torch.cat([best_r, r], -1), torch.cat([best_i, idx], -1)
+        if best is not None:
+            l, r, idx = torch.cat([best[0], l], -1), torch.cat([best[1], r], -1), torch.cat([best[2], idx], -1)
         keep = r.topk(min(k, r.shape[-1]), dim=-1).indices
-        best_l, best_r, best_i = l.gather(-1, keep), r.gather(-1, keep), idx.gather(-1, keep)
+        best = l.gather(-1, keep), r.gather(-1, keep), idx.gather(-1, keep)
+    if best is None:
+        raise ValueError(f"select_topk: the predictor has no concepts (shape {tuple(predictor.shape)})")
+    best_l, best_r, best_i = best
     order = best_r.argsort(dim=-1, descending=True, stable=True)
     return best_l.gather(-1, order), best_i.gather(-1, order)
 
@@ -100,6 +103,7 @@ def _kept_sum(x: Tensor, predictor: Tensor, table: Tensor, ids: Tensor, pos: Ten
     on `chosen` (j,) at rows `pos` (r,) (`_intervened`)."""
     w = torch.sigmoid((predictor[ids] @ x[..., None]).squeeze(-1).clamp(-CLAMP, CLAMP))
     if chosen is not None:
+        assert pos is not None and values is not None  # weighted_sum passes the three together (_chosen)
         ids, w = _intervened(x, predictor, ids, w, pos, chosen, values, override)
     return (w[..., None] * table[ids]).sum(-2)
 

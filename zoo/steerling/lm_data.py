@@ -130,7 +130,8 @@ def load_concept_corpus(
     n_unlabelled = len(by_text) - len(labelled)
     if not 0.0 < val_fraction < 1.0:
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    train, val = [], []
+    train: list[LabelledChunk] = []
+    val: list[LabelledChunk] = []
     for ch in labelled:
         (val if is_validation(ch.text, val_fraction, salt) else train).append(ch)
     if not train or not val:

@@ -395,7 +395,7 @@ def reduced_loss(
     input_ids: Tensor,
     chunk_index: Tensor,
     chunk_labels: Tensor,
-    known_gt: Tensor,
+    known_gt: Tensor | None,
     *,
     weights: LossWeights = LossWeights(),
     negative_weight: float = 1.0,
@@ -410,7 +410,7 @@ def reduced_loss(
     """(this process's loss, parts of the whole batch's loss) from this process's rows.
 
     input_ids, chunk_index, known_gt and `out` (fields as steerling_loss's) cover this process's
-    rows; chunk_labels (c, n) all chunks of the batch; all_valid (B, t) the whole batch's
+    rows (known_gt may be None when weights.rec is 0); chunk_labels (c, n) all chunks of the batch; all_valid (B, t) the whole batch's
     `chunk_index >= 0` (default: this process's, i.e. one process); sizes the rows per rank.
     Each term is reduced from partial sums with `comm` (LOCAL: one process):
 
@@ -447,6 +447,8 @@ def reduced_loss(
         total = total + weights.indep * li
         parts["indep"] = float(li.detach())
     if weights.rec:
+        if known_gt is None:
+            raise ValueError("reduced_loss: weights.rec is not 0, so known_gt is needed (known_gt_features)")
         target = (get_field(out, "hidden") - known_gt).detach()
         per = (u_hat - target).pow(2).sum(-1)
         rec_sum = (per * valid.to(per.dtype)).sum()

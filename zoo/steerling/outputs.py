@@ -5,9 +5,19 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
+from typing import TypeVar
 
 import torch
 from torch import Tensor
+
+_T = TypeVar("_T")
+
+
+def _given(value: _T | None, missing: str) -> _T:
+    """`value`, or a ValueError saying what a record built without it lacks."""
+    if value is None:
+        raise ValueError(f"this SteerlingOutput has {missing}")
+    return value
 
 
 @dataclass
@@ -50,21 +60,27 @@ class SteerlingOutput:
     def known_topk_indices(self) -> Tensor:
         if self.known_top is not None:
             return self.known_top[1]
-        return torch.sigmoid(self.known_logits).topk(self.topk_known, dim=-1).indices
+        return torch.sigmoid(self._known_logits()).topk(self.topk_known, dim=-1).indices
 
     @functools.cached_property
     def known_topk_logits(self) -> Tensor:
         if self.known_top is not None:
             return self.known_top[0]
-        return self.known_logits.gather(-1, self.known_topk_indices)
+        return self._known_logits().gather(-1, self.known_topk_indices)
 
     @functools.cached_property
     def known_topk_weights(self) -> Tensor:
         return torch.sigmoid(self.known_topk_logits)
 
+    def _known_logits(self) -> Tensor:
+        return _given(self.known_logits, "neither known_top nor known_logits")
+
+    def _unknown_select(self) -> Callable[[int], tuple[Tensor, Tensor]]:
+        return _given(self.unknown_select, "neither unknown_logits nor unknown_select")
+
     def _unknown_ranked(self, k: int) -> Tensor:
         if self.unknown_logits is None:  # a blocked head: ranked block by block
-            return self.unknown_select(k)[1]
+            return self._unknown_select()(k)[1]
         rank = torch.sigmoid(self.unknown_logits) if self.unknown_by_sigmoid else self.unknown_logits
         return rank.topk(min(k, rank.shape[-1]), dim=-1).indices
 
@@ -78,7 +94,8 @@ class SteerlingOutput:
     def unknown_topk_logits(self) -> Tensor:
         if self.unknown_top is not None:
             return self.unknown_top[0]
-        return self.unknown_logits.gather(-1, self.unknown_topk_indices)
+        logits = _given(self.unknown_logits, "neither unknown_top nor unknown_logits")
+        return logits.gather(-1, self.unknown_topk_indices)
 
     @functools.cached_property
     def unknown_topk_weights(self) -> Tensor:
@@ -92,7 +109,7 @@ class SteerlingOutput:
         u_idx, u_log = self.unknown_topk_indices, self.unknown_topk_logits
         if self.unknown_intervened and not self.unknown_large:  # the release's attribution top-k
             if self.unknown_logits is None:
-                u_log, u_idx = self.unknown_select(unknown_topk)
+                u_log, u_idx = self._unknown_select()(unknown_topk)
             else:
                 u_idx = self._unknown_ranked(unknown_topk)
                 u_log = self.unknown_logits.gather(-1, u_idx)
