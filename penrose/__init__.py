@@ -34,13 +34,13 @@ from penrose.errors import (
 )
 from penrose.fmt import format_diagram
 from penrose.load import load  # the function owns the name `penrose.load` (the module: `from penrose.load import ...`)
-from penrose.load import replace_includes
+from penrose.reading import replace_includes
 from penrose.parse import parse, parse_file
 
 if _TYPE_CHECKING:
     import torch
 
-    from penrose.load import Paths
+    from penrose.reading import Paths
 
 __version__ = "0.1.0"
 

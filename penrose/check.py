@@ -30,7 +30,7 @@ carry their legs, size classes, dtype and batching. It raises `PenroseCheckError
 The checker's parts, one job a module: `penrose.tables` (reserved names, inits, dtypes, number
 ranges, LIMITS), `penrose.sizes` (the size classes it unifies), `penrose.checked` (the records
 it returns, with their invariants), `penrose.blocks` (the block call graph: no recursion, callees
-first), `penrose.einsum_spec` (einsum specs), `penrose.load` (where includes may reach). This
+first), `penrose.einsum_spec` (einsum specs), `penrose.reading` (where includes may reach). This
 module re-exports the names others import from it.
 
 Imports neither torch nor any renderer.
@@ -75,7 +75,7 @@ from penrose.tables import (
 )
 
 if TYPE_CHECKING:
-    from penrose.load import Includes
+    from penrose.reading import Includes
 
 # the names other modules and tests import from here: the checked IR, the tables, the checker
 __all__ = [
@@ -92,7 +92,7 @@ def check(diagram: ir.Diagram, /, sizes: Mapping[str, Any] | None = None, *, inc
           **more_sizes: Any) -> Checked:
     """Check a parsed diagram; `sizes` (a mapping, or keywords) override dim defaults.
 
-    Checking reads no file: `includes` (`penrose.load.Includes`) holds the files the diagram
+    Checking reads no file: `includes` (`penrose.reading.Includes`) holds the files the diagram
     includes, read by the loader (`penrose.load.load`); without it they are read from disk here,
     before checking, with no extra include folders.
 
@@ -117,7 +117,7 @@ def check_together(diagrams, /, sizes=None, *, includes=None, **more_sizes) -> l
     >>> a.sizes.size(a.dims["e"]), b.sizes.size(b.dims["k"])
     (4, 5)
     """
-    from penrose.load import merge_sizes, walk_includes
+    from penrose.reading import merge_sizes, walk_includes
 
     sizes = merge_sizes(sizes, more_sizes)
     if includes is None:
@@ -293,7 +293,7 @@ class _Checker:
         return body
 
     def _include(self, inc: ir.Include, diagram: ir.Diagram):
-        """Collect an included file, read by the loader (penrose/load.py: where includes may reach)."""
+        """Collect an included file, read by the loader (penrose/reading.py: where includes may reach)."""
         target = self.includes.target(inc, diagram.file)
         if os.path.realpath(target) in self.including:
             raise PenroseCheckError(f"include cycle: {inc.path!r} includes itself", inc.span)

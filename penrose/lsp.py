@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 
 from penrose import ir
 from penrose.errors import PenroseError, Span
-from penrose.load import file_key
+from penrose.reading import file_key
 
 KEYWORDS = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat")
 DTYPES = ("float", "int", "bool")
@@ -77,7 +77,7 @@ def span_range(span: Span) -> Range:
     return Range(line, char, line, char + 1)
 
 
-# a path as a key (penrose.load.file_key: symlinks resolved, case folded where the file system
+# a path as a key (penrose.reading.file_key: symlinks resolved, case folded where the file system
 # folds it), cached: links are not expected to change under an editor session
 _norm = functools.lru_cache(maxsize=4096)(file_key)
 
@@ -223,7 +223,7 @@ class Analyzer:
             folders = [*roots, *self.include_paths]
             if not folders:  # a client without workspace folders: those of its open documents
                 folders = sorted({os.path.dirname(os.path.abspath(p)) for p in self.docs if not p.startswith("<")})
-            from penrose.load import _inside
+            from penrose.reading import _inside
 
             if not _inside(path, folders):
                 where = " or ".join(folders) or "no folder"

@@ -37,7 +37,8 @@ from typing import TYPE_CHECKING, Any, cast
 from penrose import ir
 from penrose.errors import PenroseError
 from penrose.io import read_text
-from penrose.load import (
+from penrose.load import load_entries
+from penrose.reading import (
     Includes,
     Paths,
     empty_file,
@@ -45,7 +46,6 @@ from penrose.load import (
     include_folders,
     is_blank,
     is_path,
-    load_entries,
     merge_sizes,
     walk_includes,
 )

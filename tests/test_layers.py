@@ -12,7 +12,6 @@ import ast
 import fnmatch
 import subprocess
 import sys
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,19 +24,20 @@ ROOT = Path(__file__).resolve().parents[1]
 #: `penrose.render.*` with the back ends.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["penrose.errors", "penrose.stack", "penrose.ops", "penrose.pyast", "penrose.io",
-              "penrose.display"]),
+              "penrose.display", "penrose.grammar"]),  # grammar: the .lark file's package
     ("ir", ["penrose.ir"]),
     ("parse", ["penrose.parse", "penrose.fmt"]),
-    ("load", ["penrose.load"]),
+    ("read", ["penrose.reading"]),  # path or text, includes, sizes: what checking needs first
     ("check", ["penrose.check", "penrose.check.*", "penrose.einsum_spec",
                "penrose.views"]),  # views: derived views of the checked IR, shared by the back ends
+    ("load", ["penrose.load", "penrose.workspace"]),  # the one way in (read, then check), and its cache
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",
                   "penrose.interpret", "penrose.render", "penrose.render.*",
                   "penrose.trace", "penrose.trace.*"]),  # trace: PyTorch modules (torch.export) to .pen text
     ("facade", ["penrose", "penrose.magic"]),  # penrose/__init__.py: the public API; imports the layers below lazily
     # (magic: `%load_ext penrose` reaches it from the package, so it sits beside it)
     ("apps", ["penrose.render.gallery", "penrose.cli", "penrose.__main__",
-              "penrose.lsp", "penrose.serve", "penrose.pygments_lexer"]),  # editors and live pages
+              "penrose.lsp", "penrose.lsp_io", "penrose.serve", "penrose.pygments_lexer"]),  # editors and live pages
     ("zoo", ["penrose_zoo", "penrose_zoo.*"]),  # above the library: the library never imports it
 ]
 
@@ -59,10 +59,13 @@ class Edge:
 
 
 def packages() -> dict[str, Path]:
-    """Top-level import names and their folders, as pyproject.toml maps them (penrose_zoo -> zoo/)."""
-    setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
-    dirs = setup.get("package-dir", {})
-    return {name: ROOT / dirs.get(name, name) for name in setup["packages"] if "." not in name}
+    """Top-level import names and their folders, as setup.py maps them (ROOTS: penrose_zoo -> zoo/)."""
+    import ast
+
+    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
+    roots = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["ROOTS"])
+    return {name: ROOT / folder for name, folder in roots.items()}
 
 
 def modules() -> dict[str, Path]:

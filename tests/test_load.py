@@ -22,7 +22,8 @@ import penrose
 from penrose.checked import Checked
 from penrose.compiler import generate_source
 from penrose.errors import PenroseCheckError, PenroseError
-from penrose.load import Includes, load, load_entries, merge_sizes, walk_includes
+from penrose.load import load, load_entries
+from penrose.reading import Includes, merge_sizes, walk_includes
 from penrose.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -175,7 +176,7 @@ def test_checking_reads_no_file(project, monkeypatch):
         raise AssertionError("the checker opened a file")
 
     monkeypatch.setattr(builtins, "open", no_reading)
-    monkeypatch.setattr(sys.modules["penrose.load"], "read_text", no_reading)  # the module (penrose.load is the function)
+    monkeypatch.setattr("penrose.reading.read_text", no_reading)
     monkeypatch.setattr("penrose.io.read_text", no_reading)
     c = penrose.check(diagram, {"text": 2}, includes=includes)
     assert c.dim_sizes() == {"text": 2, "e": 3}

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from penrose.checked import Checked
-from penrose.load import merge_sizes
+from penrose.reading import merge_sizes
 from penrose.workspace import Workspace
 
 ZOO_DIR = Path(__file__).resolve().parent
