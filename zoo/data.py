@@ -27,6 +27,10 @@ Concept data (`fortunes_concepts`)
 
     The task is therefore a deterministic function of the concepts, which is exactly the
     setting a concept bottleneck model assumes (concepts complete for the task).
+
+Toy concept data (`toy_concepts`)
+    The concept papers' synthetic sets XOR, trigonometry, dot (Espinosa Zarlenga et al. 2022)
+    and checkmark (Dominici et al. 2025), generated from a seed and split as PyC splits them.
 """
 
 from __future__ import annotations
@@ -53,8 +57,13 @@ __all__ = [
     "DEFAULT_CONCEPT_CATEGORIES",
     "DEFAULT_GROUPS",
     "TASK_NAMES",
+    "ConceptSplits",
     "ConceptData",
     "fortunes_concepts",
+    "TOY_SETS",
+    "ToyData",
+    "toy_concepts",
+    "toy_split",
 ]
 
 
@@ -394,7 +403,26 @@ DEFAULT_CONCEPT_CATEGORIES = (
 
 
 @dataclass(frozen=True)
-class ConceptData:
+class ConceptSplits:
+    """Row-aligned (x, c, y) training and validation tensors of a concept data set."""
+
+    x_train: torch.Tensor
+    c_train: torch.Tensor
+    y_train: torch.Tensor
+    x_val: torch.Tensor
+    c_val: torch.Tensor
+    y_val: torch.Tensor
+
+    def train_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(x, c, y) for `penrose_zoo.train.fit`."""
+        return (self.x_train, self.c_train, self.y_train)
+
+    def val_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (self.x_val, self.c_val, self.y_val)
+
+
+@dataclass(frozen=True)
+class ConceptData(ConceptSplits):
     """Chunks of the fortunes corpus with concept and task labels.
 
     x_*: float32 (n, F) text features; c_*: float32 (n, K) multi-hot concepts (one per
@@ -403,27 +431,14 @@ class ConceptData:
     `n_dropped` counts texts dropped because they appear in categories of both groups.
     """
 
-    x_train: torch.Tensor
-    c_train: torch.Tensor
-    y_train: torch.Tensor
-    x_val: torch.Tensor
-    c_val: torch.Tensor
-    y_val: torch.Tensor
-    concept_names: tuple[str, ...]
-    task_names: tuple[str, ...]
-    feature_names: tuple[str, ...]
-    group_of: dict = field(repr=False)
+    concept_names: tuple[str, ...] = ()
+    task_names: tuple[str, ...] = ()
+    feature_names: tuple[str, ...] = ()
+    group_of: dict = field(repr=False, default_factory=dict)
     text_train: tuple[str, ...] = field(repr=False, default=())
     text_val: tuple[str, ...] = field(repr=False, default=())
     n_dropped: int = 0
     task: str = "binary"
-
-    def train_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(x, c, y) for `penrose_zoo.train.fit`."""
-        return (self.x_train, self.c_train, self.y_train)
-
-    def val_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        return (self.x_val, self.c_val, self.y_val)
 
 
 def fortunes_concepts(
@@ -531,3 +546,141 @@ def fortunes_concepts(
         text_val=tuple(text_va),
         n_dropped=dropped,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# The concept papers' toy data sets: XOR, trigonometry, dot, checkmark
+# --------------------------------------------------------------------------------------------
+#
+# XOR, trigonometry and dot are the synthetic tasks of Espinosa Zarlenga et al., "Concept
+# Embedding Models: Beyond the Accuracy-Explainability Trade-Off", NeurIPS 2022 (the generators
+# `generate_xor_data`, `generate_trig_data`, `generate_dot_data` of the authors' repository
+# mateoespinosa/cem, experiments/synthetic_datasets_experiments.py). Checkmark is from Dominici
+# et al., "Causal Concept Graph Models: Beyond Causal Opacity in Deep Learning", ICLR 2025, as
+# shipped in PyC (`torch_concepts.data.datasets.toy`). The definitions below are those; the
+# seeding and the split are PyC's (`ToyDataset(seed=42, n_gen=10000)` with its random splitter:
+# a permutation by `numpy.random.default_rng(split_seed)`, the first 20 % test, the next 10 %
+# validation, the rest training), so the same seeds give the same rows as PyC.
+# One deliberate difference: PyC's dot re-seeds NumPy before drawing v3, so its v3 equals v1,
+# its input's second half is zero and its task is constant (y = ‖v1‖² > 0); here v1 and v3 are
+# independent draws, as in the CEM authors' generator.
+
+TOY_SETS = ("xor", "trigonometry", "dot", "checkmark")
+
+
+@dataclass(frozen=True)
+class ToyData(ConceptSplits):
+    """A toy concept data set split into train, validation and test.
+
+    x_*: float32 (n, f) inputs; c_*: float32 (n, k) binary concepts; y_*: int64 (n,) binary
+    task labels (class indices, for a model with r = 2 outputs). `parents[name]` lists the
+    concepts each concept is computed from (checkmark's graph: C = ¬B; the task is A ∧ C);
+    `task_parents` the concepts the task is computed from.
+    """
+
+    x_test: torch.Tensor | None = None
+    c_test: torch.Tensor | None = None
+    y_test: torch.Tensor | None = None
+    name: str = ""
+    concept_names: tuple[str, ...] = ()
+    task_names: tuple[str, ...] = ()
+    parents: dict = field(default_factory=dict, repr=False)
+    task_parents: tuple[str, ...] = ()
+    task: str = "multiclass"
+
+    def test_tuple(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        return (self.x_test, self.c_test, self.y_test)
+
+
+def _toy_xor(n: int, seed: int):
+    rng = np.random.RandomState(seed)  # the generator np.random.seed(seed) resets
+    x = rng.uniform(0, 1, (n, 2))
+    c = np.stack([x[:, 0] > 0.5, x[:, 1] > 0.5]).T
+    y = np.logical_xor(c[:, 0], c[:, 1])
+    return x, c, y, ("C1", "C2"), ("xor",), {}, ("C1", "C2")
+
+
+def _toy_trigonometry(n: int, seed: int):
+    rng = np.random.RandomState(seed)
+    h = rng.normal(0, 2, (n, 3))
+    a, b, z = h[:, 0], h[:, 1], h[:, 2]
+    x = np.stack([np.sin(a) + a, np.cos(a) + a, np.sin(b) + b, np.cos(b) + b,
+                  np.sin(z) + z, np.cos(z) + z, a ** 2 + b ** 2 + z ** 2]).T
+    c = np.stack([a > 0, b > 0, z > 0]).T
+    y = (a + b + z) > 1
+    return x, c, y, ("C1", "C2", "C3"), ("sumGreaterThan1",), {}, ("C1", "C2", "C3")
+
+
+def _toy_dot(n: int, seed: int):
+    rng = np.random.RandomState(seed)
+    v1 = rng.randn(n, 2) * 2
+    v3 = rng.randn(n, 2) * 2
+    v2, v4 = np.ones(2), -np.ones(2)
+    x = np.hstack([v1 + v3, v1 - v3])
+    c = np.stack([v1 @ v2 > 0, v3 @ v4 > 0]).T
+    y = (v1 * v3).sum(axis=-1) > 0
+    return (x, c, y, ("dotV1V2GreaterThan0", "dotV3V4GreaterThan0"), ("dotV1V3GreaterThan0",), {},
+            ("dotV1V2GreaterThan0", "dotV3V4GreaterThan0"))
+
+
+def _toy_checkmark(n: int, seed: int, perturb: float = 0.1):
+    g = torch.Generator().manual_seed(seed)  # the stream torch.manual_seed(seed) resets
+    a = torch.randint(0, 2, (n,), dtype=torch.bool, generator=g)
+    g.manual_seed(seed + 1)
+    b = torch.randint(0, 2, (n,), dtype=torch.bool, generator=g)
+    c_ = ~b
+    d = a & c_
+    abcd = torch.stack((a, b, c_, d), dim=1).float()
+    g.manual_seed(seed)
+    x = abcd * 2 - 1 + torch.randn(abcd.shape, generator=g) * perturb
+    # PyC keeps all four as concepts; the last, D, is the task here (the graph's sink)
+    return (x.numpy(), abcd[:, :3].numpy() > 0.5, abcd[:, 3].numpy() > 0.5, ("A", "B", "C"), ("D",),
+            {"A": (), "B": (), "C": ("B",)}, ("A", "C"))
+
+
+_TOY_GENERATORS = {"xor": _toy_xor, "trigonometry": _toy_trigonometry, "dot": _toy_dot,
+                   "checkmark": _toy_checkmark}
+
+
+def toy_split(n: int, split_seed: int, val_fraction: float = 0.1, test_fraction: float = 0.2):
+    """(train, val, test) index arrays: a permutation by `numpy.random.default_rng(split_seed)`,
+    its first ⌊test_fraction·n⌋ entries the test set, the next ⌊val_fraction·n⌋ validation, the
+    rest training (PyC's random splitter)."""
+    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
+        raise ValueError(f"need 0 ≤ val_fraction, test_fraction and their sum < 1; got {val_fraction}, {test_fraction}")
+    n_test, n_val = int(test_fraction * n), int(val_fraction * n)
+    order = np.random.default_rng(split_seed).permutation(n)
+    return order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test]
+
+
+def toy_concepts(name: str, n: int = 10000, seed: int = 42, split_seed: int | None = None, *,
+                 val_fraction: float = 0.1, test_fraction: float = 0.2) -> ToyData:
+    """One of the toy concept data sets: 'xor' | 'trigonometry' | 'dot' | 'checkmark'.
+
+    n rows are generated from `seed` (PyC's default: 10 000 rows, seed 42) and split by
+    `toy_split(n, split_seed)` (default: `seed`). Inputs, concepts and tasks (the comment
+    above `TOY_SETS` cites the papers):
+
+      xor           x ~ U(0, 1)²;  c_i = x_i > 0.5;  y = c_1 xor c_2
+      trigonometry  h ~ N(0, 2²)³;  x = (sin h_1 + h_1, cos h_1 + h_1, …, sin h_3 + h_3,
+                    cos h_3 + h_3, ‖h‖²);  c_i = h_i > 0;  y = h_1 + h_2 + h_3 > 1
+      dot           v1, v3 ~ N(0, 2²)²;  x = (v1 + v3, v1 − v3);  c = (v1·(1, 1) > 0,
+                    v3·(−1, −1) > 0);  y = v1·v3 > 0
+      checkmark     A, B fair coins;  C = ¬B;  y = D = A ∧ C;  x = 2(A, B, C, D) − 1 + N(0, 0.1²)
+
+    In XOR and checkmark the concepts determine the task; in trigonometry and dot they do not
+    (the sign of each h_i does not fix the sign of their sum), so a bottleneck must leak or
+    carry extra units to solve them — the CEM paper's point.
+    """
+    if name not in _TOY_GENERATORS:
+        raise ValueError(f"unknown toy data set {name!r}; choose from {', '.join(TOY_SETS)}")
+    if n < 10:
+        raise ValueError(f"n must be at least 10 rows, got {n}")
+    x, c, y, concept_names, task_names, parents, task_parents = _TOY_GENERATORS[name](n, seed)
+    tr, va, te = toy_split(n, seed if split_seed is None else split_seed, val_fraction, test_fraction)
+    x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
+    c = torch.as_tensor(np.asarray(c), dtype=torch.float32)
+    y = torch.as_tensor(np.asarray(y), dtype=torch.int64)
+    ix = [torch.as_tensor(i, dtype=torch.int64) for i in (tr, va, te)]
+    return ToyData(*(t[i] for i in ix for t in (x, c, y)), name=name, concept_names=concept_names,
+                   task_names=task_names, parents=parents, task_parents=task_parents)
