@@ -17,6 +17,8 @@ SMALL = {
     "sparse_autoencoder": dict(d=5, k=12),
     "topk_sparse_autoencoder": dict(d=5, k=12, n_active=3),
     "concept_bottleneck": dict(f=9, k=4, r=3),
+    "concept_bottleneck_logit": dict(f=9, k=4, r=3),
+    "concept_bottleneck_hybrid": dict(f=9, k=4, j=5, r=3),
     "concept_embedding": dict(f=9, k=4, e=3, r=3),
     "prototype_concepts": dict(f=9, p=3, k=4, r=3),
     "neural_additive": dict(f=6, i=5, j=4, r=2, task="multiclass"),

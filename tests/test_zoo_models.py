@@ -44,6 +44,8 @@ SIZES = {
     "sparse_autoencoder": dict(d=small, k=st.integers(1, 8)),
     "topk_sparse_autoencoder": dict(d=small, k=st.integers(1, 8), n_active=st.integers(1, 8)),
     "concept_bottleneck": dict(f=small, k=small, r=small),
+    "concept_bottleneck_logit": dict(f=small, k=small, r=small),
+    "concept_bottleneck_hybrid": dict(f=small, k=small, j=small, r=small),
     "concept_embedding": dict(f=small, k=small, e=small, r=small),
     "prototype_concepts": dict(f=small, p=small, k=small, r=small),
     "neural_additive": dict(f=small, i=small, j=small, r=small),

@@ -19,7 +19,11 @@ if __name__ != "penrose_zoo":  # `import zoo` from the repository root would mak
     raise ImportError(f"the zoo's import name is penrose_zoo, not {__name__}: `import penrose_zoo`")
 
 from penrose_zoo.cav_probe import ConceptActivationVectors
-from penrose_zoo.concept_bottleneck_model import ConceptBottleneckModel
+from penrose_zoo.concept_bottleneck_model import (
+    ConceptBottleneckModel,
+    HybridConceptBottleneckModel,
+    LogitConceptBottleneckModel,
+)
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
 from penrose_zoo.core import list_lines as _list_lines
@@ -45,6 +49,10 @@ _ENTRIES = [
                "digits"),
     ModelEntry("concept_bottleneck", ConceptBottleneckModel,
                "concept bottleneck: concept predictor + linear task predictor, interventions", "fortunes"),
+    ModelEntry("concept_bottleneck_logit", LogitConceptBottleneckModel,
+               "concept bottleneck carrying logits; interventions at training-logit percentiles", "toy sets"),
+    ModelEntry("concept_bottleneck_hybrid", HybridConceptBottleneckModel,
+               "concept bottleneck + extra unsupervised units (leaky ReLU) the task also reads", "toy sets"),
     ModelEntry("concept_embedding", ConceptEmbeddingModel,
                "concept embedding model: ± embeddings mixed by concept probabilities, RandInt", "fortunes"),
     ModelEntry("prototype_concepts", PrototypeConceptModel,
@@ -88,6 +96,8 @@ __all__ = [
     "SparseAutoencoder",
     "TopKSparseAutoencoder",
     "ConceptBottleneckModel",
+    "LogitConceptBottleneckModel",
+    "HybridConceptBottleneckModel",
     "ConceptEmbeddingModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",

@@ -46,11 +46,11 @@ class ConceptEmbeddingModel(ConceptModel):
             do = torch.rand(c_true.shape, device=c_true.device) < self.p_int
         return super().forward(x, c_true, do)
 
-    def concept_loss(self, out, c_true):
-        return torch.nn.functional.binary_cross_entropy_with_logits(out.p_logit, c_true.to(out.p_logit.dtype))
-
     def concept_scores(self, out):
         return out.p_logit
+
+    def bottleneck(self, out):
+        return out.p
 
     def explain(self, x, c_true=None, do=None) -> Explanation:
         """Concept contributions parts[..., k, r] = Σ_e c_emb W_y; Σ_k parts + b_y = y."""

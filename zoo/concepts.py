@@ -7,6 +7,15 @@ True the diagram replaces the predicted concept by `c_true`. The wrapper fills t
     model.intervene(x, [2, "law"], [1.0, 0.])  set concept 2 and concept "law" to given values
     model(x, c_true=c, do=mask)                the raw form (mask [k] or [..., k])
 
+The concept loss weighs each concept: `concept_weight` is one number or one per concept (names
+in `concept_names` order), and the loss is Σ_k w_k · mean BCE_k / k (a single w: w × the mean
+concept BCE). Raising a concept's weight trades task accuracy for that concept's accuracy.
+
+A backbone (any nn.Module) may sit in front of the diagram's input: `backbone=net` with
+`backbone_mode='finetune'` (trained with the rest), 'frozen' (kept fixed, in eval mode) or
+'cached' (fixed, and `fit` runs it once over the data and trains the diagram on the features).
+The diagram's `f` is then the backbone's output width.
+
 Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fit`), as in Koh et al.:
     'joint'        task loss on predicted concepts + concept_weight × concept loss, one pass;
     'independent'  the task predictor reads the true concepts (do = all True) while the concept
@@ -17,6 +26,7 @@ Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fi
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from typing import ClassVar, Sequence
 
 import torch
@@ -25,7 +35,10 @@ import torch.nn.functional as F
 from penrose import PenroseShapeError
 from penrose_zoo.core import InterventionError, ZooModel, task_loss
 
-__all__ = ["ConceptModel"]
+__all__ = ["BACKBONE_MODES", "ConceptModel"]
+
+#: how a backbone in front of a concept model trains
+BACKBONE_MODES = ("finetune", "frozen", "cached")
 
 
 class ConceptModel(ZooModel):
@@ -36,7 +49,8 @@ class ConceptModel(ZooModel):
     tasks = ("multiclass", "regression")
     default_task = "multiclass"
 
-    def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight: float = 1.0, **kwargs):
+    def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight=1.0,
+                 backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune", **kwargs):
         super().__init__(**kwargs)
         k = self.sizes["k"]
         if concept_names is None:
@@ -44,14 +58,83 @@ class ConceptModel(ZooModel):
         if len(concept_names) != k:
             raise ValueError(f"{len(concept_names)} concept names for k = {k} concepts")
         self.concept_names = tuple(concept_names)
-        self.concept_weight = float(concept_weight)
+        self.register_buffer("concept_weights", self._concept_weights(concept_weight, k), persistent=False)
         self.register_buffer("_no_do", torch.zeros(k, dtype=torch.bool), persistent=False)
         self.register_buffer("_all_do", torch.ones(k, dtype=torch.bool), persistent=False)
         self.register_buffer("_no_c", torch.zeros(k), persistent=False)
+        if backbone_mode not in BACKBONE_MODES:
+            raise ValueError(f"backbone_mode must be one of {BACKBONE_MODES}, got {backbone_mode!r}")
+        if backbone is not None and not isinstance(backbone, torch.nn.Module):
+            raise TypeError(f"backbone must be a torch.nn.Module, got {type(backbone).__name__}")
+        self.backbone = backbone
+        self.backbone_mode = backbone_mode
+        self._features_given = False  # True while fit trains on cached backbone features
+        if backbone is not None and backbone_mode != "finetune":
+            backbone.requires_grad_(False)
+            backbone.eval()
+
+    def _concept_weights(self, weight, k: int) -> torch.Tensor:
+        if isinstance(weight, dict):
+            unknown = sorted(set(weight) - set(self.concept_names))
+            if unknown:
+                raise ValueError(f"concept_weight names {unknown[0]!r}, not a concept; the names are "
+                                 f"{', '.join(self.concept_names)}")
+            weight = [float(weight.get(n, 1.0)) for n in self.concept_names]
+        w = torch.as_tensor(weight, dtype=torch.float32)
+        if w.dim() == 0:
+            w = w.expand(k).clone()
+        if w.shape != (k,):
+            raise ValueError(f"concept_weight must be one number or k = {k} numbers, got shape {tuple(w.shape)}")
+        if not torch.isfinite(w).all() or (w < 0).any():
+            raise ValueError(f"concept_weight must be finite and ≥ 0, got {w.tolist()}")
+        return w
+
+    @property
+    def concept_weight(self) -> float:
+        """The mean concept-loss weight (the single weight when all concepts share one)."""
+        return float(self.concept_weights.mean())
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        if self.backbone is not None and self.backbone_mode != "finetune":
+            self.backbone.eval()  # a fixed backbone keeps its eval behaviour (dropout, batch norm)
+        return self
+
+    def features(self, x):
+        """The diagram's input for raw input x: backbone(x), or x without a backbone."""
+        if self.backbone is None or self._features_given:
+            return x
+        if self.backbone_mode == "finetune":
+            return self.backbone(x)
+        with torch.no_grad():
+            return self.backbone(x)
+
+    @torch.no_grad()
+    def cache_features(self, x: torch.Tensor, batch_size: int = 1024) -> torch.Tensor:
+        """backbone(x) computed once, in batches, in eval mode (the 'cached' backbone mode)."""
+        if self.backbone is None:
+            return x
+        was = self.backbone.training
+        self.backbone.eval()
+        try:
+            return torch.cat([self.backbone(x[i:i + batch_size]) for i in range(0, x.shape[0], batch_size)])
+        finally:
+            self.backbone.train(was)
+
+    @contextmanager
+    def given_features(self):
+        """Inside, forward reads diagram inputs (backbone features), not raw inputs."""
+        before = self._features_given
+        self._features_given = True
+        try:
+            yield self
+        finally:
+            self._features_given = before
 
     # -- forward and interventions
     def forward(self, x, c_true=None, do=None):
         """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`."""
+        x = self.features(x)
         if do is None:
             do = self._no_do
         if c_true is None:
@@ -123,33 +206,69 @@ class ConceptModel(ZooModel):
         return self(x, c_true=c_true, do=do)
 
     # -- losses and training
+    def concept_loss_terms(self, out, c_true) -> torch.Tensor:
+        """Per-example, per-concept losses [..., k]: binary cross-entropy of the predicted concepts
+        (before interventions) against their labels."""
+        scores = self.concept_scores(out)
+        return F.binary_cross_entropy_with_logits(scores, c_true.to(scores.dtype), reduction="none")
+
     def concept_loss(self, out, c_true) -> torch.Tensor:
-        """Binary cross-entropy of the predicted concepts (before interventions) against labels."""
-        return F.binary_cross_entropy_with_logits(out.c_logit, c_true.to(out.c_logit.dtype))
+        """Σ_k w_k · mean BCE_k / k, w = `concept_weights` (the mean BCE when every w_k is 1)."""
+        terms = self.concept_loss_terms(out, c_true)
+        per_concept = terms.reshape(-1, terms.shape[-1]).mean(0)
+        return (per_concept * self.concept_weights.to(per_concept.dtype)).mean()
+
+    def bottleneck_values(self, c: torch.Tensor) -> torch.Tensor:
+        """The values `c_true` must hold to set concepts to the labels c (probabilities in [0, 1]).
+        The identity for a probability bottleneck; the logit model maps labels to logits."""
+        return c
 
     def loss(self, batch, mode: str = "joint") -> torch.Tensor:
         """The loss of one (x, c, y) batch; mode 'joint' | 'independent' | 'concepts' | 'task'
-        ('concepts' and 'task' are the two stages of sequential training)."""
+        ('concepts' and 'task' are the two stages of sequential training). The concept loss is
+        unweighted in 'concepts' (it is the only term) and weighted by `concept_weights` otherwise."""
         x, c, y = batch
         if mode == "joint":
             out = self(x, c_true=c)
-            return task_loss(out.y, y, self.task) + self.concept_weight * self.concept_loss(out, c)
+            return task_loss(out.y, y, self.task) + self.concept_loss(out, c)
         if mode == "independent":
-            out = self(x, c_true=c, do=self._all_do)
-            return task_loss(out.y, y, self.task) + self.concept_weight * self.concept_loss(out, c)
+            out = self(x, c_true=self.bottleneck_values(c), do=self._all_do)
+            return task_loss(out.y, y, self.task) + self.concept_loss(out, c)
         if mode == "concepts":
-            return self.concept_loss(self(x), c)
+            terms = self.concept_loss_terms(self(x), c)
+            return terms.mean()
         if mode == "task":
             return task_loss(self(x).y, y, self.task)
         raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
 
     def fit(self, train, val=None, *, mode: str = "joint", concept_epochs: int | None = None, **fit_kwargs) -> dict:
         """Train in one of `self.modes` with `penrose_zoo.train.fit`; sequential runs two fits (the first for
-        `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}."""
-        from penrose_zoo.train import fit
-
+        `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}.
+        With a 'cached' backbone the backbone runs once over train and val, and the diagram trains
+        on those features."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        if self.backbone is not None and self.backbone_mode == "cached":
+            train = self._with_features(train)
+            val = None if val is None else self._with_features(val)
+            with self.given_features():
+                history = self._fit(train, val, mode, concept_epochs, fit_kwargs)
+                self.after_fit(train)
+        else:
+            history = self._fit(train, val, mode, concept_epochs, fit_kwargs)
+            self.after_fit(train)
+        return history
+
+    def _with_features(self, data):
+        tensors = tuple(getattr(data, "tensors", data))
+        return (self.cache_features(tensors[0]),) + tensors[1:]
+
+    def after_fit(self, train) -> None:
+        """Called at the end of `fit` with the training data (what forward reads)."""
+
+    def _fit(self, train, val, mode, concept_epochs, fit_kwargs) -> dict:
+        from penrose_zoo.train import fit
+
         if mode != "sequential":
             return fit(self, self.loss_fn(mode=mode), train, val, **fit_kwargs)
         first = dict(fit_kwargs)
@@ -158,6 +277,8 @@ class ConceptModel(ZooModel):
         first.pop("metric_fn", None)
         h1 = fit(self, self.loss_fn(mode="concepts"), train, val, **first)
         frozen = [p for n, p in self.diagram.named_parameters() if n in self.concept_params and p.requires_grad]
+        if self.backbone is not None:
+            frozen += [p for p in self.backbone.parameters() if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
         try:
@@ -169,8 +290,8 @@ class ConceptModel(ZooModel):
 
     @torch.no_grad()
     def evaluate(self, data: tuple, intervene_all: bool = False) -> dict:
-        """Task accuracy, mean concept AUC and, with `intervene_all`, the accuracy when every
-        concept is set to its true value. data: (x, c, y)."""
+        """Task accuracy, concept accuracy (thresholded at 0.5), mean concept AUC and, with
+        `intervene_all`, the accuracy when every concept is set to its true value. data: (x, c, y)."""
         from penrose_zoo.metrics import accuracy, mean_concept_auc
 
         was = self.training
@@ -178,9 +299,11 @@ class ConceptModel(ZooModel):
         try:
             x, c, y = data
             out = self(x)
-            res = {"acc": accuracy(out.y, y), "concept_auc": mean_concept_auc(self.concept_scores(out), c)}
+            probs = self.concept_probabilities(out)
+            res = {"acc": accuracy(out.y, y), "concept_acc": ((probs > 0.5) == (c > 0.5)).double().mean().item(),
+                   "concept_auc": mean_concept_auc(self.concept_scores(out), c)}
             if intervene_all:
-                res["acc_all_concepts_set"] = accuracy(self(x, c_true=c, do=self._all_do).y, y)
+                res["acc_all_concepts_set"] = accuracy(self(x, c_true=self.bottleneck_values(c), do=self._all_do).y, y)
             return res
         finally:
             self.train(was)
@@ -188,6 +311,14 @@ class ConceptModel(ZooModel):
     def concept_scores(self, out) -> torch.Tensor:
         """Predicted concept scores before interventions (for AUC)."""
         return out.c_logit
+
+    def bottleneck(self, out) -> torch.Tensor:
+        """The concept values the task predictor read (what `c_true` replaces where `do` is set)."""
+        return out.c
+
+    def concept_probabilities(self, out) -> torch.Tensor:
+        """Predicted concept probabilities before interventions."""
+        return torch.sigmoid(self.concept_scores(out))
 
     # -- inputs
     @classmethod

@@ -1,5 +1,5 @@
-"""Plots of zoo explanations (matplotlib, imported only here): NAM shape functions and concept
-activations with their task contributions.
+"""Plots of zoo explanations (matplotlib, imported only here): NAM shape functions, concept
+activations with their task contributions, and intervention curves.
 
     >>> import penrose_zoo, torch
     >>> from penrose_zoo.plots import plot_concepts
@@ -97,5 +97,29 @@ def plot_concepts(explanation: Explanation, example: int = 0, output: int | None
     b = bias.reshape(-1)[output].item() if bias.numel() > 1 else bias.item()
     a2.set_title(f"contribution to output {output}: Σ {contrib.sum().item():+.3f} + bias {b:+.3f}"
                  f" = {out.reshape(-1)[output].item():+.3f}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def plot_intervention_curves(curves, ax=None, title: str | None = None):
+    """Task accuracy against the fraction of concepts intervened on, one line per
+    `penrose_zoo.interventions.InterventionCurve`, labelled with its intervention score (area
+    under the curve)."""
+    plt = _plt()
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.5, 3.2))
+    else:
+        fig = ax.figure
+    for curve in curves:
+        name = " · ".join(s for s in (curve.label, curve.policy) if s)
+        ax.plot(curve.fractions, curve.accuracy, marker="o", markersize=3,
+                label=f"{name} (score {curve.score:.3f})")
+    ax.set_xlabel("fraction of concepts intervened on")
+    ax.set_ylabel("task accuracy")
+    ax.set_xlim(0, 1)
+    if title:
+        ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

@@ -53,11 +53,14 @@ class PrototypeConceptModel(ConceptModel):
                 pick = rows[torch.randperm(len(rows), generator=g)[:per_prototype]]
                 P[:, j, k] = x[pick].mean(0).to(P.dtype)
 
-    def concept_loss(self, out, c_true):
+    def concept_loss_terms(self, out, c_true):
         c = out.c_pred.clamp(1e-6, 1 - 1e-6)
-        return torch.nn.functional.binary_cross_entropy(c, c_true.to(c.dtype))
+        return torch.nn.functional.binary_cross_entropy(c, c_true.to(c.dtype), reduction="none")
 
     def concept_scores(self, out):
+        return out.c_pred
+
+    def concept_probabilities(self, out):
         return out.c_pred
 
     def explain(self, x, c_true=None, do=None, top: int = 1) -> Explanation:

@@ -75,6 +75,29 @@ def concept_bottleneck(P, x, c_true, do):
     return {"y": c @ P["W_y"] + P["b_y"], "c": c, "c_logit": c_logit}
 
 
+def concept_bottleneck_logit(P, x, c_true, do):
+    """The CEM paper's logit CBM: the task layer reads the concept logits z = W x (interventions
+    replace chosen logits by given values); y = g(z), linear."""
+    z = x @ P["W_c"] + P["b_c"]
+    z_int = torch.where(do, c_true, z)
+    return {"y": z_int @ P["W_y"] + P["b_y"], "c": z_int, "c_logit": z}
+
+
+def concept_bottleneck_hybrid(P, x, c_true, do):
+    """The CEM paper's hybrid CBM: the extractor's output is split into k concept logits (sigmoid,
+    intervenable) and j extra units (leaky ReLU, slope 0.01); the task layer reads their
+    concatenation [c; u] through one linear map."""
+    W = torch.cat([P["W_c"], P["W_u"]], dim=-1)  # one extractor head with k + j outputs
+    b = torch.cat([P["b_c"], P["b_u"]])
+    h = x @ W + b
+    k = P["W_c"].shape[-1]
+    c_logit, u = h[..., :k], F.leaky_relu(h[..., k:], 0.01)
+    c = torch.where(do, c_true, torch.sigmoid(c_logit))
+    bottleneck = torch.cat([c, u], dim=-1)
+    y = bottleneck @ torch.cat([P["W_y"], P["W_uy"]], dim=0) + P["b_y"]
+    return {"y": y, "c": c, "c_logit": c_logit, "u": u}
+
+
 def concept_embedding(P, x, c_true, do):
     """Espinosa Zarlenga et al. 2022, concept by concept: c⁺_i = φ⁺_i(z), c⁻_i = φ⁻_i(z) (linear +
     LeakyReLU); p_i = σ(s([c⁺_i; c⁻_i])) with one scoring layer s for all concepts; p_i replaced
@@ -237,6 +260,8 @@ REFERENCES = {
     "sparse_autoencoder": sparse_autoencoder,
     "topk_sparse_autoencoder": None,  # needs n_active: see reference_for
     "concept_bottleneck": concept_bottleneck,
+    "concept_bottleneck_logit": concept_bottleneck_logit,
+    "concept_bottleneck_hybrid": concept_bottleneck_hybrid,
     "concept_embedding": concept_embedding,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,

@@ -1,0 +1,315 @@
+"""Interventions on any concept model of the zoo: which concepts to set (policies), to what
+(strategies), and the task accuracy against the fraction of concepts set (intervention curves).
+
+    curve = intervention_curve(model, (x, c, y), UncertaintyPolicy())   # fractions 0, 0.1, …, 1
+    curve.accuracy, intervention_score(curve)                           # area under the curve
+    penrose_zoo.plots.plot_intervention_curves([curve, other])
+
+Every concept diagram takes `c_true[k]` and `do[k]`; a policy ranks the concepts of each example
+(the first ranked is set first), and at fraction φ the first round(φ·k) of each example's
+ranking are set (`do`), to the values a strategy gives (`c_true`). Policies:
+
+  RandomPolicy(seed)    a random order per example (the baseline of every concept paper)
+  UncertaintyPolicy()   the least certain predicted concept first, |p − 0.5| ascending (Shin et
+                        al. 2023's "uncertainty of concept prediction")
+  OrderPolicy(order)    a given order of ids or names (e.g. an expert's), the rest after in id order
+  GradientPolicy()      the largest expected change of the predicted class's logit first, to
+                        first order: |∂y_ŷ/∂b_i| · E|v_i − b_i| with v_i drawn from the predicted
+                        concept (b: the bottleneck value, v: the value an intervention sets) —
+                        the "expected change in target prediction" criterion of Shin et al.,
+                        "A Closer Look at the Intervention Procedure of Concept Bottleneck
+                        Models", ICML 2023, linearised so that one backward pass scores all k
+                        concepts. For a probability bottleneck E|v − p| = 2p(1 − p).
+
+Strategies (what an intervened concept is set to, in the diagram's bottleneck space):
+
+  GroundTruth()         the true label, through `model.bottleneck_values` (a probability
+                        bottleneck takes the label; the logit CBM its training percentiles)
+  FixedValue(v)         a fixed value (one, or one per concept), whatever the label: a do()
+  Quantile(q).fit(model, x_train)
+                        the q-th (label 1) or (1 − q)-th (label 0) quantile of the concept's
+                        predicted bottleneck values on the training inputs
+
+Rankings are computed once, from the model's own prediction without interventions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Sequence
+
+import torch
+
+from penrose_zoo.core import InterventionError
+
+__all__ = [
+    "Policy",
+    "RandomPolicy",
+    "UncertaintyPolicy",
+    "OrderPolicy",
+    "GradientPolicy",
+    "Strategy",
+    "GroundTruth",
+    "FixedValue",
+    "Quantile",
+    "InterventionCurve",
+    "intervention_masks",
+    "intervention_curve",
+    "intervention_score",
+    "DEFAULT_FRACTIONS",
+]
+
+DEFAULT_FRACTIONS = tuple(i / 10 for i in range(11))
+
+
+def _check_model(model):
+    from penrose_zoo.concepts import ConceptModel
+
+    if not isinstance(model, ConceptModel):
+        raise TypeError(f"interventions need a concept model (a penrose_zoo ConceptModel), got {type(model).__name__}")
+
+
+# ---- policies ---------------------------------------------------------------------------------
+
+
+class Policy:
+    """Ranks each example's concepts: `ranking(model, x, c, out)` -> ids [n, k], first = set first.
+    `x` is what the diagram reads (backbone features), `out` the model's outputs on it."""
+
+    name = "policy"
+
+    def ranking(self, model, x, c, out) -> torch.Tensor:
+        return (-self.scores(model, x, c, out)).argsort(dim=-1, stable=True)
+
+    def scores(self, model, x, c, out) -> torch.Tensor:
+        """Higher = intervene earlier, [n, k]."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RandomPolicy(Policy):
+    """A random order per example, from `seed` (the same seed, the same orders)."""
+
+    name = "random"
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+
+    def scores(self, model, x, c, out):
+        g = torch.Generator().manual_seed(self.seed)
+        return torch.rand(c.shape, generator=g).to(c.device)
+
+    def __repr__(self):
+        return f"RandomPolicy(seed={self.seed})"
+
+
+class UncertaintyPolicy(Policy):
+    """The least certain predicted concept first: scores −|p − 0.5|."""
+
+    name = "uncertainty"
+
+    def scores(self, model, x, c, out):
+        return -(model.concept_probabilities(out) - 0.5).abs()
+
+
+class OrderPolicy(Policy):
+    """A given order (ids or names); concepts it leaves out follow in id order."""
+
+    name = "order"
+
+    def __init__(self, order: Sequence):
+        self.order = list(order)
+
+    def ranking(self, model, x, c, out):
+        ids = [model.concept_index(o, i) for i, o in enumerate(self.order)]
+        if len(set(ids)) != len(ids):
+            raise InterventionError(f"intervention order names a concept twice: ids {ids}")
+        rest = [i for i in range(model.sizes["k"]) if i not in ids]
+        return torch.tensor(ids + rest, device=c.device).expand(c.shape[0], -1)
+
+    def __repr__(self):
+        return f"OrderPolicy({self.order!r})"
+
+
+class GradientPolicy(Policy):
+    """Linearised expected change of the predicted class's logit (Shin et al. 2023's ECTP):
+    |∂y_ŷ/∂b_i| · (p_i |v¹_i − b_i| + (1 − p_i) |v⁰_i − b_i|), v¹ / v⁰ the values that set
+    concept i to 1 / 0 (`model.bottleneck_values`), b the predicted bottleneck, p the
+    predicted probability."""
+
+    name = "gradient"
+
+    def scores(self, model, x, c, out):
+        with torch.enable_grad():
+            b = model.bottleneck(out).detach().requires_grad_(True)
+            y = model(x, c_true=b, do=model._all_do.expand(b.shape)).y
+            target = y.argmax(-1, keepdim=True) if y.shape[-1] > 1 else torch.zeros(y.shape[:-1] + (1,), dtype=torch.long, device=y.device)
+            (grad,) = torch.autograd.grad(y.gather(-1, target).sum(), b)
+        p = model.concept_probabilities(out).detach()
+        v1 = model.bottleneck_values(torch.ones_like(p))
+        v0 = model.bottleneck_values(torch.zeros_like(p))
+        change = p * (v1 - b.detach()).abs() + (1 - p) * (v0 - b.detach()).abs()
+        return grad.abs() * change
+
+
+# ---- strategies -------------------------------------------------------------------------------
+
+
+class Strategy:
+    """`values(model, x, c)` -> the c_true an intervention sets, [n, k] (bottleneck space)."""
+
+    name = "strategy"
+
+    def values(self, model, x, c) -> torch.Tensor:
+        raise NotImplementedError
+
+
+class GroundTruth(Strategy):
+    """The true labels, through `model.bottleneck_values`."""
+
+    name = "ground truth"
+
+    def values(self, model, x, c):
+        return model.bottleneck_values(c)
+
+    def __repr__(self):
+        return "GroundTruth()"
+
+
+class FixedValue(Strategy):
+    """A fixed value (a number or one per concept), whatever the label."""
+
+    name = "fixed value"
+
+    def __init__(self, value):
+        self.value = value
+
+    def values(self, model, x, c):
+        v = torch.as_tensor(self.value, dtype=c.dtype, device=c.device)
+        if v.dim() > 0 and v.shape != (c.shape[-1],):
+            raise InterventionError(f"FixedValue needs one value or k = {c.shape[-1]} values, got shape {tuple(v.shape)}")
+        return v.expand(c.shape).clone()
+
+    def __repr__(self):
+        return f"FixedValue({self.value!r})"
+
+
+class Quantile(Strategy):
+    """The q-th quantile (label 1) or (1 − q)-th (label 0) of each concept's predicted bottleneck
+    values over training inputs; call `fit(model, x_train)` first."""
+
+    name = "quantile"
+
+    def __init__(self, q: float = 0.95):
+        if not 0.5 <= q <= 1.0:
+            raise ValueError(f"Quantile q must be in [0.5, 1], got {q}")
+        self.q = float(q)
+        self.low = self.high = None
+
+    @torch.no_grad()
+    def fit(self, model, x_train) -> "Quantile":
+        _check_model(model)
+        was = model.training
+        model.eval()
+        try:
+            b = model.bottleneck(model(x_train)).double()
+        finally:
+            model.train(was)
+        qs = torch.tensor([1 - self.q, self.q], dtype=torch.float64, device=b.device)
+        self.low, self.high = torch.quantile(b.reshape(-1, b.shape[-1]), qs, dim=0)
+        return self
+
+    def values(self, model, x, c):
+        if self.low is None:
+            raise InterventionError("Quantile strategy used before fit(model, x_train)")
+        return torch.where(c > 0.5, self.high.to(c.dtype), self.low.to(c.dtype))
+
+    def __repr__(self):
+        return f"Quantile(q={self.q})"
+
+
+# ---- curves -----------------------------------------------------------------------------------
+
+
+def intervention_masks(ranking: torch.Tensor, fraction: float) -> torch.Tensor:
+    """do [n, k]: each example's first round(fraction · k) ranked concepts."""
+    if not 0.0 <= fraction <= 1.0:
+        raise InterventionError(f"intervention fraction must be in [0, 1], got {fraction}")
+    k = ranking.shape[-1]
+    m = int(round(fraction * k))
+    position = torch.empty_like(ranking)
+    position.scatter_(-1, ranking, torch.arange(k, device=ranking.device).expand_as(ranking))
+    return position < m
+
+
+@dataclass
+class InterventionCurve:
+    """Task accuracy (or −MSE for regression) at each fraction of concepts intervened on."""
+
+    fractions: tuple[float, ...]
+    accuracy: tuple[float, ...]
+    policy: str = ""
+    strategy: str = ""
+    label: str = ""
+    concept_accuracy: float = float("nan")
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def score(self) -> float:
+        return intervention_score(self)
+
+
+def intervention_score(curve: InterventionCurve | Sequence[float], fractions: Sequence[float] | None = None) -> float:
+    """The area under the intervention curve over its fraction range, divided by that range
+    (trapezoids): the mean accuracy over fractions, in [0, 1]."""
+    if isinstance(curve, InterventionCurve):
+        fractions, acc = curve.fractions, curve.accuracy
+    else:
+        acc = curve
+    f = torch.as_tensor(fractions, dtype=torch.float64)
+    a = torch.as_tensor(acc, dtype=torch.float64)
+    if f.numel() != a.numel() or f.numel() < 2:
+        raise ValueError(f"an intervention score needs ≥ 2 points with as many fractions ({f.numel()}) as values ({a.numel()})")
+    if not bool((f[1:] > f[:-1]).all()):
+        raise ValueError(f"fractions must increase, got {f.tolist()}")
+    return float(torch.trapezoid(a, f) / (f[-1] - f[0]))
+
+
+@torch.no_grad()
+def intervention_curve(model, data, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+                       strategy: Strategy | None = None, label: str = "") -> InterventionCurve:
+    """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
+    ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy
+    RandomPolicy(0), default strategy GroundTruth(). Regression tasks report −MSE."""
+    from penrose_zoo.metrics import accuracy
+
+    _check_model(model)
+    policy = RandomPolicy(0) if policy is None else policy
+    strategy = GroundTruth() if strategy is None else strategy
+    x, c, y = tuple(getattr(data, "tensors", data))[:3]
+    fractions = tuple(float(f) for f in fractions)
+    was = model.training
+    model.eval()
+    try:
+        feats = model.features(x)
+        with model.given_features():
+            out = model(feats)
+            ranking = policy.ranking(model, feats, c, out)
+            values = strategy.values(model, feats, c)
+            accs = []
+            for f in fractions:
+                do = intervention_masks(ranking, f)
+                y_hat = model(feats, c_true=values, do=do).y
+                if model.task == "regression":
+                    accs.append(-float(((y_hat.squeeze(-1) - y.to(y_hat.dtype)) ** 2).mean()))
+                else:
+                    accs.append(accuracy(y_hat, y))
+            probs = model.concept_probabilities(out)
+            concept_acc = ((probs > 0.5) == (c > 0.5)).double().mean().item()
+    finally:
+        model.train(was)
+    return InterventionCurve(fractions, tuple(accs), getattr(policy, "name", repr(policy)),
+                             getattr(strategy, "name", repr(strategy)), label or type(model).__name__,
+                             concept_acc)
