@@ -34,17 +34,7 @@ class ConceptEmbeddingModel(ConceptModel):
     concept_params = ("W_pos", "b_pos", "W_neg", "b_neg", "S_pos", "S_neg", "b_s")
     modes = ("joint", "sequential")
 
-    def __init__(self, *, p_int: float = 0.25, **kwargs):
-        super().__init__(**kwargs)
-        if not 0.0 <= p_int <= 1.0:
-            raise ValueError(f"p_int must be a probability, got {p_int}")
-        self.p_int = float(p_int)
-
-    def forward(self, x, c_true=None, do=None):
-        """As ConceptModel.forward, plus RandInt in training mode (see the class docstring)."""
-        if do is None and c_true is not None and self.training and self.p_int > 0:
-            do = torch.rand(c_true.shape, device=c_true.device) < self.p_int
-        return super().forward(x, c_true, do)
+    default_p_int = 0.25
 
     def concept_scores(self, out):
         return out.p_logit

@@ -16,6 +16,11 @@ A backbone (any nn.Module) may sit in front of the diagram's input: `backbone=ne
 'cached' (fixed, and `fit` runs it once over the data and trains the diagram on the features).
 The diagram's `f` is then the backbone's output width.
 
+Training-time interventions (RandInt, Espinosa Zarlenga et al. 2022): with `p_int` > 0, joint
+training sets each concept to its label with probability p_int, so the task predictor learns to
+read true concepts as well as predicted ones and test-time interventions help rather than hurt
+(default 0 for the bottlenecks, 0.25 for the concept embedding model).
+
 Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fit`), as in Koh et al.:
     'joint'        task loss on predicted concepts + concept_weight × concept loss, one pass;
     'independent'  the task predictor reads the true concepts (do = all True) while the concept
@@ -49,9 +54,16 @@ class ConceptModel(ZooModel):
     tasks = ("multiclass", "regression")
     default_task = "multiclass"
 
+    default_p_int: ClassVar[float] = 0.0
+
     def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight=1.0,
-                 backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune", **kwargs):
+                 backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune",
+                 p_int: float | None = None, **kwargs):
         super().__init__(**kwargs)
+        p_int = self.default_p_int if p_int is None else p_int
+        if not 0.0 <= p_int <= 1.0:
+            raise ValueError(f"p_int must be a probability, got {p_int}")
+        self.p_int = float(p_int)
         k = self.sizes["k"]
         if concept_names is None:
             concept_names = tuple(f"c{i}" for i in range(k))
@@ -133,8 +145,12 @@ class ConceptModel(ZooModel):
 
     # -- forward and interventions
     def forward(self, x, c_true=None, do=None):
-        """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`."""
+        """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`.
+        RandInt: in training mode, when `c_true` is given and `do` is not, each concept is set to
+        its `c_true` with probability `p_int` (training-time interventions)."""
         x = self.features(x)
+        if do is None and c_true is not None and self.training and self.p_int > 0:
+            do = torch.rand(c_true.shape, device=c_true.device) < self.p_int
         if do is None:
             do = self._no_do
         if c_true is None:
@@ -229,7 +245,7 @@ class ConceptModel(ZooModel):
         unweighted in 'concepts' (it is the only term) and weighted by `concept_weights` otherwise."""
         x, c, y = batch
         if mode == "joint":
-            out = self(x, c_true=c)
+            out = self(x, c_true=self.bottleneck_values(c))
             return task_loss(out.y, y, self.task) + self.concept_loss(out, c)
         if mode == "independent":
             out = self(x, c_true=self.bottleneck_values(c), do=self._all_do)
