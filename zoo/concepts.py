@@ -160,6 +160,8 @@ class ConceptModel(ZooModel):
         for name, t in (("c_true", c_true), ("do", do)):
             if isinstance(t, torch.Tensor) and isinstance(x, torch.Tensor) and t.dim() > 1 and x.dim() > 1:
                 tb, xb = tuple(t.shape[:-1]), tuple(x.shape[:-1])
+                if tb == xb:
+                    continue
                 try:
                     ok = torch.broadcast_shapes(tb, xb) == torch.Size(xb)
                 except RuntimeError:

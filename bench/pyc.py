@@ -1,0 +1,240 @@
+"""PyC (`pytorch-concepts`, import `torch_concepts`) and the zoo side by side on the toy concept sets.
+
+    python bench/pyc.py                        # 4 sets × 3 seeds, 100 epochs (several minutes on one CPU thread)
+    python bench/pyc.py --quick                # 1 seed, 30 epochs, fewer rows (PENROSE_REDUCED=1 does the same)
+    python bench/pyc.py --sets trigonometry --seeds 0 1 2 --epochs 100
+
+Set-up: PyC is an optional dependency, imported only here: `pip install --pre pytorch-concepts`
+(1.0.0a7 at the time of writing; it keeps the installed torch). Without it the script still runs
+the zoo's side and says that PyC is missing.
+
+Both libraries get the same rows (`penrose_zoo.data.toy_concepts(name, n, seed)`, which gives PyC's
+own rows and split for XOR, trigonometry and checkmark, and the CEM authors' dot), the same
+seeds, the same optimiser (Adam, lr 1e-2, batch 256, the same number of epochs) and the same
+loss: PyC trains on the mean binary cross-entropy over the k concept columns and the task column,
+i.e. task loss + the sum of the concept losses, which is the zoo's `concept_weight = k` up to a
+constant factor. Models: the concept bottleneck (linear concept encoder on the input, sigmoid
+probabilities, linear task predictor), the same trained with RandInt 0.25 (`cbm_int`: training-
+time interventions, PyC's teacher-forcing `p_int`) and the concept embedding model (embedding size
+8, RandInt 0.25); the zoo's hybrid bottleneck (8 extra units) has no PyC
+counterpart and is printed for reference. PyC trains either in a plain-PyTorch loop
+(`--pyc-loop plain`, the default and the fastest way it offers: `model(query=..., input=x)`) or
+the way its documentation trains, with a Lightning Trainer (`--pyc-loop lightning`).
+
+Measured on the test split: task accuracy, concept accuracy (threshold 0.5), the intervention
+curve (random policy, ground truth, one more concept each step; the same per-example orders for
+both) and its score (area under the curve), and the training time (the loop alone, wall clock).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent))
+from common import reduced, threads_note  # noqa: E402
+
+import penrose_zoo  # noqa: E402
+from penrose_zoo.data import TOY_SETS, toy_concepts  # noqa: E402
+from penrose_zoo.interventions import RandomPolicy, intervention_curve, intervention_masks, intervention_score  # noqa: E402
+
+BATCH, LR = 256, 1e-2
+
+
+def have_pyc() -> bool:
+    try:
+        import torch_concepts  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# ---- the zoo ----------------------------------------------------------------------------------
+
+
+def zoo_model(kind: str, f: int, k: int, seed: int):
+    if kind == "cbm":
+        return penrose_zoo.ConceptBottleneckModel(f=f, k=k, r=2, concept_weight=float(k), seed=seed)
+    if kind == "cbm_int":
+        return penrose_zoo.ConceptBottleneckModel(f=f, k=k, r=2, concept_weight=float(k), p_int=0.25, seed=seed)
+    if kind == "cem":
+        return penrose_zoo.ConceptEmbeddingModel(f=f, k=k, e=8, r=2, concept_weight=float(k), p_int=0.25, seed=seed)
+    if kind == "hybrid":
+        return penrose_zoo.HybridConceptBottleneckModel(f=f, k=k, j=8, r=2, concept_weight=float(k), seed=seed)
+    raise ValueError(kind)
+
+
+def run_zoo(kind, data, seed, epochs, fractions):
+    model = zoo_model(kind, data.x_train.shape[1], data.c_train.shape[1], seed)
+    t0 = time.perf_counter()
+    model.fit(data.train_tuple(), epochs=epochs, batch_size=BATCH, lr=LR, seed=seed, progress=False)
+    seconds = time.perf_counter() - t0
+    curve = intervention_curve(model, data.test_tuple(), RandomPolicy(seed), fractions)
+    return {"acc": curve.accuracy[0], "concept_acc": curve.concept_accuracy, "curve": curve.accuracy,
+            "score": curve.score, "seconds": seconds}
+
+
+# ---- PyC --------------------------------------------------------------------------------------
+
+
+def pyc_model(kind: str, f: int, names: list[str], lightning: bool = False):
+    from torch_concepts.annotations import Annotations
+    from torch_concepts.nn import ConceptBottleneckModel, ConceptEmbeddingModel, ConceptLoss
+
+    ann = Annotations(labels=names, cardinalities=[1] * len(names), types=["binary"] * len(names))
+    extra = {}
+    if lightning:
+        extra = dict(lightning=True, loss=ConceptLoss(binary=torch.nn.BCEWithLogitsLoss()),
+                     optim_class=torch.optim.Adam, optim_kwargs={"lr": LR})
+    if kind == "cbm":
+        return ConceptBottleneckModel(input_size=f, annotations=ann, task_names=[names[-1]], **extra)
+    if kind == "cbm_int":
+        return ConceptBottleneckModel(input_size=f, annotations=ann, task_names=[names[-1]],
+                                      train_inference_kwargs={"p_int": 0.25}, **extra)
+    if kind == "cem":
+        return ConceptEmbeddingModel(input_size=f, annotations=ann, task_names=[names[-1]], embedding_size=8,
+                                     train_inference_kwargs={"p_int": 0.25}, **extra)
+    raise ValueError(kind)
+
+
+def _logits(out):
+    logits = out.logits
+    return getattr(logits, "tensor", logits)
+
+
+def _train_plain(model, x, target, seed, epochs):
+    """PyC's models as plain torch modules, in a hand-written loop."""
+    opt = torch.optim.Adam(model.parameters(), lr=LR)
+    g = torch.Generator().manual_seed(seed)
+    model.train()
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=g)
+        for i in range(0, len(x), BATCH):
+            idx = order[i:i + BATCH]
+            opt.zero_grad(set_to_none=True)
+            query = model.fully_observed_query(target[idx])  # ground truth: teacher forcing where p_int > 0
+            out = model(query=query, input=x[idx])
+            loss = torch.nn.functional.binary_cross_entropy_with_logits(_logits(out), target[idx])
+            loss.backward()
+            opt.step()
+
+
+def _train_lightning(model, ann, x, target, seed, epochs):
+    """PyC's models the way its documentation trains them: a Lightning Trainer (no logger, no
+    checkpoints, no progress bar), its ConceptLoss with BCE for the binary columns."""
+    import logging
+    import warnings
+
+    import pytorch_lightning as pl
+    from torch_concepts.tensor import AnnotatedTensor
+
+    warnings.filterwarnings("ignore")
+    logging.getLogger("pytorch_lightning").setLevel(logging.ERROR)
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+
+    def collate(rows):
+        idx = torch.tensor(rows)
+        return {"inputs": {"x": x[idx]}, "concepts": {"c": AnnotatedTensor(target[idx], ann, 1)}}
+
+    loader = torch.utils.data.DataLoader(list(range(len(x))), batch_size=BATCH, shuffle=True, collate_fn=collate,
+                                         generator=torch.Generator().manual_seed(seed))
+    trainer = pl.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, accelerator="cpu")
+    trainer.fit(model, loader)
+
+
+def run_pyc(kind, data, seed, epochs, fractions, loop="plain"):
+    k = data.c_train.shape[1]
+    names = list(data.concept_names) + [data.task_names[0]]
+    torch.manual_seed(seed)
+    model = pyc_model(kind, data.x_train.shape[1], names, lightning=(loop == "lightning"))
+    x, c, y = data.train_tuple()
+    target = torch.cat([c, y[:, None].float()], 1)
+    t0 = time.perf_counter()
+    if loop == "lightning":
+        _train_lightning(model, model.concept_annotations, x, target, seed, epochs)
+    else:
+        _train_plain(model, x, target, seed, epochs)
+    seconds = time.perf_counter() - t0
+    model.eval()
+    xt, ct, yt = data.test_tuple()
+    with torch.no_grad():
+        logits = _logits(model(query=names, input=xt))
+        probs = torch.sigmoid(logits[:, :k])
+        concept_acc = ((probs > 0.5) == (ct > 0.5)).double().mean().item()
+        ranking = RandomPolicy(seed).ranking(None, xt, ct, None)
+        curve = []
+        for fraction in fractions:
+            do = intervention_masks(ranking, fraction)
+            evidence = {"concepts": torch.where(do, ct, probs)}
+            y_logit = _logits(model(query=[names[-1]], evidence=evidence, input=xt))[:, -1]
+            curve.append(((y_logit > 0).long() == yt).double().mean().item())
+    return {"acc": curve[0], "concept_acc": concept_acc, "curve": tuple(curve),
+            "score": intervention_score(curve, fractions), "seconds": seconds}
+
+
+# ---- main -------------------------------------------------------------------------------------
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sets", nargs="+", default=list(TOY_SETS), choices=TOY_SETS)
+    ap.add_argument("--seeds", nargs="+", type=int, default=None)
+    ap.add_argument("--epochs", type=int, default=None)
+    ap.add_argument("--rows", type=int, default=None, help="rows generated per set (default 3000; 70 %% train)")
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--pyc-loop", choices=("plain", "lightning"), default="plain",
+                    help="train PyC in a hand-written loop (default) or with its Lightning Trainer")
+    args = ap.parse_args(argv)
+    quick = args.quick or reduced()
+    seeds = args.seeds or ([0] if quick else [0, 1, 2])
+    epochs = args.epochs or (30 if quick else 100)
+    rows = args.rows or (1000 if quick else 3000)
+    torch.set_num_threads(args.threads)
+    pyc = have_pyc()
+    print(f"PyC vs penrose zoo on the toy concept sets: {rows} rows (70/10/20 train/val/test), seeds {seeds}, "
+          f"{epochs} epochs, Adam lr {LR}, batch {BATCH}; {threads_note()}")
+    if not pyc:
+        print("PyC (torch_concepts) is not installed: `pip install --pre pytorch-concepts`; zoo side only")
+    if pyc:
+        print(f"PyC trains in its {'Lightning Trainer' if args.pyc_loop == 'lightning' else 'plain-torch loop'}")
+    print("means over seeds, test split; curve = task accuracy with 0, 1, …, k concepts set (random order, ground truth)")
+    head = f"{'set':<13} {'model':<7} {'lib':<8} {'task acc':>8} {'concept':>8} {'score':>6} {'train s':>8}  curve"
+    print(head)
+    ratios = []
+    for name in args.sets:
+        for kind in ("cbm", "cbm_int", "cem", "hybrid"):
+            results = {"penrose": [], "pyc": []}
+            for seed in seeds:
+                data = toy_concepts(name, n=rows, seed=seed)
+                k = data.c_train.shape[1]
+                fractions = tuple(i / k for i in range(k + 1))
+                results["penrose"].append(run_zoo(kind, data, seed, epochs, fractions))
+                if pyc and kind != "hybrid":
+                    results["pyc"].append(run_pyc(kind, data, seed, epochs, fractions, args.pyc_loop))
+            for lib, rs in results.items():
+                if not rs:
+                    continue
+                mean = {m: statistics.fmean(r[m] for r in rs) for m in ("acc", "concept_acc", "score", "seconds")}
+                curve = [statistics.fmean(r["curve"][i] for r in rs) for i in range(len(rs[0]["curve"]))]
+                print(f"{name:<13} {kind:<7} {lib:<8} {mean['acc']:8.3f} {mean['concept_acc']:8.3f} {mean['score']:6.3f} "
+                      f"{mean['seconds']:8.2f}  " + " ".join(f"{a:.3f}" for a in curve), flush=True)
+            if results["pyc"]:
+                ratio = statistics.fmean(r["seconds"] for r in results["pyc"]) / statistics.fmean(r["seconds"] for r in results["penrose"])
+                ratios.append(ratio)
+                print(f"{'':<13} {kind:<7} training time PyC / penrose: {ratio:.1f}×", flush=True)
+    if ratios:
+        print(f"training speed-up over PyC: min {min(ratios):.1f}×, median {statistics.median(ratios):.1f}× (target ≥ 5×)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
