@@ -46,6 +46,7 @@ SIZES = {
     "concept_bottleneck": dict(f=small, k=small, r=small),
     "concept_bottleneck_logit": dict(f=small, k=small, r=small),
     "concept_bottleneck_hybrid": dict(f=small, k=small, j=small, r=small),
+    "concept_bottleneck_typed": dict(f=small, r=small),  # k, g from its default concepts (one of each type)
     "concept_embedding": dict(f=small, k=small, e=small, r=small),
     "prototype_concepts": dict(f=small, p=small, k=small, r=small),
     "neural_additive": dict(f=small, i=small, j=small, r=small),
@@ -83,6 +84,8 @@ def build_pair(name, sizes, seed, dtype=torch.float64, device="cpu"):
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.7)
         for bname, b in model.diagram.named_buffers():
             b.copy_(torch.rand(b.shape, generator=g, dtype=torch.float64))
+        for bname, b in getattr(getattr(model, "spec", None), "buffers", dict)().items():
+            getattr(model.diagram, bname).copy_(b)  # the typed bottleneck's 0/1 type buffers
     model = model.to(device)
     params = dict(model.diagram.named_parameters()) | dict(model.diagram.named_buffers())
     return model, params

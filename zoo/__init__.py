@@ -23,6 +23,7 @@ from penrose_zoo.concept_bottleneck_model import (
     ConceptBottleneckModel,
     HybridConceptBottleneckModel,
     LogitConceptBottleneckModel,
+    TypedConceptBottleneckModel,
 )
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
@@ -53,6 +54,8 @@ _ENTRIES = [
                "concept bottleneck carrying logits; interventions at training-logit percentiles", "toy sets"),
     ModelEntry("concept_bottleneck_hybrid", HybridConceptBottleneckModel,
                "concept bottleneck + extra unsupervised units (leaky ReLU) the task also reads", "toy sets"),
+    ModelEntry("concept_bottleneck_typed", TypedConceptBottleneckModel,
+               "concept bottleneck over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("concept_embedding", ConceptEmbeddingModel,
                "concept embedding model: ± embeddings mixed by concept probabilities, RandInt", "fortunes"),
     ModelEntry("prototype_concepts", PrototypeConceptModel,
@@ -98,6 +101,7 @@ __all__ = [
     "ConceptBottleneckModel",
     "LogitConceptBottleneckModel",
     "HybridConceptBottleneckModel",
+    "TypedConceptBottleneckModel",
     "ConceptEmbeddingModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",

@@ -330,6 +330,11 @@ class ConceptModel(ZooModel):
         """Predicted concept scores before interventions (for AUC)."""
         return out.c_logit
 
+    def concept_units(self) -> list[tuple[int, ...]]:
+        """The columns each concept occupies; interventions set a concept's columns together
+        (one column per concept here; a categorical concept has one per value)."""
+        return [(i,) for i in range(self.sizes["k"])]
+
     def bottleneck(self, out) -> torch.Tensor:
         """The concept values the task predictor read (what `c_true` replaces where `do` is set)."""
         return out.c

@@ -30,7 +30,9 @@ Strategies (what an intervened concept is set to, in the diagram's bottleneck sp
                         the q-th (label 1) or (1 − q)-th (label 0) quantile of the concept's
                         predicted bottleneck values on the training inputs
 
-Rankings are computed once, from the model's own prediction without interventions.
+Rankings are computed once, from the model's own prediction without interventions. A fraction
+counts concepts: a categorical concept (several columns, `model.concept_units()`) is set whole,
+when its best-ranked column's turn comes.
 """
 
 from __future__ import annotations
@@ -233,15 +235,29 @@ class Quantile(Strategy):
 # ---- curves -----------------------------------------------------------------------------------
 
 
-def intervention_masks(ranking: torch.Tensor, fraction: float) -> torch.Tensor:
-    """do [n, k]: each example's first round(fraction · k) ranked concepts."""
-    if not 0.0 <= fraction <= 1.0:
-        raise InterventionError(f"intervention fraction must be in [0, 1], got {fraction}")
+def _positions(ranking: torch.Tensor) -> torch.Tensor:
+    """position[n, i]: where concept i stands in example n's ranking."""
     k = ranking.shape[-1]
-    m = int(round(fraction * k))
     position = torch.empty_like(ranking)
     position.scatter_(-1, ranking, torch.arange(k, device=ranking.device).expand_as(ranking))
-    return position < m
+    return position
+
+
+def intervention_masks(ranking: torch.Tensor, fraction: float, units: Sequence[Sequence[int]] | None = None) -> torch.Tensor:
+    """do [n, k]: each example's first round(fraction · number of concepts) ranked concepts. With
+    `units` (the columns of each concept, `model.concept_units()`), a concept stands where its
+    best-ranked column stands and all its columns are set together."""
+    if not 0.0 <= fraction <= 1.0:
+        raise InterventionError(f"intervention fraction must be in [0, 1], got {fraction}")
+    position = _positions(ranking)
+    if units is None or all(len(u) == 1 for u in units) and len(units) == ranking.shape[-1]:
+        return position < int(round(fraction * ranking.shape[-1]))
+    unit_position = torch.stack([position[..., list(u)].min(-1).values for u in units], -1)
+    unit_do = _positions(unit_position.argsort(dim=-1, stable=True)) < int(round(fraction * len(units)))
+    do = torch.zeros_like(ranking, dtype=torch.bool)
+    for j, u in enumerate(units):
+        do[..., list(u)] = unit_do[..., j:j + 1]
+    return do
 
 
 @dataclass
@@ -300,7 +316,7 @@ def intervention_curve(model, data, policy: Policy | None = None, fractions: Seq
             values = strategy.values(model, feats, c)
             accs = []
             for f in fractions:
-                do = intervention_masks(ranking, f)
+                do = intervention_masks(ranking, f, model.concept_units())
                 y_hat = model(feats, c_true=values, do=do).y
                 if model.task == "regression":
                     accs.append(-float(((y_hat.squeeze(-1) - y.to(y_hat.dtype)) ** 2).mean()))

@@ -98,6 +98,26 @@ def concept_bottleneck_hybrid(P, x, c_true, do):
     return {"y": y, "c": c, "c_logit": c_logit, "u": u}
 
 
+def concept_bottleneck_typed(P, x, c_true, do):
+    """A CBM over typed concept columns, column by column: a binary column is σ(z_i), a continuous
+    one z_i, a categorical one the softmax of its group's logits (clamped to ±30), with the group
+    read from the 0/1 membership matrix; interventions replace chosen columns; y linear."""
+    z = x @ P["W_c"] + P["b_c"]
+    zc = z.clamp(-30, 30)
+    cols = []
+    for i in range(z.shape[-1]):
+        if P["binary"][i] > 0.5:
+            cols.append(torch.sigmoid(z[..., i]))
+        elif P["continuous"][i] > 0.5:
+            cols.append(z[..., i])
+        else:
+            g = int(P["member"][i].argmax())
+            group = [j for j in range(z.shape[-1]) if P["member"][j, g] > 0.5]
+            cols.append(torch.softmax(zc[..., group], dim=-1)[..., group.index(i)])
+    c = torch.where(do, c_true, torch.stack(cols, dim=-1))
+    return {"y": c @ P["W_y"] + P["b_y"], "c": c, "c_logit": z}
+
+
 def concept_embedding(P, x, c_true, do):
     """Espinosa Zarlenga et al. 2022, concept by concept: c⁺_i = φ⁺_i(z), c⁻_i = φ⁻_i(z) (linear +
     LeakyReLU); p_i = σ(s([c⁺_i; c⁻_i])) with one scoring layer s for all concepts; p_i replaced
@@ -262,6 +282,7 @@ REFERENCES = {
     "concept_bottleneck": concept_bottleneck,
     "concept_bottleneck_logit": concept_bottleneck_logit,
     "concept_bottleneck_hybrid": concept_bottleneck_hybrid,
+    "concept_bottleneck_typed": concept_bottleneck_typed,
     "concept_embedding": concept_embedding,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,
