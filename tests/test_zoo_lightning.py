@@ -1,0 +1,41 @@
+"""The optional Lightning adapter (penrose_zoo.lightning): a Trainer trains a zoo concept model with
+its own loss, logs to a CSV logger and writes checkpoints."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+pl = pytest.importorskip("pytorch_lightning")
+
+import penrose_zoo  # noqa: E402
+from penrose_zoo.data import toy_concepts  # noqa: E402
+from penrose_zoo.lightning import LightningZooModel, tensor_loader  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_trainer_fits_logs_and_checkpoints(tmp_path):
+    data = toy_concepts("checkmark", n=500, seed=0)
+    model = penrose_zoo.ConceptBottleneckModel(f=4, k=3, r=2, concept_weight=3.0)
+    module = LightningZooModel(model, lr=2e-2, mode="joint")
+    before = model.loss(data.val_tuple()).item()
+    ckpt = pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="val_loss", save_top_k=1)
+    trainer = pl.Trainer(max_epochs=4, logger=pl.loggers.CSVLogger(tmp_path, name="run"), callbacks=[ckpt],
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(module, tensor_loader(data.train_tuple(), 64, shuffle=True), tensor_loader(data.val_tuple(), 256))
+    after = model.loss(data.val_tuple()).item()
+    assert after < before
+    rows = list(csv.DictReader(open(next(tmp_path.glob("run/version_*/metrics.csv")))))
+    logged = {k for r in rows for k, v in r.items() if v}
+    assert {"train_loss", "val_loss", "val_acc", "val_concept_acc"} <= logged
+    assert ckpt.best_model_path and torch.load(ckpt.best_model_path, weights_only=False)["state_dict"]
+    res = model.evaluate(data.test_tuple())
+    assert res["concept_acc"] > 0.95, res
+
+
+def test_bad_optimizer_is_named():
+    with pytest.raises(ValueError, match="optimizer must be 'adam', 'adamw' or 'sgd', got 'rmsprop'"):
+        LightningZooModel(penrose_zoo.ConceptBottleneckModel(f=4, k=3), optimizer="rmsprop")
