@@ -26,6 +26,7 @@ from penrose_zoo.concept_bottleneck_model import (
     TypedConceptBottleneckModel,
 )
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
+from penrose_zoo.concept_graph_model import ConceptGraphModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
 from penrose_zoo.core import list_lines as _list_lines
 from penrose_zoo.linear import LinearModel
@@ -58,6 +59,8 @@ _ENTRIES = [
                "concept bottleneck over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("concept_embedding", ConceptEmbeddingModel,
                "concept embedding model: ± embeddings mixed by concept probabilities, RandInt", "fortunes"),
+    ModelEntry("concept_graph", ConceptGraphModel,
+               "graph concept bottleneck: concepts from the input and their parents in a given DAG", "checkmark"),
     ModelEntry("prototype_concepts", PrototypeConceptModel,
                "prototype concept map: cosine to labelled prototypes, softmax, convex label mix", "fortunes"),
     ModelEntry("neural_additive", NeuralAdditiveModel,
@@ -103,6 +106,7 @@ __all__ = [
     "HybridConceptBottleneckModel",
     "TypedConceptBottleneckModel",
     "ConceptEmbeddingModel",
+    "ConceptGraphModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",
     "MixtureOfLinearModels",

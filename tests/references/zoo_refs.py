@@ -118,6 +118,42 @@ def concept_bottleneck_typed(P, x, c_true, do):
     return {"y": c @ P["W_y"] + P["b_y"], "c": c, "c_logit": z}
 
 
+def concept_graph(P, x, c_true, do, depth: int = 1):
+    """The graph bottleneck's propagation as written (any weighted graph A): concept by concept,
+    from c⁰ = σ(x W_c + b_c) (interventions kept), `depth` sweeps of c_j = σ(z_j + Σ_i A_ij W_p,ij c_i)
+    over the previous sweep's values; y reads the task's parents."""
+    z = x @ P["W_c"] + P["b_c"]
+    k = z.shape[-1]
+    c = torch.where(do, c_true, torch.sigmoid(z))
+
+    def logits(c):
+        return torch.stack([z[..., j] + sum(P["A"][i, j] * P["W_p"][i, j] * c[..., i] for i in range(k))
+                            for j in range(k)], dim=-1)
+
+    for _ in range(depth):
+        c = torch.where(do, c_true, torch.sigmoid(logits(c)))
+    y = (c * P["task_parents"]) @ P["W_y"] + P["b_y"]
+    return {"y": y, "c": c, "c_logit": logits(c)}
+
+
+def concept_graph_topological(P, x, c_true, do, parents: dict[int, list[int]]):
+    """A causal concept graph model evaluated in topological order (each concept once, after its
+    parents): c_j = σ(x W_c[:, j] + b_c[j] + Σ_{i ∈ parents(j)} W_p[i, j] c_i), unless intervened."""
+    k = P["W_c"].shape[-1]
+    done: dict[int, torch.Tensor] = {}
+
+    def value(j):
+        if j not in done:
+            logit = x @ P["W_c"][:, j] + P["b_c"][j]
+            for i in parents.get(j, []):
+                logit = logit + P["W_p"][i, j] * value(i)
+            done[j] = torch.where(do[..., j], c_true[..., j], torch.sigmoid(logit))
+        return done[j]
+
+    c = torch.stack([value(j) for j in range(k)], dim=-1)
+    return {"y": (c * P["task_parents"]) @ P["W_y"] + P["b_y"], "c": c}
+
+
 def concept_embedding(P, x, c_true, do):
     """Espinosa Zarlenga et al. 2022, concept by concept: c⁺_i = φ⁺_i(z), c⁻_i = φ⁻_i(z) (linear +
     LeakyReLU); p_i = σ(s([c⁺_i; c⁻_i])) with one scoring layer s for all concepts; p_i replaced
@@ -284,6 +320,7 @@ REFERENCES = {
     "concept_bottleneck_hybrid": concept_bottleneck_hybrid,
     "concept_bottleneck_typed": concept_bottleneck_typed,
     "concept_embedding": concept_embedding,
+    "concept_graph": concept_graph,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,
     "mixture_of_linear_models": mixture_of_linear_models,

@@ -1,0 +1,77 @@
+"""Graph concept bottleneck: concepts predicted from their parents in a given concept graph
+(`zoo/concept_graph_model.pen`), after Dominici et al., "Causal Concept Graph Models", ICLR 2025."""
+
+from __future__ import annotations
+
+from typing import Mapping, Sequence
+
+import torch
+
+from penrose_zoo.concepts import ConceptModel
+from penrose_zoo.core import Explanation
+
+
+def graph_depth(names: Sequence[str], parents: Mapping[str, Sequence[str]]) -> int:
+    """The longest path (in edges) of the concept graph; raises ValueError naming an unknown
+    concept or a cycle."""
+    for child, ps in parents.items():
+        for name in (child, *ps):
+            if name not in names:
+                raise ValueError(f"concept graph names {name!r}, not a concept; the concepts are {', '.join(names)}")
+    depth: dict[str, int] = {}
+
+    def visit(n, path):
+        if n in path:
+            cycle = path[path.index(n):] + [n]
+            raise ValueError(f"the concept graph has a cycle: {' -> '.join(cycle)}")
+        if n not in depth:
+            depth[n] = max((visit(p, path + [n]) + 1 for p in parents.get(n, ())), default=0)
+        return depth[n]
+
+    return max((visit(n, []) for n in names), default=0)
+
+
+class ConceptGraphModel(ConceptModel):
+    """Concepts on a directed acyclic graph: c_j = σ(x W_c[:, j] + b_c[j] + Σ_{i ∈ parents(j)}
+    W_p[i, j] c_i); y = (c ⊙ task_parents) W_y + b_y.
+
+    `ConceptGraphModel(f=4, r=2, concept_names=("A", "B", "C"), parents={"C": ["B"]},
+    task_parents=["A", "C"])`: `parents` maps a concept to the concepts it is computed from
+    (roots are left out); `task_parents` the concepts the task reads (default: all). An
+    intervention on a concept reaches its descendants (set B, and C follows).
+    Index legend: f input feature, k concept, r task output, depth propagation step (set to the
+    graph's longest path). Outputs (y, c, c_logit: each concept's logit from its parents' final
+    values). Explanation: parts c_k W_y[k, r] over the task's parents, and the graph `A`.
+    """
+
+    diagram_file = "concept_graph_model.pen"
+    defaults = {"f": 2000, "k": 8, "r": 2}
+    concept_params = ("W_c", "b_c", "W_p")
+
+    def __init__(self, *, parents: Mapping[str, Sequence[str]] | None = None,
+                 task_parents: Sequence[str] | None = None, concept_names: Sequence[str] | None = None, **kwargs):
+        k = kwargs.get("k", len(concept_names) if concept_names is not None else self.defaults["k"])
+        names = tuple(concept_names) if concept_names is not None else tuple(f"c{i}" for i in range(k))
+        parents = {c: tuple(ps) for c, ps in (parents or {}).items()}
+        depth = max(1, graph_depth(names, parents))
+        kwargs.setdefault("k", len(names))
+        super().__init__(concept_names=names, depth=depth, **kwargs)
+        self.parents = parents
+        self.task_parent_names = tuple(names if task_parents is None else task_parents)
+        with torch.no_grad():
+            self.diagram.A.zero_()
+            for child, ps in parents.items():
+                for p in ps:
+                    self.diagram.A[names.index(p), names.index(child)] = 1.0
+            mask = torch.zeros(len(names))
+            for n in self.task_parent_names:
+                mask[self.concept_index(n)] = 1.0
+            self.diagram.task_parents.copy_(mask)
+
+    def explain(self, x, c_true=None, do=None) -> Explanation:
+        out = self(x, c_true, do)
+        d = self.diagram
+        parts = (out.c * d.task_parents)[..., :, None] * d.W_y
+        return Explanation(out.y, parts, d.b_y, ("k",),
+                           {"concepts": out.c, "weights": d.W_y, "graph": d.A, "parent_weights": d.W_p * d.A,
+                            "concept_logits": out.c_logit}, names=self.concept_names)
