@@ -48,8 +48,9 @@ def test_spec_lays_out_columns_units_and_buffers():
         ConceptSpec({"a": "ordinal"})
     with pytest.raises(ValueError, match="at least two distinct values"):
         ConceptSpec({"a": ["x", "x"]})
-    with pytest.raises(TypeError, match="takes its k from `concepts`"):
+    with pytest.raises(TypeError, match="takes its k from `concepts` \\(k = 6\\)"):
         TypedConceptBottleneckModel(f=3, k=4, concepts=CONCEPTS)
+    assert TypedConceptBottleneckModel(f=3, k=6, concepts=CONCEPTS).sizes["k"] == 6
 
 
 def test_activations_by_type():

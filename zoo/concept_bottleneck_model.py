@@ -2,11 +2,30 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 import torch.nn.functional as F
 
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
+
+
+class ConceptBottleneckOutputs(NamedTuple):
+    """A concept bottleneck's outputs: task logits, concepts after interventions, concept logits."""
+
+    y: torch.Tensor
+    c: torch.Tensor
+    c_logit: torch.Tensor
+
+
+class HybridBottleneckOutputs(NamedTuple):
+    """The hybrid bottleneck's outputs: as ConceptBottleneckOutputs, plus the extra units u."""
+
+    y: torch.Tensor
+    c: torch.Tensor
+    c_logit: torch.Tensor
+    u: torch.Tensor
 
 
 class ConceptBottleneckModel(ConceptModel):
@@ -31,7 +50,11 @@ class ConceptBottleneckModel(ConceptModel):
     defaults = {"f": 2000, "k": 8, "r": 2}
     concept_params = ("W_c", "b_c")
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> ConceptBottleneckOutputs:
+        """The diagram's outputs (y, c, c_logit); see ConceptModel.forward."""
+        return ConceptBottleneckOutputs(*self._run(x, c_true, do))
+
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         """Concept contributions parts[..., k, r] = c_k W_y[k, r]; Σ_k parts + b_y = y."""
         out = self(x, c_true, do)
         W_y = self.diagram.W_y
@@ -62,19 +85,19 @@ class LogitConceptBottleneckModel(ConceptBottleneckModel):
     modes = ("joint", "sequential")
     quantiles = (0.05, 0.95)
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         k = self.sizes["k"]
         edge = torch.log(torch.tensor(19.0))
         self.register_buffer("active_values", edge.expand(k).clone())
         self.register_buffer("inactive_values", -edge.expand(k).clone())
 
-    def bottleneck_values(self, c):
+    def bottleneck_values(self, c: torch.Tensor) -> torch.Tensor:
         c = torch.as_tensor(c, dtype=self.active_values.dtype, device=self.active_values.device)
         return torch.where(c > 0.5, self.active_values, self.inactive_values)
 
     @torch.no_grad()
-    def calibrate(self, x, batch_size: int = 4096) -> None:
+    def calibrate(self, x: torch.Tensor, batch_size: int = 4096) -> None:
         """Set the intervention logits to the 5th / 95th percentiles of the logits on inputs x."""
         was = self.training
         self.eval()
@@ -86,7 +109,7 @@ class LogitConceptBottleneckModel(ConceptBottleneckModel):
         self.inactive_values.copy_(lo.to(self.inactive_values.dtype))
         self.active_values.copy_(hi.to(self.active_values.dtype))
 
-    def after_fit(self, train) -> None:
+    def after_fit(self, train: Any) -> None:
         self.calibrate(tuple(getattr(train, "tensors", train))[0])
 
 
@@ -107,7 +130,11 @@ class HybridConceptBottleneckModel(ConceptBottleneckModel):
     diagram_file = "concept_bottleneck_hybrid.pen"
     defaults = {"f": 2000, "k": 8, "j": 16, "r": 2}
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> HybridBottleneckOutputs:
+        """The diagram's outputs (y, c, c_logit, u); see ConceptModel.forward."""
+        return HybridBottleneckOutputs(*self._run(x, c_true, do))
+
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         out = self(x, c_true, do)
         d = self.diagram
         parts = torch.cat([out.c[..., :, None] * d.W_y, out.u[..., :, None] * d.W_uy], dim=-2)
@@ -130,7 +157,7 @@ class ConceptSpec:
     `units` (per concept, its column ids), `groups` (categorical concept -> its column names).
     """
 
-    def __init__(self, concepts: dict):
+    def __init__(self, concepts: dict) -> None:
         if not concepts:
             raise ValueError("a ConceptSpec needs at least one concept")
         self.columns, self.column_types, self.concepts, self.types, self.units = [], [], [], [], []
@@ -201,12 +228,15 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
     #: the concepts when none are given: one of each type
     default_concepts = {"c0": "binary", "c1": "binary", "c2": ("a", "b", "c"), "c3": "continuous"}
 
-    def __init__(self, *, concepts: dict | ConceptSpec | None = None, concept_weight=1.0, **kwargs):
+    def __init__(self, *, concepts: dict | ConceptSpec | None = None, concept_weight: Any = 1.0, **kwargs: Any) -> None:
         concepts = self.default_concepts if concepts is None else concepts
         spec = concepts if isinstance(concepts, ConceptSpec) else ConceptSpec(concepts)
-        for key in ("k", "g", "concept_names"):
-            if key in kwargs:
-                raise TypeError(f"TypedConceptBottleneckModel takes its {key} from `concepts`, not as an argument")
+        if "concept_names" in kwargs:
+            raise TypeError("TypedConceptBottleneckModel takes its concept names from `concepts`, not as an argument")
+        for key, value in (("k", spec.k), ("g", spec.g)):
+            if key in kwargs and kwargs.pop(key) != value:
+                raise TypeError(f"TypedConceptBottleneckModel takes its {key} from `concepts` ({key} = {value}), "
+                                f"not as a different argument")
         if isinstance(concept_weight, dict):
             unknown = sorted(set(concept_weight) - set(spec.concepts))
             if unknown:
@@ -232,7 +262,7 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
     def concept_units(self) -> list[tuple[int, ...]]:
         return list(self.spec.units)
 
-    def concept_index(self, concept, position: int = 0) -> int:
+    def concept_index(self, concept: Any, position: int = 0) -> int:
         """A column id by id, column name, or concept name (a categorical concept: its first column)."""
         if isinstance(concept, str) and concept in self.spec.concepts and concept not in self.concept_names:
             return self.spec.units[self.spec.concepts.index(concept)][0]
@@ -241,7 +271,7 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
     def _by_type(self, kind: str) -> list[int]:
         return [i for i, t in enumerate(self.spec.column_types) if t == kind]
 
-    def concept_loss_terms(self, out, c_true):
+    def concept_loss_terms(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """[..., k]: BCE on binary columns, squared error on continuous ones, and on each
         categorical group's columns its cross-entropy divided among them (they sum to it)."""
         logits = out.c_logit
@@ -258,20 +288,20 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
             terms[..., cols] = (ce / len(cols))[..., None].expand(*ce.shape, len(cols))
         return terms
 
-    def concept_loss(self, out, c_true):
+    def concept_loss(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """Σ over concepts of weight × mean loss, over the number of concepts."""
         terms = self.concept_loss_terms(out, c_true)
         per_column = terms.reshape(-1, terms.shape[-1]).mean(0)
         return (per_column * self.concept_weights.to(per_column.dtype)).sum() / len(self.spec.concepts)
 
-    def loss(self, batch, mode: str = "joint"):
+    def loss(self, batch: tuple, mode: str = "joint") -> torch.Tensor:
         if mode == "concepts":
             x, c, _ = batch
             terms = self.concept_loss_terms(self(x), c)
             return terms.reshape(-1, terms.shape[-1]).mean(0).sum() / len(self.spec.concepts)
         return super().loss(batch, mode)
 
-    def concept_probabilities(self, out):
+    def concept_probabilities(self, out: Any) -> torch.Tensor:
         """Binary: σ(logit); categorical: the group's softmax; continuous: 0.5 (no probability)."""
         c_logit = out.c_logit
         probs = torch.sigmoid(c_logit)
@@ -283,7 +313,7 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
         return probs
 
     @torch.no_grad()
-    def concept_report(self, data) -> dict:
+    def concept_report(self, data: Any) -> dict:
         """Per concept, by type: {'type', 'accuracy'} (binary: threshold 0.5; categorical: argmax
         over the group) or {'type', 'r2', 'mse'} (continuous). data: (x, c, y)."""
         x, c = tuple(getattr(data, "tensors", data))[:2]
@@ -333,11 +363,11 @@ class TypedConceptBottleneckModel(ConceptBottleneckModel):
             self.train(was)
         return res
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         e = super().explain(x, c_true, do)
         e.details.update({"concept_types": tuple(self.spec.column_types), "concept_groups": dict(self.spec.groups)})
         return e
 
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict, batch: int, generator: torch.Generator | None = None) -> dict:
         return ConceptBottleneckModel.make_inputs(sizes, batch, generator)

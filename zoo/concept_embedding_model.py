@@ -2,10 +2,21 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
+
+
+class ConceptEmbeddingOutputs(NamedTuple):
+    """Task logits, concept probabilities after interventions, their logits, concept embeddings."""
+
+    y: torch.Tensor
+    p: torch.Tensor
+    p_logit: torch.Tensor
+    c_emb: torch.Tensor
 
 
 class ConceptEmbeddingModel(ConceptModel):
@@ -36,13 +47,17 @@ class ConceptEmbeddingModel(ConceptModel):
 
     default_p_int = 0.25
 
-    def concept_scores(self, out):
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> ConceptEmbeddingOutputs:
+        """The diagram's outputs (y, p, p_logit, c_emb); see ConceptModel.forward."""
+        return ConceptEmbeddingOutputs(*self._run(x, c_true, do))
+
+    def concept_scores(self, out: Any) -> torch.Tensor:
         return out.p_logit
 
-    def bottleneck(self, out):
+    def bottleneck(self, out: Any) -> torch.Tensor:
         return out.p
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         """Concept contributions parts[..., k, r] = Σ_e c_emb W_y; Σ_k parts + b_y = y."""
         out = self(x, c_true, do)
         W_y = self.diagram.W_y

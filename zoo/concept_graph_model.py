@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
+from penrose_zoo.concept_bottleneck_model import ConceptBottleneckOutputs
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
 
@@ -20,7 +21,7 @@ def graph_depth(names: Sequence[str], parents: Mapping[str, Sequence[str]]) -> i
                 raise ValueError(f"concept graph names {name!r}, not a concept; the concepts are {', '.join(names)}")
     depth: dict[str, int] = {}
 
-    def visit(n, path):
+    def visit(n: str, path: list[str]) -> int:
         if n in path:
             cycle = path[path.index(n):] + [n]
             raise ValueError(f"the concept graph has a cycle: {' -> '.join(cycle)}")
@@ -48,12 +49,18 @@ class ConceptGraphModel(ConceptModel):
     defaults = {"f": 2000, "k": 8, "r": 2}
     concept_params = ("W_c", "b_c", "W_p")
 
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> ConceptBottleneckOutputs:
+        """The diagram's outputs (y, c, c_logit); see ConceptModel.forward."""
+        return ConceptBottleneckOutputs(*self._run(x, c_true, do))
+
     def __init__(self, *, parents: Mapping[str, Sequence[str]] | None = None,
-                 task_parents: Sequence[str] | None = None, concept_names: Sequence[str] | None = None, **kwargs):
+                 task_parents: Sequence[str] | None = None, concept_names: Sequence[str] | None = None, **kwargs: Any) -> None:
         k = kwargs.get("k", len(concept_names) if concept_names is not None else self.defaults["k"])
         names = tuple(concept_names) if concept_names is not None else tuple(f"c{i}" for i in range(k))
         parents = {c: tuple(ps) for c, ps in (parents or {}).items()}
         depth = max(1, graph_depth(names, parents))
+        if "depth" in kwargs and kwargs.pop("depth") != depth:
+            raise TypeError(f"ConceptGraphModel takes its depth from the graph (depth = {depth}), not as a different argument")
         kwargs.setdefault("k", len(names))
         super().__init__(concept_names=names, depth=depth, **kwargs)
         self.parents = parents
@@ -68,7 +75,7 @@ class ConceptGraphModel(ConceptModel):
                 mask[self.concept_index(n)] = 1.0
             self.diagram.task_parents.copy_(mask)
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         out = self(x, c_true, do)
         d = self.diagram
         parts = (out.c * d.task_parents)[..., :, None] * d.W_y

@@ -32,7 +32,7 @@ Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fi
 from __future__ import annotations
 
 from contextlib import contextmanager
-from typing import ClassVar, Sequence
+from typing import Any, ClassVar, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -56,9 +56,9 @@ class ConceptModel(ZooModel):
 
     default_p_int: ClassVar[float] = 0.0
 
-    def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight=1.0,
+    def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight: Any = 1.0,
                  backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune",
-                 p_int: float | None = None, **kwargs):
+                 p_int: float | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         p_int = self.default_p_int if p_int is None else p_int
         if not 0.0 <= p_int <= 1.0:
@@ -85,7 +85,7 @@ class ConceptModel(ZooModel):
             backbone.requires_grad_(False)
             backbone.eval()
 
-    def _concept_weights(self, weight, k: int) -> torch.Tensor:
+    def _concept_weights(self, weight: Any, k: int) -> torch.Tensor:
         if isinstance(weight, dict):
             unknown = sorted(set(weight) - set(self.concept_names))
             if unknown:
@@ -106,13 +106,13 @@ class ConceptModel(ZooModel):
         """The mean concept-loss weight (the single weight when all concepts share one)."""
         return float(self.concept_weights.mean())
 
-    def train(self, mode: bool = True):
+    def train(self, mode: bool = True) -> ConceptModel:
         super().train(mode)
         if self.backbone is not None and self.backbone_mode != "finetune":
             self.backbone.eval()  # a fixed backbone keeps its eval behaviour (dropout, batch norm)
         return self
 
-    def features(self, x):
+    def features(self, x: Any) -> torch.Tensor:
         """The diagram's input for raw input x: backbone(x), or x without a backbone."""
         if self.backbone is None or self._features_given:
             return x
@@ -134,7 +134,7 @@ class ConceptModel(ZooModel):
             self.backbone.train(was)
 
     @contextmanager
-    def given_features(self):
+    def given_features(self) -> Iterator[ConceptModel]:
         """Inside, forward reads diagram inputs (backbone features), not raw inputs."""
         before = self._features_given
         self._features_given = True
@@ -144,7 +144,11 @@ class ConceptModel(ZooModel):
             self._features_given = before
 
     # -- forward and interventions
-    def forward(self, x, c_true=None, do=None):
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Any:
+        """The diagram's outputs (each model names them: its `forward`'s NamedTuple)."""
+        return self._run(x, c_true, do)
+
+    def _run(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Any:
         """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`.
         RandInt: in training mode, when `c_true` is given and `do` is not, each concept is set to
         its `c_true` with probability `p_int` (training-time interventions)."""
@@ -170,7 +174,7 @@ class ConceptModel(ZooModel):
                     raise PenroseShapeError(f"input {name!r} has batch shape {tb} but input 'x' has {xb}")
         return self.diagram(x=x, c_true=c_true, do=do)
 
-    def concept_index(self, concept, position: int = 0) -> int:
+    def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
         k = self.sizes["k"]
         if isinstance(concept, str):
@@ -191,7 +195,7 @@ class ConceptModel(ZooModel):
             )
         return concept
 
-    def intervention(self, concepts: Sequence, values) -> tuple[torch.Tensor, torch.Tensor]:
+    def intervention(self, concepts: Sequence | int | str, values: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(c_true, do) that set `concepts` (ids or names) to `values` (a number, one per concept,
         or a tensor [..., len(concepts)] for per-example values)."""
         if isinstance(concepts, (int, str)) or (isinstance(concepts, torch.Tensor) and concepts.dim() == 0):
@@ -218,19 +222,19 @@ class ConceptModel(ZooModel):
         do[ids] = True
         return c_true, do
 
-    def intervene(self, x, concepts: Sequence, values):
+    def intervene(self, x: Any, concepts: Sequence | int | str, values: Any) -> Any:
         """The outputs with `concepts` set to `values` (see `intervention`)."""
         c_true, do = self.intervention(concepts, values)
         return self(x, c_true=c_true, do=do)
 
     # -- losses and training
-    def concept_loss_terms(self, out, c_true) -> torch.Tensor:
+    def concept_loss_terms(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """Per-example, per-concept losses [..., k]: binary cross-entropy of the predicted concepts
         (before interventions) against their labels."""
         scores = self.concept_scores(out)
         return F.binary_cross_entropy_with_logits(scores, c_true.to(scores.dtype), reduction="none")
 
-    def concept_loss(self, out, c_true) -> torch.Tensor:
+    def concept_loss(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """Σ_k w_k · mean BCE_k / k, w = `concept_weights` (the mean BCE when every w_k is 1)."""
         terms = self.concept_loss_terms(out, c_true)
         per_concept = terms.reshape(-1, terms.shape[-1]).mean(0)
@@ -241,7 +245,7 @@ class ConceptModel(ZooModel):
         The identity for a probability bottleneck; the logit model maps labels to logits."""
         return c
 
-    def loss(self, batch, mode: str = "joint") -> torch.Tensor:
+    def loss(self, batch: tuple, mode: str = "joint") -> torch.Tensor:
         """The loss of one (x, c, y) batch; mode 'joint' | 'independent' | 'concepts' | 'task'
         ('concepts' and 'task' are the two stages of sequential training). The concept loss is
         unweighted in 'concepts' (it is the only term) and weighted by `concept_weights` otherwise."""
@@ -259,7 +263,8 @@ class ConceptModel(ZooModel):
             return task_loss(self(x).y, y, self.task)
         raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
 
-    def fit(self, train, val=None, *, mode: str = "joint", concept_epochs: int | None = None, **fit_kwargs) -> dict:
+    def fit(self, train: Any, val: Any = None, *, mode: str = "joint", concept_epochs: int | None = None,
+            **fit_kwargs: Any) -> dict:
         """Train in one of `self.modes` with `penrose_zoo.train.fit`; sequential runs two fits (the first for
         `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}.
         With a 'cached' backbone the backbone runs once over train and val, and the diagram trains
@@ -277,14 +282,14 @@ class ConceptModel(ZooModel):
             self.after_fit(train)
         return history
 
-    def _with_features(self, data):
+    def _with_features(self, data: Any) -> tuple:
         tensors = tuple(getattr(data, "tensors", data))
         return (self.cache_features(tensors[0]),) + tensors[1:]
 
-    def after_fit(self, train) -> None:
+    def after_fit(self, train: Any) -> None:
         """Called at the end of `fit` with the training data (what forward reads)."""
 
-    def _fit(self, train, val, mode, concept_epochs, fit_kwargs) -> dict:
+    def _fit(self, train: Any, val: Any, mode: str, concept_epochs: int | None, fit_kwargs: dict) -> dict:
         from penrose_zoo.train import fit
 
         if mode != "sequential":
@@ -326,7 +331,7 @@ class ConceptModel(ZooModel):
         finally:
             self.train(was)
 
-    def concept_scores(self, out) -> torch.Tensor:
+    def concept_scores(self, out: Any) -> torch.Tensor:
         """Predicted concept scores before interventions (for AUC)."""
         return out.c_logit
 
@@ -335,17 +340,17 @@ class ConceptModel(ZooModel):
         (one column per concept here; a categorical concept has one per value)."""
         return [(i,) for i in range(self.sizes["k"])]
 
-    def bottleneck(self, out) -> torch.Tensor:
+    def bottleneck(self, out: Any) -> torch.Tensor:
         """The concept values the task predictor read (what `c_true` replaces where `do` is set)."""
         return out.c
 
-    def concept_probabilities(self, out) -> torch.Tensor:
+    def concept_probabilities(self, out: Any) -> torch.Tensor:
         """Predicted concept probabilities before interventions."""
         return torch.sigmoid(self.concept_scores(out))
 
     # -- inputs
     @classmethod
-    def make_inputs(cls, sizes, batch, generator=None):
+    def make_inputs(cls, sizes: dict, batch: int, generator: torch.Generator | None = None) -> dict:
         k = sizes["k"]
         return {
             "x": torch.randn(batch, sizes["f"], generator=generator),

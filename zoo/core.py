@@ -126,7 +126,7 @@ class ZooModel(torch.nn.Module):
     tasks: ClassVar[tuple[str, ...]] = ("multiclass", "binary", "regression")
     default_task: ClassVar[str] = "multiclass"
 
-    def __init__(self, *, seed: int | None = 0, task: str | None = None, **sizes):
+    def __init__(self, *, seed: int | None = 0, task: str | None = None, **sizes: int) -> None:
         super().__init__()
         unknown = sorted(set(sizes) - set(self.dims()))
         if unknown:
@@ -154,13 +154,13 @@ class ZooModel(torch.nn.Module):
         return tuple(load_diagram(cls.diagram_path()).dims)
 
     @classmethod
-    def resolved_sizes(cls, **sizes) -> dict:
+    def resolved_sizes(cls, **sizes: int) -> dict:
         """Every dim's size for these overrides (without compiling)."""
         checked = load_diagram(cls.diagram_path(), {**cls.defaults, **sizes})
         return {k: v for k, v in checked.dim_sizes().items() if v is not None}
 
     @classmethod
-    def param_count(cls, **sizes) -> int:
+    def param_count(cls, **sizes: int) -> int:
         return load_diagram(cls.diagram_path(), {**cls.defaults, **sizes}).param_count()
 
     # -- inputs
@@ -170,7 +170,7 @@ class ZooModel(torch.nn.Module):
         raise NotImplementedError
 
     @classmethod
-    def example_inputs_for(cls, batch: int = 4, seed: int = 0, **sizes) -> dict:
+    def example_inputs_for(cls, batch: int = 4, seed: int = 0, **sizes: int) -> dict:
         """Random inputs for `cls(**sizes)`; sizes of legs only inputs carry (attention's t) may
         be given too."""
         runtime = {k: v for k, v in sizes.items() if k in cls.example_sizes}
@@ -191,11 +191,11 @@ class ZooModel(torch.nn.Module):
     def loss(self, batch: tuple) -> torch.Tensor:
         raise NotImplementedError
 
-    def loss_fn(self, **options) -> Callable:
+    def loss_fn(self, **options: Any) -> Callable:
         """`loss_fn(model, batch)` for `penrose_zoo.train.fit`."""
         return lambda model, batch: model.loss(batch, **options)
 
-    def fit(self, train, val=None, **fit_kwargs) -> dict:
+    def fit(self, train: Any, val: Any = None, **fit_kwargs: Any) -> dict:
         """Train with the zoo's one training loop (`penrose_zoo.train.fit`) on this model's loss."""
         from penrose_zoo.train import fit
 
@@ -224,15 +224,15 @@ class ModelEntry:
     summary: str
     trained_on: str = ""
 
-    def build(self, **sizes) -> ZooModel:
+    def build(self, **sizes: Any) -> ZooModel:
         """The model with default sizes, overridden by `sizes` (and `seed=`, `task=`)."""
         return self.cls(**sizes)
 
-    def example_inputs(self, batch: int = 4, seed: int = 0, **sizes) -> dict:
+    def example_inputs(self, batch: int = 4, seed: int = 0, **sizes: int) -> dict:
         """Random keyword inputs for `build(**sizes)`'s forward."""
         return self.cls.example_inputs_for(batch, seed, **sizes)
 
-    def param_count(self, **sizes) -> int:
+    def param_count(self, **sizes: int) -> int:
         return self.cls.param_count(**sizes)
 
     @property

@@ -38,11 +38,14 @@ when its best-ranked column's turn comes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
 from penrose_zoo.core import InterventionError
+
+if TYPE_CHECKING:
+    from penrose_zoo.concepts import ConceptModel
 
 __all__ = [
     "Policy",
@@ -294,7 +297,7 @@ def intervention_score(curve: InterventionCurve | Sequence[float], fractions: Se
 
 
 @torch.no_grad()
-def intervention_curve(model, data, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+def intervention_curve(model: ConceptModel, data: Any, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                        strategy: Strategy | None = None, label: str = "") -> InterventionCurve:
     """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
     ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy

@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
+
+
+class MixtureOutputs(NamedTuple):
+    """Task logits, concepts after interventions, concept logits, slot probabilities, slot predictions."""
+
+    y: torch.Tensor
+    c: torch.Tensor
+    c_logit: torch.Tensor
+    pr: torch.Tensor
+    v: torch.Tensor
 
 
 class MixtureOfLinearModels(ConceptModel):
@@ -32,7 +44,11 @@ class MixtureOfLinearModels(ConceptModel):
     defaults = {"f": 2000, "k": 8, "m": 4, "r": 2}
     concept_params = ("W_c", "b_c")
 
-    def explain(self, x, c_true=None, do=None) -> Explanation:
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> MixtureOutputs:
+        """The diagram's outputs (y, c, c_logit, pr, v); see ConceptModel.forward."""
+        return MixtureOutputs(*self._run(x, c_true, do))
+
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> Explanation:
         """parts[..., m, k, r] = pr_m c_k E[k, m, r]; Σ_mk parts + Σ_m pr_m E_b[m] = y."""
         out = self(x, c_true, do)
         E, E_b = self.diagram.E, self.diagram.E_b

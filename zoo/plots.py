@@ -18,6 +18,7 @@ if TYPE_CHECKING:  # matplotlib is imported only when a plot is drawn
     from matplotlib.figure import Figure
 
     from penrose_zoo.core import Explanation
+    from penrose_zoo.interventions import InterventionCurve
     from penrose_zoo.neural_additive_model import NeuralAdditiveModel
 
 
@@ -101,7 +102,7 @@ def plot_concepts(explanation: Explanation, example: int = 0, output: int | None
     return fig
 
 
-def plot_intervention_curves(curves, ax=None, title: str | None = None):
+def plot_intervention_curves(curves: Sequence[InterventionCurve], ax: Any = None, title: str | None = None) -> Any:
     """Task accuracy against the fraction of concepts intervened on, one line per
     `penrose_zoo.interventions.InterventionCurve`, labelled with its intervention score (area
     under the curve)."""

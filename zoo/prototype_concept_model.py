@@ -3,10 +3,22 @@
 
 from __future__ import annotations
 
+from typing import Any, NamedTuple
+
 import torch
 
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
+
+
+class PrototypeConceptOutputs(NamedTuple):
+    """Task logits, concepts after / before interventions, prototype probabilities, cosines."""
+
+    y: torch.Tensor
+    c: torch.Tensor
+    c_pred: torch.Tensor
+    probs: torch.Tensor
+    l: torch.Tensor  # noqa: E741 (the diagram's name)
 
 
 class PrototypeConceptModel(ConceptModel):
@@ -32,7 +44,11 @@ class PrototypeConceptModel(ConceptModel):
     defaults = {"f": 2000, "p": 4, "k": 8, "r": 2}
     concept_params = ("P", "scale")
 
-    def __init__(self, **kwargs):
+    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> PrototypeConceptOutputs:
+        """The diagram's outputs (y, c, c_pred, probs, l); see ConceptModel.forward."""
+        return PrototypeConceptOutputs(*self._run(x, c_true, do))
+
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         n_pos = (self.sizes["p"] + 1) // 2
         with torch.no_grad():
@@ -53,17 +69,18 @@ class PrototypeConceptModel(ConceptModel):
                 pick = rows[torch.randperm(len(rows), generator=g)[:per_prototype]]
                 P[:, j, k] = x[pick].mean(0).to(P.dtype)
 
-    def concept_loss_terms(self, out, c_true):
+    def concept_loss_terms(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         c = out.c_pred.clamp(1e-6, 1 - 1e-6)
         return torch.nn.functional.binary_cross_entropy(c, c_true.to(c.dtype), reduction="none")
 
-    def concept_scores(self, out):
+    def concept_scores(self, out: Any) -> torch.Tensor:
         return out.c_pred
 
-    def concept_probabilities(self, out):
+    def concept_probabilities(self, out: Any) -> torch.Tensor:
         return out.c_pred
 
-    def explain(self, x, c_true=None, do=None, top: int = 1) -> Explanation:
+    def explain(self, x: torch.Tensor, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None,
+                top: int = 1) -> Explanation:
         """Task parts[..., k, r] = c_k W_y[k, r] (Σ_k parts + b_y = y), and per concept the `top`
         most similar prototypes (`top_prototypes[..., top, k]`)."""
         out = self(x, c_true, do)
