@@ -49,7 +49,7 @@ def _data(n=40, f=6, k=4, r=3, seed=0):
 def _scaled(model, seed=0, scale=1.0):
     with torch.no_grad():
         g = torch.Generator().manual_seed(seed)
-        for n, p in model.diagram.named_parameters():
+        for _, p in model.diagram.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * scale)
     return model.eval()
 

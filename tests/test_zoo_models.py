@@ -81,9 +81,9 @@ def build_pair(name, sizes, seed, dtype=torch.float64, device="cpu"):
     model = entry.build(**compile_sizes, **OPTIONS.get(name, {})).to(dtype).eval()
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
-        for pname, p in model.diagram.named_parameters():
+        for _pname, p in model.diagram.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.7)
-        for bname, b in model.diagram.named_buffers():
+        for _bname, b in model.diagram.named_buffers():
             b.copy_(torch.rand(b.shape, generator=g, dtype=torch.float64))
         for bname, b in getattr(getattr(model, "spec", None), "buffers", dict)().items():
             getattr(model.diagram, bname).copy_(b)  # the typed bottleneck's 0/1 type buffers

@@ -130,7 +130,8 @@ class HybridConceptBottleneckModel(ConceptBottleneckModel):
     diagram_file = "concept_bottleneck_hybrid.pen"
     defaults = {"f": 2000, "k": 8, "j": 16, "r": 2}
 
-    def forward(self, x: Any, c_true: torch.Tensor | None = None, do: torch.Tensor | None = None) -> HybridBottleneckOutputs:
+    def forward(self, x: Any, c_true: torch.Tensor | None = None,  # type: ignore[override]  # one more output
+                do: torch.Tensor | None = None) -> HybridBottleneckOutputs:
         """The diagram's outputs (y, c, c_logit, u); see ConceptModel.forward."""
         return HybridBottleneckOutputs(*self._run(x, c_true, do))
 
@@ -160,7 +161,11 @@ class ConceptSpec:
     def __init__(self, concepts: dict) -> None:
         if not concepts:
             raise ValueError("a ConceptSpec needs at least one concept")
-        self.columns, self.column_types, self.concepts, self.types, self.units = [], [], [], [], []
+        self.columns: list[str] = []
+        self.column_types: list[str] = []
+        self.concepts: list[str] = []
+        self.types: list[str] = []
+        self.units: list[tuple[int, ...]] = []
         self.groups: dict[str, tuple[str, ...]] = {}
         for name, kind in concepts.items():
             if not isinstance(name, str) or not name:

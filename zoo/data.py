@@ -578,12 +578,12 @@ class ToyData(ConceptSplits):
     `task_parents` the concepts the task is computed from.
     """
 
-    x_test: torch.Tensor | None = None
-    c_test: torch.Tensor | None = None
-    y_test: torch.Tensor | None = None
-    name: str = ""
-    concept_names: tuple[str, ...] = ()
-    task_names: tuple[str, ...] = ()
+    x_test: torch.Tensor
+    c_test: torch.Tensor
+    y_test: torch.Tensor
+    name: str
+    concept_names: tuple[str, ...]
+    task_names: tuple[str, ...]
     parents: dict = field(default_factory=dict, repr=False)
     task_parents: tuple[str, ...] = ()
     task: str = "multiclass"
@@ -681,6 +681,7 @@ def toy_concepts(name: str, n: int = 10000, seed: int = 42, split_seed: int | No
     x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
     c = torch.as_tensor(np.asarray(c), dtype=torch.float32)
     y = torch.as_tensor(np.asarray(y), dtype=torch.int64)
-    ix = [torch.as_tensor(i, dtype=torch.int64) for i in (tr, va, te)]
-    return ToyData(*(t[i] for i in ix for t in (x, c, y)), name=name, concept_names=concept_names,
+    itr, iva, ite = (torch.as_tensor(i, dtype=torch.int64) for i in (tr, va, te))
+    return ToyData(x_train=x[itr], c_train=c[itr], y_train=y[itr], x_val=x[iva], c_val=c[iva], y_val=y[iva],
+                   x_test=x[ite], c_test=c[ite], y_test=y[ite], name=name, concept_names=concept_names,
                    task_names=task_names, parents=parents, task_parents=task_parents)

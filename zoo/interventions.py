@@ -284,10 +284,10 @@ def intervention_score(curve: InterventionCurve | Sequence[float], fractions: Se
     """The area under the intervention curve over its fraction range, divided by that range
     (trapezoids): the mean accuracy over fractions, in [0, 1]."""
     if isinstance(curve, InterventionCurve):
-        fractions, acc = curve.fractions, curve.accuracy
+        xs, acc = list(curve.fractions), list(curve.accuracy)
     else:
-        acc = curve
-    f = torch.as_tensor(fractions, dtype=torch.float64)
+        xs, acc = list(fractions or ()), list(curve)
+    f = torch.as_tensor(xs, dtype=torch.float64)
     a = torch.as_tensor(acc, dtype=torch.float64)
     if f.numel() != a.numel() or f.numel() < 2:
         raise ValueError(f"an intervention score needs ≥ 2 points with as many fractions ({f.numel()}) as values ({a.numel()})")
