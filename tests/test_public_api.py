@@ -60,6 +60,7 @@ ZOO_MODULES = [
     "penrose_zoo.prototype_concept_model",
     "penrose_zoo.mixture_of_linear_models",
     "penrose_zoo.interventions",
+    "penrose_zoo.concept_whitening",
 ]
 
 

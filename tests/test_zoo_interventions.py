@@ -36,6 +36,7 @@ CONCEPT_MODELS = {
     "concept_embedding": dict(f=6, k=4, e=3, r=3),
     "prototype_concepts": dict(f=6, p=2, k=4, r=3),
     "concept_graph": dict(f=6, k=4, r=3, parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
+    "concept_whitening": dict(f=6, k=4, r=3),
     "mixture_of_linear_models": dict(f=6, k=4, m=2, r=3),
 }
 

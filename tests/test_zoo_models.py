@@ -49,6 +49,7 @@ SIZES = {
     "concept_bottleneck_typed": dict(f=small, r=small),  # k, g from its default concepts (one of each type)
     "concept_embedding": dict(f=small, k=small, e=small, r=small),
     "concept_graph": dict(f=small, k=small, r=small),
+    "concept_whitening": dict(f=st.integers(2, 5), k=st.just(1), r=small),
     "prototype_concepts": dict(f=small, p=small, k=small, r=small),
     "neural_additive": dict(f=small, i=small, j=small, r=small),
     "mixture_of_linear_models": dict(f=small, k=small, m=small, r=small),

@@ -27,6 +27,7 @@ from penrose_zoo.concept_bottleneck_model import (
 )
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
 from penrose_zoo.concept_graph_model import ConceptGraphModel
+from penrose_zoo.concept_whitening import ConceptWhiteningModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
 from penrose_zoo.core import list_lines as _list_lines
 from penrose_zoo.linear import LinearModel
@@ -61,6 +62,8 @@ _ENTRIES = [
                "concept embedding model: ± embeddings mixed by concept probabilities, RandInt", "fortunes"),
     ModelEntry("concept_graph", ConceptGraphModel,
                "graph concept bottleneck: concepts from the input and their parents in a given DAG", "checkmark"),
+    ModelEntry("concept_whitening", ConceptWhiteningModel,
+               "concept whitening: ZCA-whitened input rotated so that k axes align with concepts", "toy sets"),
     ModelEntry("prototype_concepts", PrototypeConceptModel,
                "prototype concept map: cosine to labelled prototypes, softmax, convex label mix", "fortunes"),
     ModelEntry("neural_additive", NeuralAdditiveModel,
@@ -107,6 +110,7 @@ __all__ = [
     "TypedConceptBottleneckModel",
     "ConceptEmbeddingModel",
     "ConceptGraphModel",
+    "ConceptWhiteningModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",
     "MixtureOfLinearModels",

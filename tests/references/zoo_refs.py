@@ -154,6 +154,17 @@ def concept_graph_topological(P, x, c_true, do, parents: dict[int, list[int]]):
     return {"y": (c * P["task_parents"]) @ P["W_y"] + P["b_y"], "c": c}
 
 
+def concept_whitening(P, x, c_true, do):
+    """Chen et al. 2020: x̂ = W (x − μ) with the whitening matrix W, the rotated axes Qᵀ x̂ with
+    Q = [Q_c Q_j] (the first k axes are concepts, interventions replace them); y linear in all axes."""
+    rotated = ((x - P["mu"]) @ P["whiten"]) @ torch.cat([P["Q_c"], P["Q_j"]], dim=1)
+    k = P["Q_c"].shape[1]
+    c_axis, u = rotated[..., :k], rotated[..., k:]
+    c = torch.where(do, c_true, c_axis)
+    y = torch.cat([c, u], dim=-1) @ torch.cat([P["W_y"], P["W_j"]], dim=0) + P["b_y"]
+    return {"y": y, "c": c, "c_axis": c_axis, "u": u}
+
+
 def concept_embedding(P, x, c_true, do):
     """Espinosa Zarlenga et al. 2022, concept by concept: c⁺_i = φ⁺_i(z), c⁻_i = φ⁻_i(z) (linear +
     LeakyReLU); p_i = σ(s([c⁺_i; c⁻_i])) with one scoring layer s for all concepts; p_i replaced
@@ -321,6 +332,7 @@ REFERENCES = {
     "concept_bottleneck_typed": concept_bottleneck_typed,
     "concept_embedding": concept_embedding,
     "concept_graph": concept_graph,
+    "concept_whitening": concept_whitening,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,
     "mixture_of_linear_models": mixture_of_linear_models,
