@@ -140,7 +140,8 @@ class ZooModel(torch.nn.Module):
         from penrose.compiler import build
 
         self.diagram = build(load_diagram(self.diagram_path(), {**self.defaults, **sizes}), seed=seed)
-        self.sizes = {k: v for k, v in self.diagram.penrose_checked.dim_sizes().items() if v is not None}
+        checked: Checked = getattr(self.diagram, "penrose_checked")  # noqa: B009 (typed: Module.__getattr__ is not)
+        self.sizes = {k: v for k, v in checked.dim_sizes().items() if v is not None}
         if self.task == "binary" and self.sizes.get("r", 1) != 1:
             raise ValueError(f"{type(self).__name__}: a binary task needs r = 1 output, got r = {self.sizes['r']}")
 
@@ -220,7 +221,7 @@ class ModelEntry:
     """
 
     name: str
-    cls: type
+    cls: type[ZooModel]
     summary: str
     trained_on: str = ""
 

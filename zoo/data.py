@@ -357,7 +357,8 @@ def split_by_hash(chunks: Sequence, val_fraction: float = 0.2, salt: str = "", k
         raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
     if key is None:
         key = lambda item: item if isinstance(item, str) else item[0]  # noqa: E731
-    train, val = [], []
+    train: list = []
+    val: list = []
     for item in chunks:
         (val if is_validation(key(item), val_fraction, salt) else train).append(item)
     return train, val
@@ -495,8 +496,8 @@ def fortunes_concepts(
             dropped += 1
             continue
         row = np.zeros(len(categories), dtype=np.float32)
-        for c in cats:
-            row[concept_index[c]] = 1.0
+        for cat in cats:
+            row[concept_index[cat]] = 1.0
         texts.append(text)
         concepts.append(row)
         labels.append(task_names.index(task_groups.pop()))
