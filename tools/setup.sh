@@ -55,7 +55,7 @@ if ! "$PY" -c "import torch" >/dev/null 2>&1; then
 fi
 quiet_pip install -q -e ".[zoo,test,editor,dev,lightning,pyc]"
 # timm without its torchvision requirement (pyproject.toml's trace-test extra says why)
-if ! "$PY" -c "import timm" >/dev/null 2>&1; then
+if ! "$PY" -m pip show -q timm >/dev/null 2>&1; then
   quiet_pip install -q --no-deps "timm>=1.0"
 fi
 echo "penrose: set-up complete in $("$PY" -c 'import sys; print(sys.prefix)')" >&2
