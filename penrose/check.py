@@ -54,7 +54,7 @@ from penrose.einops_pattern import REDUCTIONS
 from penrose.einops_pattern import parse as parse_pattern
 from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.fmt import format_expr
-from penrose.ops import ELEMENTWISE, OPS
+from penrose.ops import OPS
 from penrose.sizes import Sizes
 from penrose.stack import deep, too_deep
 from penrose.views import legend_warnings
@@ -858,7 +858,7 @@ class _Checker:
         self._arity(e)  # arity and keywords as the table of operations says
         v = self._builtin(sc, e)
         shown = {k: self._expr(self._static_scope, node) for k, node in e.kwargs
-                 if OPS[f].keyword(k) is not None and OPS[f].keyword(k).kind in (ops.NUMBER, ops.INT, ops.NUMBER_OR_DIM)
+                 if OPS[f].keyword(k) is not None and OPS[f].keyword(k).kind in ops.NUMERIC
                  and _names(node)}
         if shown:  # keyword values written with consts or dims: figures and equations show the names
             v.attrs["shown"] = shown
@@ -866,19 +866,26 @@ class _Checker:
         return v
 
     def _builtin(self, sc, e: ir.Call) -> V:
-        f = e.func
-        if f in ELEMENTWISE:
-            a = self._expr(sc, e.args[0])
-            if a.type.dtype == "scalar":
-                if OPS[f].scalar:
-                    return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
-                raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
-            self._numeric(a, e.args[0].span, f"apply {f} to")
-            attrs = {"name": f}
-            for kw in OPS[f].keywords:
-                attrs[kw.name] = float(self._number_kw(e, kw.name, kw.default))
-            return V("unary", (a,), attrs, a.type, span=e.span)
-        return getattr(self, f"_fn_{f}")(sc, e)
+        return TYPE_RULES[OPS[e.func].rule](self, sc, e)  # the row names its type rule
+
+    def _elementwise(self, sc, e: ir.Call) -> V:
+        """An element-wise function of the table: its keywords by name, or by position after x."""
+        f, row = e.func, OPS[e.func]
+        a = self._expr(sc, e.args[0])
+        if a.type.dtype == "scalar":
+            if row.scalar:
+                return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
+            raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
+        self._numeric(a, e.args[0].span, f"apply {f} to")
+        attrs = {"name": f}
+        for kw, node in zip(row.keywords, [*e.args[1:], *[None] * len(row.keywords)]):
+            if node is not None and e.kwarg(kw.name) is not None:
+                raise PenroseCheckError(f"{f}: {kw.name} is given twice, by position and as {kw.name}=", e.kwarg(kw.name).span)
+            value = self._number_kw(e, kw.name, node=node)
+            if value is None:
+                raise PenroseCheckError(f"{f} needs {kw.name}, as {f}(x, {kw.name}=0)", e.span)
+            attrs[kw.name] = float(value)
+        return V("unary", (a,), attrs, a.type, span=e.span)
 
     def _arity(self, e: ir.Call):
         """Positional count and keyword names against the table of operations (ops.OPS)."""
@@ -900,27 +907,27 @@ class _Checker:
                 raise PenroseCheckError(f"{e.func}: keyword argument {k!r} is given twice", v.span)
             seen.add(k)
 
-    def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",)) -> V:
-        v = self._expr(sc, e.args[i])
+    def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",), v: V | None = None) -> V:
+        v = self._expr(sc, e.args[i]) if v is None else v
         if v.type.dtype == "scalar":
             raise PenroseCheckError(f"{e.func}: argument {i + 1} must be a tensor", e.args[i].span)
         if v.type.dtype not in allow:
             raise PenroseCheckError(f"{e.func}: argument {i + 1} is {_a(v.type.dtype)} tensor; expected {' or '.join(allow)}", e.args[i].span)
         return v
 
-    def _number_kw(self, e: ir.Call, key, default=None, integer=False, allow_dim=False):
-        value = self._number_kw_value(e, key, default, integer, allow_dim)
-        spec = OPS[e.func].keyword(key) if e.func in OPS else None
-        if value is not None and spec is not None and not spec.ok(value):
-            node = e.kwarg(key)
-            raise PenroseCheckError(f"{e.func}: {key} must be {spec.rule_text}, got {value:g}", node.span if node is not None else e.span)
+    def _number_kw(self, e: ir.Call, key, default=None, node=None):
+        """A number keyword as its row says: its default when not given (or `default`, a value
+        given by position), whole or not, a dim allowed or not, within its rule."""
+        spec = OPS[e.func].keyword(key)
+        node = node if node is not None else e.kwarg(key)
+        if node is None:
+            return default if default is not None else spec.default
+        value = self._number_kw_value(e, key, node, spec.integer, spec.allows_dim, spec.infinite_ok)
+        if value is not None and not spec.ok(value):
+            raise PenroseCheckError(f"{e.func}: {key} must be {spec.rule_text}, got {value:g}", node.span)
         return value
 
-    def _number_kw_value(self, e: ir.Call, key, default, integer, allow_dim):
-        v = e.kwarg(key)
-        if v is None:
-            return default
-        bound = key in ("min", "max")  # only clamp's bounds may be infinite
+    def _number_kw_value(self, e: ir.Call, key, v, integer, allow_dim, bound):
         if not bound and any(isinstance(n, ir.Name) and n.id == "inf" for n in (v, getattr(v, "operand", None))):
             raise PenroseCheckError(f"{e.func}: {key} must be finite", v.span)
         if isinstance(v, ir.Neg) and isinstance(v.operand, ir.Name) and v.operand.id == "inf":
@@ -1013,8 +1020,8 @@ class _Checker:
         return V("einsum", tuple(operands), attrs, ty, span=e.span)
 
     # one-tensor functions over a leg ---------------------------------------------------------------
-    def _over_leg(self, sc, e: ir.Call, default_last=True):
-        v = self._tensor_arg(sc, e, 0)
+    def _over_leg(self, sc, e: ir.Call, default_last=True, v: V | None = None):
+        v = self._tensor_arg(sc, e, 0, v=v)
         if not v.legs:
             raise PenroseCheckError(f"{e.func} needs a tensor with legs", e.args[0].span)
         leg_arg = e.args[1] if len(e.args) > 1 else e.kwarg("dim")
@@ -1031,8 +1038,6 @@ class _Checker:
     def _fn_softmax(self, sc, e):
         v, axis = self._over_leg(sc, e, default_last=False)
         return V(e.func, (v,), {"axis": axis}, v.type, span=e.span)
-
-    _fn_log_softmax = _fn_softmax
 
     def _norm_param(self, sc, e, key, v, axis):
         node = e.kwarg(key)
@@ -1053,18 +1058,18 @@ class _Checker:
         v, axis = self._over_leg(sc, e)
         w = self._norm_param(sc, e, "weight", v, axis)
         b = self._norm_param(sc, e, "bias", v, axis)
-        eps = self._number_kw(e, "eps", 1e-5)
+        eps = self._number_kw(e, "eps")
         return V("layernorm", (v,), {"axis": axis, "weight": w, "bias": b, "eps": eps}, v.type, span=e.span)
 
     def _fn_rmsnorm(self, sc, e):
         v, axis = self._over_leg(sc, e)
         w = self._norm_param(sc, e, "weight", v, axis)
-        eps = self._number_kw(e, "eps", 1e-5)
+        eps = self._number_kw(e, "eps")
         return V("rmsnorm", (v,), {"axis": axis, "weight": w, "eps": eps}, v.type, span=e.span)
 
     def _fn_topk(self, sc, e):
         v, axis = self._over_leg(sc, e)
-        k = self._number_kw(e, "k", None, integer=True, allow_dim=True)
+        k = self._number_kw(e, "k")
         if k is None:
             raise PenroseCheckError("topk needs k, as topk(x, u, k=32)", e.span)
         n = self.S.size(v.type.cls[axis])
@@ -1077,16 +1082,37 @@ class _Checker:
         t = self._fn_topk(sc, e)
         return V("topk_mask", t.args, t.attrs, TType(t.type.legs, t.type.cls, "bool", t.type.batched), span=e.span)
 
-    def _reduce(self, sc, e):
-        v, axis = self._over_leg(sc, e, default_last=False)
-        if e.func in ("max", "mean") and self.S.size(v.type.cls[axis]) == 0:
-            # torch's max of no entries raises, its mean is nan
+    def _reduce(self, sc, e, x: V | None = None):
+        v, axis = self._over_leg(sc, e, default_last=False, v=x)
+        if e.func in ("max", "min", "mean") and self.S.size(v.type.cls[axis]) == 0:
+            # torch's max (min) of no entries raises, its mean is nan
             raise PenroseCheckError(f"{e.func} over leg {v.legs[axis]!r}, which has size 0: there are no entries to reduce", e.span)
         legs = v.legs[:axis] + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
         return V("reduce", (v,), {"name": e.func, "axis": axis}, TType(legs, cls, "float", v.type.batched), span=e.span)
 
-    _fn_sum = _fn_mean = _fn_max = _reduce
+    def _fn_minmax(self, sc, e):
+        """max(x, k) and min(x, k) over a leg of x (or dim=i); max(a, b) and min(a, b) of two
+        operands entry by entry, a tensor and a tensor or a number, aligned as `+` aligns them."""
+        x = self._expr(sc, e.args[0])
+        second = e.args[1] if len(e.args) > 1 else None
+        if second is None or e.kwarg("dim") is not None or (
+                isinstance(second, ir.Name) and x.type.dtype != "scalar" and second.id in x.legs):
+            return self._reduce(sc, e, x)
+        literal = second.operand if isinstance(second, ir.Neg) else second
+        if isinstance(literal, ir.Number) and isinstance(literal.value, int):
+            n = format_expr(second)
+            raise PenroseCheckError(f"{e.func}(x, {n}) is ambiguous: write {e.func}(x, dim={n}) for the {e.func}imum over leg {n}, "
+                                    f"or {e.func}(x, {n}.0) for the {e.func}imum with the number, entry by entry", second.span)
+        a, b = self._unambiguous(sc, x), self._unambiguous(sc, self._expr(sc, second))
+        for v, node in ((a, e.args[0]), (b, second)):
+            if v.type.dtype in ("bool", "int"):
+                raise PenroseCheckError(f"{e.func}: {_describe(node)} must be a float tensor or a number", node.span)
+        if a.type.dtype == b.type.dtype == "scalar":
+            raise PenroseCheckError(f"{e.func} of two plain numbers; apply it to a tensor", e.span)
+        legs, cls, align = self._align([a, b], [e.args[0], second], e.span, e.func)
+        ty = TType(legs, cls, "float", a.type.batched or b.type.batched)
+        return V("pair", (a, b), {"name": e.func, "align": align}, ty, span=e.span)
 
     def _fn_dropout(self, sc, e):
         v = self._tensor_arg(sc, e, 0)
@@ -1097,7 +1123,7 @@ class _Checker:
                 raise PenroseCheckError("dropout: p must be a number", e.args[1].span)
             p = e.args[1].value
         else:
-            p = self._number_kw(e, "p", 0.1)
+            p = self._number_kw(e, "p")
         if not 0 <= p < 1:
             raise PenroseCheckError(f"dropout: p={p} must be in [0, 1)", e.span)
         return V("dropout", (v,), {"p": p}, v.type, span=e.span)
@@ -1120,8 +1146,8 @@ class _Checker:
             for key, node in zip(("min", "max"), pos):
                 if e.kwarg(key) is not None:
                     raise PenroseCheckError(f"clamp: {key} is given twice, by position and as {key}=", e.kwarg(key).span)
-        lo = self._number_kw(e, "min", lo, allow_dim=True)
-        hi = self._number_kw(e, "max", hi, allow_dim=True)
+        lo = self._number_kw(e, "min", lo)
+        hi = self._number_kw(e, "max", hi)
         if lo is None and hi is None:
             raise PenroseCheckError("clamp needs min= or max=", e.span)
         if lo is not None and hi is not None and lo > hi:
@@ -1154,7 +1180,7 @@ class _Checker:
             legs.append(a.id)
         size = None
         if block:
-            size = self._number_kw(e, "block", None, integer=True, allow_dim=True)
+            size = self._number_kw(e, "block")
             if size is None or size <= 0:
                 raise PenroseCheckError("block_causal needs block=N with N > 0", e.span)
         cls = tuple(self.dims[l] for l in legs)
@@ -1291,7 +1317,7 @@ class _Checker:
         n = self.S.size(v.type.cls[axis])
         if n is not None and n % 2:
             raise PenroseCheckError(f"rope: leg {v.legs[axis]!r} has odd size {n}; rotate-half needs an even size", e.span)
-        base = self._number_kw(e, "base", 10000.0, allow_dim=True)
+        base = self._number_kw(e, "base")
         self._baked(v.type.cls[axis])
         return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
 
@@ -1486,8 +1512,6 @@ class _Checker:
             "sum_batch": sum_batch,
         }
         return V("einop", (x,), attrs, ty, span=e.span)
-
-    _fn_rearrange = _fn_reduce = _fn_repeat = _einop
 
     def _pattern_dim(self, a, kind, at):
         if a.name not in self.dims:
@@ -1784,6 +1808,34 @@ def _bytes(n: int) -> str:
             return f"{n / size:.3g} {unit}" if n < 1024 * 2**60 else f"{n:.3g} bytes"
     return f"{n} bytes"
 
+
+# the checker's type rules, by the names the table's rows give (ops.Op.rule)
+TYPE_RULES = {
+    "elementwise": _Checker._elementwise,
+    "einsum": _Checker._fn_einsum,
+    "softmax": _Checker._fn_softmax,
+    "layernorm": _Checker._fn_layernorm,
+    "rmsnorm": _Checker._fn_rmsnorm,
+    "topk": _Checker._fn_topk,
+    "topk_mask": _Checker._fn_topk_mask,
+    "reduce": _Checker._reduce,
+    "minmax": _Checker._fn_minmax,
+    "dropout": _Checker._fn_dropout,
+    "detach": _Checker._fn_detach,
+    "clamp": _Checker._fn_clamp,
+    "where": _Checker._fn_where,
+    "causal": _Checker._fn_causal,
+    "block_causal": _Checker._fn_block_causal,
+    "gather": _Checker._fn_gather,
+    "split": _Checker._fn_split,
+    "concat": _Checker._fn_concat,
+    "flatten": _Checker._fn_flatten,
+    "unflatten": _Checker._fn_unflatten,
+    "einop": _Checker._einop,
+    "select": _Checker._fn_select,
+    "slice": _Checker._fn_slice,
+    "rope": _Checker._fn_rope,
+}
 
 _EINSUM_SPECS: dict = {}  # (spec, operand legs, batched) -> einsum_spec.Einsum, for specs read without error
 

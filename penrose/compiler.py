@@ -94,7 +94,7 @@ def _fixed_number(S, v: V):
         if a is None:
             return None
         try:
-            return {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}[v.attrs["name"]](a)
+            return ops.OPS[v.attrs["name"]].call(a, ops.SCALAR)
         except (ValueError, OverflowError):
             return None
     return None
@@ -329,8 +329,9 @@ class _Emitter:
         dim = self.dim_of(x, cond.attrs["axis"])
         if same(a):
             return P.call(P.name("_topk_filter"), self.expr(x), cond.attrs["k"], dim)
-        if a.op == "unary" and same(a.args[0]) and a.attrs["name"] in _UNARY_TORCH and a.attrs["name"] != "leaky_relu":
-            return P.call(P.name("_topk_keep"), self.expr(x), cond.attrs["k"], dim, P.path(_UNARY_TORCH[a.attrs["name"]]))
+        row = ops.OPS[a.attrs["name"]] if a.op == "unary" else None
+        if row is not None and same(a.args[0]) and not row.keywords:
+            return P.call(P.name("_topk_keep"), self.expr(x), cond.attrs["k"], dim, P.path(row.torch))
         return None
 
     # -- statements
@@ -612,30 +613,12 @@ def _product_sum_form(terms, out, batched, exprs):
 
 # ---- the lowering of each operation: one entry per row of penrose.ops.OPS -------------------
 
-_UNARY_TORCH = {
-    "sigmoid": "torch.sigmoid",
-    "sigma": "torch.sigmoid",
-    "relu": "torch.relu",
-    "gelu": "torch.nn.functional.gelu",
-    "silu": "torch.nn.functional.silu",
-    "tanh": "torch.tanh",
-    "exp": "torch.exp",
-    "log": "torch.log",
-    "sqrt": "torch.sqrt",
-    "abs": "torch.abs",
-    "softplus": "torch.nn.functional.softplus",
-    "leaky_relu": "torch.nn.functional.leaky_relu",
-}
-
-
-def _lower_unary(fn: str):
-    def lower(em: _Emitter, v: V):
-        if v.op == "sfunc":
-            return _lower_scalar_func(em, v)
-        extra = [v.attrs[k.name] for k in ops.OPS[v.attrs["name"]].keywords]
-        return P.call(P.path(fn), em.expr(v.args[0]), *extra)
-
-    return lower
+def _lower_unary(em: _Emitter, v: V):
+    """An element-wise function: the torch callable its row names, its keywords by position."""
+    if v.op == "sfunc":
+        return _lower_scalar_func(em, v)
+    row = ops.OPS[v.attrs["name"]]
+    return P.call(P.path(row.torch), em.expr(v.args[0]), *[v.attrs[k.name] for k in row.keywords])
 
 
 def _lower_scalar_func(em: _Emitter, v: V):
@@ -709,6 +692,26 @@ def _lower_reduce(meth: str):
     def lower(em: _Emitter, v: V):
         x = v.args[0]
         return P.method(em.expr(x), meth, em.dim_of(x, v.attrs["axis"]))
+
+    return lower
+
+
+def _lower_minmax(meth: str, pair: str, bound: str):
+    """max / min over a leg (amax / amin), or of two operands entry by entry: torch.maximum
+    (minimum) of two tensors, a clamp by a number."""
+    reduce = _lower_reduce(meth)
+
+    def lower(em: _Emitter, v: V):
+        if v.op == "reduce":
+            return reduce(em, v)
+        a, b = v.args
+        align = v.attrs["align"]
+        ta, tb = em.aligned(a, align[0], v), em.aligned(b, align[1], v)
+        if a.type.dtype == "scalar":
+            ta, tb, a, b = tb, ta, b, a
+        if b.type.dtype == "scalar":
+            return P.method(ta, "clamp", **{bound: tb})
+        return P.call(P.path(pair), ta, tb)
 
     return lower
 
@@ -873,7 +876,7 @@ def _lower_einsum(em: _Emitter, v: V):
 
 
 LOWER = {
-    **{name: _lower_unary(fn) for name, fn in _UNARY_TORCH.items()},
+    **{name: _lower_unary for name in ops.ELEMENTWISE},
     **{op: _lower_binop(op) for op in ("+", "-", "*", "/", "//", "**", "<", "<=", ">", ">=", "==", "!=")},
     "neg": _lower_neg,
     "einsum": _lower_einsum,
@@ -885,7 +888,8 @@ LOWER = {
     "topk_mask": _lower_topk("_topk_mask"),
     "sum": _lower_reduce("sum"),
     "mean": _lower_reduce("mean"),
-    "max": _lower_reduce("amax"),
+    "max": _lower_minmax("amax", "torch.maximum", "min"),
+    "min": _lower_minmax("amin", "torch.minimum", "max"),
     "dropout": _lower_dropout,
     "detach": _lower_detach,
     "clamp": _lower_clamp,

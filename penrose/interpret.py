@@ -390,15 +390,42 @@ def _operator(fn):
     return evaluate
 
 
-def _elementwise(tensor_fn, number_fn=None):
-    """An element-wise function; `number_fn` for the ones that also take plain numbers."""
-    scalar = _scalar_safe(number_fn) if number_fn is not None else None
+class _Torch:
+    """The primitives of the table's element-wise forms (`ops.Op.form`) on tensors: the
+    interpreter computes each function from its form, not with the torch callable the compiler
+    emits, so a wrong callable in a row shows as a difference."""
+
+    exp, log, log1p, expm1, tanh, erf, sqrt, abs = torch.exp, torch.log, torch.log1p, torch.expm1, torch.tanh, torch.erf, torch.sqrt, torch.abs
+    where, clamp = torch.where, torch.clamp
+
+
+def _elementwise(name: str):
+    """An element-wise function of the table, from its form; on a plain number (exp, sqrt ...) too."""
+    row = ops.OPS[name]
+    scalar = _scalar_safe(lambda a: row.call(a, ops.SCALAR))
 
     def evaluate(fr, v, args):
         (a,) = args
         if not isinstance(a, torch.Tensor):
             return scalar(v, a)
-        return tensor_fn(a)
+        return row.call(a, _Torch, v.attrs)
+
+    return evaluate
+
+
+def _minmax(reduce, pair):
+    """max / min: over a leg (a reduction), or of two operands entry by entry (a number clamps)."""
+    bound = {torch.maximum: "min", torch.minimum: "max"}[pair]
+
+    def evaluate(fr, v, args):
+        if v.op == "reduce":
+            return reduce(args[0], _axis(v.args[0], v.attrs["axis"]))
+        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
+        if not isinstance(a, torch.Tensor):
+            a, b = b, a
+        if not isinstance(b, torch.Tensor):
+            return torch.clamp(a, **{bound: b})
+        return pair(a, b)
 
     return evaluate
 
@@ -420,10 +447,6 @@ def _ref(fr, v, args):
 
 def _neg(fr, v, args):
     return -args[0]
-
-
-def _leaky_relu(fr, v, args):
-    return torch.nn.functional.leaky_relu(args[0], v.attrs["slope"])
 
 
 _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -729,18 +752,7 @@ def _call_block(fr, blk: Checked, prefix: str, args) -> list:
 
 # Every operation of the language (penrose.ops.OPS, the same names), and the atoms.
 OPERATIONS = {
-    "sigmoid": _elementwise(torch.sigmoid),
-    "sigma": _elementwise(torch.sigmoid),
-    "relu": _elementwise(torch.relu),
-    "gelu": _elementwise(torch.nn.functional.gelu),
-    "silu": _elementwise(torch.nn.functional.silu),
-    "tanh": _elementwise(torch.tanh),
-    "exp": _elementwise(torch.exp, math.exp),
-    "log": _elementwise(torch.log, math.log),
-    "sqrt": _elementwise(torch.sqrt, math.sqrt),
-    "abs": _elementwise(torch.abs, abs),
-    "softplus": _elementwise(torch.nn.functional.softplus),
-    "leaky_relu": _leaky_relu,
+    **{name: _elementwise(name) for name in sorted(ops.ELEMENTWISE)},
     "+": _operator(lambda a, b: a + b),
     "-": _operator(lambda a, b: a - b),
     "*": _operator(lambda a, b: a * b),
@@ -763,7 +775,8 @@ OPERATIONS = {
     "topk_mask": _topk_mask,
     "sum": _reduce(lambda x, dim: x.sum(dim)),
     "mean": _reduce(lambda x, dim: x.mean(dim)),
-    "max": _reduce(lambda x, dim: x.amax(dim)),
+    "max": _minmax(lambda x, dim: x.amax(dim), torch.maximum),
+    "min": _minmax(lambda x, dim: x.amin(dim), torch.minimum),
     "dropout": _dropout,
     "detach": _detach,
     "clamp": _clamp,

@@ -1,27 +1,47 @@
-"""The one table of operations: every operation of the language, named once.
+"""The one table of operations: every operation of the language, described once.
 
 Each row says what a user may write — positional arguments, keywords with their kinds,
-defaults and validity rules — what the result's legs are, and one line of documentation. The
-checker reads arity and keywords from here; every backend keeps a table keyed by the same
-names and a test asserts the key sets are equal:
+defaults and validity rules — what the result's legs are, which type rule of the checker
+types it (`Op.rule`, a key of `penrose.check.TYPE_RULES`), and one line of documentation. An
+element-wise function's row also says what it computes and how it is shown:
+
+    torch    the PyTorch callable the compiler emits, a dotted name ("torch.nn.functional.gelu")
+    form     the function written once in primitives of a namespace `m` (exp, log, log1p, expm1,
+             tanh, erf, sqrt, abs, where, clamp): `form(x, SCALAR)` computes it on a Python
+             number, `form(x, torch)` on a tensor, which is how the interpreter (the second
+             implementation) evaluates it without the compiler's callable
+    label    the text of its box in the figure
+    latex    its name in equations
+    reading  the sentence of its geometric reading (`{keyword}` stands for a keyword's value)
+    aten     the ATen op `penrose.trace` lowers to it (None where trace lowers it by hand)
+
+The checker reads arity, keywords, defaults and rules from here; every backend derives what it
+can from the rows and keeps a table keyed by the same names for the rest, and a test asserts
+the key sets are equal:
 
     penrose.compiler.LOWER          the PyTorch lowering
+    penrose.interpret.OPERATIONS    the interpreter (the second implementation)
     penrose.render.figure.FIGURE    the box drawn in the Penrose figure
     penrose.render.equations.EQUATION   the equation
     penrose.render.explain.READING  the geometric reading
     penrose.fmt.FORMAT              how `penrose fmt` prints it
 
-Adding an element-wise function is one row here plus one entry per backend. Torch-free.
+Adding an element-wise function is one row here (docs/contributing.md). The editor grammars
+and the language reference's function list are written from this table:
+`python -m penrose.ops --write` (tests fail when they drift). Torch-free.
 
 >>> OPS["layernorm"].keyword("eps").rule
 'positive'
 >>> key_of("unary", {"name": "gelu"})
 'gelu'
+>>> round(OPS["gelu"].form(1.0, SCALAR), 6)
+0.841345
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 # keyword kinds: what may be written for a keyword
@@ -31,6 +51,8 @@ NUMBER_OR_DIM = "number_or_dim"  # a number, or a dim (its size)
 LEG = "leg"  # a leg of the operand: a name, or dim=i
 PARAM = "param"  # a declared one-leg param or buffer
 DIM = "dim"  # a declared dim (the leg a result takes)
+KINDS = (NUMBER, INT, NUMBER_OR_DIM, LEG, PARAM, DIM)
+NUMERIC = (NUMBER, INT, NUMBER_OR_DIM)  # kinds whose value is a number
 
 # keyword rules
 RULES = {
@@ -47,7 +69,7 @@ RULES = {
 class Kw:
     name: str
     kind: str
-    default: object = None
+    default: object = None  # None: no default (a number keyword without one must be given)
     rule: str = "any"
 
     def ok(self, value) -> bool:
@@ -57,10 +79,22 @@ class Kw:
     def rule_text(self) -> str:
         return RULES[self.rule][0]
 
+    @property
+    def integer(self) -> bool:
+        return self.kind == INT
+
+    @property
+    def allows_dim(self) -> bool:
+        return self.kind in (INT, NUMBER_OR_DIM)
+
+    @property
+    def infinite_ok(self) -> bool:
+        return self.rule == "bound"
+
 
 @dataclass(frozen=True)
 class Op:
-    """One operation: what may be written, what it yields."""
+    """One operation: what may be written, what it yields, and (element-wise) what it computes."""
 
     name: str
     category: str  # elementwise | operator | contraction | leg | mask | shape | index | block
@@ -72,6 +106,14 @@ class Op:
     doc: str = ""
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
     axis_lengths: bool = False  # takes einops' NAME=size keywords for the dims of its pattern
+    rule: str | None = None  # the checker's type rule (penrose.check.TYPE_RULES); None: an operator
+    # an element-wise function (see the module docstring)
+    torch: str | None = None
+    form: Callable | None = None
+    label: str = ""
+    latex: str = ""
+    reading: str = ""
+    aten: str | None = None
 
     def keyword(self, key: str) -> Kw | None:
         for k in self.keywords:
@@ -86,38 +128,126 @@ class Op:
     @property
     def signature(self) -> str:
         parts = list(self.args)
-        parts += [f"{k.name}={k.default!r}" if k.default is not None else f"{k.name}=..." for k in self.keywords]
+        named = [k for k in self.keywords if k.name not in self.args]
+        parts += [f"{k.name}={k.default!r}" if k.default is not None else f"{k.name}=..." for k in named]
         return f"{self.name}({', '.join(parts)})"
+
+    def call(self, x, m, attrs=None):
+        """This element-wise function of `x` in the primitives of namespace `m` (SCALAR, or
+        one that computes on tensors); keyword values from `attrs`, else their defaults."""
+        attrs = attrs or {}
+        return self.form(x, m, **{k.name: attrs.get(k.name, k.default) for k in self.keywords})
+
+
+class SCALAR:
+    """The primitives of the element-wise forms on plain Python numbers (`Op.call(x, SCALAR)`)."""
+
+    exp, log, log1p, expm1, tanh, erf, sqrt = math.exp, math.log, math.log1p, math.expm1, math.tanh, math.erf, math.sqrt
+    abs = staticmethod(abs)
+
+    @staticmethod
+    def where(cond, a, b):
+        return a if cond else b
+
+    @staticmethod
+    def clamp(x, lo=None, hi=None):
+        x = x if lo is None else max(x, lo)
+        return x if hi is None else min(x, hi)
+
+
+PRIMITIVES = ("exp", "log", "log1p", "expm1", "tanh", "erf", "sqrt", "abs", "where", "clamp")
+
+
+# the element-wise forms: stable where torch's kernels are (no overflow in a branch where() drops,
+# so gradients stay finite), and with torch's gradient at the kinks (relu'(0) = 0)
+def _sigmoid(x, m):
+    e = m.exp(m.where(x >= 0, -x, x))  # exp(-|x|), with the sign's gradient at 0
+    return m.where(x >= 0, 1 / (1 + e), e / (1 + e))
+
+
+def _softplus(x, m):
+    return m.where(x > 20, x, m.log1p(m.exp(m.clamp(x, None, 20))))  # torch's threshold 20
 
 
 SAME = "the legs of its operand"
 ALIGNED = "the operands' legs aligned by name (or by position when the counts match)"
 
 
-def _unary(name, doc, keywords=(), scalar=False):
-    return Op(name, "elementwise", ("x",), 1, 1, keywords, SAME, doc, scalar)
+def _unary(name, doc, torch, form, label, latex, reading, keywords=(), scalar=False, aten=None, args=("x",)):
+    """An element-wise function: one row (positional arguments after x are its keywords in order)."""
+    return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, rule="elementwise",
+              torch=torch, form=form, label=label, latex=latex, reading=reading, aten=aten)
 
 
 def _binary(op, doc):
     return Op(op, "operator", ("a", "b"), 2, 2, (), ALIGNED, doc, scalar=op not in ("<", "<=", ">", ">=", "==", "!="))
 
 
+def _minmax(name, word):
+    """max and min: over a leg (a reduction), or of two operands entry by entry."""
+    return Op(name, "leg", ("x", "leg"), 1, 2, (_LEG,),
+              "its operand's legs without the reduced leg; of two operands, their legs aligned",
+              f"{word} over a leg ({name}(x, k)), or of two operands entry by entry ({name}(a, b): a tensor or a number)",
+              rule="minmax")
+
+
 _LEG = Kw("dim", LEG)
+_SIGMOID_READING = "Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."
 
 _ROWS = [
-    # element-wise functions
-    _unary("sigmoid", "logistic sigmoid 1 / (1 + e^-x), entry by entry"),
-    _unary("sigma", "σ, the logistic sigmoid (a synonym of sigmoid)"),
-    _unary("relu", "max(x, 0), entry by entry"),
-    _unary("gelu", "Gaussian error linear unit x·Φ(x) (exact erf form)"),
-    _unary("silu", "x·σ(x), entry by entry"),
-    _unary("tanh", "hyperbolic tangent, entry by entry"),
-    _unary("exp", "e^x, entry by entry", scalar=True),
-    _unary("log", "natural logarithm, entry by entry", scalar=True),
-    _unary("sqrt", "square root, entry by entry", scalar=True),
-    _unary("abs", "|x|, entry by entry", scalar=True),
-    _unary("softplus", "log(1 + e^x), entry by entry"),
-    _unary("leaky_relu", "x where x > 0, else slope·x", (Kw("slope", NUMBER, 0.01, "finite"),)),
+    # element-wise functions: one row each
+    _unary("sigmoid", "logistic sigmoid 1 / (1 + e^-x), entry by entry", "torch.sigmoid", _sigmoid,
+           "sigmoid", r"\sigma", _SIGMOID_READING, aten="sigmoid"),
+    _unary("sigma", "σ, the logistic sigmoid (a synonym of sigmoid)", "torch.sigmoid", _sigmoid,
+           "sigmoid", r"\sigma", _SIGMOID_READING),
+    _unary("relu", "max(x, 0), entry by entry", "torch.relu", lambda x, m: m.where(x > 0, x, 0.0),
+           "ReLU", r"\mathrm{ReLU}", "Keep the positive part of every entry independently (ReLU): negative entries become zero.",
+           aten="relu"),
+    _unary("gelu", "Gaussian error linear unit x·Φ(x) (exact erf form)", "torch.nn.functional.gelu",
+           lambda x, m: x * 0.5 * (1 + m.erf(x * 0.7071067811865476)),
+           "GELU", r"\mathrm{GELU}", "Gate every entry independently by how large it is (GELU, x·Φ(x)): a smooth ReLU.",
+           aten="gelu"),
+    _unary("silu", "x·σ(x), entry by entry", "torch.nn.functional.silu", lambda x, m: x * _sigmoid(x, m),
+           "SiLU", r"\mathrm{SiLU}", "Gate every entry independently by its own sigmoid (SiLU, x·σ(x)): a smooth ReLU.",
+           aten="silu"),
+    _unary("tanh", "hyperbolic tangent, entry by entry", "torch.tanh", lambda x, m: m.tanh(x),
+           "tanh", r"\tanh", "Squash every entry into (−1, 1) independently (tanh).", aten="tanh"),
+    _unary("exp", "e^x, entry by entry", "torch.exp", lambda x, m: m.exp(x),
+           "exp", r"\exp", "Exponentiate every entry independently: positive values, sums become products.",
+           scalar=True, aten="exp"),
+    _unary("log", "natural logarithm, entry by entry", "torch.log", lambda x, m: m.log(x),
+           "log", r"\log", "Take the logarithm of every entry independently: products become sums.", scalar=True, aten="log"),
+    _unary("sqrt", "square root, entry by entry", "torch.sqrt", lambda x, m: m.sqrt(x),
+           "√", r"\sqrt", "Take the square root of every entry independently.", scalar=True, aten="sqrt"),
+    _unary("abs", "|x|, entry by entry", "torch.abs", lambda x, m: m.abs(x),
+           "|·|", "|", "Take the absolute value of every entry independently: its size without its sign.", scalar=True, aten="abs"),
+    _unary("softplus", "log(1 + e^x), entry by entry", "torch.nn.functional.softplus", _softplus,
+           "softplus", r"\mathrm{softplus}", "Apply softplus, log(1 + eˣ), to every entry independently: a smooth, positive ReLU.",
+           aten="softplus"),
+    _unary("leaky_relu", "x where x > 0, else slope·x", "torch.nn.functional.leaky_relu",
+           lambda x, m, slope: m.where(x > 0, x, x * slope),
+           "leaky ReLU", r"\mathrm{LeakyReLU}",
+           "Keep the positive entries and scale the negative ones by {slope} (leaky ReLU), entry by entry.",
+           keywords=(Kw("slope", NUMBER, 0.01, "finite"),)),
+    _unary("mish", "x·tanh(softplus(x)), entry by entry", "torch.nn.functional.mish",
+           lambda x, m: x * m.tanh(_softplus(x, m)),
+           "Mish", r"\mathrm{Mish}", "Gate every entry independently by tanh of its softplus (Mish, x·tanh(softplus(x))): a smooth ReLU.",
+           aten="mish"),
+    _unary("hardswish", "x·clamp(x + 3, 0, 6) / 6, entry by entry", "torch.nn.functional.hardswish",
+           lambda x, m: m.where(x <= -3, 0.0, m.where(x >= 3, x, x * (x + 3) / 6)),  # torch's gradient at ±3
+           "hard swish", r"\mathrm{HardSwish}",
+           "Gate every entry independently by a piecewise-linear ramp (hard swish, x·clamp(x + 3, 0, 6)/6): zero below −3, x above 3.",
+           aten="hardswish"),
+    _unary("elu", "x where x > 0, else alpha·(e^x − 1)", "torch.nn.functional.elu",
+           lambda x, m, alpha: m.where(x > 0, x, alpha * m.expm1(m.clamp(x, None, 0))),
+           "ELU", r"\mathrm{ELU}",
+           "Keep the positive entries and bend the negative ones smoothly towards −{alpha} (ELU, α(eˣ − 1)), entry by entry.",
+           keywords=(Kw("alpha", NUMBER, 1.0, "finite"),)),
+    _unary("clamp_min", "max(x, min), entry by entry: clamp with a lower bound only", "torch.clamp_min",
+           lambda x, m, min: m.clamp(x, min, None),
+           "clamp min", r"\max",
+           "Raise every entry below {min} to {min}, entry by entry.",
+           keywords=(Kw("min", NUMBER_OR_DIM, None, "bound"),), args=("x", "min")),
     # operators
     _binary("+", "sum, entry by entry"),
     _binary("-", "difference, entry by entry"),
@@ -134,72 +264,75 @@ _ROWS = [
     Op("neg", "operator", ("x",), 1, 1, (), SAME, "unary minus", scalar=True),
     # contraction
     Op("einsum", "contraction", ("spec", "*operands"), 2, None, (),
-       "the output term of the spec", "contract the operands' legs as the spec says (torch.einsum's rules)"),
+       "the output term of the spec", "contract the operands' legs as the spec says (torch.einsum's rules)", rule="einsum"),
     # over one leg
-    Op("softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "normalise exp(x) to sum to one along a leg"),
-    Op("log_softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "log of softmax along a leg (stable)"),
+    Op("softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "normalise exp(x) to sum to one along a leg", rule="softmax"),
+    Op("log_softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "log of softmax along a leg (stable)", rule="softmax"),
     Op("layernorm", "leg", ("x", "leg"), 1, 2,
        (_LEG, Kw("weight", PARAM), Kw("bias", PARAM), Kw("eps", NUMBER, 1e-5, "positive")),
-       SAME, "centre and scale to unit variance along a leg, then weight and bias"),
+       SAME, "centre and scale to unit variance along a leg, then weight and bias", rule="layernorm"),
     Op("rmsnorm", "leg", ("x", "leg"), 1, 2,
        (_LEG, Kw("weight", PARAM), Kw("eps", NUMBER, 1e-5, "positive")),
-       SAME, "scale to unit root mean square along a leg (in float32), then weight"),
+       SAME, "scale to unit root mean square along a leg (in float32), then weight", rule="rmsnorm"),
     Op("topk", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME,
-       "keep the k largest entries along a leg, zero the rest"),
+       "keep the k largest entries along a leg, zero the rest", rule="topk"),
     Op("topk_mask", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME + " (a bool mask)",
-       "true at the k largest entries along a leg"),
-    Op("sum", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the summed leg", "sum over a leg"),
-    Op("mean", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the averaged leg", "mean over a leg"),
-    Op("max", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the reduced leg", "maximum over a leg"),
+       "true at the k largest entries along a leg", rule="topk_mask"),
+    Op("sum", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the summed leg", "sum over a leg", rule="reduce"),
+    Op("mean", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the averaged leg", "mean over a leg", rule="reduce"),
+    _minmax("max", "maximum"),
+    _minmax("min", "minimum"),
     # element-wise with options
     Op("dropout", "elementwise", ("x", "p"), 1, 2, (Kw("p", NUMBER, 0.1, "probability"),), SAME,
-       "zero entries with probability p while training (scaled by 1/(1-p)); identity in eval"),
-    Op("detach", "elementwise", ("x",), 1, 1, (), SAME, "the same values, no gradient flows back"),
+       "zero entries with probability p while training (scaled by 1/(1-p)); identity in eval", rule="dropout"),
+    Op("detach", "elementwise", ("x",), 1, 1, (), SAME, "the same values, no gradient flows back", rule="detach"),
     Op("clamp", "elementwise", ("x", "min", "max"), 1, 3,
        (Kw("min", NUMBER_OR_DIM, None, "bound"), Kw("max", NUMBER_OR_DIM, None, "bound")), SAME,
-       "limit entries to [min, max]"),
-    Op("where", "elementwise", ("mask", "a", "b"), 3, 3, (), ALIGNED, "a where the mask is true, else b"),
+       "limit entries to [min, max]", rule="clamp"),
+    Op("where", "elementwise", ("mask", "a", "b"), 3, 3, (), ALIGNED, "a where the mask is true, else b", rule="where"),
     # masks
-    Op("causal", "mask", ("t", "p"), 2, 2, (), "the two dims given (a bool mask)", "true where key p may be seen by query t (p ≤ t)"),
+    Op("causal", "mask", ("t", "p"), 2, 2, (), "the two dims given (a bool mask)", "true where key p may be seen by query t (p ≤ t)",
+       rule="causal"),
     Op("block_causal", "mask", ("t", "p"), 2, 2, (Kw("block", INT, None, "positive"),), "the two dims given (a bool mask)",
-       "true where p's block is not after t's (bidirectional inside blocks of the given size)"),
+       "true where p's block is not after t's (bidirectional inside blocks of the given size)", rule="block_causal"),
     # indexing and shapes
     Op("gather", "index", ("table", "ids"), 2, 2, (), "the ids' legs, then the table's legs after the first",
-       "pick rows of a table by integer ids (an embedding lookup)"),
+       "pick rows of a table by integer ids (an embedding lookup)", rule="gather"),
     Op("split", "shape", ("x", "leg", "parts"), 3, 3, (), "one tensor per part, the leg replaced by the part's dim",
-       "cut a leg into consecutive pieces"),
+       "cut a leg into consecutive pieces", rule="split"),
     Op("concat", "shape", ("parts", "leg", "into"), 3, 3, (), "the first part's legs, the joined leg replaced by `into`",
-       "join tensors along a leg"),
+       "join tensors along a leg", rule="concat"),
     Op("flatten", "shape", ("x", "legs", "into"), 3, 3, (), "the adjacent legs merged into `into`",
-       "merge adjacent legs into one"),
+       "merge adjacent legs into one", rule="flatten"),
     Op("unflatten", "shape", ("x", "leg", "parts"), 3, 3, (), "the leg split into the given dims",
-       "split one leg into several"),
+       "split one leg into several", rule="unflatten"),
     Op("rearrange", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says", axis_lengths=True),
+       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says", axis_lengths=True, rule="einop"),
     Op("reduce", "shape", ("x", "pattern", "reduction"), 2, 3, (), "the right side of the pattern, a leg per entry",
        "reduce the legs the right side leaves out ('sum', 'mean', 'max', 'min' or 'prod'; by position or "
-       "reduction=), as einops.reduce", axis_lengths=True),
+       "reduction=), as einops.reduce", axis_lengths=True, rule="einop"),
     Op("repeat", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat", axis_lengths=True),
+       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat", axis_lengths=True, rule="einop"),
     Op("select", "index", ("x", "leg", "index"), 3, 3, (), "its operand's legs without the selected leg",
-       "pick one index of a leg (a contraction with a basis vector); the leg disappears"),
+       "pick one index of a leg (a contraction with a basis vector); the leg disappears", rule="select"),
     Op("slice", "index", ("x", "leg", "start", "length", "into"), 4, 5, (Kw("into", DIM),),
        "its operand's legs, the sliced leg replaced by `into`",
-       "keep `length` consecutive indices of a leg from `start` (torch.narrow) as a smaller declared dim"),
+       "keep `length` consecutive indices of a leg from `start` (torch.narrow) as a smaller declared dim", rule="slice"),
     Op("rope", "shape", ("x", "pos", "leg"), 3, 3, (Kw("base", NUMBER_OR_DIM, 10000.0, "positive"),), SAME,
-       "rotary position embedding (rotate-half) of a leg by the position leg"),
+       "rotary position embedding (rotate-half) of a leg by the position leg", rule="rope"),
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
 FUNCTIONS = frozenset(n for n, op in OPS.items() if op.category != "operator")
 OPERATORS = frozenset(n for n, op in OPS.items() if op.category == "operator")
-ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.category == "elementwise" and op.args == ("x",) and n != "detach")
+# the element-wise functions described by a row (a torch callable and a form)
+ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.torch is not None)
 
 
 def key_of(code: str, attrs: dict) -> str | None:
     """The table name of a checked value (check.V): its op code refined by its attributes.
     None for atoms (numbers, references, sizes) and for statements (block calls, return)."""
-    if code in ("unary", "sfunc", "reduce"):
+    if code in ("unary", "sfunc", "reduce", "pair"):
         return attrs["name"]
     if code in ("mask", "einop"):
         return attrs["kind"]

@@ -131,6 +131,28 @@ def _regexes(node):
 # ---- the grammar -----------------------------------------------------------------------------------
 
 
+def test_the_generated_lists_of_functions_are_up_to_date():
+    """The grammars and the language reference's element-wise table are written from the table of
+    operations (tools/gen_tables.py): a new row without rerunning it fails here."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gen_tables", ROOT / "tools" / "gen_tables.py")
+    gen = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen)
+    for path, text in gen.expected().items():
+        assert path.read_text(encoding="utf-8") == text, f"{path.relative_to(ROOT)} drifted: run python tools/gen_tables.py"
+    assert "`mish(x)`" in gen.elementwise_table() and "`clamp_min(x, min)`" in gen.elementwise_table()
+
+
+def test_the_language_reference_names_every_function():
+    """Every function of the table appears, called, in docs/language.md's Functions section."""
+    text = (ROOT / "docs" / "language.md").read_text(encoding="utf-8")
+    section = text[text.index("### Functions"):]
+    section = section[: section.index("\n### ", 1)]
+    missing = [f for f in sorted(FUNCTIONS) if f"`{f}(" not in section]
+    assert not missing, f"docs/language.md's Functions section does not show {missing}"
+
+
 def test_every_regex_compiles_with_python_re():
     found = list(_regexes(GRAMMAR))
     assert len(found) > 30

@@ -8,6 +8,7 @@ without an entry in some backend fails here, not in a user's diagram.
 from __future__ import annotations
 
 import importlib
+import math
 
 import pytest
 
@@ -34,13 +35,66 @@ def test_every_backend_has_exactly_the_operations_of_the_table(module, table):
 
 
 def test_the_checker_knows_every_function_of_the_table():
-    from penrose import check as check_module  # noqa: F401  (the module, not the function)
     import sys
+
+    from penrose import check as check_module  # noqa: F401  (the module, not the function)
 
     checker = sys.modules["penrose.check"]
     assert checker.FUNCTIONS == ops.FUNCTIONS
-    for name in ops.FUNCTIONS - ops.ELEMENTWISE:
-        assert hasattr(checker._Checker, f"_fn_{name}"), f"no type rule for {name}"
+    # every function's row names a type rule of the checker, and every rule is named by a row
+    rules = {op.rule for op in ops.OPS.values() if op.category != "operator"}
+    assert None not in rules
+    assert rules == set(checker.TYPE_RULES), f"rows without a rule: {rules - set(checker.TYPE_RULES)}"
+    assert all(op.rule is None for op in ops.OPS.values() if op.category == "operator")
+
+
+def test_every_elementwise_row_describes_its_function():
+    """An element-wise row is complete: a torch callable that exists, a form in the primitives
+    only, a label, LaTeX and a reading that names each keyword it shows."""
+    import torch
+
+    from penrose.interpret import _Torch
+
+    assert {"mish", "hardswish", "elu", "clamp_min", "gelu", "leaky_relu"} <= ops.ELEMENTWISE
+    assert set(ops.PRIMITIVES) == {n for n in dir(_Torch) if not n.startswith("_")}
+    assert set(ops.PRIMITIVES) == {n for n in vars(ops.SCALAR) if not n.startswith("_")}
+    for name in ops.ELEMENTWISE:
+        row = ops.OPS[name]
+        assert row.rule == "elementwise" and row.form is not None and row.label and row.latex and row.reading, name
+        owner, attr = row.torch.rsplit(".", 1)
+        fn = getattr(eval(owner, {"torch": torch}), attr)  # a dotted name of the table, not user text
+        assert callable(fn), name
+        for k in row.keywords:
+            assert k.kind in ops.NUMERIC, name
+        if row.aten is not None:
+            assert hasattr(torch.ops.aten, row.aten), name
+
+
+@pytest.mark.parametrize("name", sorted(ops.ELEMENTWISE))
+def test_the_form_of_a_row_computes_its_torch_callable(name):
+    """The form (what the interpreter evaluates) and the torch callable (what the compiler emits)
+    agree in float64, values and gradients, on both sides of every kink, and on plain numbers."""
+    import torch
+
+    row = ops.OPS[name]
+    from penrose.interpret import _Torch
+
+    owner, attr = row.torch.rsplit(".", 1)
+    fn = getattr(eval(owner, {"torch": torch}), attr)
+    kw = {k.name: (0.3 if k.name == "min" else 0.7 if k.name == "alpha" else k.default) for k in row.keywords}
+    x = torch.cat([torch.linspace(-30, 30, 241, dtype=torch.float64), torch.tensor([-3.0001, -2.9999, 2.9999, 3.0001, 0.2999, 0.3001])])
+    if name in ("log", "sqrt"):
+        x = x.abs() + 0.5
+    x.requires_grad_(True)
+    want = fn(x, *kw.values())
+    got = row.call(x, _Torch, kw)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (gw,) = torch.autograd.grad(want.sum(), x)
+    (gg,) = torch.autograd.grad(got.sum(), x)
+    torch.testing.assert_close(gg, gw, rtol=1e-9, atol=1e-12)
+    for value in (0.5, 1.5, 2.0):
+        assert math.isclose(row.call(value, ops.SCALAR, kw), fn(torch.tensor(value, dtype=torch.float64), *kw.values()).item(),
+                            rel_tol=1e-12, abs_tol=1e-15), (name, value)
 
 
 def test_rows_are_complete():

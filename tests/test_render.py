@@ -139,7 +139,11 @@ def test_repeated_block_folds_into_one_box_and_unfolds_on_request():
     u = structure(RESIDUAL, unfold=True)
     assert not u.of_kind("block")
     assert {"layers.W1", "layers.W2"} <= set(u.nodes)
-    assert "layers: block layer ×4 (one copy shown)" in " ".join(u.header + [n.text for n in u.nodes.values()]) or True
+    # the unfolded copy sits in a cluster labelled with its block and repeat count (a cluster's
+    # label is neither a header line nor a node, so read it from the cluster's own <g>)
+    clusters = re.findall(r'<g id="[^"]*clust\d+" class="cluster[^"]*">(.*?)</g>', render(RESIDUAL, unfold=True), re.S)
+    labels = [" ".join(re.sub(r"<[^>]+>", " ", c).split()) for c in clusters]
+    assert any("layers: block layer ×4 (one copy shown)" in label for label in labels), labels
     svg = render(RESIDUAL, unfold=True)
     assert "layers: block layer ×4 (one copy shown)" in svg
     # the residual update inside the block is a spine too

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 import sympy
 from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
+from penrose import ops
 from penrose.ops import key as op_key
 from penrose.render.readings import ELLIPSIS, Contraction
 
@@ -173,16 +174,8 @@ class NamedFunction(sympy.Function):
 
 # Keys are lower case without '_' or '-', so 'top-k', 'top_k' and 'topk' are one function.
 FUNCTION_LATEX = {
-    "sigmoid": r"\sigma",
-    "sigma": r"\sigma",
-    "relu": r"\mathrm{ReLU}",
-    "gelu": r"\mathrm{GELU}",
-    "silu": r"\mathrm{SiLU}",
-    "tanh": r"\tanh",
-    "exp": r"\exp",
-    "log": r"\log",
-    "abs": "|",
-    "softplus": r"\mathrm{softplus}",
+    # the element-wise functions: their rows' LaTeX
+    **{name.replace("_", ""): ops.OPS[name].latex for name in sorted(ops.ELEMENTWISE)},
     "softmax": r"\mathrm{softmax}",
     "logsoftmax": r"\log\mathrm{softmax}",
     "layernorm": r"\mathrm{LayerNorm}",
@@ -196,7 +189,6 @@ FUNCTION_LATEX = {
     "min": r"\min",
     "prod": r"\prod",
     "where": r"\mathrm{where}",
-    "leakyrelu": r"\mathrm{LeakyReLU}",
     "rank": r"\mathrm{rank}",
     "rot": r"\mathrm{rot}",
 }
@@ -359,9 +351,12 @@ def _function(name: str):
     return lambda v, names: apply_function(name, _same(v, names))
 
 
-def _leaky_relu(v, names):
-    latex = FUNCTION_LATEX["leakyrelu"]
-    return _function_class("leakyrelu", latex)(_same(v, names), keyword_number(v, "slope"))
+def _elementwise(name: str):
+    """An element-wise function of the table: f(x), or f(x, keyword values) (LeakyReLU(x, 0.2))."""
+    row = ops.OPS[name]
+    if not row.keywords:
+        return _function(name)
+    return lambda v, names: call(row.latex, _same(v, names), *[keyword_number(v, k.name) for k in row.keywords])
 
 
 def _sum_chain(v, names):
@@ -411,6 +406,13 @@ def _reduce(v, names):
     leg = fresh(x.type.legs[axis], set(names))
     inner = names[:axis] + (leg,) + names[axis:]
     return apply_function(op_key(v), value_entry(x, inner), leg)
+
+
+def _minmax(v, names):
+    """max_k x over a leg, or max(a, b) of two operands entry by entry."""
+    if v.op == "reduce":
+        return _reduce(v, names)
+    return call(FUNCTION_LATEX[op_key(v)], *_operands(v, names))
 
 
 def _clamp(v, names):
@@ -523,9 +525,7 @@ def einop_names(v) -> tuple:
 
 
 # operations whose equation indexes their one tensor operand with their own index names
-_SAME_NAMES = frozenset({"sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "log", "sqrt", "abs", "softplus",
-                         "leaky_relu", "neg", "softmax", "log_softmax", "layernorm", "rmsnorm", "topk", "dropout",
-                         "detach", "clamp"})
+_SAME_NAMES = ops.ELEMENTWISE | {"neg", "softmax", "log_softmax", "layernorm", "rmsnorm", "topk", "dropout", "detach", "clamp"}
 
 
 def entry_names(v) -> tuple:
@@ -663,9 +663,7 @@ def _einsum(v, names):
 
 EQUATION: dict = {
     # element-wise functions: σ(x), tanh(x), √x ...
-    **{name: _function(name) for name in
-       ("sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "log", "sqrt", "abs", "softplus")},
-    "leaky_relu": _leaky_relu,
+    **{name: _elementwise(name) for name in sorted(ops.ELEMENTWISE)},
     # operators
     "+": _sum_chain,
     "-": _sum_chain,
@@ -685,7 +683,8 @@ EQUATION: dict = {
     "topk_mask": _topk_mask,
     "sum": _reduce,
     "mean": _reduce,
-    "max": _reduce,
+    "max": _minmax,
+    "min": _minmax,
     # element-wise with options
     "dropout": _function("dropout"),
     "detach": _function("detach"),

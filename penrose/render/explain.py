@@ -24,8 +24,9 @@ import sympy
 
 from penrose import ir
 from penrose.check import Checked, CStmt, V
-from penrose.render import equations as eq
+from penrose.ops import ELEMENTWISE, OPS
 from penrose.ops import key as op_key
+from penrose.render import equations as eq
 from penrose.render.figure import _fmt, _scalar_text, subscript
 from penrose.render.readings import Contraction, Operand, classify, read_normalisation
 from penrose.stack import deep, too_deep
@@ -242,13 +243,10 @@ def _after_args(text):
     return rule
 
 
-def _activation(sentence: str, title: str = "Activation"):
-    return _after_args(lambda r, v: Reading("activation", title, sentence))
-
-
-def _leaky_relu(r, v):
-    slope = _written(v, "slope")
-    return Reading("activation", "Activation", f"Keep the positive entries and scale the negative ones by {slope} (leaky ReLU), entry by entry.")
+def _row_reading(name: str):
+    """An element-wise function: its row's sentence, with its keywords' values as written."""
+    row = OPS[name]
+    return _after_args(lambda r, v: Reading("activation", "Activation", row.reading.format(**{k.name: _written(v, k.name) for k in row.keywords})))
 
 
 def _contraction(r: _Reader, v: V, target):
@@ -389,8 +387,17 @@ def _topk_mask(r, v):
 
 
 def _reduce(r, v):
-    verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of"}[op_key(v)]
+    verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of", "min": "Take the minimum of"}[op_key(v)]
     return Reading("reduce", "Reduction", f"{verb} all {_over(v)}-th slices of {_name(v.args[0])}.")
+
+
+def _minmax(r, v):
+    """max over a leg (a reduction), or the larger of two operands entry by entry."""
+    if v.op == "reduce":
+        return _reduce(r, v)
+    a, b = (_scalar_text(x) if x.type.dtype == "scalar" else _name(x) for x in v.args)
+    which, title = ("larger", "Maximum") if op_key(v) == "max" else ("smaller", "Minimum")
+    return Reading("elementwise", f"Element-wise {title.lower()}", f"Keep the {which} of {a} and {b}, entry by entry (legs aligned by name).")
 
 
 def _causal(r, v):
@@ -538,18 +545,7 @@ def _slice(r, v):
 
 READING: dict = {
     # element-wise functions
-    "sigmoid": _activation("Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."),
-    "sigma": _activation("Squash every entry into (0, 1) independently (sigmoid): a soft on/off score."),
-    "relu": _activation("Keep the positive part of every entry independently (ReLU): negative entries become zero."),
-    "gelu": _activation("Gate every entry independently by how large it is (GELU, x·Φ(x)): a smooth ReLU."),
-    "silu": _activation("Gate every entry independently by its own sigmoid (SiLU, x·σ(x)): a smooth ReLU."),
-    "tanh": _activation("Squash every entry into (−1, 1) independently (tanh)."),
-    "exp": _activation("Exponentiate every entry independently: positive values, sums become products."),
-    "log": _activation("Take the logarithm of every entry independently: products become sums."),
-    "sqrt": _activation("Take the square root of every entry independently."),
-    "abs": _activation("Take the absolute value of every entry independently: its size without its sign."),
-    "softplus": _activation("Apply softplus, log(1 + eˣ), to every entry independently: a smooth, positive ReLU."),
-    "leaky_relu": _after_args(_leaky_relu),
+    **{name: _row_reading(name) for name in sorted(ELEMENTWISE)},
     # operators
     "+": _sum,
     "-": _sum,
@@ -569,7 +565,8 @@ READING: dict = {
     "topk_mask": _after_args(_topk_mask),
     "sum": _after_args(_reduce),
     "mean": _after_args(_reduce),
-    "max": _after_args(_reduce),
+    "max": _after_args(_minmax),
+    "min": _after_args(_minmax),
     # element-wise with options
     "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs['p']} and rescale the rest; the identity at evaluation.")),
     "detach": _after_args(lambda r, v: Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")),

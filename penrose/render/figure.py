@@ -65,7 +65,7 @@ import textwrap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from penrose import ir
+from penrose import ir, ops
 from penrose.checked import Checked, V
 from penrose.errors import PenroseRenderError, Span
 from penrose.ops import key as op_key
@@ -280,6 +280,23 @@ def _sqrt_text(parts: list[str]) -> str:
     return f"√{parts[0]}" if len(parts[0]) <= 2 else f"√({parts[0]})"
 
 
+# how a plain number's square root and absolute value print in a box's scalar text
+_SCALAR_TEXT = {"sqrt": _sqrt_text, "abs": lambda parts: f"|{parts[0]}|"}
+
+
+def _elementwise_box(name: str) -> Drawing:
+    """The box of an element-wise function: its row's label, then each keyword's value."""
+    row = ops.OPS[name]
+    lines = (lambda v: [row.label] + [f"{k.name} {_written(v, k.name)}" for k in row.keywords]) if row.keywords else None
+    return _box(row.label, lines, scalar=_SCALAR_TEXT.get(name))
+
+
+def _minmax_lines(name: str):
+    """max over a leg (a reduction), or max of two operands (the box alone)."""
+    over = _over(name)
+    return lambda v: over(v) if v.op == "reduce" else [name]
+
+
 def _arith(glyph: str) -> Drawing:
     return Drawing("arith", glyph)
 
@@ -289,19 +306,8 @@ def _box(glyph: str, lines=None, kind="op", scalar=None) -> Drawing:
 
 
 FIGURE: dict[str, Drawing] = {
-    # element-wise functions: a box named after the function
-    "sigmoid": _box("sigmoid"),
-    "sigma": _box("sigmoid"),
-    "relu": _box("ReLU"),
-    "gelu": _box("GELU"),
-    "silu": _box("SiLU"),
-    "tanh": _box("tanh"),
-    "exp": _box("exp"),
-    "log": _box("log"),
-    "sqrt": _box("√", scalar=_sqrt_text),
-    "abs": _box("|·|", scalar=lambda parts: f"|{parts[0]}|"),
-    "softplus": _box("softplus"),
-    "leaky_relu": _box("leaky ReLU", lambda v: ["leaky ReLU", f"slope {_written(v, 'slope')}"]),
+    # element-wise functions: a box with the label of their row (and their keywords)
+    **{name: _elementwise_box(name) for name in sorted(ops.ELEMENTWISE)},
     # operators: a small circle between the two tensors
     "+": _arith("+"),
     "-": _arith("−"),
@@ -327,7 +333,8 @@ FIGURE: dict[str, Drawing] = {
     "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs['axis'])}"], kind="mask"),
     "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs['axis'])}"]),
     "mean": _box("mean", _over("mean")),
-    "max": _box("max", _over("max")),
+    "max": _box("max", _minmax_lines("max")),
+    "min": _box("min", _minmax_lines("min")),
     # element-wise with options
     "dropout": _box("dropout", lambda v: ["dropout", f"p={_written(v, 'p')}"]),
     "detach": _box("detach"),

@@ -15,6 +15,7 @@ from collections import defaultdict
 
 import torch
 
+from penrose.ops import OPS
 from penrose.trace.errors import PenroseTraceError, frames, span_at
 from penrose.trace.model import (
     BATCH, BinOp, Call, CallStmt, Classes, Cls, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, PVal, Ref, Region,
@@ -30,10 +31,9 @@ class BatchAxis(Exception):
 
 _CONTAINERS = (torch.nn.Sequential, torch.nn.ModuleList, torch.nn.ModuleDict)
 
-UNARY = {  # aten name -> .pen function
-    "exp": "exp", "log": "log", "sqrt": "sqrt", "abs": "abs", "sigmoid": "sigmoid", "tanh": "tanh",
-    "relu": "relu", "silu": "silu",
-}
+# aten name -> .pen function: the element-wise rows of the table that name their ATen op (an
+# op_NAME handler below takes precedence: gelu's approximate form, softplus's beta)
+UNARY = {row.aten: name for name, row in OPS.items() if row.aten is not None and not row.keywords}
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 IDENTITY = {"contiguous", "clone", "alias", "lift_fresh_copy", "_to_copy", "to", "type_as", "view_as_real_noop"}
 INPLACE_KEEP = {"index_put_", "fill_", "zero_", "copy_"}  # refused with their own reasons
