@@ -857,12 +857,15 @@ class _Checker:
             raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
         self._arity(e)  # arity and keywords as the table of operations says
         v = self._builtin(sc, e)
-        shown = {k: self._expr(self._static_scope, node) for k, node in e.kwargs
+        written = list(e.kwargs)
+        if OPS[f].rule == "elementwise":  # keywords given by position (clamp_min(x, alpha))
+            written += [(k.name, node) for k, node in zip(OPS[f].keywords, e.args[1:])]
+        shown = {k: self._expr(self._static_scope, node) for k, node in written
                  if OPS[f].keyword(k) is not None and OPS[f].keyword(k).kind in ops.NUMERIC
                  and _names(node)}
         if shown:  # keyword values written with consts or dims: figures and equations show the names
             v.attrs["shown"] = shown
-            v.attrs["shown_text"] = {k: format_expr(node) for k, node in e.kwargs if k in shown}
+            v.attrs["shown_text"] = {k: format_expr(node) for k, node in written if k in shown}
         return v
 
     def _builtin(self, sc, e: ir.Call) -> V:
@@ -1750,8 +1753,6 @@ def _evaluate(v: V, vals: list, at: str):
         return -vals[0]
     if v.op == "sfunc":
         (a,), name = vals, v.attrs["name"]
-        if name == "abs":
-            return abs(a)
         if name == "sqrt":
             if a < 0:
                 raise PenroseCheckError(f"sqrt of a negative number ({a:g}{at}); the result would not be real", span)
@@ -1761,11 +1762,10 @@ def _evaluate(v: V, vals: list, at: str):
                 raise PenroseCheckError(f"log of zero{at}; the result would be -inf", span)
             if a < 0:
                 raise PenroseCheckError(f"log of a negative number ({a:g}{at}); the result would not be real", span)
-            return math.log(a)
         try:
-            return math.exp(a)
+            return OPS[name].call(a, ops.SCALAR)  # the row's form on a plain number
         except OverflowError:
-            raise PenroseCheckError(f"exp({a:g}){at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
+            raise PenroseCheckError(f"{name}({a:g}){at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
     a, b = vals
     op = v.attrs["op"]
     if op in ("/", "//") and b == 0:

@@ -45,7 +45,7 @@ def name(id: str) -> ast.expr:
 
 
 def path(dotted: str) -> ast.expr:
-    """`torch.nn.functional.gelu` as nested attributes."""
+    """A dotted name (`torch.nn.functional.linear`) as nested attributes."""
     parts = dotted.split(".")
     node = name(parts[0])
     for p in parts[1:]:

@@ -16,7 +16,7 @@ The grammar covers every operation of the language: numbers and dim sizes (`sqrt
 element-wise function, einsum (compact and spaced forms, 1-4 operands, contracted labels,
 renamed legs, diagonals, size-1 broadcasting, implicit output, '...' kept, summed, or covering
 declared legs anywhere in a term), softmax, log_softmax, layernorm and rmsnorm (with
-weights and biases), topk, topk_mask, sum/mean/max, dropout, detach (both spellings), clamp,
+weights and biases), topk, topk_mask, sum/mean/max/min over a leg, max/min of two operands, dropout, detach (both spellings), clamp,
 where, causal and block_causal masks, gather, split, concat, unflatten, flatten, rope, the einops
 calls (rearrange, reduce with the five reductions, repeat: permutations, merges on the right
 into product dims, splits on the left, `1`/`()` legs, `...` on both sides or, in reduce, on the
@@ -40,6 +40,8 @@ from dataclasses import dataclass, field
 
 from hypothesis import strategies as st
 
+from penrose import ops
+
 BASE_DIMS = list("abcdefgh")
 WORD_DIMS = ["tok", "emb"]  # multi-letter legs: einsum takes the spaced form
 DERIVED_DIMS = list("mnrsuvwz")
@@ -47,7 +49,8 @@ FRESH_LABELS = list("ijklopqxy")  # einsum letters that are no dim (contracted l
 
 ATOM, POW, UNARY, MUL, ADD, CMP = 6, 5, 4, 3, 2, 1
 BINPREC = {"**": POW, "*": MUL, "/": MUL, "//": MUL, "+": ADD, "-": ADD}
-UNARY_FUNCS = ["sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "exp", "abs", "softplus", "leaky_relu", "log", "sqrt"]
+# every element-wise function of the table: a new row is fuzzed without an edit here
+UNARY_FUNCS = sorted(ops.ELEMENTWISE)
 COMPARE = ["<", "<=", ">", ">=", "==", "!="]
 CONST_NAMES = ["alpha", "beta", "gamma"]
 REDUCTIONS = ["sum", "mean", "max", "min", "prod"]
@@ -317,7 +320,7 @@ class _Gen:
             return self.leaf(sc, T, unbatched)
         unique = len(set(T)) == len(T)
         options = ["leaf", "unary", "neg", "binop", "binop", "scalar_binop", "einsum", "einsum", "where", "detach",
-                   "dropout", "clamp"]
+                   "dropout", "clamp", "minmax"]
         if unique:
             options += ["reduce"]
         if T and unique:
@@ -356,10 +359,27 @@ class _Gen:
             return self.call("log", [inner])[0], ATOM, x[2]
         if f == "sqrt":
             return self.call("sqrt", [f"abs({x[0]}) + 0.5"])[0], ATOM, x[2]
-        if f == "leaky_relu":
-            parts = [x[0]] + ([self.pick(["slope=0.2"] + [f"slope={c}" for c in sorted(self.consts)])] if self.coin(0.5) else [])
-            return self.call(f, parts)[0], ATOM, x[2]
-        return self.call(f, [x[0]])[0], ATOM, x[2]
+        parts = [x[0]]
+        for i, k in enumerate(ops.OPS[f].keywords):  # its keywords, by the row's rules: by name or by position
+            if k.default is not None and self.coin(0.5):
+                break
+            values = {"bound": ["-0.5", "0.5", "0.0", "-inf"], "finite": ["0.2", "-0.5", "1.5"]}[k.rule]
+            value = self.pick(values + sorted(self.consts))
+            parts.append(value if len(parts) == i + 1 and k.name in ops.OPS[f].args and self.coin(0.5) else f"{k.name}={value}")
+        return self.call(f, parts)[0], ATOM, x[2]
+
+    def _minmax(self, sc, T, depth, unbatched):
+        """max(a, b) / min(a, b) entry by entry: a second operand on a subset of the legs, or a number."""
+        f = self.pick(["max", "min"])
+        self.ops.add(f)
+        a = self.expr(sc, T, depth, unbatched)
+        if self.coin(0.3):  # a float literal or a const (a whole-number literal would be refused as a leg)
+            b = (self.pick(["0.25", "-0.5", "0.0"] + sorted(self.consts)), ATOM, False)
+            first, second = (a, b) if self.coin(0.5) else (b, a)
+        else:  # the result takes the legs of the operand with more legs, the left one on a tie: T's first
+            b = self.expr(sc, self.subset(T) if len(set(T)) == len(T) else T, depth, unbatched)
+            first, second = a, b
+        return self.call(f, [first[0], second[0]])[0], ATOM, a[2] or b[2]
 
     def _neg(self, sc, T, depth, unbatched):
         self.ops.add("neg")
@@ -517,7 +537,7 @@ class _Gen:
         return self.call("rope", parts)[0], ATOM, x[2]
 
     def _reduce(self, sc, T, depth, unbatched):
-        f = self.pick(["sum", "mean", "max"])
+        f = self.pick(["sum", "mean", "max", "min"])
         self.ops.add("reduce")
         extra = self.pick(list(self.dims))
         i = self.draw(st.integers(0, len(T)))

@@ -10,7 +10,8 @@ whose legs are tracked by name here, not by penrose.
                           without '->', '...' on some terms, inputs and params as operands
     elementwise_cases()   1-3 statements of + - * / ** with broadcasting by leg name, scalars
                           (numbers, sqrt(d), d * 2, W.shape[i]), unary functions, softmax /
-                          log_softmax over a leg, sum / mean / max reductions, reassignment
+                          log_softmax over a leg, sum / mean / max / min reductions, max(a, b) and
+                          min(a, b) entry by entry, reassignment
     decorated(text)       the same diagram with comments, captions, notes, blank lines, odd
                           spacing and calls broken over lines (for the formatter)
 """
@@ -228,7 +229,7 @@ class Func:
 
 @dataclass(frozen=True)
 class OverLeg:
-    name: str  # softmax, log_softmax, sum, mean, max
+    name: str  # softmax, log_softmax, sum, mean, max, min
     arg: object
     leg: str
     how: str  # 'name' | 'neg' (dim=-1) | 'pos' (dim=i, positional index)
@@ -244,7 +245,7 @@ class Paren:
         return self.inner.legs
 
 
-SAFE_UNARY = ["sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "abs", "softplus"]
+SAFE_UNARY = ["sigmoid", "sigma", "relu", "gelu", "silu", "tanh", "abs", "softplus", "mish", "hardswish", "elu"]
 
 
 def render(e) -> tuple[str, int]:
@@ -255,6 +256,8 @@ def render(e) -> tuple[str, int]:
         return e.text, (_ATOM if e.kind in ("num", "dim", "sqrt", "shape") else _PREC["*"])
     if isinstance(e, Paren):
         return "(" + render(e.inner)[0] + ")", _ATOM
+    if isinstance(e, Bin) and e.op in ("max", "min"):
+        return f"{e.op}({render(e.left)[0]}, {render(e.right)[0]})", _ATOM
     if isinstance(e, Bin):
         p = _PREC[e.op]
         lt, lp = render(e.left)
@@ -300,6 +303,12 @@ def evaluate(e, env: dict, sizes: dict, nb: int):
     if isinstance(e, Bin):
         a = _aligned(evaluate(e.left, env, sizes, nb), e.left.legs, e.legs, nb)
         b = _aligned(evaluate(e.right, env, sizes, nb), e.right.legs, e.legs, nb)
+        if e.op in ("max", "min"):  # entry by entry; a number clamps the tensor
+            if not isinstance(a, torch.Tensor):
+                a, b = b, a
+            if not isinstance(b, torch.Tensor):
+                return a.clamp(**{"min" if e.op == "max" else "max": b})
+            return (torch.maximum if e.op == "max" else torch.minimum)(a, b)
         return {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b}[e.op]()
     if isinstance(e, Pow):
         return evaluate(e.base, env, sizes, nb) ** e.exponent
@@ -318,6 +327,9 @@ def evaluate(e, env: dict, sizes: dict, nb: int):
             "tanh": torch.tanh,
             "abs": torch.abs,
             "softplus": torch.nn.functional.softplus,
+            "mish": torch.nn.functional.mish,
+            "hardswish": torch.nn.functional.hardswish,
+            "elu": torch.nn.functional.elu,
             "exp": torch.exp,
             "log": torch.log,
             "sqrt": torch.sqrt,
@@ -334,6 +346,8 @@ def evaluate(e, env: dict, sizes: dict, nb: int):
             return x.sum(dim=d)
         if e.name == "mean":
             return x.mean(dim=d)
+        if e.name == "min":
+            return x.amin(dim=d)
         return x.amax(dim=d)
     raise TypeError(e)
 
@@ -414,6 +428,11 @@ def _expr(draw, pool: _Pool, legs: frozenset, depth: int, top: bool = False):
         if op == "/":
             left, right = (big, _positive(draw, small)) if draw(st.booleans()) else (small, _positive(draw, big))
             return Bin("/", left, right, _lead(left, right))
+        if draw(st.integers(0, 5)) == 0 and legs:  # max(a, b) / min(a, b) entry by entry
+            if isinstance(small, Scalar):  # a number: a dim's name or a whole number would read as the leg
+                small = Scalar("0.25", 0.25)
+            left, right = (big, small) if draw(st.booleans()) else (small, big)
+            return Bin(draw(st.sampled_from(["max", "min"])), left, right, _lead(left, right))
         left, right = (big, small) if draw(st.booleans()) else (small, big)
         return Bin(op, left, right, _lead(left, right))
     if kind == "pow":
@@ -445,7 +464,7 @@ def _expr(draw, pool: _Pool, legs: frozenset, depth: int, top: bool = False):
     inner = _expr(draw, pool, legs | {leg}, depth - 1)
     assert leg in inner.legs
     how = draw(st.sampled_from(["name", "name", "pos"]))
-    return OverLeg(draw(st.sampled_from(["sum", "mean", "max"])), inner, leg, how, tuple(l for l in inner.legs if l != leg))
+    return OverLeg(draw(st.sampled_from(["sum", "mean", "max", "min"])), inner, leg, how, tuple(l for l in inner.legs if l != leg))
 
 
 def _lead(left, right) -> tuple:

@@ -420,6 +420,17 @@ def test_more_ops_round_trip(make, shapes):
     round_trip(make(), *[torch.randn(*s) for s in shapes])
 
 
+class TableActivations(nn.Module):
+    def forward(self, x):
+        return F.mish(x) + F.hardswish(x * 4)
+
+
+def test_an_aten_op_a_row_names_is_lowered_to_its_function():
+    """mish and hardswish: trace lowers them through their rows' `aten` names (penrose.ops), no handler."""
+    text = round_trip(TableActivations(), torch.randn(3, 6))
+    assert "mish(x)" in text and "hardswish(" in text
+
+
 def test_gpt_embedding_positions_are_a_slice_of_the_table():
     text = round_trip(TinyGPTEmbedding(), torch.randint(0, 11, (2, 5)))
     assert "gather(weight, x)" in text and "slice(weight, " in text
