@@ -39,9 +39,9 @@ from dataclasses import dataclass, field
 from penrose import ir
 from penrose.errors import PenroseError, Span
 from penrose.reading import file_key
+from penrose.tables import DTYPES, PEN_KEYWORDS
 
-KEYWORDS = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat")
-DTYPES = ("float", "int", "bool")
+KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, from the checker's tables
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HINT = re.compile(r"did you mean '([^']+)'\?")
 TENSOR_KINDS = ("input", "param", "buffer", "formal", "tensor")

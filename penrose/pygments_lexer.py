@@ -9,8 +9,9 @@ it: `pygments.lexers.get_lexer_by_name("pen")`, `pygmentize -l pen model.pen`.
     >>> [(str(t), v) for t, v in lex("dim e = 2\\n", PenroseLexer())][:3]
     [('Token.Keyword.Declaration', 'dim'), ('Token.Text.Whitespace', ' '), ('Token.Name.Constant', 'e')]
 
-The functions come from the table of operations (`penrose.ops.OPS`), the keywords from the
-language (`docs/language.md`), so the lexer follows the language as it grows.
+The functions come from the table of operations (`penrose.ops.OPS`), the keywords, initialisers
+and dtypes from the checker's tables (`penrose.tables`), so the lexer follows the language as it
+grows.
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation
 
 from penrose.ops import FUNCTIONS
 from penrose.parse import INSTANCE_PATTERN
+from penrose.tables import DTYPES, PEN_KEYWORDS
+from penrose.tables import INITS as TABLE_INITS
 
 __all__ = ["PenroseLexer"]
 
-KEYWORDS = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat")
-INITS = ("normal", "zeros", "ones", "constant", "uniform", "xavier", "eye")
-DTYPES = ("float", "int", "bool")
+KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords, initialisers and dtypes: the checker's tables
+INITS = tuple(TABLE_INITS)
 IDENT = r"[A-Za-z_][A-Za-z0-9_]*"
 
 

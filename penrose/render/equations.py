@@ -352,11 +352,17 @@ def _function(name: str):
 
 
 def _elementwise(name: str):
-    """An element-wise function of the table: f(x), or f(x, keyword values) (LeakyReLU(x, 0.2))."""
+    """An element-wise function of the table: f(x), its keywords' values as subscripts (LeakyReLU_{0.2}(x))."""
     row = ops.OPS[name]
     if not row.keywords:
         return _function(name)
-    return lambda v, names: call(row.latex, _same(v, names), *[keyword_number(v, k.name) for k in row.keywords])
+    key = name.replace("_", "")
+    return lambda v, names: _function_class(key, row.latex)(_same(v, names), *[keyword_number(v, k.name) for k in row.keywords])
+
+
+def _clamp_min(v, names):
+    """clamp_min(x, m) = max(x, m), as clamp's lower bound reads."""
+    return call(r"\max", _same(v, names), keyword_number(v, "min"))
 
 
 def _sum_chain(v, names):
@@ -664,6 +670,7 @@ def _einsum(v, names):
 EQUATION: dict = {
     # element-wise functions: σ(x), tanh(x), √x ...
     **{name: _elementwise(name) for name in sorted(ops.ELEMENTWISE)},
+    "clamp_min": _clamp_min,  # a bound, not a subscript
     # operators
     "+": _sum_chain,
     "-": _sum_chain,
