@@ -142,6 +142,8 @@ CASES = [
     # -- reductions over nothing
     ("max over an empty leg", "dim t = 2, e = 0\ninput x[t, e]\ny = max(x, e)\noutput y", PenroseCheckError,
      r"^max over leg 'e', which has size 0: there are no entries to reduce$", 3, 5),
+    ("min over an empty leg", "dim t = 2, e = 0\ninput x[t, e]\ny = min(x, e)\noutput y", PenroseCheckError,
+     r"^min over leg 'e', which has size 0: there are no entries to reduce$", 3, 5),
     ("mean over an empty leg", "dim t = 2, e = 0\ninput x[t, e]\ny = mean(x, e)\noutput y", PenroseCheckError,
      r"^mean over leg 'e', which has size 0", 3, 5),
     # -- masks name an undeclared dim
