@@ -861,15 +861,16 @@ class _Checker:
         if OPS[f].rule == "elementwise":  # keywords given by position (clamp_min(x, alpha))
             written += [(k.name, node) for k, node in zip(OPS[f].keywords, e.args[1:])]
         shown = {k: self._expr(self._static_scope, node) for k, node in written
-                 if OPS[f].keyword(k) is not None and OPS[f].keyword(k).kind in ops.NUMERIC
-                 and _names(node)}
+                 if (kw := OPS[f].keyword(k)) is not None and kw.kind in ops.NUMERIC and _names(node)}
         if shown:  # keyword values written with consts or dims: figures and equations show the names
             v.attrs["shown"] = shown
             v.attrs["shown_text"] = {k: format_expr(node) for k, node in written if k in shown}
         return v
 
     def _builtin(self, sc, e: ir.Call) -> V:
-        return TYPE_RULES[OPS[e.func].rule](self, sc, e)  # the row names its type rule
+        rule = OPS[e.func].rule  # the row names its type rule (an operator has none, and is no call)
+        assert rule is not None
+        return TYPE_RULES[rule](self, sc, e)
 
     def _elementwise(self, sc, e: ir.Call) -> V:
         """An element-wise function of the table: its keywords by name, or by position after x."""
@@ -880,7 +881,7 @@ class _Checker:
                 return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
             raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
         self._numeric(a, e.args[0].span, f"apply {f} to")
-        attrs = {"name": f}
+        attrs: dict[str, object] = {"name": f}
         for kw, node in zip(row.keywords, [*e.args[1:], *[None] * len(row.keywords)]):
             if node is not None and e.kwarg(kw.name) is not None:
                 raise PenroseCheckError(f"{f}: {kw.name} is given twice, by position and as {kw.name}=", e.kwarg(kw.name).span)
@@ -922,6 +923,7 @@ class _Checker:
         """A number keyword as its row says: its default when not given (or `default`, a value
         given by position), whole or not, a dim allowed or not, within its rule."""
         spec = OPS[e.func].keyword(key)
+        assert spec is not None, f"{e.func} has no keyword {key!r} in the table"
         node = node if node is not None else e.kwarg(key)
         if node is None:
             return default if default is not None else spec.default

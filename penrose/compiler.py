@@ -330,7 +330,7 @@ class _Emitter:
         if same(a):
             return P.call(P.name("_topk_filter"), self.expr(x), cond.attrs["k"], dim)
         row = ops.OPS[a.attrs["name"]] if a.op == "unary" else None
-        if row is not None and same(a.args[0]) and not row.keywords:
+        if row is not None and row.torch is not None and same(a.args[0]) and not row.keywords:
             return P.call(P.name("_topk_keep"), self.expr(x), cond.attrs["k"], dim, P.path(row.torch))
         return None
 
@@ -618,6 +618,7 @@ def _lower_unary(em: _Emitter, v: V):
     if v.op == "sfunc":
         return _lower_scalar_func(em, v)
     row = ops.OPS[v.attrs["name"]]
+    assert row.torch is not None  # LOWER has this rule for the element-wise rows only
     return P.call(P.path(row.torch), em.expr(v.args[0]), *[v.attrs[k.name] for k in row.keywords])
 
 

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 # keyword kinds: what may be written for a keyword
 NUMBER = "number"  # a number literal (inf where the rule allows)
@@ -55,7 +56,7 @@ KINDS = (NUMBER, INT, NUMBER_OR_DIM, LEG, PARAM, DIM)
 NUMERIC = (NUMBER, INT, NUMBER_OR_DIM)  # kinds whose value is a number
 
 # keyword rules
-RULES = {
+RULES: dict[str, tuple[str, Callable[[float], bool]]] = {
     "any": ("", lambda v: True),
     "finite": ("finite", lambda v: math.isfinite(v)),
     "positive": ("positive", lambda v: math.isfinite(v) and v > 0),
@@ -72,7 +73,7 @@ class Kw:
     default: object = None  # None: no default (a number keyword without one must be given)
     rule: str = "any"
 
-    def ok(self, value) -> bool:
+    def ok(self, value: float) -> bool:
         return RULES[self.rule][1](value)
 
     @property
@@ -98,10 +99,10 @@ class Op:
 
     name: str
     category: str  # elementwise | operator | contraction | leg | mask | shape | index | block
-    args: tuple  # positional parameter names (documentation and arity)
+    args: tuple[str, ...]  # positional parameter names (documentation and arity)
     min_args: int
     max_args: int | None  # None: any number
-    keywords: tuple = ()
+    keywords: tuple[Kw, ...] = ()
     legs: str = ""  # the result-leg rule, in words
     doc: str = ""
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
@@ -109,7 +110,7 @@ class Op:
     rule: str | None = None  # the checker's type rule (penrose.check.TYPE_RULES); None: an operator
     # an element-wise function (see the module docstring)
     torch: str | None = None
-    form: Callable | None = None
+    form: Callable[..., Any] | None = None
     label: str = ""
     latex: str = ""
     reading: str = ""
@@ -122,7 +123,7 @@ class Op:
         return None
 
     @property
-    def keyword_names(self) -> tuple:
+    def keyword_names(self) -> tuple[str, ...]:
         return tuple(k.name for k in self.keywords)
 
     @property
@@ -132,9 +133,11 @@ class Op:
         parts += [f"{k.name}={k.default!r}" if k.default is not None else f"{k.name}=..." for k in named]
         return f"{self.name}({', '.join(parts)})"
 
-    def call(self, x, m, attrs=None):
+    def call(self, x: Any, m: Any, attrs: dict[str, Any] | None = None) -> Any:
         """This element-wise function of `x` in the primitives of namespace `m` (SCALAR, or
         one that computes on tensors); keyword values from `attrs`, else their defaults."""
+        if self.form is None:
+            raise TypeError(f"{self.name} is not an element-wise function of the table")
         attrs = attrs or {}
         return self.form(x, m, **{k.name: attrs.get(k.name, k.default) for k in self.keywords})
 
@@ -146,11 +149,11 @@ class SCALAR:
     abs = staticmethod(abs)
 
     @staticmethod
-    def where(cond, a, b):
+    def where(cond: Any, a: Any, b: Any) -> Any:
         return a if cond else b
 
     @staticmethod
-    def clamp(x, lo=None, hi=None):
+    def clamp(x: Any, lo: Any = None, hi: Any = None) -> Any:
         x = x if lo is None else max(x, lo)
         return x if hi is None else min(x, hi)
 
@@ -160,12 +163,12 @@ PRIMITIVES = ("exp", "log", "log1p", "expm1", "tanh", "erf", "sqrt", "abs", "whe
 
 # the element-wise forms: stable where torch's kernels are (no overflow in a branch where() drops,
 # so gradients stay finite), and with torch's gradient at the kinks (relu'(0) = 0)
-def _sigmoid(x, m):
+def _sigmoid(x: Any, m: Any) -> Any:
     e = m.exp(m.where(x >= 0, -x, x))  # exp(-|x|), with the sign's gradient at 0
     return m.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-def _softplus(x, m):
+def _softplus(x: Any, m: Any) -> Any:
     return m.where(x > 20, x, m.log1p(m.exp(m.clamp(x, None, 20))))  # torch's threshold 20
 
 
@@ -173,17 +176,18 @@ SAME = "the legs of its operand"
 ALIGNED = "the operands' legs aligned by name (or by position when the counts match)"
 
 
-def _unary(name, doc, torch, form, label, latex, reading, keywords=(), scalar=False, aten=None, args=("x",)):
+def _unary(name: str, doc: str, torch: str, form: Callable[..., Any], label: str, latex: str, reading: str,
+           keywords: tuple[Kw, ...] = (), scalar: bool = False, aten: str | None = None, args: tuple[str, ...] = ("x",)) -> Op:
     """An element-wise function: one row (positional arguments after x are its keywords in order)."""
     return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, rule="elementwise",
               torch=torch, form=form, label=label, latex=latex, reading=reading, aten=aten)
 
 
-def _binary(op, doc):
+def _binary(op: str, doc: str) -> Op:
     return Op(op, "operator", ("a", "b"), 2, 2, (), ALIGNED, doc, scalar=op not in ("<", "<=", ">", ">=", "==", "!="))
 
 
-def _minmax(name, word):
+def _minmax(name: str, word: str) -> Op:
     """max and min: over a leg (a reduction), or of two operands entry by entry."""
     return Op(name, "leg", ("x", "leg"), 1, 2, (_LEG,),
               "its operand's legs without the reduced leg; of two operands, their legs aligned",
@@ -329,20 +333,20 @@ OPERATORS = frozenset(n for n, op in OPS.items() if op.category == "operator")
 ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.torch is not None)
 
 
-def key_of(code: str, attrs: dict) -> str | None:
+def key_of(code: str, attrs: dict[str, Any]) -> str | None:
     """The table name of a checked value (check.V): its op code refined by its attributes.
     None for atoms (numbers, references, sizes) and for statements (block calls, return)."""
     if code in ("unary", "sfunc", "reduce", "pair"):
-        return attrs["name"]
+        return str(attrs["name"])
     if code in ("mask", "einop"):
-        return attrs["kind"]
+        return str(attrs["kind"])
     if code in ("binop", "sbin"):
-        return attrs["op"]
+        return str(attrs["op"])
     if code in OPS:
         return code
     return None
 
 
-def key(v) -> str | None:
+def key(v: Any) -> str | None:
     """`key_of` for a checked value."""
     return key_of(v.op, v.attrs)

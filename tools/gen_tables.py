@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from penrose.ops import ELEMENTWISE, FUNCTIONS, OPS  # after the path is set
+from penrose.ops import ELEMENTWISE, FUNCTIONS, OPS  # noqa: E402  (after the path is set)
 
 GRAMMARS = [ROOT / "editors" / "penrose.tmLanguage.json", ROOT / "editors" / "vscode" / "syntaxes" / "penrose.tmLanguage.json"]
 LANGUAGE = ROOT / "docs" / "language.md"
