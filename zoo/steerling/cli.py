@@ -152,6 +152,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--lambda-concept", type=ascii_float, default=0.1)
     t.add_argument("--lambda-indep", type=ascii_float, default=1.0)
     t.add_argument("--lambda-rec", type=ascii_float, default=0.1)
+    t.add_argument("--lambda-bottleneck", type=ascii_float, default=0.0,
+                   help="with --epsilon: also the token loss of h̄ = k̂ + û (the post's L_token), weighted; "
+                        "without it the release form gives the known embeddings no gradient")
     t.add_argument("--negative-weight", type=ascii_float, default=1.0, help="weight of unannotated concepts as negatives")
     t.add_argument("--teacher-forcing-steps", type=ascii_int, default=0, help="anneal teacher forcing 1 → 0 over N steps")
     t.add_argument("--tokenizer", default="byte", choices=["byte", "bpe"])
@@ -227,6 +230,31 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--limit", type=ascii_int, default=50)
     c.add_argument("--json", action="store_true")
 
+    pl = sub.add_parser("planted", help="write a planted-concept corpus (known answers; penrose_zoo.steerling.planted)")
+    pl.add_argument("--out", required=True, help="new folder: one category file per labelled concept, .planted.json")
+    pl.add_argument("--seed", type=ascii_int, default=0)
+    pl.add_argument("--chunks", type=ascii_int, default=4000)
+    pl.add_argument("--concepts", type=ascii_int, default=8, help="planted concepts, withheld and pattern ones included")
+    pl.add_argument("--words", type=ascii_int, default=6, help="words per concept")
+    pl.add_argument("--shared-words", type=ascii_int, default=1, help="words concept i shares with concept i + 1")
+    pl.add_argument("--withheld", type=ascii_int, default=1, help="the last concepts: planted, never labelled")
+    pl.add_argument("--rare", type=ascii_int, default=1, help="rare concepts (draw weight --rare-weight)")
+    pl.add_argument("--rare-weight", type=ascii_float, default=0.25)
+    pl.add_argument("--co-occur", type=ascii_float, default=0.5, help="P(concept 2k brings its partner 2k + 1)")
+    pl.add_argument("--extra-concept", type=ascii_float, default=0.3, help="P(one more random concept)")
+    pl.add_argument("--no-pattern", action="store_true", help="no numbers (pattern) concept")
+
+    ka = sub.add_parser("known-answer", help="on a checkpoint trained on a planted corpus: detection vs a linear probe, "
+                                             "logit share, steering, attribution, unknown-concept recovery")
+    ka.add_argument("--checkpoint", required=True, metavar="DIR", help="a `train` checkpoint whose --data is a planted corpus")
+    ka.add_argument("--samples", type=ascii_int, default=64, help="generations per concept and condition")
+    ka.add_argument("--new-tokens", type=ascii_int, default=48)
+    ka.add_argument("--strength", type=ascii_float, default=1.0, help="injected weight of the concept (post-top-k)")
+    ka.add_argument("--max-batches", type=ascii_int, default=32, help="validation / training batches measured")
+    ka.add_argument("--seed", type=ascii_int, default=0)
+    ka.add_argument("--threads", type=ascii_int, default=None)
+    ka.add_argument("--json", action="store_true")
+
     from penrose_zoo.steerling.scaling import add_arguments
 
     add_arguments(sub.add_parser("scaling", help="base vs concept-module models at several sizes: power-law fits "
@@ -244,7 +272,8 @@ def main(argv=None) -> int:
         return 2
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
-                "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling}[args.command](args)
+                "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling,
+                "planted": _planted, "known-answer": _known_answer}[args.command](args)
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
         return 1
@@ -446,6 +475,7 @@ def _train(args) -> int:
     cfg = TrainConfig(preset=args.preset, data=args.data, categories=cats, max_chunks=args.max_chunks,
                       variant=args.variant, epsilon=args.epsilon, lambda_concept=args.lambda_concept,
                       lambda_indep=args.lambda_indep, lambda_rec=args.lambda_rec,
+                      lambda_bottleneck=args.lambda_bottleneck,
                       negative_weight=args.negative_weight, teacher_forcing_steps=args.teacher_forcing_steps,
                       tokenizer=args.tokenizer, bpe_vocab=args.bpe_vocab, steps=args.steps, seed=args.seed,
                       seq_len=args.seq_len, batch_size=args.batch_size, lr=args.lr)
@@ -691,6 +721,38 @@ def _scaling(args) -> int:
     from penrose_zoo.steerling.scaling import run_args
 
     return run_args(args)
+
+
+def _planted(args) -> int:
+    from penrose_zoo.steerling.planted import PlantedConfig, generate_planted, write_planted
+
+    try:
+        cfg = PlantedConfig(n_concepts=args.concepts, words_per_concept=args.words, shared_words=args.shared_words,
+                            pattern_concept=not args.no_pattern, withheld=args.withheld, rare=args.rare,
+                            rare_weight=args.rare_weight, co_occur=args.co_occur, extra_concept=args.extra_concept,
+                            n_chunks=args.chunks, seed=args.seed)
+        corpus = generate_planted(cfg)
+        out = write_planted(corpus, args.out)
+    except (ValueError, FileExistsError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(f"{out}: {len(corpus.chunks)} chunks; labelled concepts {', '.join(corpus.labelled_names)}"
+          + (f"; withheld {', '.join(cfg.withheld_names)}" if cfg.withheld else "")
+          + (f"; pattern (numbers) {cfg.pattern_name}" if cfg.pattern_name else ""))
+    return 0
+
+
+def _known_answer(args) -> int:
+    import torch
+
+    from penrose_zoo.steerling.known_answer import format_report, known_answer
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    r = known_answer(args.checkpoint, samples=args.samples, new_tokens=args.new_tokens, strength=args.strength,
+                     max_batches=args.max_batches, seed=args.seed)
+    print(json.dumps(r, indent=1) if args.json else format_report(r))
+    return 0
 
 
 def _evaluate(args) -> int:

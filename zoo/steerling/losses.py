@@ -91,6 +91,7 @@ class LossWeights:
     concept: float = 1.0
     indep: float = 1.0
     rec: float = 1.0
+    bottleneck: float = 0.0  # the token loss of h̄ = k̂ + û (out's `bottleneck_logits`) besides the logits'
 
 
 # ---------------------------------------------------------------------------------------------
@@ -429,6 +430,11 @@ def reduced_loss(
     total = tok_sum * (W / n_tok).to(tok_sum.dtype)
     report = [tok_sum.detach().double()]
     parts: dict[str, float] = {}
+    if weights.bottleneck:
+        bn_sum, _ = token_sums(get_field(out, "bottleneck_logits"), input_ids, masked=masked, pad_id=pad_id,
+                               token_level=token_level, weighting=diffusion_weighting)
+        total = total + weights.bottleneck * bn_sum * (W / n_tok).to(bn_sum.dtype)
+        report.append(bn_sum.detach().double())
     if weights.concept:
         known_logits = get_field(out, "known_logits")
         c = chunk_labels.shape[0]
@@ -456,11 +462,14 @@ def reduced_loss(
         report.append(rec_sum.detach().double())
     sums = comm.all_reduce(torch.stack(report))
     result = {"token": float(sums[0] / n_tok)}
+    if weights.bottleneck:
+        result["bottleneck"] = float(sums[1] / n_tok)
     result.update(parts)
     if weights.rec:
-        result["rec"] = float(sums[1] / n_valid)
+        result["rec"] = float(sums[-1] / n_valid)
     result["total"] = (result["token"] + weights.concept * result.get("concept", 0.0)
-                       + weights.indep * result.get("indep", 0.0) + weights.rec * result.get("rec", 0.0))
+                       + weights.indep * result.get("indep", 0.0) + weights.rec * result.get("rec", 0.0)
+                       + weights.bottleneck * result.get("bottleneck", 0.0))
     return total, result
 
 

@@ -15,6 +15,8 @@ validation token loss and the metrics of penrose_zoo.steerling.measure). Variant
   bottleneck         the post's pure bottleneck: ε off (the head reads k̂ + û), same losses;
   bottleneck_attached  the same, but the unknown head reads h without detach, so the token loss
                      reaches the backbone through û as well (train.forward_unknown_attached).
+  release_hbar       the release form plus the post's token loss on h̄ = k̂ + û (λ_bottleneck 1), so
+                     the known embeddings learn (not in the default --variants).
 
 Compute C = 6·N·D, N the non-embedding backbone parameters (transformer layers and the final
 norm: the same for every variant at a size), D the training tokens (steps · batch · sequence).
@@ -50,7 +52,9 @@ VARIANTS: dict[str, dict] = {
     "release": dict(epsilon=True, **LOSSES),
     "bottleneck": dict(epsilon=False, **LOSSES),
     "bottleneck_attached": dict(epsilon=False, unknown_detach=False, **LOSSES),
+    "release_hbar": dict(epsilon=True, lambda_bottleneck=1.0, **LOSSES),
 }
+DEFAULT_VARIANTS = ("base", "release", "bottleneck", "bottleneck_attached")  # release_hbar: on request
 CONCEPT_VARIANTS = tuple(v for v in VARIANTS if v != "base")
 
 # Backbone sizes (the concept module grows with the width: 2e unknown concepts at rank e/4).
@@ -255,7 +259,7 @@ def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf
     counts = parameter_counts(model)
     params = list(model.parameters())
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
-    fwd = TrainForward(model, cfg.unknown_detach)  # train's loss path, one process
+    fwd = TrainForward(model, cfg.unknown_detach, cfg.lambda_bottleneck > 0)  # train's loss path, one process
     model.train()
     last = {}
     for step in range(cfg.steps):
@@ -283,7 +287,7 @@ def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf
 
 
 def run(mode_name: str, out: str | Path, *, data: str = "fortunes", device: str = "cpu", bf16: bool | None = None,
-        families=FAMILIES, variants=tuple(VARIANTS), seeds=None, log=None, analyse_only: bool = False) -> dict:
+        families=FAMILIES, variants=DEFAULT_VARIANTS, seeds=None, log=None, analyse_only: bool = False) -> dict:
     """Every run of a mode (rows cached in OUT/runs), the analysis and the plots; returns results.
     results.json is rewritten after each run (plots at the end); analyse_only: train nothing,
     analyse the cached runs of these settings."""
@@ -454,8 +458,8 @@ def add_arguments(p) -> None:
     p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast, the larger sizes)")
     p.add_argument("--no-bf16", action="store_true", help="with --device cuda: train in float32")
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: causal,block_causal")
-    p.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated variants (base is needed "
-                   "for the comparisons)")
+    p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated variants (base is needed "
+                   f"for the comparisons; default {','.join(DEFAULT_VARIANTS)}; all: {','.join(VARIANTS)})")
     p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the mode's)")
     p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1 is fastest on 2 cores)")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")

@@ -83,6 +83,7 @@ class TrainConfig:
     lambda_concept: float = 0.1
     lambda_indep: float = 1.0
     lambda_rec: float = 0.1
+    lambda_bottleneck: float = 0.0     # with ε on: + λ · the token loss of h̄ = k̂ + û (the post's L_token)
     negative_weight: float = 1.0
     teacher_forcing_steps: int = 0
     tokenizer: str = "byte"            # 'byte' | 'bpe'
@@ -240,10 +241,11 @@ class TrainForward(torch.nn.Module):
     losses read as a dict of tensors, and k̂_gt = labels · K (b, t, e) of the chunk labels (fed to
     the LM head under teacher forcing; the reconstruction target)."""
 
-    def __init__(self, model, unknown_detach: bool = True):
+    def __init__(self, model, unknown_detach: bool = True, bottleneck: bool = False):
         super().__init__()
         self.model = model
         self.unknown_detach = unknown_detach
+        self.bottleneck = bottleneck  # also return the logits of h̄ = k̂ + û (TrainConfig.lambda_bottleneck)
 
     def forward(self, input_ids, chunk_index, chunk_labels, teacher_forcing: float = 0.0) -> dict:
         from penrose_zoo.steerling.losses import known_gt_features
@@ -251,9 +253,13 @@ class TrainForward(torch.nn.Module):
         kgt = known_gt_features(chunk_index, chunk_labels, self.model.concept_embeddings("known"))
         kw = dict(known_gt_features=kgt, teacher_forcing=teacher_forcing) if teacher_forcing > 0 else {}
         out = training_forward(self.model, input_ids, self.unknown_detach, **kw)
-        return {"logits": out.logits, "hidden": out.hidden, "known_logits": out.known_logits,
-                "known_features": out.known_features, "unknown_features": out.unknown_features,
-                "known_gt": kgt.detach()}
+        res = {"logits": out.logits, "hidden": out.hidden, "known_logits": out.known_logits,
+               "known_features": out.known_features, "unknown_features": out.unknown_features,
+               "known_gt": kgt.detach()}
+        if self.bottleneck:
+            h_bar = out.known_features + out.unknown_features
+            res["bottleneck_logits"] = h_bar @ self.model.lm_head_weight().t()
+        return res
 
 
 def _forward_module(fwd, cfg: TrainConfig, comm):
@@ -261,7 +267,7 @@ def _forward_module(fwd, cfg: TrainConfig, comm):
     inner = comm.unwrap(fwd)
     if isinstance(inner, TrainForward):
         return fwd, inner.model
-    return TrainForward(fwd, cfg.unknown_detach), fwd  # a bare model: one process
+    return TrainForward(fwd, cfg.unknown_detach, cfg.lambda_bottleneck > 0), fwd  # a bare model: one process
 
 
 def batch_loss(fwd, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=None, train: bool = True,
@@ -298,7 +304,8 @@ def batch_loss(fwd, batch, cfg: TrainConfig, *, step: int, noise_seed: int, tok=
         inp, masked = noise.noisy_ids.to(dev), noise.masked.to(dev)[rows]
     o = fwd(inp[rows], cidx[rows], labels, alpha)
     return reduced_loss(o, ids[rows], cidx[rows], labels, o["known_gt"],
-                        weights=LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec),
+                        weights=LossWeights(cfg.lambda_concept, cfg.lambda_indep, cfg.lambda_rec,
+                                            cfg.lambda_bottleneck),
                         negative_weight=cfg.negative_weight, masked=masked, pad_id=batch.pad_id, comm=comm,
                         sizes=sizes, all_valid=cidx >= 0)
 
@@ -392,7 +399,7 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
     train_data, val_data = packed(cfg, corpus, tok)
     vb = val_batches(val_data, cfg, cfg.val_batches)
     n_params = model.num_parameters()
-    fwd = comm.wrap(TrainForward(model, cfg.unknown_detach))  # DDP / FSDP (or nothing) around the forward
+    fwd = comm.wrap(TrainForward(model, cfg.unknown_detach, cfg.lambda_bottleneck > 0))  # DDP / FSDP (or nothing) around the forward
     params = list(model.parameters())  # (after wrap: FSDP's sharded parameters)
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(0.9, 0.95), weight_decay=cfg.weight_decay)
     if resume:

@@ -1,0 +1,460 @@
+"""Known-answer measurements of a Steerling checkpoint trained on a planted-concept corpus
+(penrose_zoo.steerling.planted): `penrose steerling known-answer --checkpoint RUN`.
+
+Index legend: b batch, t position, v vocabulary, e embedding, n known concept, m unknown concept,
+c chunk.
+
+The checkpoint's training corpus (train.json's --data) must hold a planted corpus
+(DIR/.planted.json): its truth gives every chunk's planted concepts, withheld ones included, and
+the lexicon of each concept. Measured on the same packed validation rows training validated on
+(`train.packed`), chunk pieces counted per piece as in penrose_zoo.steerling.measure:
+
+  detection        per labelled concept, ROC-AUC on validation chunks of the concept module's
+                   chunk presence (ranked by −log(1 − P) = −Σ_t logσ(−z_t), the same order as P
+                   without its float saturation at 1) against the planted labels; beside it a
+                   linear probe (standardised logistic regression, C = 1) on the same hidden
+                   states h pooled per chunk (mean and max over the chunk's tokens,
+                   concatenated), fit on training chunks: the best a linear read-out of h does.
+                   Also the token-level AUC of σ(z_t) against the planted spans.
+  logit share      measure.logit_share on validation rows: (|K| + |U|) / (|K| + |U| + |ε|) and
+                   |K| / (...) of each argmax logit (K, U, ε the known, unknown, ε parts).
+  steering         per labelled concept c, `samples` seeded generations of `new_tokens` tokens
+                   (temperature 1, top-p 1), one forward pass per token, stopped at <|eoc|>:
+                   injection: from neutral prompts (a filler sentence), with c's post-top-k
+                     weight set to `strength` at every position (intervene_known, which also
+                     switches ε off) against the same seeds without intervention; the rate is
+                     the fraction of generated words in c's lexicon (numbers for the pattern
+                     concept);
+                   suppression: from prompts that express c (one of its sentences from a
+                     validation chunk), c's weight set to 0 against no intervention;
+                   ratio = mean rate with / without, with a 95% bootstrap interval over samples
+                   (paired by seed); fluency = the mean negative log-likelihood of the generated
+                   tokens under the unsteered model (read in the same forward passes).
+  attribution      exact concept→logit attribution (penrose_zoo.steerling.attribution):
+                   held-out: per validation chunk the known concept with the largest summed
+                     contribution to the logits of the chunk's own next tokens; precision = the
+                     fraction of chunks where it is one of the chunk's planted labels (chance:
+                     the mean share of labels among the known concepts);
+                   generated: the same over the tokens of each generation (unsteered and
+                     injected), recorded in the pass that sampled each token, against the
+                     labelled concepts whose words the generation contains; `verify()` of the
+                     GenerationAttribution (contributions sum to the sampled logits).
+  unknown recovery per withheld concept, the unknown concept whose chunk presence (from the
+                   unknown head's pre-top-k logits) has the best AUC on training chunks, and its
+                   AUC on validation chunks; beside it the linear probe on h.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+__all__ = ["known_answer", "format_report", "chunk_pool", "probe_aucs", "bootstrap_ratio", "sample_steered"]
+
+
+def _auc(score, label) -> float | None:
+    from sklearn.metrics import roc_auc_score
+
+    label = np.asarray(label) > 0.5
+    if label.all() or not label.any():
+        return None
+    return float(roc_auc_score(label, np.asarray(score, dtype=np.float64)))
+
+
+@torch.no_grad()
+def chunk_pool(model, batches, truth_labels) -> dict:
+    """Per chunk piece over LMBatch-es: known and unknown chunk scores −log(1 − P) (c, n), (c, m);
+    h pooled (c, 2e) as [mean, max]; planted labels (c, N) from truth_labels(batch) (the batch's
+    chunks, in its local order); token-level known probabilities and planted token labels."""
+    from penrose_zoo.steerling.attribution import forward_ids
+    from penrose_zoo.steerling.losses import chunk_log_absence
+
+    ks, us, hs, ys, tok_p, tok_y = [], [], [], [], [], []
+    for batch, token_labels in batches:
+        out = forward_ids(model, batch.input_ids)
+        c = batch.chunk_labels.shape[0]
+        idx = batch.chunk_index
+        ks.append(-chunk_log_absence(out.known_logits, idx, c))
+        us.append(-chunk_log_absence(out.unknown_logits, idx, c))
+        valid = (idx >= 0).reshape(-1)
+        h = out.hidden.float().reshape(-1, out.hidden.shape[-1])[valid]
+        flat = idx.reshape(-1)[valid]
+        count = torch.zeros(c).index_add(0, flat, torch.ones(flat.shape[0])).clamp_min(1).unsqueeze(-1)
+        mean = torch.zeros(c, h.shape[-1]).index_add(0, flat, h) / count
+        mx = torch.full((c, h.shape[-1]), -math.inf).index_reduce(0, flat, h, "amax")
+        hs.append(torch.cat([mean, mx], -1))
+        ys.append(truth_labels(batch))
+        if token_labels is not None:
+            n = out.known_logits.shape[-1]
+            tok_p.append(torch.sigmoid(out.known_logits.float()).reshape(-1, n)[valid])
+            tok_y.append(token_labels.reshape(-1, token_labels.shape[-1])[valid])
+    res = {"known": torch.cat(ks).numpy(), "unknown": torch.cat(us).numpy(), "h": torch.cat(hs).numpy(),
+           "labels": torch.cat(ys).numpy()}
+    if tok_p:
+        res["token_prob"], res["token_labels"] = torch.cat(tok_p).numpy(), torch.cat(tok_y).numpy()
+    return res
+
+
+def probe_aucs(x_tr, y_tr, x_va, y_va, C: float = 1.0) -> list[float | None]:
+    """Per column of y, validation AUC of a standardised logistic-regression probe fit on training."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    out = []
+    for j in range(y_tr.shape[1]):
+        ytr, yva = y_tr[:, j] > 0.5, y_va[:, j] > 0.5
+        if ytr.all() or not ytr.any() or yva.all() or not yva.any():
+            out.append(None)
+            continue
+        probe = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=2000))
+        probe.fit(x_tr, ytr)
+        out.append(_auc(probe.decision_function(x_va), yva))
+    return out
+
+
+def bootstrap_ratio(a, b, *, n: int = 2000, seed: int = 0) -> dict:
+    """mean(a) / mean(b) of paired samples with a 95% bootstrap interval (None where mean(b) is 0)."""
+    a, b = np.asarray(a, dtype=np.float64), np.asarray(b, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    idx = rng.integers(0, len(a), size=(n, len(a)))
+    ma, mb = a[idx].mean(1), b[idx].mean(1)
+    ok = mb > 0
+    ratio = float(a.mean() / b.mean()) if b.mean() > 0 else None
+    lo, hi = (np.percentile(ma[ok] / mb[ok], [2.5, 97.5]) if ok.mean() > 0.95 else (None, None))
+    return {"with": float(a.mean()), "without": float(b.mean()), "with_sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
+            "without_sd": float(b.std(ddof=1)) if len(b) > 1 else 0.0, "ratio": ratio,
+            "ratio_ci95": None if lo is None else [float(lo), float(hi)],
+            "difference": float(a.mean() - b.mean()),
+            "difference_ci95": [float(x) for x in np.percentile(ma - mb, [2.5, 97.5])]}
+
+
+@torch.no_grad()
+def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, seed: int, intervene: dict | None = None,
+                   attribute: bool = True) -> dict:
+    """One sample per prompt (prompts of one length; row i draws with a generator seeded seed + i),
+    each continued for up to new_tokens tokens, one forward pass per token (the block-causal variant predicts an
+    appended [MASK]); `intervene` {concept: weight} at every position. Returns the generated ids
+    per sample (cut after <|eoc|>), the unsteered model's log-likelihood of each generated token,
+    and, with attribute, the known contribution per concept summed over each sample's tokens
+    plus a GenerationAttribution of every sampled logit."""
+    from penrose_zoo.steerling.attribution import GenerationAttribution, active_concepts, concept_attribution, forward_ids
+
+    device = model.lm_head_weight().device
+    if len({len(p) for p in prompts}) != 1:
+        raise ValueError("sample_steered: the prompts must have one length (they run as one batch)")
+    n, plen = len(prompts), len(prompts[0])
+    ids = torch.tensor(prompts, dtype=torch.long, device=device)
+    gens = [torch.Generator().manual_seed(seed + i) for i in range(n)]
+    banned = [tok.pad_id, tok.bos_id, tok.mask_id]
+    alive = torch.ones(n, dtype=torch.bool)
+    length = torch.zeros(n, dtype=torch.long)
+    nll = torch.zeros(n, dtype=torch.float64)
+    n_known = model.sizes["c"]
+    credit = torch.zeros(n, n_known, dtype=torch.float64)
+    rec: dict[str, list] = {k: [] for k in ("tid", "logit", "kid", "kw", "kc", "uid", "uw", "uc", "eps", "live")}
+    kw = {"intervene_known": dict(intervene)} if intervene else {}
+    block = model.model_config["block_size"]
+    for _ in range(new_tokens):
+        if ids.shape[1] + 1 > block or not alive.any():
+            break
+        x = torch.cat([ids, torch.full((n, 1), tok.mask_id, device=device)], 1) if model.variant == "block_causal" else ids
+        plain = forward_ids(model, x)
+        out = forward_ids(model, x, **kw) if kw else plain
+        logits = out.logits[:, -1].float().clone()
+        logits[:, banned] = -math.inf
+        probs = torch.softmax(logits, -1).cpu()
+        nxt = torch.stack([torch.multinomial(probs[i], 1, generator=gens[i])[0] for i in range(n)]).to(device)
+        lp = torch.log_softmax(plain.logits[:, -1].float(), -1).gather(-1, nxt[:, None])[:, 0].cpu().double()
+        live = alive.clone()
+        nll += torch.where(live, -lp, torch.zeros_like(lp))
+        length += live.long()
+        if attribute:
+            last = type(out)(**{f: getattr(out, f) for f in ("logits", "hidden", "known_features", "unknown_features",
+                                                              "epsilon", "composed", "known_logits", "known_weights",
+                                                              "unknown_logits", "unknown_weights")})
+            for f in ("logits", "hidden", "known_features", "unknown_features", "epsilon", "composed", "known_logits",
+                      "known_weights", "unknown_logits", "unknown_weights"):
+                v = getattr(last, f)
+                if v is not None:
+                    setattr(last, f, v[:, -1:])
+            attr = concept_attribution(model, last, nxt[:, None])
+            kid, kc = attr.known_ids[:, 0], attr.known[:, 0, 0].double().cpu()  # (n, k)
+            credit.scatter_add_(1, kid.cpu(), torch.where(live[:, None], kc, torch.zeros_like(kc)))
+            _, kwt = active_concepts(last, "known")
+            uid, uwt = active_concepts(last, "unknown")
+            for key, v in (("tid", nxt[:, None]), ("logit", attr.logit[:, 0]), ("kid", kid), ("kw", kwt[:, 0]),
+                           ("kc", attr.known[:, 0, 0]), ("uid", uid[:, 0]), ("uw", uwt[:, 0]),
+                           ("uc", attr.unknown[:, 0, 0]), ("eps", attr.epsilon[:, 0]), ("live", live[:, None])):
+                rec[key].append(v.cpu())
+        ids = torch.cat([ids, nxt[:, None]], 1)
+        alive &= (nxt.cpu() != tok.eoc_id)
+    gen = [ids[i, plen:plen + int(length[i])].tolist() for i in range(n)]
+    result = {"generated": gen, "nll": (nll / length.clamp_min(1)).tolist(), "tokens": length.tolist()}
+    if attribute and rec["tid"]:
+        live = torch.cat(rec["live"], 1)
+
+        def cat(key, k=None):
+            v = torch.cat([r if r.dim() == 3 else r[:, :, None] if k else r for r in rec[key]], 1)
+            return v
+
+        def stack3(key):  # (n, T, k), k padded to the widest step (a set weight can drop a concept)
+            width = max(r.shape[-1] for r in rec[key])
+            return torch.stack([torch.nn.functional.pad(r, (0, width - r.shape[-1])) for r in rec[key]], 1)
+
+        def z3(v):
+            return v * live[..., None].to(v.dtype)
+
+        def z2(v):
+            return v * live.to(v.dtype)
+
+        ga = GenerationAttribution(target_token_ids=cat("tid"), target_logits=z2(cat("logit").float()),
+                                   known_indices=stack3("kid"), known_weights=z3(stack3("kw").float()),
+                                   known_contributions=z3(stack3("kc").float()), unk_indices=stack3("uid"),
+                                   unk_weights=z3(stack3("uw").float()), unk_contributions=z3(stack3("uc").float()),
+                                   epsilon_contribution=z2(cat("eps").float()), committed=live)
+        result["attribution"] = ga
+        result["credit"] = credit
+    return result
+
+
+def _rate(ids, tok, corpus, concept: str) -> float:
+    from penrose_zoo.steerling.planted import text_concept_rates
+
+    return text_concept_rates(tok.decode(ids, skip_special_tokens=True), corpus)[concept]
+
+
+def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strength: float = 1.0, max_batches: int = 32,
+                 seed: int = 0, concepts: list[str] | None = None) -> dict:
+    """Every measurement of the module doc on a training checkpoint (a dict; format_report prints it).
+    concepts: the labelled concepts steered (default all)."""
+    import random
+
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling import measure
+    from penrose_zoo.steerling.attribution import concept_attribution, forward_ids
+    from penrose_zoo.steerling.checkpoints import load_checkpoint
+    from penrose_zoo.steerling.planted import MANIFEST, load_planted, packed_token_labels
+    from penrose_zoo.steerling.train import TrainConfig, batch_of, data_dir, load_corpus, packed
+
+    model, tok, names, state = load_checkpoint(checkpoint)
+    model.eval()
+    cfg = TrainConfig(**state["config"]).resolved()
+    where = data_dir(cfg.data)
+    if not (Path(where) / MANIFEST).is_file():
+        raise PenroseError(f"{checkpoint} was trained on {where!r}, which holds no planted corpus ({MANIFEST}); "
+                           "known-answer needs one (penrose steerling planted --out DIR)")
+    planted = load_planted(where)
+    truth = planted.by_text()
+    all_names = list(names) + [n for n in planted.names if n not in names]  # labelled, then withheld
+    withheld = [n for n in planted.config.withheld_names]
+    corpus = load_corpus(cfg)
+    train_data, val_data = packed(cfg, corpus, tok)
+    byte_tok = type(tok).__name__ == "ByteTokenizer"
+
+    def rows_of(data, limit):
+        out = []
+        tl = packed_token_labels(data, planted, names) if byte_tok else None
+        for i in range(0, min(data.n_rows, limit * cfg.batch_size), cfg.batch_size):
+            rows = torch.arange(i, min(i + cfg.batch_size, data.n_rows))
+            out.append((batch_of(data, rows), None if tl is None else tl[rows]))
+        return out
+
+    def truth_labels_of(data):
+        def f(batch):
+            y = torch.zeros(batch.chunk_ids.shape[0], len(all_names))
+            for j, cid in enumerate(batch.chunk_ids.tolist()):
+                for c in truth[data.texts[cid]].concepts:
+                    y[j, all_names.index(c)] = 1.0
+            return y
+        return f
+
+    tr_b, va_b = rows_of(train_data, max_batches), rows_of(val_data, max_batches)
+    tr = chunk_pool(model, tr_b, truth_labels_of(train_data))
+    va = chunk_pool(model, va_b, truth_labels_of(val_data))
+    n = len(names)
+    det = [_auc(va["known"][:, j], va["labels"][:, j]) for j in range(n)]
+    probe = probe_aucs(tr["h"], tr["labels"], va["h"], va["labels"])
+    tok_auc = ([_auc(va["token_prob"][:, j], va["token_labels"][:, j]) for j in range(n)] if "token_prob" in va
+               else [None] * n)
+
+    def mean(xs):
+        xs = [x for x in xs if x is not None]
+        return float(np.mean(xs)) if xs else None
+
+    detection = {"per_concept": {names[j]: {"module_auc": det[j], "probe_auc": probe[j], "token_auc": tok_auc[j]}
+                                 for j in range(n)},
+                 "module_auc_mean": mean(det), "probe_auc_mean": mean(probe), "token_auc_mean": mean(tok_auc),
+                 "val_chunks": int(va["labels"].shape[0]), "train_chunks": int(tr["labels"].shape[0])}
+
+    # logit share, held-out attribution precision, attribution error
+    shares, errors, hits, chance, counted = [], [], 0, [], 0
+    for batch, _ in va_b:
+        out = forward_ids(model, batch.input_ids)
+        ls = measure.logit_share(model, out, valid=batch.valid)
+        shares.append((ls["mean_share_concept"], ls["mean_share_known"]))
+        targets = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], 1)
+        attr = concept_attribution(model, out, targets)
+        errors.append(attr.error)
+        c = batch.chunk_labels.shape[0]
+        nxt = torch.cat([batch.chunk_index[:, 1:], torch.full_like(batch.chunk_index[:, :1], -1)], 1)
+        keep = (batch.chunk_index >= 0) & (nxt == batch.chunk_index)  # predicting a token of the same chunk
+        credit = torch.zeros(c, n, dtype=torch.float64)
+        contrib = attr.known[:, :, 0].double()  # (b, t, k)
+        ids = attr.known_ids
+        for (bi, ti) in keep.nonzero().tolist():
+            credit[batch.chunk_index[bi, ti]].index_add_(0, ids[bi, ti], contrib[bi, ti])
+        for j in range(c):
+            labels = batch.chunk_labels[j]
+            if labels.sum() == 0:
+                continue
+            counted += 1
+            hits += bool(labels[int(credit[j].argmax())] > 0)
+            chance.append(float(labels.sum()) / n)
+    attribution = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
+                   "heldout_chunks": counted, "max_error": float(max(errors))}
+    share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares]))}
+
+    # unknown concepts vs the withheld ones
+    recovery = {}
+    for w in withheld:
+        j = all_names.index(w)
+        tr_auc = [_auc(tr["unknown"][:, u], tr["labels"][:, j]) or 0.0 for u in range(tr["unknown"].shape[1])]
+        best = int(np.argmax(tr_auc))
+        recovery[w] = {"unknown_concept": best, "train_auc": tr_auc[best],
+                       "val_auc": _auc(va["unknown"][:, best], va["labels"][:, j]),
+                       "probe_auc": probe_aucs(tr["h"], tr["labels"][:, [j]], va["h"], va["labels"][:, [j]])[0],
+                       "prevalence": float(va["labels"][:, j].mean())}
+
+    # steering and attribution of generations
+    rng = random.Random(seed)
+    f = planted.filler
+
+    def neutral():
+        return f"{rng.choice(f['det'])} {rng.choice(f['noun'])} {rng.choice(f['verb'])} {rng.choice(f['det'])} {rng.choice(f['noun'])}. "
+
+    groups = 8
+    per = max(samples // groups, 1)
+    pool = list(dict.fromkeys(neutral() for _ in range(400)))
+    modal = max(set(map(len, pool)), key=lambda n: sum(len(x) == n for x in pool))
+    neutral_prompts = [tok.prompt_ids(x) for x in pool if len(x) == modal][:groups]  # one length: one batch
+
+    def run(prompts, intervene):
+        """Every prompt `per` times, as one batch (seeds fixed by position, so conditions pair up)."""
+        rows = [p for p in prompts for _ in range(per)]
+        r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene)
+        return {"generated": r["generated"], "nll": r["nll"], "tokens": r["tokens"], "credit": r["credit"],
+                "att": [r["attribution"].verify()]}
+
+    def precision(res):
+        from penrose_zoo.steerling.planted import text_concept_rates
+
+        hits = counted = 0
+        for ids, cr in zip(res["generated"], res["credit"]):
+            rates = text_concept_rates(tok.decode(ids, skip_special_tokens=True), planted)
+            present = {names.index(c) for c, r in rates.items() if r > 0 and c in names}
+            if not present:
+                continue
+            counted += 1
+            hits += int(cr.argmax()) in present
+        return {"precision": hits / counted if counted else None, "chunks": counted}
+
+    base = run(neutral_prompts, None)
+    steering = {}
+    gen_attr = {"unsteered": precision(base), "verified": all(v.passed for v in base["att"]),
+                "max_error": max(v.max_abs_error for v in base["att"])}
+    injected_prec = []
+    val_texts = [truth[t] for t in val_data.texts]
+    for cname in (concepts or list(names)):
+        cid = names.index(cname)
+        inj = run(neutral_prompts, {cid: float(strength)})
+        ip = precision(inj)
+        injected_prec.append(ip)
+        gen_attr["verified"] &= all(v.passed for v in inj["att"])
+        gen_attr["max_error"] = max(gen_attr["max_error"], *(v.max_abs_error for v in inj["att"]))
+        r_inj = [_rate(g, tok, planted, cname) for g in inj["generated"]]
+        r_base = [_rate(g, tok, planted, cname) for g in base["generated"]]
+        # suppression: prompts that express the concept (one of its sentences from a validation chunk)
+        sentences = []
+        for ch in val_texts:
+            for s0, e0, c0 in ch.spans:
+                if c0 == cname:
+                    a = ch.text.rfind(". ", 0, s0)
+                    b = ch.text.find(".", e0)
+                    sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1] + " ")
+        sentences = list(dict.fromkeys(sentences))  # distinct, in corpus order
+        modal = max(set(map(len, sentences)), key=lambda n: sum(len(x) == n for x in sentences))
+        sup_prompts = [tok.prompt_ids(x) for x in sentences if len(x) == modal][:groups]  # one length: one batch
+        sup = run(sup_prompts, {cid: 0.0})
+        keep = run(sup_prompts, None)
+        r_sup = [_rate(g, tok, planted, cname) for g in sup["generated"]]
+        r_keep = [_rate(g, tok, planted, cname) for g in keep["generated"]]
+        steering[cname] = {
+            "inject": bootstrap_ratio(r_inj, r_base, seed=seed),
+            "suppress": bootstrap_ratio(r_sup, r_keep, seed=seed),
+            "nll": {"unsteered": float(np.mean(base["nll"])), "injected": float(np.mean(inj["nll"])),
+                    "suppress_prompts": float(np.mean(keep["nll"])), "suppressed": float(np.mean(sup["nll"]))},
+            "generated_tokens_mean": float(np.mean(inj["tokens"])),
+            "injected_attribution_precision": ip["precision"],
+        }
+    hitsum = sum((p["precision"] or 0) * p["chunks"] for p in injected_prec)
+    cnt = sum(p["chunks"] for p in injected_prec)
+    gen_attr["injected"] = {"precision": hitsum / cnt if cnt else None, "chunks": cnt}
+    attribution["generated"] = gen_attr
+    ratios = [s["inject"]["ratio"] for s in steering.values() if s["inject"]["ratio"] is not None]
+    sratios = [s["suppress"]["ratio"] for s in steering.values() if s["suppress"]["ratio"] is not None]
+    return {
+        "checkpoint": str(checkpoint), "step": state["step"], "variant": cfg.variant, "epsilon": cfg.epsilon,
+        "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
+        "known_concepts": list(names), "withheld": withheld,
+        "detection": detection, "logit_share": share, "attribution": attribution, "unknown_recovery": recovery,
+        "steering": steering, "strength": strength, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
+        "summary": {
+            "detection_auc_mean": detection["module_auc_mean"], "probe_auc_mean": detection["probe_auc_mean"],
+            "known_logit_share": share["known"], "concept_logit_share": share["concept"],
+            "inject_ratio_median": float(np.median(ratios)) if ratios else None,
+            "inject_ratio_min": float(min(ratios)) if ratios else None,
+            "suppress_ratio_median": float(np.median(sratios)) if sratios else None,
+            "suppress_ratio_max": float(max(sratios)) if sratios else None,
+            "heldout_attribution_precision": attribution["heldout_precision"],
+            "generated_attribution_precision": gen_attr["injected"]["precision"],
+            "attribution_verified": gen_attr["verified"],
+            "unknown_recovery_auc": mean([r["val_auc"] for r in recovery.values()]),
+        },
+    }
+
+
+def format_report(r: dict) -> str:
+    def f(x, spec=".3f"):
+        return "—" if x is None else format(x, spec)
+
+    s = r["summary"]
+    lines = [f"{r['checkpoint']} ({r['variant']}, {'ε on' if r['epsilon'] else 'pure bottleneck'}, step {r['step']}, "
+             f"val loss {f(r['val_loss'])})",
+             f"detection AUC (validation chunks): module {f(s['detection_auc_mean'])}  linear probe on h "
+             f"{f(s['probe_auc_mean'])}  token-level {f(r['detection']['token_auc_mean'])}"]
+    for name, d in r["detection"]["per_concept"].items():
+        lines.append(f"  {name:>10}: module {f(d['module_auc'])}  probe {f(d['probe_auc'])}  token {f(d['token_auc'])}")
+    lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}")
+    lines.append(f"steering ({r['samples']} samples x {r['new_tokens']} tokens, strength {r['strength']}): "
+                 "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model")
+    for name, st in r["steering"].items():
+        i, p = st["inject"], st["suppress"]
+        ci = (lambda c: "—" if c is None else f"{c[0]:.2f}–{c[1]:.2f}")
+        lines.append(f"  {name:>10}: inject {i['with']:.3f}/{i['without']:.3f} x{f(i['ratio'], '.2f')} [{ci(i['ratio_ci95'])}]"
+                     f"  suppress {p['with']:.3f}/{p['without']:.3f} x{f(p['ratio'], '.2f')} [{ci(p['ratio_ci95'])}]"
+                     f"  NLL {st['nll']['unsteered']:.2f} -> {st['nll']['injected']:.2f} (inject), "
+                     f"{st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)")
+    a = r["attribution"]
+    g = a["generated"]
+    lines.append(f"attribution: held-out precision {a['heldout_precision']:.3f} (chance {a['heldout_chance']:.3f}, "
+                 f"{a['heldout_chunks']} chunks), max error {a['max_error']:.1e}; generated: unsteered "
+                 f"{f(g['unsteered']['precision'])} ({g['unsteered']['chunks']}), injected {f(g['injected']['precision'])} "
+                 f"({g['injected']['chunks']}); verify() {'exact' if g['verified'] else 'FAILED'} (max error {g['max_error']:.1e})")
+    for w, rec in r["unknown_recovery"].items():
+        lines.append(f"withheld {w!r} (prevalence {rec['prevalence']:.2f}): best unknown concept #{rec['unknown_concept']} "
+                     f"AUC {f(rec['val_auc'])} (train {rec['train_auc']:.3f}); probe on h {f(rec['probe_auc'])}")
+    return "\n".join(lines)
