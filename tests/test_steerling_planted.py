@@ -141,15 +141,16 @@ def test_known_answer_end_to_end(tmp_path, capsys):
     assert main(["planted", "--out", str(d)]) == 1  # not empty: refused
     assert "not empty" in capsys.readouterr().err
     run = tmp_path / "run"
-    steps = "6" if REDUCED else "300"
+    steps = "3" if REDUCED else "300"
     assert main(["train", "--preset", "tiny", "--data", str(d), "--steps", steps, "--seq-len", "128",
                  "--epsilon", "--lambda-bottleneck", "1", "--out", str(run), "--no-progress", "--val-every", "100"]) == 0
     capsys.readouterr()
-    assert main(["known-answer", "--checkpoint", str(run), "--samples", "8", "--new-tokens", "12",
-                 "--max-batches", "4", "--json"]) == 0
+    steer = ["--steer", "alpha,eta"] if REDUCED else []
+    assert main(["known-answer", "--checkpoint", str(run), "--samples", "8", "--new-tokens", "8" if REDUCED else "16",
+                 "--max-batches", "2" if REDUCED else "4", "--json", *steer]) == 0
     r = json.loads(capsys.readouterr().out)
     s = r["summary"]
-    assert r["withheld"] == ["theta"] and set(r["steering"]) == set(r["known_concepts"])
+    assert r["withheld"] == ["theta"] and set(r["steering"]) == ({"alpha", "eta"} if REDUCED else set(r["known_concepts"]))
     assert r["attribution"]["max_error"] < 1e-4 and s["attribution_verified"]
     assert r["attribution"]["generated"]["max_error"] < 1e-4
     for key in ("detection_auc_mean", "probe_auc_mean", "known_logit_share", "heldout_attribution_precision",
@@ -159,9 +160,13 @@ def test_known_answer_end_to_end(tmp_path, capsys):
     if not REDUCED:
         assert s["detection_auc_mean"] > 0.6
     # the text report prints the same numbers
-    assert main(["known-answer", "--checkpoint", str(run), "--samples", "8", "--new-tokens", "4", "--max-batches", "2"]) == 0
-    out = capsys.readouterr().out
-    assert "detection AUC" in out and "verify() exact" in out
+    from penrose_zoo.steerling.known_answer import format_report
+
+    out = format_report(r)
+    assert "detection AUC" in out and "verify() exact" in out and "alpha: inject" in out
+    assert f"module {s['detection_auc_mean']:.3f}" in out
+    assert main(["known-answer", "--checkpoint", str(run), "--steer", "theta"]) == 1  # withheld: not steerable
+    assert "not among the labelled concepts" in capsys.readouterr().err
 
 
 def test_known_answer_refuses_a_corpus_without_truth(tmp_path, capsys):
@@ -174,3 +179,27 @@ def test_known_answer_refuses_a_corpus_without_truth(tmp_path, capsys):
     capsys.readouterr()
     assert main(["known-answer", "--checkpoint", str(run)]) == 1
     assert "no planted corpus" in capsys.readouterr().err
+
+
+def test_edit_keeping_epsilon():
+    """ε off: the edit is the model's own intervention; ε on: the same edit of k̂ with ε held, the
+    logits moved by Δw K_c Wᵀ exactly, and the attribution still sums to them."""
+    from penrose_zoo.steerling.attribution import concept_attribution, forward_ids
+    from penrose_zoo.steerling.steer import edit_keeping_epsilon
+    from tests.test_steerling_train import tiny
+
+    ids = torch.randint(0, 256, (2, 7), generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        off = tiny(True, False)
+        want = forward_ids(off, ids, intervene_known={2: 0.8, 4: 0.0})
+        got = edit_keeping_epsilon(off, forward_ids(off, ids), {2: 0.8, 4: 0.0})
+        torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(got.known_weights, want.known_weights)
+        on = tiny(True, True)
+        plain = forward_ids(on, ids)
+        v = torch.full((2, 7), 3.0)
+        edit = edit_keeping_epsilon(on, plain, {1: v})
+        delta = (3.0 - plain.known_weights[..., 1])[..., None] * on.concept_embeddings("known")[1]
+        torch.testing.assert_close(edit.logits, plain.logits + delta @ on.lm_head_weight().T, rtol=1e-5, atol=1e-5)
+        assert edit.epsilon is plain.epsilon and (edit.known_weights[..., 1] == 3.0).all()
+        assert concept_attribution(on, edit).error < 1e-4

@@ -48,7 +48,7 @@ def test_tiny_results_schema(tiny_results):
     assert saved["format"] == scaling.FORMAT and saved["config"]["mode"] == "tiny"
     assert (out / "loss_vs_compute.png").stat().st_size > 0 and (out / "metrics_vs_size.png").stat().st_size > 0
     n_sizes = len(scaling.MODES["tiny"]["sizes"])
-    assert len(saved["per_size"]) == len(scaling.FAMILIES) * len(scaling.VARIANTS) * n_sizes
+    assert len(saved["per_size"]) == len(scaling.FAMILIES) * len(scaling.DEFAULT_VARIANTS) * n_sizes
     for row in saved["per_size"]:
         for k in ("family", "variant", "size", "seed", "N", "D", "C", "val_loss", "concept_auc", "token_control",
                   "hsic_linear", "hsic_rbf", "probing_gap", "param_overhead", "N_concept"):
@@ -56,7 +56,7 @@ def test_tiny_results_schema(tiny_results):
         assert row["C"] == pytest.approx(6 * row["N"] * row["D"]) and row["val_loss"] > 0
         assert 0 < row["param_overhead"] < 1
     fits = saved["fits"]
-    assert {(f["family"], f["variant"]) for f in fits} == {(f, v) for f in scaling.FAMILIES for v in scaling.VARIANTS}
+    assert {(f["family"], f["variant"]) for f in fits} == {(f, v) for f in scaling.FAMILIES for v in scaling.DEFAULT_VARIANTS}
     for f in fits:
         assert f["metric"] == "val_loss"
         assert {"a", "b", "b_std", "points"} <= set(f)
@@ -70,7 +70,7 @@ def test_tiny_results_schema(tiny_results):
         assert f["b"] == pytest.approx(b, abs=1e-9) and f["a"] == pytest.approx(a, abs=1e-9)
     comps = saved["comparisons"]
     assert {(c["family"], c["variant"]) for c in comps} == {(f, v) for f in scaling.FAMILIES
-                                                            for v in scaling.CONCEPT_VARIANTS}
+                                                            for v in scaling.DEFAULT_VARIANTS if v != "base"}
     assert all(isinstance(c["exponents_differ"], bool) for c in comps)
     assert set(saved["claims"]) == {f"{c['family']}/{c['variant']}" for c in comps}
     # the base model's logits are h's: every concept variant at the same size has the same N
@@ -85,7 +85,7 @@ def test_rerun_reuses_cached_runs(tiny_results, monkeypatch):
     _, out, data = tiny_results
     monkeypatch.setattr(scaling, "train_one", lambda *a, **k: pytest.fail("a cached run was retrained"))
     again = scaling.run("tiny", out, data=str(data), log=lambda m: None)
-    assert len(again["per_size"]) == len(scaling.FAMILIES) * len(scaling.VARIANTS) * len(scaling.MODES["tiny"]["sizes"])
+    assert len(again["per_size"]) == len(scaling.FAMILIES) * len(scaling.DEFAULT_VARIANTS) * len(scaling.MODES["tiny"]["sizes"])
 
 
 def test_fit_recovers_known_exponent():

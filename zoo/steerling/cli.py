@@ -252,6 +252,10 @@ def _parser() -> argparse.ArgumentParser:
     ka.add_argument("--strength", type=ascii_float, default=1.0, help="injected weight of the concept (post-top-k)")
     ka.add_argument("--max-batches", type=ascii_int, default=32, help="validation / training batches measured")
     ka.add_argument("--seed", type=ascii_int, default=0)
+    ka.add_argument("--epsilon-off", action="store_true",
+                    help="steer as the release's intervene_known does: ε switched off (the head reads k̂ + û); "
+                         "default: the weight edited with ε held (steer.edit_keeping_epsilon)")
+    ka.add_argument("--steer", default=None, metavar="A,B", help="the labelled concepts steered (default all)")
     ka.add_argument("--threads", type=ascii_int, default=None)
     ka.add_argument("--json", action="store_true")
 
@@ -750,7 +754,9 @@ def _known_answer(args) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     r = known_answer(args.checkpoint, samples=args.samples, new_tokens=args.new_tokens, strength=args.strength,
-                     max_batches=args.max_batches, seed=args.seed)
+                     max_batches=args.max_batches, seed=args.seed,
+                     concepts=[c for c in args.steer.split(",") if c] if args.steer else None,
+                     epsilon_off=args.epsilon_off)
     print(json.dumps(r, indent=1) if args.json else format_report(r))
     return 0
 

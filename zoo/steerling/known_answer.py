@@ -21,8 +21,10 @@ the lexicon of each concept. Measured on the same packed validation rows trainin
   steering         per labelled concept c, `samples` seeded generations of `new_tokens` tokens
                    (temperature 1, top-p 1), one forward pass per token, stopped at <|eoc|>:
                    injection: from neutral prompts (a filler sentence), with c's post-top-k
-                     weight set to `strength` at every position (intervene_known, which also
-                     switches ε off) against the same seeds without intervention; the rate is
+                     weight set to `strength` at every position against the same seeds without
+                     intervention — ε held (steer.edit_keeping_epsilon: k̂ += Δw K_c, the logits
+                     move by Δw K_c Wᵀ), or with epsilon_off the release's intervene_known, which
+                     switches ε off and hands the logits to k̂ + û alone; the rate is
                      the fraction of generated words in c's lexicon (numbers for the pattern
                      concept);
                    suppression: from prompts that express c (one of its sentences from a
@@ -56,12 +58,11 @@ __all__ = ["known_answer", "format_report", "chunk_pool", "probe_aucs", "bootstr
 
 
 def _auc(score, label) -> float | None:
-    from sklearn.metrics import roc_auc_score
+    """ROC-AUC of one score column against 0/1 labels (penrose_zoo.metrics), None without both classes."""
+    from penrose_zoo.metrics import concept_aucs
 
-    label = np.asarray(label) > 0.5
-    if label.all() or not label.any():
-        return None
-    return float(roc_auc_score(label, np.asarray(score, dtype=np.float64)))
+    a = concept_aucs(np.asarray(score, dtype=np.float64)[:, None], np.asarray(label)[:, None])[0]
+    return None if np.isnan(a) else float(a)
 
 
 @torch.no_grad()
@@ -84,7 +85,7 @@ def chunk_pool(model, batches, truth_labels) -> dict:
         flat = idx.reshape(-1)[valid]
         count = torch.zeros(c).index_add(0, flat, torch.ones(flat.shape[0])).clamp_min(1).unsqueeze(-1)
         mean = torch.zeros(c, h.shape[-1]).index_add(0, flat, h) / count
-        mx = torch.full((c, h.shape[-1]), -math.inf).index_reduce(0, flat, h, "amax")
+        mx = torch.full((c, h.shape[-1]), -math.inf).scatter_reduce(0, flat[:, None].expand_as(h), h, "amax")
         hs.append(torch.cat([mean, mx], -1))
         ys.append(truth_labels(batch))
         if token_labels is not None:
@@ -134,14 +135,19 @@ def bootstrap_ratio(a, b, *, n: int = 2000, seed: int = 0) -> dict:
 
 @torch.no_grad()
 def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, seed: int, intervene: dict | None = None,
-                   attribute: bool = True) -> dict:
+                   attribute: bool = True, epsilon_off: bool = False) -> dict:
     """One sample per prompt (prompts of one length; row i draws with a generator seeded seed + i),
     each continued for up to new_tokens tokens, one forward pass per token (the block-causal variant predicts an
-    appended [MASK]); `intervene` {concept: weight} at every position. Returns the generated ids
+    appended [MASK]); `intervene` {concept: weight} at every position, ε held
+    (steer.edit_keeping_epsilon), or, with epsilon_off, the model's own intervention (the
+    release's: ε switched off, the head reads k̂ + û). Returns the generated ids
     per sample (cut after <|eoc|>), the unsteered model's log-likelihood of each generated token,
     and, with attribute, the known contribution per concept summed over each sample's tokens
     plus a GenerationAttribution of every sampled logit."""
+    import dataclasses
+
     from penrose_zoo.steerling.attribution import GenerationAttribution, active_concepts, concept_attribution, forward_ids
+    from penrose_zoo.steerling.steer import edit_keeping_epsilon
 
     device = model.lm_head_weight().device
     if len({len(p) for p in prompts}) != 1:
@@ -163,7 +169,12 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
             break
         x = torch.cat([ids, torch.full((n, 1), tok.mask_id, device=device)], 1) if model.variant == "block_causal" else ids
         plain = forward_ids(model, x)
-        out = forward_ids(model, x, **kw) if kw else plain
+        if not kw:
+            out = plain
+        elif epsilon_off:
+            out = forward_ids(model, x, **kw)
+        else:
+            out = edit_keeping_epsilon(model, plain, kw["intervene_known"])
         logits = out.logits[:, -1].float().clone()
         logits[:, banned] = -math.inf
         probs = torch.softmax(logits, -1).cpu()
@@ -173,14 +184,9 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
         nll += torch.where(live, -lp, torch.zeros_like(lp))
         length += live.long()
         if attribute:
-            last = type(out)(**{f: getattr(out, f) for f in ("logits", "hidden", "known_features", "unknown_features",
-                                                              "epsilon", "composed", "known_logits", "known_weights",
-                                                              "unknown_logits", "unknown_weights")})
-            for f in ("logits", "hidden", "known_features", "unknown_features", "epsilon", "composed", "known_logits",
-                      "known_weights", "unknown_logits", "unknown_weights"):
-                v = getattr(last, f)
-                if v is not None:
-                    setattr(last, f, v[:, -1:])
+            last = dataclasses.replace(out, **{f: getattr(out, f)[:, -1:] for f in (
+                "logits", "hidden", "known_features", "unknown_features", "epsilon", "composed", "known_logits",
+                "known_weights", "unknown_logits", "unknown_weights") if getattr(out, f) is not None})
             attr = concept_attribution(model, last, nxt[:, None])
             kid, kc = attr.known_ids[:, 0], attr.known[:, 0, 0].double().cpu()  # (n, k)
             credit.scatter_add_(1, kid.cpu(), torch.where(live[:, None], kc, torch.zeros_like(kc)))
@@ -228,7 +234,7 @@ def _rate(ids, tok, corpus, concept: str) -> float:
 
 
 def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strength: float = 1.0, max_batches: int = 32,
-                 seed: int = 0, concepts: list[str] | None = None) -> dict:
+                 seed: int = 0, concepts: list[str] | None = None, epsilon_off: bool = False) -> dict:
     """Every measurement of the module doc on a training checkpoint (a dict; format_report prints it).
     concepts: the labelled concepts steered (default all)."""
     import random
@@ -248,6 +254,9 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         raise PenroseError(f"{checkpoint} was trained on {where!r}, which holds no planted corpus ({MANIFEST}); "
                            "known-answer needs one (penrose steerling planted --out DIR)")
     planted = load_planted(where)
+    unknown = [c for c in concepts or () if c not in names]
+    if unknown:
+        raise PenroseError(f"--steer: {', '.join(map(repr, unknown))} not among the labelled concepts {', '.join(names)}")
     truth = planted.by_text()
     all_names = list(names) + [n for n in planted.names if n not in names]  # labelled, then withheld
     withheld = [n for n in planted.config.withheld_names]
@@ -334,18 +343,21 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     f = planted.filler
 
     def neutral():
-        return f"{rng.choice(f['det'])} {rng.choice(f['noun'])} {rng.choice(f['verb'])} {rng.choice(f['det'])} {rng.choice(f['noun'])}. "
+        return f"{rng.choice(f['det'])} {rng.choice(f['noun'])} {rng.choice(f['verb'])} {rng.choice(f['det'])} {rng.choice(f['noun'])}."
 
     groups = 8
     per = max(samples // groups, 1)
-    pool = list(dict.fromkeys(neutral() for _ in range(400)))
-    modal = max(set(map(len, pool)), key=lambda n: sum(len(x) == n for x in pool))
-    neutral_prompts = [tok.prompt_ids(x) for x in pool if len(x) == modal][:groups]  # one length: one batch
+    def one_length(texts):  # up to `groups` prompts of the most common token length: one batch
+        enc = [tok.prompt_ids(x) for x in dict.fromkeys(texts)]
+        modal = max(set(map(len, enc)), key=lambda n: sum(len(x) == n for x in enc))
+        return [x for x in enc if len(x) == modal][:groups]
+
+    neutral_prompts = one_length(neutral() for _ in range(400))
 
     def run(prompts, intervene):
         """Every prompt `per` times, as one batch (seeds fixed by position, so conditions pair up)."""
         rows = [p for p in prompts for _ in range(per)]
-        r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene)
+        r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene, epsilon_off=epsilon_off)
         return {"generated": r["generated"], "nll": r["nll"], "tokens": r["tokens"], "credit": r["credit"],
                 "att": [r["attribution"].verify()]}
 
@@ -384,10 +396,8 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                 if c0 == cname:
                     a = ch.text.rfind(". ", 0, s0)
                     b = ch.text.find(".", e0)
-                    sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1] + " ")
-        sentences = list(dict.fromkeys(sentences))  # distinct, in corpus order
-        modal = max(set(map(len, sentences)), key=lambda n: sum(len(x) == n for x in sentences))
-        sup_prompts = [tok.prompt_ids(x) for x in sentences if len(x) == modal][:groups]  # one length: one batch
+                    sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1])
+        sup_prompts = one_length(sentences)
         sup = run(sup_prompts, {cid: 0.0})
         keep = run(sup_prompts, None)
         r_sup = [_rate(g, tok, planted, cname) for g in sup["generated"]]
@@ -411,7 +421,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
         "known_concepts": list(names), "withheld": withheld,
         "detection": detection, "logit_share": share, "attribution": attribution, "unknown_recovery": recovery,
-        "steering": steering, "strength": strength, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
+        "steering": steering, "strength": strength, "epsilon_off": epsilon_off, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
         "summary": {
             "detection_auc_mean": detection["module_auc_mean"], "probe_auc_mean": detection["probe_auc_mean"],
             "known_logit_share": share["known"], "concept_logit_share": share["concept"],
@@ -439,7 +449,8 @@ def format_report(r: dict) -> str:
     for name, d in r["detection"]["per_concept"].items():
         lines.append(f"  {name:>10}: module {f(d['module_auc'])}  probe {f(d['probe_auc'])}  token {f(d['token_auc'])}")
     lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}")
-    lines.append(f"steering ({r['samples']} samples x {r['new_tokens']} tokens, strength {r['strength']}): "
+    lines.append(f"steering ({r['samples']} samples x {r['new_tokens']} tokens, strength {r['strength']}, "
+                 f"{'ε switched off' if r.get('epsilon_off') else 'ε held'}): "
                  "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model")
     for name, st in r["steering"].items():
         i, p = st["inject"], st["suppress"]

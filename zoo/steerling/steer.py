@@ -86,6 +86,7 @@ __all__ = [
     "injected_hidden",
     "steered_forward",
     "concept_top_token_scores",
+    "edit_keeping_epsilon",
 ]
 
 
@@ -181,6 +182,36 @@ def steer(model: ConceptLM, input_ids: Tensor, spec: Intervention):
     """The model's output on input_ids under the intervention `spec`."""
     out = forward_ids(model, input_ids) if spec.needs_current_weights else None
     return forward_ids(model, input_ids, **intervention_kwargs(spec, tuple(input_ids.shape), out))
+
+
+@torch.no_grad()
+def edit_keeping_epsilon(model: ConceptLM, out, known_set: Mapping[int, float | Tensor]):
+    """`out` with the post-top-k weights of known concepts set, w_c ← v (a float, or a (b, t)
+    tensor), ε held at what the unedited pass computed: k̂ += Σ_c (v − w_c) K_c and
+    logits += Σ_c (v − w_c) K_c Wᵀ; every other field as in `out`. The concept sum stays linear,
+    so concept_attribution of the result is exact (ε's term unchanged). With ε off this is the
+    model's own intervention (intervene_known, same values); with ε on it is the edit without
+    the release's switch to k̂ + û (which hands the logits to the concept reconstruction alone).
+    `out` needs dense known_weights (the compiled model's dense known head)."""
+    import dataclasses
+
+    weights = get_field(out, "known_weights")
+    ids = torch.tensor([int(c) for c in known_set], dtype=torch.long, device=weights.device)
+    K = model.concept_embeddings("known", ids).to(weights.dtype)  # (j, e)
+    new_w = weights.clone()
+    for j, (c, v) in enumerate(known_set.items()):
+        new_w[..., int(c)] = torch.as_tensor(v, dtype=weights.dtype, device=weights.device).expand(weights.shape[:-1])
+    delta = (new_w - weights)[..., ids]  # (b, t, j)
+    dk = delta @ K  # (b, t, e)
+    logits = get_field(out, "logits")
+    W = model.lm_head_weight()
+    changes = {"known_weights": new_w, "known_features": get_field(out, "known_features") + dk,
+               "logits": logits + (dk @ W.to(dk.dtype).t()).to(logits.dtype)}
+    if dataclasses.is_dataclass(out):
+        if hasattr(out, "composed") and out.composed is not None:
+            changes["composed"] = out.composed + dk
+        return dataclasses.replace(out, **changes)
+    return {**out, **changes}
 
 
 def _alignment(model: ConceptLM, concept: int, kind: str = "known") -> Tensor:
