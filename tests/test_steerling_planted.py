@@ -165,6 +165,12 @@ def test_known_answer_end_to_end(tmp_path, capsys):
     out = format_report(r)
     assert "detection AUC" in out and "verify() exact" in out and "alpha: inject" in out
     assert f"module {s['detection_auc_mean']:.3f}" in out
+    # the release's edit (ε switched off), against a null edit that switches it off too
+    assert main(["known-answer", "--checkpoint", str(run), "--samples", "8", "--new-tokens", "4", "--max-batches", "1",
+                 "--steer", "eta", "--epsilon-off", "--json"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["epsilon_off"] and off["attribution"]["generated"]["verified"]
+    assert set(off["steering"]) == {"eta"} and off["steering"]["eta"]["nll"]["injected"] > 0
     assert main(["known-answer", "--checkpoint", str(run), "--steer", "theta"]) == 1  # withheld: not steerable
     assert "not among the labelled concepts" in capsys.readouterr().err
 

@@ -24,7 +24,8 @@ the lexicon of each concept. Measured on the same packed validation rows trainin
                      weight set to `strength` at every position against the same seeds without
                      intervention — ε held (steer.edit_keeping_epsilon: k̂ += Δw K_c, the logits
                      move by Δw K_c Wᵀ), or with epsilon_off the release's intervene_known, which
-                     switches ε off and hands the logits to k̂ + û alone; the rate is
+                     switches ε off and hands the logits to k̂ + û alone, against a null edit
+                     (the same switch, no weight changed); the rate is
                      the fraction of generated words in c's lexicon (numbers for the pattern
                      concept);
                    suppression: from prompts that express c (one of its sentences from a
@@ -138,7 +139,8 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
                    attribute: bool = True, epsilon_off: bool = False) -> dict:
     """One sample per prompt (prompts of one length; row i draws with a generator seeded seed + i),
     each continued for up to new_tokens tokens, one forward pass per token (the block-causal variant predicts an
-    appended [MASK]); `intervene` {concept: weight} at every position, ε held
+    appended [MASK]); `intervene` {concept: weight} at every position (with epsilon_off a weight
+    None keeps the concept's current one: a null edit), ε held
     (steer.edit_keeping_epsilon), or, with epsilon_off, the model's own intervention (the
     release's: ε switched off, the head reads k̂ + û). Returns the generated ids
     per sample (cut after <|eoc|>), the unsteered model's log-likelihood of each generated token,
@@ -171,8 +173,9 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
         plain = forward_ids(model, x)
         if not kw:
             out = plain
-        elif epsilon_off:
-            out = forward_ids(model, x, **kw)
+        elif epsilon_off:  # a value None: the concept's current weight (a null edit that switches ε off)
+            vals = {c: (plain.known_weights[..., c] if v is None else v) for c, v in kw["intervene_known"].items()}
+            out = forward_ids(model, x, intervene_known=vals)
         else:
             out = edit_keeping_epsilon(model, plain, kw["intervene_known"])
         logits = out.logits[:, -1].float().clone()
@@ -374,7 +377,8 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             hits += int(cr.argmax()) in present
         return {"precision": hits / counted if counted else None, "chunks": counted}
 
-    base = run(neutral_prompts, None)
+    null = {0: None} if epsilon_off else None  # the baseline: no edit, ε as the steered runs have it
+    base = run(neutral_prompts, null)
     steering = {}
     gen_attr = {"unsteered": precision(base), "verified": all(v.passed for v in base["att"]),
                 "max_error": max(v.max_abs_error for v in base["att"])}
@@ -399,7 +403,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                     sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1])
         sup_prompts = one_length(sentences)
         sup = run(sup_prompts, {cid: 0.0})
-        keep = run(sup_prompts, None)
+        keep = run(sup_prompts, null)
         r_sup = [_rate(g, tok, planted, cname) for g in sup["generated"]]
         r_keep = [_rate(g, tok, planted, cname) for g in keep["generated"]]
         steering[cname] = {
