@@ -209,3 +209,26 @@ def test_edit_keeping_epsilon():
         torch.testing.assert_close(edit.logits, plain.logits + delta @ on.lm_head_weight().T, rtol=1e-5, atol=1e-5)
         assert edit.epsilon is plain.epsilon and (edit.known_weights[..., 1] == 3.0).all()
         assert concept_attribution(on, edit).error < 1e-4
+
+
+def test_format_report_without_suppression_prompts():
+    """A concept no validation chunk carries has no suppression measurement: the report says so."""
+    from penrose_zoo.steerling.known_answer import bootstrap_ratio, format_report
+
+    ratio = bootstrap_ratio([0.2, 0.3, 0.1, 0.2], [0.1, 0.1, 0.1, 0.1])
+    assert ratio["ratio"] == pytest.approx(2.0) and ratio["difference"] == pytest.approx(0.1)
+    assert bootstrap_ratio([0.1, 0.2], [0.0, 0.0])["ratio"] is None
+    r = {"checkpoint": "run", "variant": "causal", "epsilon": True, "step": 3, "val_loss": 1.0,
+         "summary": {"detection_auc_mean": 0.9, "probe_auc_mean": 0.91, "concept_logit_share": 0.5,
+                     "known_logit_share": 0.01},
+         "detection": {"token_auc_mean": None, "per_concept": {"alpha": {"module_auc": 0.9, "probe_auc": 0.91,
+                                                                          "token_auc": None}}},
+         "samples": 8, "new_tokens": 4, "strength": 2.0, "epsilon_off": False,
+         "steering": {"alpha": {"inject": ratio, "suppress": None,
+                                "nll": {"unsteered": 1.0, "injected": 1.2, "suppress_prompts": None, "suppressed": None}}},
+         "attribution": {"heldout_precision": 0.8, "heldout_chance": 0.2, "heldout_chunks": 10, "max_error": 1e-6,
+                         "generated": {"unsteered": {"precision": None, "chunks": 0},
+                                       "injected": {"precision": 1.0, "chunks": 3}, "verified": True, "max_error": 1e-6}},
+         "unknown_recovery": {}}
+    out = format_report(r)
+    assert "suppress — (no validation chunk carries it)" in out and "x2.00" in out and "ε held" in out

@@ -401,16 +401,17 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                     a = ch.text.rfind(". ", 0, s0)
                     b = ch.text.find(".", e0)
                     sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1])
-        sup_prompts = one_length(sentences)
-        sup = run(sup_prompts, {cid: 0.0})
-        keep = run(sup_prompts, null)
-        r_sup = [_rate(g, tok, planted, cname) for g in sup["generated"]]
-        r_keep = [_rate(g, tok, planted, cname) for g in keep["generated"]]
+        sup_prompts = one_length(sentences)  # none when no validation chunk carries the concept
+        sup = run(sup_prompts, {cid: 0.0}) if sup_prompts else None
+        keep = run(sup_prompts, null) if sup_prompts else None
         steering[cname] = {
             "inject": bootstrap_ratio(r_inj, r_base, seed=seed),
-            "suppress": bootstrap_ratio(r_sup, r_keep, seed=seed),
+            "suppress": None if sup is None else bootstrap_ratio(
+                [_rate(g, tok, planted, cname) for g in sup["generated"]],
+                [_rate(g, tok, planted, cname) for g in keep["generated"]], seed=seed),
             "nll": {"unsteered": float(np.mean(base["nll"])), "injected": float(np.mean(inj["nll"])),
-                    "suppress_prompts": float(np.mean(keep["nll"])), "suppressed": float(np.mean(sup["nll"]))},
+                    "suppress_prompts": None if keep is None else float(np.mean(keep["nll"])),
+                    "suppressed": None if sup is None else float(np.mean(sup["nll"]))},
             "generated_tokens_mean": float(np.mean(inj["tokens"])),
             "injected_attribution_precision": ip["precision"],
         }
@@ -419,7 +420,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     gen_attr["injected"] = {"precision": hitsum / cnt if cnt else None, "chunks": cnt}
     attribution["generated"] = gen_attr
     ratios = [s["inject"]["ratio"] for s in steering.values() if s["inject"]["ratio"] is not None]
-    sratios = [s["suppress"]["ratio"] for s in steering.values() if s["suppress"]["ratio"] is not None]
+    sratios = [s["suppress"]["ratio"] for s in steering.values() if s["suppress"] and s["suppress"]["ratio"] is not None]
     return {
         "checkpoint": str(checkpoint), "step": state["step"], "variant": cfg.variant, "epsilon": cfg.epsilon,
         "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
@@ -459,10 +460,11 @@ def format_report(r: dict) -> str:
     for name, st in r["steering"].items():
         i, p = st["inject"], st["suppress"]
         ci = (lambda c: "—" if c is None else f"{c[0]:.2f}–{c[1]:.2f}")
+        sup = ("suppress — (no validation chunk carries it)  " if p is None else
+               f"suppress {p['with']:.3f}/{p['without']:.3f} x{f(p['ratio'], '.2f')} [{ci(p['ratio_ci95'])}]  ")
         lines.append(f"  {name:>10}: inject {i['with']:.3f}/{i['without']:.3f} x{f(i['ratio'], '.2f')} [{ci(i['ratio_ci95'])}]"
-                     f"  suppress {p['with']:.3f}/{p['without']:.3f} x{f(p['ratio'], '.2f')} [{ci(p['ratio_ci95'])}]"
-                     f"  NLL {st['nll']['unsteered']:.2f} -> {st['nll']['injected']:.2f} (inject), "
-                     f"{st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)")
+                     f"  {sup}NLL {st['nll']['unsteered']:.2f} -> {st['nll']['injected']:.2f} (inject)"
+                     + ("" if p is None else f", {st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)"))
     a = r["attribution"]
     g = a["generated"]
     lines.append(f"attribution: held-out precision {a['heldout_precision']:.3f} (chance {a['heldout_chance']:.3f}, "
