@@ -446,6 +446,9 @@ def format_report(r: dict) -> str:
     def f(x, spec=".3f"):
         return "—" if x is None else format(x, spec)
 
+    def ci(c):
+        return "—" if c is None else f"{c[0]:.2f}–{c[1]:.2f}"
+
     s = r["summary"]
     lines = [f"{r['checkpoint']} ({r['variant']}, {'ε on' if r['epsilon'] else 'pure bottleneck'}, step {r['step']}, "
              f"val loss {f(r['val_loss'])})",
@@ -459,7 +462,6 @@ def format_report(r: dict) -> str:
                  "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model")
     for name, st in r["steering"].items():
         i, p = st["inject"], st["suppress"]
-        ci = (lambda c: "—" if c is None else f"{c[0]:.2f}–{c[1]:.2f}")
         sup = ("suppress — (no validation chunk carries it)  " if p is None else
                f"suppress {p['with']:.3f}/{p['without']:.3f} x{f(p['ratio'], '.2f')} [{ci(p['ratio_ci95'])}]  ")
         lines.append(f"  {name:>10}: inject {i['with']:.3f}/{i['without']:.3f} x{f(i['ratio'], '.2f')} [{ci(i['ratio_ci95'])}]"

@@ -195,7 +195,9 @@ def _draw_concepts(cfg: PlantedConfig, rng: random.Random) -> list[int]:
 
 def _sentence(rng: random.Random, cfg, lexicon, filler, concept: str | None) -> list[tuple[str, str | None]]:
     """Words of one sentence with the concept each expresses (None: filler)."""
-    det = lambda: (rng.choice(filler["det"]), None)  # noqa: E731
+    def det():
+        return rng.choice(filler["det"]), None
+
     verb = (rng.choice(filler["verb"]), None)
     if concept is None:
         return [det(), (rng.choice(filler["noun"]), None), verb, det(), (rng.choice(filler["noun"]), None)]
@@ -224,7 +226,7 @@ def generate_planted(cfg: PlantedConfig | None = None) -> PlantedCorpus:
         rng.shuffle(plan)
         pieces, spans, pos = [], [], 0
         for concept in plan:
-            for j, (word, c) in enumerate(_sentence(rng, cfg, lexicon, filler, concept)):
+            for word, c in _sentence(rng, cfg, lexicon, filler, concept):
                 if pieces:
                     pieces.append(" ")
                     pos += 1

@@ -199,7 +199,7 @@ def edit_keeping_epsilon(model: ConceptLM, out, known_set: Mapping[int, float | 
     ids = torch.tensor([int(c) for c in known_set], dtype=torch.long, device=weights.device)
     K = model.concept_embeddings("known", ids).to(weights.dtype)  # (j, e)
     new_w = weights.clone()
-    for j, (c, v) in enumerate(known_set.items()):
+    for c, v in known_set.items():
         new_w[..., int(c)] = torch.as_tensor(v, dtype=weights.dtype, device=weights.device).expand(weights.shape[:-1])
     delta = (new_w - weights)[..., ids]  # (b, t, j)
     dk = delta @ K  # (b, t, e)
