@@ -100,7 +100,7 @@ def _check_train_config(file: Path, config: dict) -> None:
     import math
 
     from penrose_zoo.steerling.schema import CheckpointError
-    from penrose_zoo.steerling.train import TrainConfig
+    from penrose_zoo.steerling.train_config import TrainConfig
 
     fields = {f.name: f for f in dataclasses.fields(TrainConfig)}
     unknown = sorted(set(config) - set(fields))
