@@ -13,7 +13,6 @@ in-memory module is that same source, compiled; `penrose compile FILE -o model.p
 from __future__ import annotations
 
 import functools
-import keyword
 import linecache
 from dataclasses import replace
 import math
@@ -136,10 +135,20 @@ class _Emitter:
             if v is None:
                 raise PenroseCompileError(f"leg {self.S.label[r]!r} has no size; pass {self.S.label[r]}=N to compile()", span)
             return P.const(v)
-        label = self.S.label[r]
-        local = "_" + label if label not in _INTERNAL else "_" + label + "_size"
-        self.used_free[r] = local
+        local = self.used_free.get(r)
+        if local is None:
+            local = self.size_local(self.S.label[r])
+            self.used_free[r] = local
         return P.name(local)
+
+    def size_local(self, label: str) -> str:
+        """The local holding a size read at run time: `_<dim>`, unless that is a name the
+        generated method defines (tables.RESERVED) or another size's local."""
+        taken = set(self.used_free.values())
+        local, n = "_" + label, 1
+        while emitted_name(local, "local", fail=False) is not None or local in taken:
+            local, n = f"_{label}_size{'' if n == 1 else n}", n + 1
+        return local
 
     def size_code(self, cls: int, span: Span) -> str:
         return P.unparse(self.size_node(cls, span))
@@ -345,6 +354,8 @@ class _Emitter:
     def forward_lines(self) -> list[str]:
         c = self.c
         inputs = [d.tensor.name for d in c.inputs]
+        for d in c.inputs:  # the checker refuses these; a name that slipped through is not emitted
+            emitted_name(d.tensor.name, "local", d.tensor.span)
         body: list[str] = []
         for s in c.stmts:
             st = s.stmt
@@ -386,8 +397,9 @@ class _Emitter:
         ref = self.reference_tensor()  # inputs match its dtype and device; masks may be made where it lives
         if self.top:
             sig = ", ".join(f"{n}=None" for n in inputs)
-            head.append(f"    def {self.method}(self, {sig}{', ' if sig else ''}*extra, **unexpected):")
-            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({''.join(n + ', ' for n in inputs)}), unexpected, extra{', ' + ref if ref else ''})")
+            # the catch-alls and every generated local start with '_', never a user's name
+            head.append(f"    def {self.method}(self, {sig}{', ' if sig else ''}*_extra, **_unexpected):")
+            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({''.join(n + ', ' for n in inputs)}), _unexpected, _extra{', ' + ref if ref else ''})")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
         else:
@@ -527,7 +539,16 @@ class _Emitter:
         raise PenroseCompileError(f"unknown init {name!r}", init.span)  # pragma: no cover
 
 
-_INTERNAL = frozenset({"sizes", "device", "split"})  # locals of forward: a free dim so named gets a suffix
+def emitted_name(name: str, place: str, span: Span | None = None, fail: bool = True) -> str | None:
+    """Check a name the compiler is about to emit against the one table of what Python and the
+    generated module reserve (penrose.tables.RESERVED): raises PenroseCompileError (or, with
+    fail=False, returns the reason) when it may not stand at `place`."""
+    from penrose.tables import reserved
+
+    why = reserved(name, place) if name.isidentifier() else "not a Python identifier"
+    if why is not None and fail:
+        raise PenroseCompileError(f"{name!r} cannot be a {place} name of the generated module: it is {why}; rename it", span)
+    return why
 
 
 def _reorder(tree, order: list[int]):
@@ -1041,7 +1062,7 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
     def name_for(key: tuple) -> str:
         base = "".join(_camel(b) for b in key) + "Block"
         name, n = base, 2
-        while name in taken:
+        while name in taken or emitted_name(name, "class", fail=False):
             name, n = f"{base}{n}", n + 1
         taken.add(name)
         return name
@@ -1059,7 +1080,9 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
             calls.append({i.name: (None if i.block == kids[i.name][0][0] else i.block) for i in c.instances.values()})
         if key is None:
             top = _camel(checked.name)
-            name = top + "Model" if top in taken else top  # taken holds every block class's name
+            # taken holds every block class's name; a file saved as none.pen or shape_error.pen
+            # gets a class NoneModel, ShapeErrorModel (a keyword, builtin or the module's own name)
+            name = top + "Model" if top in taken or emitted_name(top, "class", fail=False) else top
             taken.add(name)
         else:
             name = name_for(key)
@@ -1086,10 +1109,8 @@ def _block_signature(c: Checked) -> tuple:
 def _method_name_ok(name: str, what: str, c: Checked):
     """An entry's or a second block's method name: an identifier torch.nn.Module does not use
     (penrose.tables.MODULE_ATTRS, the list the checker holds parameter names to)."""
-    from penrose.tables import MODULE_ATTRS
-
-    if not (isinstance(name, str) and name.isidentifier()) or name.startswith("_") or name in MODULE_ATTRS \
-            or name in ("Outputs", "Model") or keyword.iskeyword(name):
+    if not (isinstance(name, str) and name.isidentifier()) or name.startswith("_") or name == "Model" \
+            or emitted_name(name, "method", fail=False):
         raise PenroseCompileError(
             f"{what} name {name!r} cannot be a method of the module (an identifier, not starting with '_', "
             "that torch.nn.Module does not use)", Span(c.diagram.file))
@@ -1150,7 +1171,11 @@ def _class_source(name: str, members: list) -> tuple[str, list]:
     L.append(f"    {repr(_comment(doc) + '.')}")
     eqs = tuple(_comment(format_stmt(s.stmt)) for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)))
     L.append(f"    _EQUATIONS = {eqs!r}")
-    for em in members:
+    attrs = {d.tensor.name for em in members for d in em.c.params + em.c.buffers}
+    attrs |= {inst.name.split(".")[0] for em in members for inst in em.c.instances.values()}
+    for em in members:  # a param named Outputs keeps its state-dict name: the named tuple's attribute moves
+        if em.outputs_attr in attrs:
+            em.outputs_attr = "_" + em.outputs_attr
         L.extend(em.spec_lines())
     own: dict = {}
     insts: dict = {}
@@ -1222,7 +1247,7 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
     source = generate_source(checked, standalone=False, fuse_attention=fuse_attention, entries=entries)
     _COUNTER[0] += 1
     filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"
-    code = compile(source, filename, "exec")
+    code = _python(source, filename, checked)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace = {"__name__": f"penrose_generated_{_COUNTER[0]}", "ShapeError": PenroseShapeError}
     exec(code, namespace)  # the source is generated from validated identifiers only
@@ -1236,6 +1261,16 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
     module.penrose_entries = dict(entries or {})  # method name -> its checked diagram
     module._repr_svg_ = functools.partial(_repr_svg, checked)  # the figure, in notebooks
     return module
+
+
+def _python(source: str, filename: str, checked: Checked):
+    """The code object of generated source; a SyntaxError (a name the table of reserved names
+    missed) is a PenroseCompileError at the diagram, not Python's error about generated text."""
+    try:
+        return compile(source, filename, "exec")
+    except SyntaxError as e:
+        raise PenroseCompileError(f"the generated module does not compile ({e.msg}, line {e.lineno}); "
+                                  "this is a bug of penrose: please report it", Span(checked.diagram.file)) from None
 
 
 def _repr_svg(checked):
@@ -1272,5 +1307,6 @@ def write_source(path_or_text, out_path, /, *, text=None, include_paths=(), entr
     writable_target(out_path)  # a bad target is refused before the work
     checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     source = generate_source(checked, standalone=True, entries=more)
+    _python(source, str(out_path), checked)  # nothing is written that Python would not import
     atomic_write_text(out_path, source)
     return source

@@ -7,6 +7,8 @@ use it, the way the table of operations (`penrose.ops`) keeps the functions of t
 - MODULE_ATTRS: attributes of `torch.nn.Module` a param, buffer or instance may not shadow
   (tests keep it in sync with `dir(torch.nn.Module)`), GENERATED: names the generated module
   itself uses, PEN_KEYWORDS: the keywords of `.pen`;
+- RESERVED and `reserved(name, place)`: the one table of what Python and the generated module
+  reserve, which every identifier the compiler emits is checked against (`penrose.compiler`);
 - FUNCTIONS: the functions of the language (`ops.FUNCTIONS`); INITS: each initialiser's keywords
   with their defaults and rules (`ops.RULES`); DTYPES: the tensor dtypes;
 - FLOAT32_MAX, INT64_MAX: the largest numbers torch takes as a scalar;
@@ -17,6 +19,8 @@ Torch-free.
 
 from __future__ import annotations
 
+import builtins
+import keyword
 import math
 import os
 import re
@@ -50,7 +54,64 @@ MODULE_ATTRS = frozenset(
     set_extra_state set_submodule share_memory smart_apply state_dict to to_empty train training
     type xpu zero_grad reset_parameters""".split()
 )
-GENERATED = frozenset({"torch", "self", "collections", "ShapeError", "super", "math", "None", "True", "False", "inf"})
+
+# ---- what Python and the generated module reserve: the one table every emitted name meets ----
+# A generated module is `import collections`, `import torch`, ShapeError, the run-time helpers
+# (penrose/runtime.py: every one's name starts with '_'), one class per diagram and block, then
+# `Model = <the top class>`. Its identifiers come from three places:
+# - user names: params, buffers and instances become attributes of `self` (state-dict names);
+#   inputs, block arguments and assigned tensors become locals of a method (and inputs its keyword
+#   arguments); diagram, file and block names become class names (through camel case);
+# - generated names: those below, plus temporaries `_1, _2, ...`, the sizes read at run time
+#   (`_<dim>`), and `_INPUTS_<entry>` / `<Entry>Outputs` for entries;
+# - Python's own: keywords and the builtins the generated code reads.
+# User names start with a letter, generated locals with '_', so the two meet only in this table.
+# The checker refuses a user name the table reserves where it would stand (`reserved`), the
+# compiler renames what it may (class names, the names of its own locals and attributes).
+PYTHON_KEYWORDS = frozenset(keyword.kwlist) | frozenset(keyword.softkwlist)
+BUILTINS = frozenset(dir(builtins))
+RESERVED = {
+    # module-level names of the generated source: a class or a local must not shadow them
+    "module": frozenset({"torch", "collections", "ShapeError"}),
+    # what a method of the module reads besides its arguments and the module's names: `self`,
+    # and the builtins it calls (`abs` of a size known at run time)
+    "method": frozenset({"self", "abs"}),
+    # a method's own generated locals and parameters (user locals never start with '_')
+    "locals": frozenset({"_extra", "_unexpected", "_sizes", "_device", "_dtype", "_split"}),
+    # class attributes of a generated module, besides torch.nn.Module's (MODULE_ATTRS)
+    "class": frozenset({"Outputs", "_EQUATIONS", "_INPUTS"}),
+}
+
+
+def reserved(name: str, place: str) -> str | None:
+    """Why `name` cannot stand at `place` in generated source, or None when it can.
+
+    place: "class" (a class of the module), "local" (a method's argument or local), "attribute"
+    (a param, buffer or instance: an attribute of the module), "method" (an entry's method).
+
+    >>> reserved("None", "class")
+    'a Python keyword'
+    >>> reserved("ShapeError", "class")
+    'a name the generated module defines'
+    >>> reserved("extra", "local") is None
+    True
+    """
+    if name in PYTHON_KEYWORDS:
+        return "a Python keyword"
+    if place == "class" and name in BUILTINS:
+        return "a Python builtin"
+    if name in RESERVED["module"] or (place == "class" and (name == "Model" or name.startswith("_"))):
+        return "a name the generated module defines"
+    if place == "local" and (name in RESERVED["method"] or name in RESERVED["locals"]):
+        return "a name the generated method reads or defines"
+    if place in ("attribute", "method") and (name in MODULE_ATTRS or name in RESERVED["class"]):
+        return "an attribute of the generated module"
+    return None
+
+
+# names the checker refuses for a tensor, a const or a block: the table's (its builtins are the
+# language's functions, refused as such), and a few more kept free for readers of the code
+GENERATED = RESERVED["module"] | frozenset({"self", "super", "math", "None", "True", "False", "inf"})
 PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)

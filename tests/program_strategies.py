@@ -101,9 +101,11 @@ def _wrap(e, need):
 
 
 class _Gen:
-    def __init__(self, draw, decorate: bool, consts: bool = False):
+    def __init__(self, draw, decorate: bool, consts: bool = False, hostile: bool = False):
         self.draw = draw
         self.decorate = decorate
+        self.hostile = hostile  # names drawn from what Python, torch and the generated module use
+        self.used_names: set = set()
         self.force_consts = consts
         self.counter = itertools.count(1)
         self.comment_no = itertools.count(1)
@@ -125,6 +127,12 @@ class _Gen:
         return self.draw(st.sampled_from(list(seq)))
 
     def fresh(self, prefix: str) -> str:
+        if self.hostile and self.coin(0.5):
+            pool = [n for n in hostile_names() if n not in self.used_names and n not in self.dims and n not in CONST_NAMES]
+            if pool:
+                name = self.pick(pool)
+                self.used_names.add(name)
+                return name
         return f"{prefix}{next(self.counter)}"
 
     def comment(self) -> str:
@@ -1137,10 +1145,72 @@ class _Gen:
 
 
 @st.composite
-def programs(draw, decorate: bool = False, consts: bool = False) -> Program:
+def programs(draw, decorate: bool = False, consts: bool = False, hostile: bool = False) -> Program:
     """A whole random `.pen` program that type-checks by construction (consts=True: it declares
-    at least one const)."""
-    return _Gen(draw, decorate, consts).program()
+    at least one const; hostile=True: its tensors, blocks and instances are often named with
+    the names of HOSTILE_NAMES that the checker accepts)."""
+    return _Gen(draw, decorate, consts, hostile).program()
+
+
+# ---- names that Python, torch and the generated module use ---------------------------------------
+
+GENERATED_NAMES = [  # what generated source defines or reads, and its locals without their '_'
+    "self", "torch", "collections", "ShapeError", "Model", "Outputs", "extra", "unexpected", "sizes", "device",
+    "dtype", "split", "generator", "recurse", "module", "sub", "super", "abs", "namedtuple", "Diagram",
+    "reset_parameters", "extra_repr", "Container", "EQUATIONS", "INPUTS", "check_inputs", "chain", "remember",
+    "CONSTANTS", "inf", "nan", "math", "blocks", "fixed", "method", "x", "values", "spec", "kind", "free", "batch",
+]
+
+
+def hostile_names() -> list:
+    """Python's keywords and builtins, the run-time helpers' names, torch's attribute names and
+    the generated names, those valid as `.pen` identifiers that the checker accepts as input,
+    param, local, block and instance names (the others are refused: tests/test_names.py)."""
+    if not _HOSTILE:
+        _HOSTILE.extend(n for n in candidate_names() if _accepted(n))
+    return _HOSTILE
+
+
+_HOSTILE: list = []
+
+
+def candidate_names() -> list:
+    import builtins
+    import keyword
+
+    import torch
+
+    from penrose import runtime
+
+    names = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins)) | set(dir(runtime)) | set(GENERATED_NAMES)
+    torch_names = sorted(n for n in set(dir(torch)) | set(dir(torch.Tensor)) if not n.startswith("_"))
+    names |= set(torch_names[::12]) | set(dir(torch.nn.Module)) | {n.lstrip("_") for n in dir(runtime)}
+    return sorted(n for n in names if re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n))
+
+
+def _accepted(name: str) -> bool:
+    import warnings
+
+    import penrose
+    from penrose.errors import PenroseError
+
+    if name in BASE_DIMS + WORD_DIMS + DERIVED_DIMS + FRESH_LABELS + CONST_NAMES:
+        return False
+    programs = [
+        f"dim e = 2\ninput {name}[e]\n{name}2 = {name} * 2\noutput {name}2",
+        f"dim e = 2\ninput x[e]\n{name} = x * 2\noutput {name}",
+        f"dim e = 2\ninput x[e]\nparam {name}[e]\ny = x * {name}\noutput y",
+        f"dim e = 2\nblock {name}(a[e]) {{\n  return a\n}}\ninput x[e]\ny = {name}(x) as {name}2\noutput y",
+        f"dim e = 2\nblock f(a[e]) {{\n  return a\n}}\ninput x[e]\ny = f(x) as {name}\noutput y",
+    ]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            for text in programs:
+                penrose.load(text)
+        except PenroseError:
+            return False
+    return True
 
 
 DEEP_WRAPPERS = [

@@ -357,6 +357,26 @@ def test_const_overrides_agree_three_ways(program, data):
     three_way(program.text, (2,), reject=assume, sizes=sizes)
 
 
+# names drawn from Python's keywords and builtins, the run-time helpers, torch and the generated
+# module (program_strategies.hostile_names), and file names likewise: check ok => compile ok =>
+# the standalone source imports, and the three implementations agree (issue 23)
+FILE_NAMES = ["none", "None", "True", "False", "shape_error", "ShapeError", "model", "Model", "torch", "collections",
+              "value_error", "Exception", "print", "self", "extra", "Container", "_container", "1st", "class", "def-x",
+              "for", "lambda", "sum", "Outputs", "diagram", "Diagram"]
+
+
+@FREE
+@given(programs(hostile=True), st.sampled_from(FILE_NAMES + ["net"]))
+def test_hostile_names_agree_three_ways(program, stem):
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / f"{stem}.pen"
+        path.write_text(program.text, encoding="utf-8")
+        three_way(str(path), (2,), reject=assume)
+
+
 def test_every_operation_is_drawn():
     """The program strategy reaches every operation of the table (penrose.ops.OPS), read from
     the checked programs, not from what the strategy says it drew; and consts."""
