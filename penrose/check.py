@@ -799,7 +799,7 @@ class _Checker:
         if not tensors:
             return (), (), [None] * len(vals)
         # the operand with the most legs (leftmost on ties) sets the result's order
-        _, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
+        li, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
         legs, cls = lead.type.legs, lead.type.cls
         unique = len(set(legs)) == len(legs)
         align = []
@@ -815,6 +815,8 @@ class _Checker:
                 align.append(tuple(vl.index(l) if l in vl else None for l in legs))
             elif len(vl) == len(legs):
                 for j, c in enumerate(v.type.cls):
+                    if vl[j] != legs[j]:
+                        self._by_position(ex, vl[j], c, exprs[li], legs[j], cls[j], span, what)
                     self.S.unify(c, cls[j], (f"{what}: leg {vl[j]!r} of {_describe(ex)} against leg {legs[j]!r}", span))
                 align.append(tuple(range(len(legs))))
             else:
@@ -825,6 +827,23 @@ class _Checker:
                     getattr(ex, "span", span),
                 )
         return legs, cls, align
+
+    def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what):
+        """Two legs of different names aligned by position (docs/language.md, element-wise
+        arithmetic): allowed, with a warning, only when the sizes are already known and equal
+        (then nothing is guessed); a leg of unknown size is never bound this way."""
+        S = self.S
+        a, b = S.size(c), S.size(oc)
+        shown = f"leg {leg!r} of {_describe(ex)} with leg {other!r} of {_describe(lead_ex)}"
+        outer = "product" if what == "'*'" else "sum" if what in ("'+'", "'-'") else "combination"
+        fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) give the other operand leg "
+               f"{leg!r} too, by name: repeat(..., '... {other} -> ... {other} {leg}'), or write an einsum")
+        if S.find(c) != S.find(oc) and (a is None or b is None):
+            unknown = leg if a is None else other
+            raise PenroseCheckError(
+                f"{what} would align {shown} by position and so fix the size of {unknown!r}, which is not known; {fix}",
+                getattr(ex, "span", span))
+        self.warnings.append((f"{what} aligns {shown} by position (sizes {a} and {b}); {fix}", getattr(ex, "span", span)))
 
     def _leg_arg(self, v: V, arg, call: ir.Call, what="leg") -> int:
         """Position (among the non-batch legs) of a leg given by name or dim=±i."""

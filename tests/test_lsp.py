@@ -189,6 +189,15 @@ def test_notes_become_related_locations_and_warnings_are_reported(lsp):
     assert unused["message"] == "input 'unused' is never used" and unused["range"]["start"]["line"] == 3
 
 
+def test_legs_aligned_by_position_are_a_warning(lsp):
+    """Issue 23: legs of different names aligned by position are reported, with both legs."""
+    text = "# index legend: t token, e embedding, d hidden\ndim t = 2, e = 3, d = 3\ninput Z[t, e]\ninput h[t, d]\nZ = Z + h\noutput Z\n"
+    uri, diags = _open(lsp, "paper_form.pen", text)
+    (d,) = [d for d in diags if "by position" in d["message"]]
+    assert d["severity"] == 2 and "leg 'd' of 'h' with leg 'e' of 'Z'" in d["message"]
+    assert d["range"]["start"] == {"line": 4, "character": 8}
+
+
 def test_ranges_count_utf16_code_units(lsp):
     text = "# index legend: t token, d embedding, e attention dim\ndim t = 6, d = 8, e = 4\ninput Z[t, d]\n" \
            "param W[d, e]\nq = einsum('t\U0001F600,de->te', Z, W)\noutput q\n"
