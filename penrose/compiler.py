@@ -667,6 +667,8 @@ def _lower_binop(op: str):
         else:
             align = v.attrs["align"]
             ta, tb = em.aligned(a, align[0], v), em.aligned(b, align[1], v)
+            if op == "//":  # zero gradient wherever it exists; torch has no derivative for floor_divide
+                ta, tb = (t if x.type.dtype == "scalar" else P.method(t, "detach") for t, x in ((ta, a), (tb, b)))
         if op in P.CMPOPS:
             return P.compare(op, ta, tb)
         return P.binop(op, ta, tb)

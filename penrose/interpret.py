@@ -377,6 +377,12 @@ def _scalar_safe(fn):
     return run
 
 
+def _flat(x):
+    """A floor division's operand, detached: its gradient is zero wherever it exists, and torch
+    has no derivative for floor_divide (a backward pass through `x // 2` raised)."""
+    return x.detach() if isinstance(x, torch.Tensor) else x
+
+
 def _operator(fn):
     """An operator (+ - * / // ** and comparisons) on tensors (operands aligned by leg) or on
     plain numbers (Python's arithmetic, as the sizes are Python numbers)."""
@@ -544,14 +550,20 @@ def _layernorm(fr, v, args):
     return y
 
 
+def _wide(dtype):
+    """float64 stays float64; half, bfloat16 and float32 compute in float32 (rmsnorm, rope)."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _rmsnorm(fr, v, args):
-    """RMSNorm over one leg, in float32 (the language says so), cast back."""
+    """RMSNorm over one leg, in float32 (float64 in a float64 model: the language says so), cast back."""
     (x,) = args
     dim = _axis(v.args[0], v.attrs["axis"])
-    xf = x.to(torch.float32)
+    wide = _wide(x.dtype)
+    xf = x.to(wide)
     y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.attrs["eps"])
     if v.attrs["weight"]:
-        y = y * _along(fr.param(v.attrs["weight"], v.span).to(torch.float32), dim)
+        y = y * _along(fr.param(v.attrs["weight"], v.span).to(wide), dim)
     return y.to(x.dtype)
 
 
@@ -702,22 +714,23 @@ def _slice(fr, v, args):
 
 
 def _rope(fr, v, args):
-    """Rotate-half rotary embedding in float32: entry i of the rotated leg pairs with i + n/2,
+    """Rotate-half rotary embedding in float32 (float64 in a float64 model): entry i of the rotated leg pairs with i + n/2,
     and position p along the position leg turns the pair by p * base**(-2i/n)."""
     (x,) = args
     src = v.args[0]
     legs = len(src.legs)
     pos, axis = v.attrs["pos"], v.attrs["axis"]
     n, length = x.shape[_axis(src, axis)], x.shape[_axis(src, pos)]
-    inv_freq = 1.0 / (v.attrs["base"] ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
-    angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+    wide = _wide(x.dtype)
+    inv_freq = 1.0 / (v.attrs["base"] ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
+    angle = torch.arange(length, device=x.device, dtype=wide)[:, None] * inv_freq[None, :]
     angle = torch.cat([angle, angle], dim=-1)  # (position, rotated)
     if pos > axis:
         angle = angle.T
     shape = [1] * legs
     shape[pos], shape[axis] = length, n
     angle = angle.reshape(shape)
-    xf = x.to(torch.float32)
+    xf = x.to(wide)
     dim = _axis(src, axis)
     first, second = xf.narrow(dim, 0, n // 2), xf.narrow(dim, n // 2, n - n // 2)
     y = xf * angle.cos() + torch.cat([-second, first], dim=dim) * angle.sin()
@@ -759,7 +772,7 @@ OPERATIONS = {
     "-": _operator(lambda a, b: a - b),
     "*": _operator(lambda a, b: a * b),
     "/": _operator(lambda a, b: a / b),
-    "//": _operator(lambda a, b: a // b),
+    "//": _operator(lambda a, b: _flat(a) // _flat(b)),
     "**": _operator(lambda a, b: a**b),
     "<": _operator(lambda a, b: a < b),
     "<=": _operator(lambda a, b: a <= b),

@@ -277,7 +277,7 @@ _ROWS = [
        SAME, "centre and scale to unit variance along a leg, then weight and bias", rule="layernorm"),
     Op("rmsnorm", "leg", ("x", "leg"), 1, 2,
        (_LEG, Kw("weight", PARAM), Kw("eps", NUMBER, 1e-5, "positive")),
-       SAME, "scale to unit root mean square along a leg (in float32), then weight", rule="rmsnorm"),
+       SAME, "scale to unit root mean square along a leg (in float32, float64 in a float64 model), then weight", rule="rmsnorm"),
     Op("topk", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME,
        "keep the k largest entries along a leg, zero the rest", rule="topk"),
     Op("topk_mask", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME + " (a bool mask)",

@@ -99,12 +99,19 @@ def _topk_mask(x, k, dim):
     return torch.zeros(x.shape, dtype=torch.bool, device=x.device).scatter(dim, indices, True)
 
 
+def _wide(dtype):
+    """The dtype RMSNorm and RoPE compute in: float64 stays float64, the rest (half, bfloat16)
+    computes in float32 and is cast back."""
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
 def _rms_norm(x, weight, eps, dim):
-    """RMSNorm over one leg, computed in float32 and cast back."""
-    xf = x if x.dtype == torch.float32 else x.float()
+    """RMSNorm over one leg, computed in float32 (float64 in a float64 model) and cast back."""
+    wide = _wide(x.dtype)
+    xf = x if x.dtype == wide else x.to(wide)
     y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + eps)
     if weight is not None:
-        w = weight if weight.dtype == torch.float32 else weight.float()
+        w = weight if weight.dtype == wide else weight.to(wide)
         y = y * (w if dim == -1 else w.reshape([1] * (x.dim() + dim) + [-1] + [1] * (-dim - 1)))
     return y if y.dtype == x.dtype else y.to(x.dtype)
 
@@ -132,21 +139,23 @@ def _block_causal_mask(n_t, n_p, block, device):
 
 
 def _rope(x, pos_dim, dim, base):
-    """Rotate-half RoPE in float32: entry i pairs with i + n/2; position p turns it by p * base**(-2i/n)."""
+    """Rotate-half RoPE in float32 (float64 in a float64 model): entry i pairs with i + n/2;
+    position p turns it by p * base**(-2i/n)."""
     n, length = x.shape[dim], x.shape[pos_dim]
     transposed = (pos_dim % x.dim()) > (dim % x.dim())
     shape = [1] * x.dim()
     shape[pos_dim], shape[dim] = length, n
-    key = ("rope", length, n, base, transposed, tuple(shape), x.device)
+    wide = _wide(x.dtype)
+    key = ("rope", length, n, base, transposed, tuple(shape), x.device, wide)
     tables = _CONSTANTS.get(key)
     if tables is None:  # cos and sin of every angle, computed once per (length, n, base, layout, device)
-        inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=torch.float32) / n))
-        angle = torch.arange(length, device=x.device, dtype=torch.float32)[:, None] * inv_freq[None, :]
+        inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
+        angle = torch.arange(length, device=x.device, dtype=wide)[:, None] * inv_freq[None, :]
         angle = torch.cat([angle, angle], dim=-1)  # (positions, n)
         angle = (angle.T if transposed else angle).reshape(shape)
         tables = _remember(key, (angle.cos(), angle.sin()))
     cos, sin = tables
-    xf = x if x.dtype == torch.float32 else x.float()
+    xf = x if x.dtype == wide else x.to(wide)
     first, second = xf.chunk(2, dim=dim)
     y = xf * cos + torch.cat([-second, first], dim=dim) * sin
     return y if y.dtype == x.dtype else y.to(x.dtype)
