@@ -397,9 +397,14 @@ class _Emitter:
         ref = self.reference_tensor()  # inputs match its dtype and device; masks may be made where it lives
         if self.top:
             sig = ", ".join(f"{n}=None" for n in inputs)
-            # the catch-alls and every generated local start with '_', never a user's name
-            head.append(f"    def {self.method}(self, {sig}{', ' if sig else ''}*_extra, **_unexpected):")
-            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({''.join(n + ', ' for n in inputs)}), _unexpected, _extra{', ' + ref if ref else ''})")
+            # the catch-alls and every generated local start with '_', never a user's name; inputs
+            # given by position are bound by _positional, so that an input given twice, missing
+            # or unknown is a ShapeError, as in the interpreter (not Python's TypeError)
+            head.append(f"    def {self.method}(self, *_args{', ' if sig else ''}{sig}, **_unexpected):")
+            names = "".join(n + ", " for n in inputs)
+            head.append(f"        if _args:")
+            head.append(f"            {names + '= ' if names else ''}_positional(self.{self.inputs_attr}, _args, ({names}))")
+            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({names}), _unexpected{', (), ' + ref if ref else ''})")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
         else:
@@ -777,9 +782,18 @@ def _lower_mask(em: _Emitter, v: V):
 
 def _lower_gather(em: _Emitter, v: V):
     table, ids = v.args
+    rows = em.size_node(table.type.cls[0], v.span)
+    checked = P.call(P.name("_ids"), em.expr(ids), rows, P.const(gather_label(table, ids)))  # one meaning: no id wraps
     if len(table.legs) == 2 and not table.type.batched:  # rows of a matrix: an embedding
-        return P.call(P.path("torch.nn.functional.embedding"), em.expr(ids), em.expr(table))
-    return P.subscript(em.expr(table), em.expr(ids))
+        return P.call(P.path("torch.nn.functional.embedding"), checked, em.expr(table))
+    return P.subscript(em.expr(table), checked)
+
+
+def gather_label(table: V, ids: V) -> str:
+    """How an error about gather's ids names them: the input (or expression) and the table's leg."""
+    what = f"input {ids.attrs['name']!r}" if ids.op == "ref" else "the ids"
+    tab = repr(table.attrs["name"]) if table.op == "ref" else "the table"
+    return f"gather: {what} indexes leg {table.legs[0]!r} of {tab}"
 
 
 def _lower_split(em: _Emitter, v: V):

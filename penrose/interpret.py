@@ -189,6 +189,9 @@ def _bind_inputs(c: Checked, args, inputs) -> dict:
     return values
 
 
+_ID_DTYPES = (torch.int64, torch.int32)  # what torch.nn.functional.embedding takes
+
+
 def _check_inputs(c: Checked, values: dict):
     """Validate each input's dtype, rank and sizes; returns (free sizes by class root, the
     float dtype to run in, the device)."""
@@ -210,8 +213,8 @@ def _check_inputs(c: Checked, values: dict):
         floating = x.is_floating_point() or x.is_complex()
         if t.dtype == "float" and not floating:
             raise PenroseShapeError(f"input {t.name!r} must be a floating-point tensor, got {x.dtype}", t.span)
-        if t.dtype == "int" and (floating or x.dtype == torch.bool):
-            raise PenroseShapeError(f"input {t.name!r} must hold integer ids, got {x.dtype}", t.span)
+        if t.dtype == "int" and x.dtype not in _ID_DTYPES:  # uint8 would index as a mask, bool is no id
+            raise PenroseShapeError(f"input {t.name!r} must hold integer ids, got {x.dtype} (ids are torch.int64 or torch.int32)", t.span)
         if t.dtype == "bool" and x.dtype != torch.bool:
             raise PenroseShapeError(f"input {t.name!r} must be a bool mask, got {x.dtype}", t.span)
         if floating:  # one float dtype and one device for every input (docs/language.md)
@@ -621,6 +624,18 @@ def _mask(fr, v, args):
 
 def _gather(fr, v, args):
     table, ids = args
+    n = table.shape[table.dim() - len(v.args[0].legs)]
+    src, what = v.args[1], "the ids"
+    if src.op == "ref":
+        what = f"input {src.attrs['name']!r}"
+    tab = repr(v.args[0].attrs["name"]) if v.args[0].op == "ref" else "the table"
+    label = f"gather: {what} indexes leg {v.args[0].legs[0]!r} of {tab}"
+    if ids.dtype not in _ID_DTYPES:  # a uint8 or bool tensor would index as a mask
+        raise PenroseShapeError(f"{label}: ids must be torch.int64 or torch.int32, got {ids.dtype}", v.span)
+    if ids.numel():
+        lo, hi = int(ids.min()), int(ids.max())
+        if lo < 0 or hi >= n:  # no id is read from the end: the rows are 0 to n - 1
+            raise PenroseShapeError(f"{label}: id {lo if lo < 0 else hi} is outside 0 to {n - 1}", v.span)
     return table[ids]
 
 
@@ -700,16 +715,25 @@ def _einop(fr, v, args):
 def _select(fr, v, args):
     (x,) = args
     dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
+    _inside(x, dim, v.attrs["index"], 1, f"select of leg {v.args[0].legs[v.attrs['axis']]!r}", v.span)
     return x[(slice(None),) * dim + (v.attrs["index"],)]
+
+
+def _inside(x, dim, start, length, what, span):
+    """Indices start .. start + length - 1 of leg dim exist (a negative start counts from the end)."""
+    n = x.shape[dim]
+    first = start + n if start < 0 else start
+    if first < 0 or first + length > n:
+        where = f"index {start}" if length == 1 else f"indices {start} to {start + length - 1}"
+        raise PenroseShapeError(f"{what}: {where} outside a leg of size {n}", span)
 
 
 def _slice(fr, v, args):
     (x,) = args
     dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
     start, length = v.attrs["start"], v.attrs["length"]
+    _inside(x, dim, start, length, f"slice of leg {v.args[0].legs[v.attrs['axis']]!r}", v.span)
     start = start + x.shape[dim] if start < 0 else start
-    if start + length > x.shape[dim]:
-        raise PenroseShapeError(f"slice: indices {start} to {start + length - 1} are outside a leg of size {x.shape[dim]}", v.span)
     return x[(slice(None),) * dim + (slice(start, start + length),)]
 
 

@@ -36,8 +36,8 @@ def _check_inputs(spec, values, unexpected, extra=(), reference=None):
                 f"input {name!r} has {x.dim()} dimension(s) but needs at least {len(legs)} for legs [{', '.join(legs)}]"
             )
         floating = x.is_floating_point() or x.is_complex()
-        if kind == "int" and (floating or x.dtype == torch.bool):
-            raise ShapeError(f"input {name!r} must hold integer ids, got {x.dtype}")
+        if kind == "int" and x.dtype not in _ID_DTYPES:  # uint8 would index as a mask, bool is no id
+            raise ShapeError(f"input {name!r} must hold integer ids, got {x.dtype} (ids are torch.int64 or torch.int32)")
         if kind == "bool" and x.dtype != torch.bool:
             raise ShapeError(f"input {name!r} must be a bool mask, got {x.dtype}")
         if kind == "float" and not floating:
@@ -75,6 +75,38 @@ def _check_inputs(spec, values, unexpected, extra=(), reference=None):
             elif want != got:
                 raise ShapeError(f"input {name!r} leg {leg!r} must have size {want}, got {got}")
     return {k: v[0] for k, v in free.items()}
+
+
+_ID_DTYPES = (torch.int64, torch.int32)  # what torch.nn.functional.embedding takes
+
+
+def _ids(ids, n, what):
+    """ids, after checking that each is a row of a table of n rows (0 to n - 1: a negative id
+    is refused, as torch's embedding does, not read from the end); `what` names the input and
+    the leg in the error."""
+    if ids.dtype not in _ID_DTYPES:
+        raise ShapeError(f"{what}: ids must be torch.int64 or torch.int32, got {ids.dtype}")
+    if ids.numel() and not torch.compiler.is_compiling():
+        lo, hi = torch.aminmax(ids)
+        if lo < 0 or hi >= n:
+            bad = int(lo) if lo < 0 else int(hi)
+            raise ShapeError(f"{what}: id {bad} is outside 0 to {n - 1}")
+    return ids
+
+
+def _positional(spec, args, given):
+    """The inputs given by position bound to the diagram's inputs in order, with those given by
+    name: an input given both ways, or more positions than inputs, is a ShapeError."""
+    if len(args) > len(spec):
+        raise ShapeError(
+            f"{len(args)} positional inputs given but the diagram takes {len(spec)}: " + (", ".join(s[0] for s in spec) or "none")
+        )
+    values = list(given)
+    for i, x in enumerate(args):
+        if values[i] is not None:
+            raise ShapeError(f"input {spec[i][0]!r} given twice (by position and by name)")
+        values[i] = x
+    return tuple(values)
 
 
 def _autocasting(x):

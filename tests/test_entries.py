@@ -138,7 +138,7 @@ def test_cli_entry(files, tmp_path):
     run = subprocess.run([sys.executable, "-m", "penrose.cli", "compile", str(files / "plain.pen"), "--entry",
                           f"hidden={files / 'hidden.pen'}", "-o", str(out)], capture_output=True, text=True)
     assert run.returncode == 0, run.stderr
-    assert "def hidden(self, x=None" in out.read_text()
+    assert "def hidden(self, *_args, x=None" in out.read_text()
     bad = subprocess.run([sys.executable, "-m", "penrose.cli", "compile", str(files / "plain.pen"), "--entry", "hidden"],
                          capture_output=True, text=True)
     assert bad.returncode != 0 and "--entry takes NAME=FILE" in bad.stderr

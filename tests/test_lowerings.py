@@ -183,8 +183,9 @@ def rows(table, ids):
 def test_embedding(batch):
     m = compile_quiet(GATHER)
     src = code(m)
-    assert "x = torch.nn.functional.embedding(ids, self.E)" in src
-    assert "y = self.F[ids]" in src and "z = self.G[ids]" in src  # not a matrix: plain indexing
+    # the ids checked first (_ids: a wrong id is a ShapeError naming the input and leg, issue 23)
+    assert "x = torch.nn.functional.embedding(_ids(ids, 7, " in src
+    assert "y = self.F[_ids(ids, 7, " in src and "z = self.G[_ids(ids, 7, " in src  # not a matrix: plain indexing
     inputs = make_inputs(m, batch, int_high=7)
     inputs["ids"].view(-1)[0] = 6  # the last row and a repeated row are read
     inputs["ids"].view(-1)[-1] = 6
