@@ -24,6 +24,7 @@ from typing import Any as _Any
 from penrose import display as _display
 from penrose.check import LIMITS, Checked, check
 from penrose.errors import (
+    PenroseArgumentError,
     PenroseCheckError,
     PenroseCompileError,
     PenroseError,
@@ -120,6 +121,7 @@ def load_ipython_extension(ipython):
 __all__ = [
     "LIMITS",
     "Checked",
+    "PenroseArgumentError",
     "PenroseCheckError",
     "PenroseCompileError",
     "PenroseError",

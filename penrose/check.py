@@ -317,7 +317,8 @@ class _Checker:
         if d.name in self.overrides:
             value = self.overrides[d.name]
             if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= INT64_MAX:
-                raise PenroseCheckError(f"size for dim {d.name!r} must be a non-negative integer, got {value!r}", d.span)
+                what = "at most 2**63 - 1" if isinstance(value, int) and value > INT64_MAX else "a non-negative integer"
+                raise PenroseCheckError(f"size for dim {d.name!r} must be {what}, got {value!r} ({type(value).__name__})", d.span)
             origin = (f"dim {d.name!r} (given as {d.name}={value})", d.span)
         elif d.size is not None:
             value = self._dim_expr(d.size, d)

@@ -27,7 +27,7 @@ from penrose import pyast as P
 from penrose import runtime
 from penrose.tables import quoted, unquote
 from penrose.check import Checked, V
-from penrose.errors import PenroseCompileError, PenroseShapeError, Span
+from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
 from penrose.plan import TooManyLegs, letters_for
@@ -1260,6 +1260,8 @@ _COUNTER = [0]
 def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True, entries: dict | None = None) -> torch.nn.Module:
     """Instantiate the module of a checked diagram (and its checked `entries`, {method:
     Checked}); `seed` makes initialisation deterministic."""
+    if seed is not None:
+        seed = seed_value(seed)  # before any work: 'abc' or 2**70 is a PenroseArgumentError, not torch's
     source = generate_source(checked, standalone=False, fuse_attention=fuse_attention, entries=entries)
     _COUNTER[0] += 1
     filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"

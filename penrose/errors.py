@@ -99,6 +99,34 @@ class PenroseShapeError(PenroseError, ValueError):
     """A runtime input has the wrong name, rank or size."""
 
 
+class PenroseArgumentError(PenroseError, TypeError, ValueError):
+    """An argument of a public function has the wrong type or is out of range (a seed, the
+    params of `interpret`, what `format_diagram` formats): a TypeError and a ValueError too."""
+
+
+def seed_value(seed) -> int:
+    """A seed as an int from 0 to 2**64 - 1 (what torch.Generator.manual_seed holds); a bool,
+    a float, a string or a number out of range is a PenroseArgumentError.
+
+    >>> seed_value(3)
+    3
+    >>> seed_value("abc")
+    Traceback (most recent call last):
+    ...
+    penrose.errors.PenroseArgumentError: error: seed must be a whole number from 0 to 2**64 - 1, got 'abc' (str)
+    """
+    import operator
+
+    if not isinstance(seed, bool):
+        try:
+            value = operator.index(seed)  # int, numpy integers; not float, str, bool
+        except TypeError:
+            value = None
+        if value is not None and 0 <= value < 2**64:
+            return value
+    raise PenroseArgumentError(f"seed must be a whole number from 0 to 2**64 - 1, got {seed!r} ({type(seed).__name__})")
+
+
 class PenroseRenderError(PenroseError):
     """A figure cannot be drawn or written."""
 

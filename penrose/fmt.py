@@ -277,6 +277,11 @@ def format_diagram(d: ir.Diagram) -> str:
     # spec
     y = einsum('e->e', x)   # y
     """
+    if not isinstance(d, ir.Diagram):  # text is parsed first: format_diagram(parse(text))
+        from penrose.errors import PenroseArgumentError
+
+        hint = "; parse .pen text first: penrose.format_diagram(penrose.parse(text))" if isinstance(d, str) else ""
+        raise PenroseArgumentError(f"format_diagram takes a parsed Diagram, got {type(d).__name__}{hint}")
     return "\n".join(_body(d.body, "")) + "\n"
 
 

@@ -33,6 +33,7 @@ Values are evaluated bottom-up with an explicit stack, so deep nesting needs no 
 from __future__ import annotations
 
 import collections
+import collections.abc
 import math
 import re
 import sys
@@ -41,7 +42,7 @@ import torch
 
 from penrose import ir, ops
 from penrose.checked import Checked
-from penrose.errors import PenroseError, PenroseShapeError
+from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
 from penrose.load import load, loadable
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
@@ -77,10 +78,19 @@ class Interpreter:
         if not loadable(diagram):  # the one loader (penrose.load): a path, text, Diagram, Checked or compiled module
             raise PenroseError(f"cannot interpret a {type(diagram).__name__}; pass .pen text, a path or a Checked diagram")
         self.checked = load(diagram, sizes=sizes, include_paths=include_paths)
+        if not isinstance(training, bool):
+            raise PenroseArgumentError(f"training must be True or False, got {training!r} ({type(training).__name__})")
         if params is None:
-            params = init_params(self.checked, seed=seed)
+            params = init_params(self.checked, seed=seed_value(seed))
         elif isinstance(params, torch.nn.Module):  # the live tensors, so gradients reach them
             params = {**dict(params.named_parameters()), **dict(params.named_buffers())}
+        elif not isinstance(params, collections.abc.Mapping):
+            raise PenroseArgumentError(
+                f"params maps state_dict names to tensors (a dict, or a module), got {type(params).__name__}")
+        bad = next(((k, v) for k, v in params.items() if not isinstance(k, str) or not isinstance(v, torch.Tensor)), None)
+        if bad is not None:
+            raise PenroseArgumentError(f"params maps state_dict names to tensors; {bad[0]!r} maps to a {type(bad[1]).__name__}"
+                                       if isinstance(bad[0], str) else f"params' keys are state_dict names, got {bad[0]!r}")
         self.params = dict(params)
         self.training = training
         names = tuple(n for n, _ in self.checked.outputs)
