@@ -16,6 +16,11 @@ The canonical form is the one the zoo and the paper's listings are written in:
 - dims declared together on one line (`dim f = 30, r = 1`) stay together (`Dim.grouped`), and
   so do consts (`const a = 1, b = 2.5`, `Const.grouped`);
 - `h.detach()` and `detach(h)` stay as written (`Call.method`);
+- numbers keep the spelling the author wrote (`1e-4`, `2.5e3`, `1e5`, `0.10`), made canonical
+  only where two spellings read alike: `E` becomes `e`, an exponent loses its `+` and leading
+  zeros (`1E+05` → `1e5`), a mantissa gets its missing zero (`.5` → `0.5`, `5.` → `5.0`) and
+  loses leading ones (`007` → `7`); a number the formatter makes itself is written shortest
+  (`1e-5`, not Python's `1e-05`);
 - strings in expressions (einsum specs) take single quotes, `label` and `include` strings
   double quotes, unless the text holds that quote;
 - a trailing comment (a note) sits `NOTE_GAP` spaces after its code; notes that the author
@@ -41,6 +46,7 @@ lines but those around blocks, every note `NOTE_GAP` spaces after its code.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from penrose import ir
@@ -120,7 +126,7 @@ def _expr(e, parent: int) -> str:
     if isinstance(e, ir.Name):
         return e.id
     if isinstance(e, ir.Number):
-        text = _num(e.value)
+        text = _spelled(e)
         return f"({text})" if text.startswith("-") and parent > _UNARY else text
     if isinstance(e, ir.String):
         return _quote(e.value, "'")
@@ -176,6 +182,31 @@ def _simple_exponent(e) -> bool:
     if isinstance(e, ir.BinOp) and e.op == "**":
         return _simple(e.left) and _simple_exponent(e.right)
     return _simple(e) or isinstance(e, ir.Number) or (isinstance(e, ir.Neg) and _simple(e.operand))
+
+
+_NUMBER = re.compile(r"(\d+)?(?:(\.)(\d*))?(?:[eE]([+-]?)(\d+))?\Z")
+
+
+def _spelled(e: ir.Number) -> str:
+    """A number as its author wrote it (read back from its span), made canonical as the module
+    docstring says; `_num` of its value when the text is not at hand."""
+    sp = e.span
+    if sp.line and sp.end_line == sp.line and sp.source_line and sp.end_col > sp.col:
+        m = _NUMBER.match(sp.source_line[sp.col - 1: sp.end_col - 1])
+        if m and (m.group(1) or m.group(3)):
+            whole, dot, frac, sign, exp = m.groups()
+            text = (whole or "0").lstrip("0") or "0"
+            if dot:
+                text += "." + (frac or "0")
+            if exp is not None:
+                text += "e" + ("-" if sign == "-" else "") + (exp.lstrip("0") or "0")
+            try:
+                same = type(e.value) is (float if (dot or exp is not None) else int) and float(text) == e.value
+            except OverflowError:
+                same = False
+            if same:
+                return text
+    return _num(e.value)
 
 
 def _num(v) -> str:

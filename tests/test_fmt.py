@@ -422,3 +422,37 @@ def test_long_sums_print_flat_and_comparisons_keep_their_parentheses():
     text = "dim e = 3\ninput x[e]\ny = " + " + ".join(["x"] * 3000) + " - x\noutput y\n"
     assert deep(fmt)(text) == text  # deep: comparing the IR trees recurses
     assert fmt("dim e = 3\ninput x[e]\ny = where((x < 1) == (x > 2), x, 0)\noutput y\n").count("(x < 1) == (x > 2)") == 1
+
+
+# ---- numbers keep the author's spelling (issue 23) -----------------------------------------------
+
+ML_SPELLINGS = ["1e-4", "3e-4", "2.5e3", "1e5", "1e-5", "1e-6", "0.02", "0.1", "1.0", "10000", "6e-5", "0.999",
+                "5e-2", "1e999", "0.10", "2.50", "1e0", "0.0"]
+
+
+@pytest.mark.parametrize("number", ML_SPELLINGS)
+def test_fmt_keeps_ordinary_ml_spellings(number, tmp_path):
+    """`penrose fmt` rewrote 1e-4 as 0.0001 and 1e5 as 100000.0, so `fmt --check` flagged
+    ordinary ML code."""
+    text = f"dim e = 2\nconst lr = {number}\ninput x[e]\nparam W[e] ~ normal(std={number})\ny = x * {number} + W\noutput y\n"
+    assert format_diagram(parse(text)) == text
+    path = tmp_path / "ml.pen"
+    path.write_text(text)
+    assert main(["fmt", "--check", str(path)]) == 0
+
+
+@pytest.mark.parametrize("written, canonical", [
+    ("1E-4", "1e-4"), ("1e+05", "1e5"), ("1e-05", "1e-5"), ("2.5E+3", "2.5e3"), (".5", "0.5"), ("5.", "5.0"),
+    ("007", "7"), ("00.5", "0.5"), ("1e00", "1e0"), ("0e0", "0e0"),
+])
+def test_fmt_makes_numbers_canonical_only_where_spellings_read_alike(written, canonical):
+    text = f"dim e = 2\ninput x[e]\ny = x * {written}\noutput y\n"
+    out = format_diagram(parse(text))
+    assert out == text.replace(written, canonical)
+    assert parse(out) == parse(text) and format_diagram(parse(out)) == out
+
+
+def test_fmt_numbers_without_a_source_are_written_shortest():
+    from penrose.fmt import format_expr as fx
+
+    assert fx(ir.Number(1e-5)) == "1e-5" and fx(ir.Number(0.0001)) == "0.0001" and fx(ir.Number(3)) == "3"
