@@ -942,7 +942,63 @@ def parse(text: str, file: str = "<string>") -> ir.Diagram:
         body = _attach_comments(body, comments, lines)
     except RecursionError:
         raise _too_deep(lines) from None
+    except PenroseSyntaxError as e:
+        raise _unclosed(e, lines) from None
     return ir.Diagram(tuple(body), file=file, source=text)
+
+
+def _unclosed(e: PenroseSyntaxError, lines: _Lines) -> PenroseSyntaxError:
+    """A syntax error caused by an unclosed `(` or `[`, reported at the bracket: inside brackets
+    line breaks are free, so the parser stumbles only on a later line (or at the end of the
+    file, or at a closer of the other kind). The note shows where the statement ended; the
+    parser's own complaint follows. Any other error is returned as it is.
+
+    >>> _unclosed(PenroseSyntaxError("unexpected 'z'", Span("<string>", 2, 1, 2, 2, "z = 1")),
+    ...           _Lines("y = tanh(x\\nz = 1\\n", "<string>")).render().splitlines()[0]
+    "<string>:1:9: error: '(' is never closed"
+    """
+    at = (e.span.line, e.span.col)
+    if not at[0]:
+        return e
+    stack: list = []  # (bracket, line, col) still open
+    last = None  # (line, col) of the last character of code before the error
+    closer = None
+    for ln, text in enumerate(lines.lines, 1):
+        if ln > at[0]:
+            break
+        quote = None
+        for col, ch in enumerate(text, 1):
+            if (ln, col) >= at:
+                closer = ch if (ln, col) == at and ch in ")]" else None
+                break
+            if quote:
+                quote = None if ch == quote else quote
+            elif ch == "#":
+                break
+            elif ch in "'\"":
+                quote = ch
+            elif ch in "([":
+                stack.append((ch, ln, col))
+            elif ch in ")]" and stack:
+                stack.pop()
+            if not ch.isspace() and (quote or ch != "#"):
+                last = (ln, col)
+    if not stack or last is None:
+        return e
+    bracket, bl, bc = stack[-1]
+    eof = e.message.startswith("unexpected end of file")
+    mismatch = closer is not None and closer != {"(": ")", "[": "]"}[bracket]
+    if not (eof or mismatch or at[0] > bl):
+        return e  # an error on the bracket's own line, inside it: the parser's message says it
+    msg = f"{bracket!r} is never closed" + (f" (a {closer!r} comes first)" if mismatch else "")
+    end_line, end_col = last
+    notes = [(f"the statement ends here, on line {end_line}, with {bracket!r} still open",
+              Span(lines.file, end_line, end_col, end_line, end_col + 1, lines.line(end_line)))]
+    if not mismatch:
+        notes.append((f"then the parser stopped: {e.message}", e.span))
+    else:
+        notes = [(f"the {closer!r} that comes first", e.span)]
+    return PenroseSyntaxError(msg, Span(lines.file, bl, bc, bl, bc + 1, lines.line(bl)), notes=tuple(notes) + e.notes)
 
 
 def _too_deep(lines: _Lines):

@@ -203,7 +203,13 @@ CASES = [
     ("unexpected brace", B + "y = x }\noutput y", PenroseSyntaxError, r"unexpected character '\}'|unexpected '\}'", 3, 7),
     ("unexpected token", B + "y = x + * 2\noutput y", PenroseSyntaxError, r"unexpected '\*'", 3, 9),
     ("two statements on a line", B + "y = x = x\noutput y", PenroseSyntaxError, r"unexpected '='; statements are 'name = expression', one per line", 3, 7),
-    ("unexpected end of file", B + "y = einsum('t->t', x", PenroseSyntaxError, r"unexpected end of file", 3, 21),
+    ("unexpected end of file", B + "y = einsum('t->t', x)\noutput", PenroseSyntaxError, r"unexpected end of", 4, 7),
+    # an unclosed bracket is reported at the bracket (issue 23), not where the parser stumbled
+    ("unclosed bracket at the end", B + "y = einsum('t->t', x", PenroseSyntaxError, r"'\(' is never closed", 3, 11),
+    ("unclosed bracket", B + "y = tanh(x\nz = y * 2\noutput z", PenroseSyntaxError, r"'\(' is never closed", 3, 9),
+    ("unclosed leg list", "dim t = 2\ninput x[t\ny = x\noutput y", PenroseSyntaxError, r"'\[' is never closed", 2, 8),
+    ("bracket closed by the other kind", B + "y = concat([x, x), t, t)\noutput y", PenroseSyntaxError,
+     r"'\[' is never closed \(a '\)' comes first\)", 3, 12),
     ("unclosed block", "dim t = 2\nblock f(x[t]) {\n  return x\n", PenroseSyntaxError, r"unexpected end of file", 3, 11),
     ("'...' not first", "dim t = 2\ninput x[t, ...]\noutput x", PenroseSyntaxError, r"'\.\.\.' may only stand first among the legs", 2, 8),
     ("indexing", B + "y = x[0]\noutput y", PenroseSyntaxError, r"indexing is only supported as T.shape\[i\]", 3, 5),
@@ -515,3 +521,21 @@ def test_negative_number_under_sqrt():
     # regression: x / sqrt(-4) compiled to x / (-4) ** 0.5, and the output silently turned complex
     e = _refused(B + "y = x / sqrt(-4)\noutput y")
     assert (e.message, e.line, e.col) == ("sqrt of a negative number (-4); the result would not be real", 3, 9)
+
+
+def test_unclosed_bracket_notes_where_the_statement_ended():
+    """`y = tanh(x` then `z = y * 2`: reported at the '(' (3:9), the note at the end of line 3
+    where the statement ended, then where the parser stopped (issue 23)."""
+    with pytest.raises(PenroseSyntaxError) as info:
+        penrose.parse("dim t = 2\ninput x[t]\ny = tanh(x  # a note (\n\nz = y * 2\noutput z\n")
+    e = info.value
+    assert (e.line, e.col) == (3, 9) and e.message == "'(' is never closed"
+    (ended, ended_at), (stopped, stopped_at) = e.notes
+    assert ended == "the statement ends here, on line 3, with '(' still open" and (ended_at.line, ended_at.col) == (3, 10)
+    assert stopped == "then the parser stopped: unexpected 'z'" and (stopped_at.line, stopped_at.col) == (5, 1)
+
+
+def test_brackets_in_strings_and_comments_are_not_counted():
+    with pytest.raises(PenroseSyntaxError) as info:
+        penrose.parse("dim t = 2\ninput x[t]  # (\ny = einsum('t->t', x  # ]\n")
+    assert (info.value.line, info.value.col) == (3, 11)
