@@ -356,6 +356,9 @@ class _Emitter:
         inputs = [d.tensor.name for d in c.inputs]
         for d in c.inputs:  # the checker refuses these; a name that slipped through is not emitted
             emitted_name(d.tensor.name, "local", d.tensor.span)
+        for s in c.stmts:
+            for t in getattr(s.stmt, "targets", ()):
+                emitted_name(t, "local", s.stmt.span)
         body: list[str] = []
         for s in c.stmts:
             st = s.stmt
@@ -494,6 +497,7 @@ class _Emitter:
         """name -> (its line in __init__, its init line, where it is declared) for params and buffers."""
         out = {}
         for d in self.c.params + self.c.buffers:
+            emitted_name(d.tensor.name, "attribute", d.tensor.span)
             shape = ", ".join(self.size_code(cl, d.tensor.span) for cl in d.type.cls)
             empty = f"torch.empty({shape})" if shape else "torch.empty(())"
             comment = f"  # {self.shape_comment(d.type)}"
@@ -510,6 +514,9 @@ class _Emitter:
         """instance name -> (the module made for it in __init__, where it is made)."""
         out = {}
         for inst in self.c.instances.values():
+            head = inst.name.split(".")[0]
+            if not head.isdigit():  # a number is a submodule's key (add_module), not an attribute
+                emitted_name(head, "attribute", inst.span)
             cls_name = self.block_classes[inst.name]
             if inst.repeat is not None:
                 made = f"torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])"

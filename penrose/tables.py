@@ -78,7 +78,8 @@ RESERVED = {
     "method": frozenset({"self", "abs"}),
     # a method's own generated locals and parameters (user locals never start with '_')
     "locals": frozenset({"_extra", "_unexpected", "_sizes", "_device", "_dtype", "_split"}),
-    # class attributes of a generated module, besides torch.nn.Module's (MODULE_ATTRS)
+    # class attributes of a generated module, besides torch.nn.Module's (MODULE_ATTRS): the
+    # compiler moves `Outputs` (`<Entry>Outputs`) aside to `_Outputs` when a param takes its name
     "class": frozenset({"Outputs", "_EQUATIONS", "_INPUTS"}),
 }
 
@@ -104,7 +105,9 @@ def reserved(name: str, place: str) -> str | None:
         return "a name the generated module defines"
     if place == "local" and (name in RESERVED["method"] or name in RESERVED["locals"]):
         return "a name the generated method reads or defines"
-    if place in ("attribute", "method") and (name in MODULE_ATTRS or name in RESERVED["class"]):
+    if place in ("attribute", "method") and (name in MODULE_ATTRS or name.startswith("_")):
+        return "an attribute of the generated module"
+    if place == "method" and name in RESERVED["class"]:
         return "an attribute of the generated module"
     return None
 
