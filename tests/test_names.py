@@ -22,6 +22,7 @@ import torch
 import penrose
 from penrose.compiler import generate_source, write_source
 from penrose.errors import PenroseCheckError, PenroseError, PenroseShapeError
+from penrose.interpret import Interpreter
 from penrose.tables import GENERATED, RESERVED, reserved
 
 from program_strategies import candidate_names
@@ -207,8 +208,8 @@ def test_hostile_names_run_in_every_role(n, role, tmp_path):
     except PenroseCheckError:
         return  # refused at a position: the previous test asserts that
     module, _ = checks_compiles_imports(text, tmp_path, **{("x" if role != "input" else n): torch.ones(2)})
-    interp = quiet(penrose.interpret, text, **{("x" if role != "input" else n): torch.ones(2)},
-                   params=module.state_dict())
+    # the Interpreter's call takes inputs only (penrose.interpret also takes sizes=, params=, ...)
+    interp = quiet(lambda: Interpreter(text, params=module.state_dict())(**{("x" if role != "input" else n): torch.ones(2)}))
     a = module(**{("x" if role != "input" else n): torch.ones(2)})
     for x, y in zip(a if isinstance(a, tuple) else (a,), interp if isinstance(interp, tuple) else (interp,)):
         torch.testing.assert_close(x, y)
