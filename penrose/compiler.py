@@ -404,10 +404,10 @@ class _Emitter:
             # given by position are bound by _positional, so that an input given twice, missing
             # or unknown is a ShapeError, as in the interpreter (not Python's TypeError)
             head.append(f"    def {self.method}(self, *_args{', ' if sig else ''}{sig}, **_unexpected):")
-            names = "".join(n + ", " for n in inputs)
-            head.append(f"        if _args:")
-            head.append(f"            {names + '= ' if names else ''}_positional(self.{self.inputs_attr}, _args, ({names}))")
-            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({names}), _unexpected{', (), ' + ref if ref else ''})")
+            given = "".join(n + ", " for n in inputs)
+            head.append("        if _args:")
+            head.append(f"            {given + '= ' if given else ''}_positional(self.{self.inputs_attr}, _args, ({given}))")
+            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({given}), _unexpected{', (), ' + ref if ref else ''})")
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
         else:

@@ -104,7 +104,7 @@ class PenroseArgumentError(PenroseError, TypeError, ValueError):
     params of `interpret`, what `format_diagram` formats): a TypeError and a ValueError too."""
 
 
-def seed_value(seed) -> int:
+def seed_value(seed: object) -> int:
     """A seed as an int from 0 to 2**64 - 1 (what torch.Generator.manual_seed holds); a bool,
     a float, a string or a number out of range is a PenroseArgumentError.
 
@@ -119,7 +119,7 @@ def seed_value(seed) -> int:
 
     if not isinstance(seed, bool):
         try:
-            value = operator.index(seed)  # int, numpy integers; not float, str, bool
+            value = operator.index(seed)  # type: ignore[arg-type]  # int, numpy integers; not float, str, bool
         except TypeError:
             value = None
         if value is not None and 0 <= value < 2**64:
