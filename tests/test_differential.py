@@ -412,6 +412,44 @@ def test_programs_agree_in_float32_and_bfloat16(program, dtype):
                                    msg=lambda m: f"interpreted output {name} in {dtype}: {m}")
 
 
+@FREE
+@given(programs(), st.sampled_from(["-1", "bound", "uint8"]))
+def test_bad_ids_are_one_error_three_ways(program, how):
+    """Ids out of range (negative, or past the table) or of a non-index dtype: the compiled
+    module, the standalone source and the interpreter all raise PenroseShapeError (the
+    standalone's own ShapeError), or all compute the same (ids nobody reads)."""
+    checked, compiled = _stable("checking and compiling", _load_quiet, program.text)
+    ints = [(name, bound) for name, _, dtype, bound in input_specs(checked) if dtype == "int"]
+    assume(ints)
+    compiled = compiled.double().eval()
+    standalone = _stable("the standalone source", _standalone, program.text, compiled.state_dict())
+    inputs = make_inputs(checked, (2,))
+    name, bound = ints[0]
+    ids = inputs[name].clone()
+    assume(ids.numel())
+    if how == "uint8":
+        inputs[name] = ids.to(torch.uint8)
+    else:
+        ids.view(-1)[0] = -1 if how == "-1" else bound + 3
+        inputs[name] = ids
+    results = []
+    for what, fn in (("the compiled module", compiled), ("the standalone source", standalone),
+                     ("the interpreter", Interpreter(checked, compiled.state_dict()))):
+        try:
+            results.append(_as_tuple(fn(**inputs)))
+        except PenroseShapeError as e:
+            results.append(e)
+        except Exception as e:  # noqa: BLE001
+            if type(e).__name__ == "ShapeError" and isinstance(e, ValueError) and what == "the standalone source":
+                results.append(e)
+                continue
+            raise AssertionError(f"{what} raised {type(e).__name__}, not PenroseShapeError: {str(e).splitlines()[0]}") from None
+    failed = [isinstance(r, Exception) for r in results]
+    assert len(set(failed)) == 1, f"some raise, some compute: {results}"
+    if failed[0]:
+        assert len({getattr(r, "message", str(r)) for r in results}) == 1, [str(r) for r in results]
+
+
 def test_every_operation_is_drawn():
     """The program strategy reaches every operation of the table (penrose.ops.OPS), read from
     the checked programs, not from what the strategy says it drew; and consts."""
