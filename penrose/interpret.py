@@ -642,7 +642,7 @@ def _gather(fr, v, args):
     label = f"gather: {what} indexes leg {v.args[0].legs[0]!r} of {tab}"
     if ids.dtype not in _ID_DTYPES:  # a uint8 or bool tensor would index as a mask
         raise PenroseShapeError(f"{label}: ids must be torch.int64 or torch.int32, got {ids.dtype}", v.span)
-    if ids.numel():
+    if ids.numel() and not ids.is_meta:
         lo, hi = int(ids.min()), int(ids.max())
         if lo < 0 or hi >= n:  # no id is read from the end: the rows are 0 to n - 1
             raise PenroseShapeError(f"{label}: id {lo if lo < 0 else hi} is outside 0 to {n - 1}", v.span)

@@ -86,7 +86,7 @@ def _ids(ids, n, what):
     the leg in the error."""
     if ids.dtype not in _ID_DTYPES:
         raise ShapeError(f"{what}: ids must be torch.int64 or torch.int32, got {ids.dtype}")
-    if ids.numel() and not torch.compiler.is_compiling():
+    if ids.numel() and not ids.is_meta and not torch.compiler.is_compiling():  # meta and traced ids hold no values
         lo, hi = torch.aminmax(ids)
         if lo < 0 or hi >= n:
             bad = int(lo) if lo < 0 else int(hi)

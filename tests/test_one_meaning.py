@@ -119,3 +119,12 @@ def test_good_calls_agree():
         results = outcomes(TWO, *args, **kwargs)
         for name, got in results:
             torch.testing.assert_close(got, results[0][1], msg=name)
+
+
+def test_ids_on_the_meta_device_are_not_read():
+    """A module built on the meta device (parameter counts, shapes) holds no id values to
+    check: gather runs there as before (the Steerling parameter-count test)."""
+    module = _quiet(penrose.compile, GATHER, seed=0)
+    with torch.device("meta"):
+        out = module.to("meta")(torch.tensor([0, 9], device="meta"))
+    assert out.shape == (2, 2) and out.is_meta
