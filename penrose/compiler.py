@@ -13,6 +13,7 @@ in-memory module is that same source, compiled; `penrose compile FILE -o model.p
 from __future__ import annotations
 
 import functools
+import keyword
 import linecache
 from dataclasses import replace
 import math
@@ -497,7 +498,8 @@ class _Emitter:
         """name -> (its line in __init__, its init line, where it is declared) for params and buffers."""
         out = {}
         for d in self.c.params + self.c.buffers:
-            emitted_name(d.tensor.name, "attribute", d.tensor.span)
+            if not quoted(d.tensor.name):  # a quoted name is registered by its text, never written as an attribute
+                emitted_name(d.tensor.name, "attribute", d.tensor.span)
             shape = ", ".join(self.size_code(cl, d.tensor.span) for cl in d.type.cls)
             empty = f"torch.empty({shape})" if shape else "torch.empty(())"
             comment = f"  # {self.shape_comment(d.type)}"
@@ -515,7 +517,7 @@ class _Emitter:
         out = {}
         for inst in self.c.instances.values():
             head = inst.name.split(".")[0]
-            if not head.isdigit():  # a number is a submodule's key (add_module), not an attribute
+            if not head.isdigit() and not quoted(head):  # a number or a quoted name is a key (add_module), not an attribute
                 emitted_name(head, "attribute", inst.span)
             cls_name = self.block_classes[inst.name]
             if inst.repeat is not None:
@@ -1194,8 +1196,8 @@ def _class_source(name: str, members: list) -> tuple[str, list]:
     L.append(f"    {repr(_comment(doc) + '.')}")
     eqs = tuple(_comment(format_stmt(s.stmt)) for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)))
     L.append(f"    _EQUATIONS = {eqs!r}")
-    attrs = {d.tensor.name for em in members for d in em.c.params + em.c.buffers}
-    attrs |= {inst.name.split(".")[0] for em in members for inst in em.c.instances.values()}
+    attrs = {unquote(d.tensor.name) for em in members for d in em.c.params + em.c.buffers}
+    attrs |= {unquote(inst.name.split(".")[0]) for em in members for inst in em.c.instances.values()}
     for em in members:  # a param named Outputs keeps its state-dict name: the named tuple's attribute moves
         if em.outputs_attr in attrs:
             em.outputs_attr = "_" + em.outputs_attr
