@@ -960,29 +960,40 @@ def _unclosed(e: PenroseSyntaxError, lines: _Lines) -> PenroseSyntaxError:
     at = (e.span.line, e.span.col)
     if not at[0]:
         return e
-    stack: list = []  # (bracket, line, col) still open
+    stack: list = []  # (bracket, line, col) still open at the error
     last = None  # (line, col) of the last character of code before the error
     closer = None
+    never: set = set()  # (line, col) of the brackets the whole text never closes (or closes with the other kind)
+    opened: list = []
+    seen = False
     for ln, text in enumerate(lines.lines, 1):
-        if ln > at[0]:
-            break
         quote = None
         for col, ch in enumerate(text, 1):
-            if (ln, col) >= at:
+            before = (ln, col) < at
+            if not seen and (ln, col) >= at:  # what is open where the parser stopped
+                seen, stack = True, list(opened)
                 closer = ch if (ln, col) == at and ch in ")]" else None
-                break
             if quote:
                 quote = None if ch == quote else quote
-            elif ch == "#":
+                continue
+            if ch == "#":
                 break
-            elif ch in "'\"":
+            if ch in "'\"":
                 quote = ch
             elif ch in "([":
-                stack.append((ch, ln, col))
-            elif ch in ")]" and stack:
-                stack.pop()
-            if not ch.isspace() and (quote or ch != "#"):
+                opened.append((ch, ln, col))
+            elif ch in ")]" and opened:
+                top = opened.pop()
+                if top[0] != {")": "(", "]": "["}[ch]:
+                    never.add(top[1:])
+                    if opened and opened[-1][0] == {")": "(", "]": "["}[ch]:
+                        opened.pop()
+            if before and not ch.isspace():
                 last = (ln, col)
+    never |= {o[1:] for o in opened}
+    if not seen:  # the parser stopped at the end of the file
+        stack = list(opened)
+    stack = [o for o in stack if o[1:] in never]
     if not stack or last is None:
         return e
     bracket, bl, bc = stack[-1]

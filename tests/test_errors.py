@@ -539,3 +539,14 @@ def test_brackets_in_strings_and_comments_are_not_counted():
     with pytest.raises(PenroseSyntaxError) as info:
         penrose.parse("dim t = 2\ninput x[t]  # (\ny = einsum('t->t', x  # ]\n")
     assert (info.value.line, info.value.col) == (3, 11)
+
+
+def test_only_a_bracket_never_closed_is_blamed():
+    """A later pair of brackets does not close the open one; an error inside brackets that close
+    later keeps the parser's own message (a repeated keyword on a continued line)."""
+    with pytest.raises(PenroseSyntaxError) as info:
+        penrose.parse("dim t = 2\ninput x[t]\ny = tanh(x\nz = tanh(y)\noutput z\n")
+    assert (info.value.line, info.value.col, info.value.message) == (3, 9, "'(' is never closed")
+    with pytest.raises(PenroseSyntaxError) as info:
+        penrose.parse("dim t = 2\ninput x[t]\ny = layernorm(x, t,\n    eps=1e-5, eps=1e-6)\noutput y\n")
+    assert info.value.message == "keyword argument 'eps' is repeated" and info.value.line == 4
