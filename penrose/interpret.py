@@ -316,8 +316,11 @@ class _Frame:
         current: dict = {}  # name -> latest value, for 'output'
         for d in self.body.inputs:
             current[d.tensor.name] = self.env[(d.tensor.name, 0)]
+        unread = _unread_splits(self.body)
         for s in self.body.stmts:
             st = s.stmt
+            if isinstance(st, ir.Assign) and id(s) in unread:
+                continue  # a split whose pieces nobody reads is not made (nor is its operand), as compiled
             if isinstance(st, ir.Assign):
                 value = self.evaluate(s.value)
                 parts = (value,) if len(s.targets) == 1 else tuple(value)
@@ -388,6 +391,25 @@ def _scalar_safe(fn):
             raise PenroseShapeError(f"{ops.key(v)} of plain numbers {', '.join(map(repr, args))}: {e}", v.span) from None
 
     return run
+
+
+_UNREAD: dict = {}  # id of a checked body -> (the body, ids of its splits whose pieces nobody reads)
+
+
+def _unread_splits(body: Checked) -> set:
+    """The split statements none of whose pieces is read: the compiled module makes none of
+    them, so their operands (gather's ids among them) are not evaluated there either."""
+    from penrose.views import read_counts
+
+    found = _UNREAD.get(id(body))
+    if found is None or found[0] is not body:
+        reads = read_counts(body)
+        found = (body, {id(s) for s in body.stmts if isinstance(s.stmt, ir.Assign) and s.value is not None
+                        and s.value.op == "split" and not any((t, v) in reads for t, v in zip(s.stmt.targets, s.versions))})
+        if len(_UNREAD) > 256:
+            _UNREAD.clear()
+        _UNREAD[id(body)] = found
+    return found[1]
 
 
 def _flat(x):
