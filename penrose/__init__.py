@@ -99,7 +99,8 @@ def source(path_or_text: object = None, /, *, text: str | None = None, include_p
     return generate_source(checked, entries=more)
 
 
-def trace(module, *example_inputs, dims=None, **options) -> str:
+def trace(module: torch.nn.Module, *example_inputs: _Any, dims: _Mapping[str, int] | None = None,
+          **options: _Any) -> str:
     """The `.pen` text of a PyTorch module's computation, traced with torch.export on example inputs.
 
     Params keep their state-dict names, so `compile(text).load_state_dict(module.state_dict())`

@@ -804,7 +804,7 @@ class _Checker:
         legs, cls = lead.type.legs, lead.type.cls
         unique = len(set(legs)) == len(legs)
         align = []
-        for (i, v), ex in zip(enumerate(vals), exprs):
+        for v, ex in zip(vals, exprs):
             if v.type.dtype == "scalar":
                 align.append(None)
                 continue
@@ -1168,7 +1168,7 @@ class _Checker:
                 self._literal_ok(a)
             lo = pos[0].value
             hi = pos[1].value if len(pos) > 1 else None
-            for key, node in zip(("min", "max"), pos):
+            for key, _node in zip(("min", "max"), pos):
                 if e.kwarg(key) is not None:
                     raise PenroseCheckError(f"clamp: {key} is given twice, by position and as {key}=", e.kwarg(key).span)
         lo = self._number_kw(e, "min", lo)

@@ -1054,7 +1054,7 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
     for method, _ in entries.items():
         _method_name_ok(method, "entry", checked)
     blocks: dict[str, tuple] = {}  # block name -> (Checked, the entry's file) of its first appearance
-    for method, c in tops:
+    for _method, c in tops:
         for name, blk in c.blocks.items():
             if not _block_used(c, name):
                 continue
@@ -1101,7 +1101,7 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
             if sub not in names:  # (blocks never call themselves: the checker refuses cycles)
                 names[sub] = plan(sub, [(b if i else "forward", blocks[b][0]) for i, b in enumerate(sub)])
             inst_classes[inst] = names[sub]
-        for method, c in members:
+        for _method, c in members:
             calls.append({i.name: (None if i.block == kids[i.name][0][0] else i.block) for i in c.instances.values()})
         if key is None:
             top = _camel(checked.name)

@@ -529,7 +529,7 @@ def _contract_wide(terms, out, batched, keep_batch, args):
         prepared.append((term, x, b))
     acc_labels: list = []
     acc = None
-    for k, (term, x, b) in enumerate(prepared):
+    for k, (term, x, _b) in enumerate(prepared):
         later = {l for t, _, _ in prepared[k + 1 :] for l in t} | set(out)
         labels = acc_labels + [l for l in term if l not in acc_labels]
         xa = _spread(x, term, labels)

@@ -34,7 +34,6 @@ import sys
 import threading
 from dataclasses import replace
 from importlib import resources
-from pathlib import Path
 
 from penrose import ir
 from penrose.errors import PenroseSyntaxError, Span
@@ -1024,7 +1023,7 @@ def _normalise(text: str) -> str:
 
 
 @deep
-def parse_file(path) -> ir.Diagram:
+def parse_file(path: str | os.PathLike[str]) -> ir.Diagram:
     """Parse a `.pen` file; errors name the file (penrose.io.read_text says which ones)."""
     from penrose.io import read_text
 

@@ -58,7 +58,10 @@ class Case:
 # ---- dims ------------------------------------------------------------------------------------
 
 
-def dim_lists(names, min_size=2, max_size=5, sizes=st.integers(1, 4)):
+_SIZES = st.integers(1, 4)
+
+
+def dim_lists(names, min_size=2, max_size=5, sizes=_SIZES):
     """A list of distinct (name, size) pairs."""
     return st.lists(st.sampled_from(names), min_size=min_size, max_size=max_size, unique=True).flatmap(
         lambda ns: st.tuples(*[st.tuples(st.just(n), sizes) for n in ns]).map(list)

@@ -110,9 +110,10 @@ def tolerance(checked):
     return RTOL, ATOL
 
 
-def input_specs(checked, resize={}):
+def input_specs(checked, resize=None):
     """(name, legs sizes, dtype, id bound) of each input; an int input's bound is the first-leg
     size of the smallest table it indexes."""
+    resize = resize or {}
     bounds = {}
     for s in checked.stmts:
         if s.value is None:
@@ -129,9 +130,10 @@ def input_specs(checked, resize={}):
     return specs
 
 
-def make_inputs(checked, batch=(), seed=0, uniform=True, resize={}):
+def make_inputs(checked, batch=(), seed=0, uniform=True, resize=None):
     """Random inputs of the declared sizes; float ones in float64. Batch dims lead every input
     (or, with uniform=False, every other one: they broadcast)."""
+    resize = resize or {}
     g = torch.Generator().manual_seed(seed)
     out = {}
     for i, (name, shape, dtype, bound) in enumerate(input_specs(checked, resize)):

@@ -36,8 +36,6 @@ ALLOWED_MISSING: set[str] = {
     "penrose.checked.Checked.buffers",
     "penrose.checked.Checked.inputs",
     "penrose.checked.Checked.params",
-    "penrose.parse.parse_file",
-    "penrose.trace",
 }
 
 #: The zoo modules whose module-level public functions are checked too (the model files and the

@@ -427,7 +427,7 @@ def test_train_then_measure_end_to_end():
     opt = torch.optim.Adam(model.parameters(), lr=2e-2)
     g = torch.Generator().manual_seed(0)
     history = []
-    for epoch in range(10):
+    for _epoch in range(10):
         for batch in iterate_lm_batches(train, 4, g):
             out = forward_ids(model, batch.input_ids)
             loss, parts = steerling_loss(out, batch, known_embeddings=model.concept_embeddings("known"),
