@@ -34,12 +34,17 @@ import functools
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from penrose import ir
 from penrose.errors import PenroseError, Span
 from penrose.reading import file_key
 from penrose.tables import DTYPES, PEN_KEYWORDS
+
+if TYPE_CHECKING:
+    from penrose.checked import Checked
 
 KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, from the checker's tables
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -112,7 +117,7 @@ class Def:
     range: Range
     full: Range
     scope: str | None  # the block whose body holds it (None: the top level; dims, consts, blocks: global)
-    node: object = None  # the ir statement
+    node: ir.Stmt | None = None  # the ir statement
     target: int = 0  # which target of an assignment
 
 
@@ -123,7 +128,7 @@ class Result:
     path: str
     text: str
     diagram: ir.Diagram | None = None
-    checked: object = None  # the Checked the document's symbols are read in (its own, or its includer's)
+    checked: Checked | None = None  # the Checked the document's symbols are read in (its own, or its includer's)
     context: str | None = None  # the includer a library was checked in
     diagnostics: list = field(default_factory=list)
     deps: set = field(default_factory=set)  # normalised paths of the files it includes, transitively
@@ -365,6 +370,7 @@ class Analyzer:
         """The names this document and its includes define, and the files it includes."""
         res.defs = []
         res.includes = {}
+        assert res.diagram is not None, "a document is indexed once it parses"
         self._defs_of(res.diagram, res.text.split("\n"), res.defs)
         seen: set = set()
         self._walk_includes(res.path, res.diagram, seen, res.defs, res.includes)
@@ -495,7 +501,7 @@ class Analyzer:
             size = _dim_size(c, d.name)
             meaning = _legend_of(res, d)
             text = f"**dim** `{d.name}`" + (f" = {size:,}" if size is not None else " (no size: read from the inputs at run time)")
-            if d.node is not None and d.node.size is not None and not isinstance(d.node.size, ir.Number):
+            if isinstance(d.node, ir.Dim) and d.node.size is not None and not isinstance(d.node.size, ir.Number):
                 from penrose.fmt import format_expr
 
                 text += f" — `{format_expr(d.node.size)}`"
@@ -505,6 +511,7 @@ class Analyzer:
         if d.kind == "const":
             from penrose.fmt import format_expr
 
+            assert isinstance(d.node, ir.Const), "a const's Def holds its statement"
             text = f"**const** `{d.name}` = `{format_expr(d.node.value)}`"
             value = _const_value(res, d.node.value)
             if value is not None and not isinstance(d.node.value, ir.Number):
@@ -516,6 +523,7 @@ class Analyzer:
 
     def _describe_block(self, res: Result, d: Def) -> str:
         blk = d.node
+        assert isinstance(blk, ir.Block), "a block's Def holds its statement"
         formals = ", ".join(f"{f.name}[{', '.join(f.legs)}]" for f in blk.formals)
         text = f"**block** `{blk.name}({formals})`"
         c = res.checked
@@ -542,7 +550,7 @@ class Analyzer:
                 ttype = decl.type if decl is not None else None
             else:
                 for s in body.stmts:
-                    if s.stmt is d.node or (s.stmt.span == d.node.span and s.targets == d.node.targets):
+                    if s.stmt is d.node or (isinstance(d.node, ir.Assign) and s.stmt.span == d.node.span and s.targets == d.node.targets):
                         if d.target < len(s.types):
                             ttype = s.types[d.target]
                         break
@@ -553,8 +561,10 @@ class Analyzer:
             if d.kind == "tensor":
                 from penrose.fmt import format_expr
 
+                assert isinstance(d.node, ir.Assign), "a tensor's Def holds its assignment"
                 text += f" = `{_clip(format_expr(d.node.value))}`"
             return text + _where(res, d)
+        assert c is not None and body is not None, "a type is read from a checked body"
         if ttype.dtype == "scalar":
             text = f"**{kind}** `{d.name}`: a plain number"
             return text + _where(res, d)
@@ -573,7 +583,7 @@ class Analyzer:
             if all(n is not None for n in sizes):
                 import math
 
-                text += f" · {math.prod(sizes):,} entries"
+                text += f" · {math.prod(n for n in sizes if n is not None):,} entries"
         if free:
             text += f"\n\nfree leg(s) {', '.join(free)}: read from the inputs at run time (default sizes shown)"
         if ttype.batched:
@@ -587,6 +597,7 @@ class Analyzer:
         if d.kind == "tensor":
             from penrose.fmt import format_expr
 
+            assert isinstance(node, ir.Assign), "a tensor's Def holds its assignment"
             text += f"\n\n`{d.name} = {_clip(format_expr(node.value))}`"
         label = c.labels.get(d.name) if body is c else body.labels.get(d.name)
         if label:
@@ -714,7 +725,7 @@ class Analyzer:
                 detail = f"{d.kind if d.kind != 'formal' else 'argument'} [{', '.join(legs)}]"
             elif d.kind == "dim":
                 detail = _dim_detail(res, d)
-            entry = (d.name, d.kind, detail, d.full, d.range, [])
+            entry: tuple[str, str, str, Range, Range, list[object]] = (d.name, d.kind, detail, d.full, d.range, [])
             if d.kind == "block":
                 blocks[d.name] = entry
                 out.append(entry)
@@ -778,7 +789,7 @@ def _word_at(lines: list[str], line: int, char: int):
 def _scan(text: str, char: int) -> tuple[bool, bool]:
     """(in a string, in a comment) at `char` of the line `text`."""
     quote = None
-    for i, ch in enumerate(text[:char]):
+    for ch in text[:char]:
         if quote:
             if ch == quote:
                 quote = None
@@ -808,7 +819,7 @@ def _in_brackets(lines, line, char) -> bool:
 def _before_equals(lines, line, char) -> bool:
     text = lines[line] if line < len(lines) else ""
     m = re.match(r"[^=()\[\]'\"#]*=(?!=)", text)
-    return bool(m) and char < m.end() - 1
+    return m is not None and char < m.end() - 1
 
 
 def _called(lines, line, rng) -> bool:
@@ -888,8 +899,9 @@ def _const_value(res: Result, expr, depth: int = 0):
             return None
     if isinstance(expr, ir.Call) and len(expr.args) == 1 and expr.func in ("sqrt", "exp", "log", "abs"):
         v = _const_value(res, expr.args[0], depth + 1)
+        funcs: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}
         try:
-            return None if v is None else {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}[expr.func](v)
+            return None if v is None else funcs[expr.func](v)
         except (ArithmeticError, ValueError):
             return None
     return None
