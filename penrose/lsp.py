@@ -44,6 +44,8 @@ from penrose.reading import file_key
 from penrose.tables import DTYPES, PEN_KEYWORDS
 
 if TYPE_CHECKING:
+    from pygls.lsp.server import LanguageServer
+
     from penrose.checked import Checked
 
 KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, from the checker's tables
@@ -161,7 +163,7 @@ class Analyzer:
     [(2, 9, "unknown tensor 'z'")]
     """
 
-    def __init__(self, include_paths=(), roots=None):
+    def __init__(self, include_paths=(), roots=None) -> None:
         from penrose.workspace import Workspace
 
         self.include_paths = tuple(include_paths)
@@ -968,7 +970,7 @@ SYMBOL_KIND = {"dim": 26, "const": 14, "input": 13, "param": 8, "buffer": 8, "fo
 COMPLETION_KIND = {"tensor": 6, "dim": 25, "const": 21, "block": 3, "function": 3, "keyword": 14, "init": 4}
 
 
-def server(include_paths=()):
+def server(include_paths=()) -> LanguageServer:
     """The pygls LanguageServer for `.pen` (not started)."""
     try:
         from lsprotocol import types as T
@@ -1146,7 +1148,7 @@ def server(include_paths=()):
                                             is_preferred=True))
         return actions
 
-    ls.penrose_analyzer = an
+    ls.penrose_analyzer = an  # type: ignore[attr-defined]  # our analyser, kept on pygls's server for callers
     return ls
 
 
