@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 from penrose import ir
 from penrose.errors import Span
@@ -61,25 +62,25 @@ class V:
     """One checked operation: its operator, arguments, attributes and result type."""
 
     op: str
-    args: tuple = ()
-    attrs: dict = field(default_factory=dict)
+    args: tuple[V, ...] = ()
+    attrs: dict[str, Any] = field(default_factory=dict)
     type: TType = SCALAR
-    outs: tuple = ()  # result types when the op yields several (split, block calls)
+    outs: tuple[TType, ...] = ()  # result types when the op yields several (split, block calls)
     span: Span = field(default_factory=Span)
 
     @property
-    def legs(self):
+    def legs(self) -> tuple[str, ...]:
         return self.type.legs
 
 
 @dataclass
 class CStmt:
-    stmt: object  # the ir statement
+    stmt: ir.Stmt
     targets: tuple[str, ...] = ()
     value: V | None = None
-    types: tuple = ()
+    types: tuple[TType, ...] = ()
     step: int | None = None
-    versions: tuple = ()  # SSA version of each target (0 for its first definition)
+    versions: tuple[int, ...] = ()  # SSA version of each target (0 for its first definition)
 
 
 @dataclass
@@ -103,33 +104,33 @@ class Checked:
     diagram: ir.Diagram
     name: str
     sizes: Sizes
-    dims: dict  # name -> class
-    decls: dict  # name -> Decl (inputs, params, buffers, formals)
-    stmts: list  # CStmt, in order (comments included, for captions)
-    outputs: list  # (name, TType)
-    blocks: dict  # name -> Checked
-    instances: dict  # name -> Instance
-    labels: dict
-    warnings: list  # (message, Span)
+    dims: dict[str, int]  # name -> class
+    decls: dict[str, Decl]  # inputs, params, buffers, formals
+    stmts: list[CStmt]  # in order (comments included, for captions)
+    outputs: list[tuple[str, TType]]
+    blocks: dict[str, Checked]
+    instances: dict[str, Instance]
+    labels: dict[str, str]
+    warnings: list[tuple[str, Span]]
     is_block: bool = False
-    captions: dict = field(default_factory=dict)  # step -> text
+    captions: dict[int, str] = field(default_factory=dict)  # step -> text
 
     @property
-    def inputs(self):
+    def inputs(self) -> list[Decl]:
         return [d for d in self.decls.values() if d.tensor.kind in ("input", "formal")]
 
     @property
-    def params(self):
+    def params(self) -> list[Decl]:
         return [d for d in self.decls.values() if d.tensor.kind == "param"]
 
     @property
-    def buffers(self):
+    def buffers(self) -> list[Decl]:
         return [d for d in self.decls.values() if d.tensor.kind == "buffer"]
 
     def size(self, cls: int) -> int | None:
         return self.sizes.size(cls)
 
-    def dim_sizes(self) -> dict:
+    def dim_sizes(self) -> dict[str, int | None]:
         return {n: self.sizes.size(c) for n, c in self.dims.items()}
 
     def param_count(self) -> int:
@@ -140,7 +141,7 @@ class Checked:
         return total
 
 
-    def _repr_svg_(self):
+    def _repr_svg_(self) -> str | None:
         """The figure, for notebooks."""
         from penrose import display  # a hook the package binds to the renderer
 

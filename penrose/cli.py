@@ -144,9 +144,13 @@ def _discovered() -> dict:
     return {ep.name: ep for ep in entry_points(group=COMMANDS)}
 
 
-def _parser(discovered=None) -> argparse.ArgumentParser:
+class _Parser(argparse.ArgumentParser):
+    built_in: set[str]  # the built-in commands' names
+
+
+def _parser(discovered=None) -> _Parser:
     """The built-in commands, and the `discovered` ones listed (their targets parse their own arguments)."""
-    p = argparse.ArgumentParser(
+    p = _Parser(
         prog="penrose",
         description="Penrose tensor-network diagrams (.pen) → checks, PyTorch modules, figures.",
         epilog=EXAMPLES,

@@ -34,12 +34,19 @@ import functools
 import os
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from penrose import ir
 from penrose.errors import PenroseError, Span
 from penrose.reading import file_key
 from penrose.tables import DTYPES, PEN_KEYWORDS
+
+if TYPE_CHECKING:
+    from pygls.lsp.server import LanguageServer
+
+    from penrose.checked import Checked
 
 KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, from the checker's tables
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -112,7 +119,7 @@ class Def:
     range: Range
     full: Range
     scope: str | None  # the block whose body holds it (None: the top level; dims, consts, blocks: global)
-    node: object = None  # the ir statement
+    node: ir.Stmt | None = None  # the ir statement
     target: int = 0  # which target of an assignment
 
 
@@ -123,7 +130,7 @@ class Result:
     path: str
     text: str
     diagram: ir.Diagram | None = None
-    checked: object = None  # the Checked the document's symbols are read in (its own, or its includer's)
+    checked: Checked | None = None  # the Checked the document's symbols are read in (its own, or its includer's)
     context: str | None = None  # the includer a library was checked in
     diagnostics: list = field(default_factory=list)
     deps: set = field(default_factory=set)  # normalised paths of the files it includes, transitively
@@ -156,7 +163,7 @@ class Analyzer:
     [(2, 9, "unknown tensor 'z'")]
     """
 
-    def __init__(self, include_paths=(), roots=None):
+    def __init__(self, include_paths=(), roots=None) -> None:
         from penrose.workspace import Workspace
 
         self.include_paths = tuple(include_paths)
@@ -365,6 +372,7 @@ class Analyzer:
         """The names this document and its includes define, and the files it includes."""
         res.defs = []
         res.includes = {}
+        assert res.diagram is not None, "a document is indexed once it parses"
         self._defs_of(res.diagram, res.text.split("\n"), res.defs)
         seen: set = set()
         self._walk_includes(res.path, res.diagram, seen, res.defs, res.includes)
@@ -495,7 +503,7 @@ class Analyzer:
             size = _dim_size(c, d.name)
             meaning = _legend_of(res, d)
             text = f"**dim** `{d.name}`" + (f" = {size:,}" if size is not None else " (no size: read from the inputs at run time)")
-            if d.node is not None and d.node.size is not None and not isinstance(d.node.size, ir.Number):
+            if isinstance(d.node, ir.Dim) and d.node.size is not None and not isinstance(d.node.size, ir.Number):
                 from penrose.fmt import format_expr
 
                 text += f" — `{format_expr(d.node.size)}`"
@@ -505,6 +513,7 @@ class Analyzer:
         if d.kind == "const":
             from penrose.fmt import format_expr
 
+            assert isinstance(d.node, ir.Const), "a const's Def holds its statement"
             text = f"**const** `{d.name}` = `{format_expr(d.node.value)}`"
             value = _const_value(res, d.node.value)
             if value is not None and not isinstance(d.node.value, ir.Number):
@@ -516,6 +525,7 @@ class Analyzer:
 
     def _describe_block(self, res: Result, d: Def) -> str:
         blk = d.node
+        assert isinstance(blk, ir.Block), "a block's Def holds its statement"
         formals = ", ".join(f"{f.name}[{', '.join(f.legs)}]" for f in blk.formals)
         text = f"**block** `{blk.name}({formals})`"
         c = res.checked
@@ -542,7 +552,7 @@ class Analyzer:
                 ttype = decl.type if decl is not None else None
             else:
                 for s in body.stmts:
-                    if s.stmt is d.node or (s.stmt.span == d.node.span and s.targets == d.node.targets):
+                    if s.stmt is d.node or (isinstance(d.node, ir.Assign) and s.stmt.span == d.node.span and s.targets == d.node.targets):
                         if d.target < len(s.types):
                             ttype = s.types[d.target]
                         break
@@ -553,8 +563,10 @@ class Analyzer:
             if d.kind == "tensor":
                 from penrose.fmt import format_expr
 
+                assert isinstance(d.node, ir.Assign), "a tensor's Def holds its assignment"
                 text += f" = `{_clip(format_expr(d.node.value))}`"
             return text + _where(res, d)
+        assert c is not None and body is not None, "a type is read from a checked body"
         if ttype.dtype == "scalar":
             text = f"**{kind}** `{d.name}`: a plain number"
             return text + _where(res, d)
@@ -573,7 +585,7 @@ class Analyzer:
             if all(n is not None for n in sizes):
                 import math
 
-                text += f" · {math.prod(sizes):,} entries"
+                text += f" · {math.prod(n for n in sizes if n is not None):,} entries"
         if free:
             text += f"\n\nfree leg(s) {', '.join(free)}: read from the inputs at run time (default sizes shown)"
         if ttype.batched:
@@ -587,6 +599,7 @@ class Analyzer:
         if d.kind == "tensor":
             from penrose.fmt import format_expr
 
+            assert isinstance(node, ir.Assign), "a tensor's Def holds its assignment"
             text += f"\n\n`{d.name} = {_clip(format_expr(node.value))}`"
         label = c.labels.get(d.name) if body is c else body.labels.get(d.name)
         if label:
@@ -714,7 +727,7 @@ class Analyzer:
                 detail = f"{d.kind if d.kind != 'formal' else 'argument'} [{', '.join(legs)}]"
             elif d.kind == "dim":
                 detail = _dim_detail(res, d)
-            entry = (d.name, d.kind, detail, d.full, d.range, [])
+            entry: tuple[str, str, str, Range, Range, list[object]] = (d.name, d.kind, detail, d.full, d.range, [])
             if d.kind == "block":
                 blocks[d.name] = entry
                 out.append(entry)
@@ -778,7 +791,7 @@ def _word_at(lines: list[str], line: int, char: int):
 def _scan(text: str, char: int) -> tuple[bool, bool]:
     """(in a string, in a comment) at `char` of the line `text`."""
     quote = None
-    for i, ch in enumerate(text[:char]):
+    for ch in text[:char]:
         if quote:
             if ch == quote:
                 quote = None
@@ -808,7 +821,7 @@ def _in_brackets(lines, line, char) -> bool:
 def _before_equals(lines, line, char) -> bool:
     text = lines[line] if line < len(lines) else ""
     m = re.match(r"[^=()\[\]'\"#]*=(?!=)", text)
-    return bool(m) and char < m.end() - 1
+    return m is not None and char < m.end() - 1
 
 
 def _called(lines, line, rng) -> bool:
@@ -888,8 +901,9 @@ def _const_value(res: Result, expr, depth: int = 0):
             return None
     if isinstance(expr, ir.Call) and len(expr.args) == 1 and expr.func in ("sqrt", "exp", "log", "abs"):
         v = _const_value(res, expr.args[0], depth + 1)
+        funcs: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}
         try:
-            return None if v is None else {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}[expr.func](v)
+            return None if v is None else funcs[expr.func](v)
         except (ArithmeticError, ValueError):
             return None
     return None
@@ -956,7 +970,7 @@ SYMBOL_KIND = {"dim": 26, "const": 14, "input": 13, "param": 8, "buffer": 8, "fo
 COMPLETION_KIND = {"tensor": 6, "dim": 25, "const": 21, "block": 3, "function": 3, "keyword": 14, "init": 4}
 
 
-def server(include_paths=()):
+def server(include_paths=()) -> LanguageServer:
     """The pygls LanguageServer for `.pen` (not started)."""
     try:
         from lsprotocol import types as T
@@ -1134,7 +1148,7 @@ def server(include_paths=()):
                                             is_preferred=True))
         return actions
 
-    ls.penrose_analyzer = an
+    ls.penrose_analyzer = an  # type: ignore[attr-defined]  # our analyser, kept on pygls's server for callers
     return ls
 
 

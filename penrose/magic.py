@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import html
 import shlex
+from typing import Any, TypedDict
 
 from penrose.errors import PenroseError
 from penrose.workspace import Workspace
@@ -51,9 +52,18 @@ class PenCellError(Exception):
         return [f"\x1b[31m{line}\x1b[0m" if i == 0 else line for i, line in enumerate(self.error.render().splitlines())]
 
 
-def _options(line: str) -> dict:
+class _Options(TypedDict):
+    name: str | None
+    sizes: dict[str, int | float]
+    seed: int | None
+    include_paths: list[str]
+    figure: bool
+    source: bool
+
+
+def _options(line: str) -> _Options:
     """The `%%pen` line's options (see the module docstring)."""
-    opts = {"name": None, "sizes": {}, "seed": None, "include_paths": [], "figure": True, "source": False}
+    opts: _Options = {"name": None, "sizes": {}, "seed": None, "include_paths": [], "figure": True, "source": False}
     words = shlex.split(line)
     i = 0
 
@@ -120,7 +130,7 @@ def run_cell(line: str, cell: str, namespace: dict | None = None, display=None):
             show(_Svg(render(checked)))
         except PenroseError as e:  # no Graphviz, a layout too slow: say so, and still bind
             show(_Text(e.render(), "warning"))
-    result = checked
+    result: Any = checked  # the Checked, or the module built from it
     if opts["name"] is not None:
         from penrose.compiler import build
 

@@ -259,6 +259,7 @@ class LiveServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
+        assert isinstance(host, str), "an IP server's host is text (typeshed allows bytes)"
         return f"http://{host}:{port}/"
 
     def diagrams(self) -> list[str]:

@@ -233,6 +233,7 @@ class Workspace:
         try:
             diagram: ir.Diagram
             if what[0] == "text":
+                assert text is not None, "a text key comes with its text"
                 diagram = parse(text, file=what[1])
             else:
                 stamps[what[1]] = self.stamp(what[1])

@@ -837,13 +837,12 @@ def latex_to_svg(latex: str, fontsize: float = 12.0) -> str:
     from matplotlib.mathtext import MathTextParser
 
     math = f"${to_mathtext(latex)}$"
-    style = {
+    with matplotlib.rc_context({  # written in the call: matplotlib types its keys as literals
         "svg.hashsalt": "penrose",
         "svg.fonttype": "path",
         "mathtext.fontset": "cm",
         "text.usetex": False,
-    }
-    with matplotlib.rc_context(style):
+    }):
         try:  # parse first: a drawing error would surface deep inside savefig
             MathTextParser("path").parse(math)
         except ValueError as err:

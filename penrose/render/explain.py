@@ -56,15 +56,16 @@ def statement_equation(c: Checked, s: CStmt) -> sympy.Eq:
     (y_{t,(h d)} = x_{htd}); a statement that is one select or slice also shows the
     contraction it is (y_{e} = x_{0,e} = Σ_t x_{te} δ_{t,0})."""
     st = s.stmt
+    v = s.value
+    assert v is not None and isinstance(st, (ir.Assign, ir.Return)), "a computing statement: an assignment or a return"
     try:
         if isinstance(st, ir.Return):
-            vals = list(s.value.args)
+            vals = list(v.args)
             rhs = [eq.value_entry(v, eq.entry_names(v)) for v in vals]
             lhs = [eq.tensor_entry("out" if len(vals) == 1 else f"out{i}", eq.entry_names(v)) for i, v in enumerate(vals)]
             if len(vals) == 1:
                 return sympy.Eq(lhs[0], rhs[0], evaluate=False)
             return sympy.Eq(sympy.Tuple(*lhs), sympy.Tuple(*rhs), evaluate=False)
-        v = s.value
         types = s.types
         if len(st.targets) == 1:
             names = eq.entry_names(v)
@@ -97,6 +98,7 @@ def statement_readings(c: Checked, s: CStmt, body: Checked | None = None) -> lis
     operation by its rule in `READING`. A step repeated in a row (tanh(tanh(x))) is read once."""
     body = body or c
     found, deps = producers(body, s)
+    assert s.value is not None, "a computing statement has a value"
     target = s.stmt.targets[0] if isinstance(s.stmt, ir.Assign) and len(s.stmt.targets) == 1 else None
     values = list(s.value.args) if isinstance(s.stmt, ir.Return) else [s.value]
     reader = _Reader(legend(c.diagram), found, deps)
@@ -275,9 +277,10 @@ def _is_tensor_pair(v: V) -> bool:
 def _rescale(v: V) -> Reading:
     a, b = v.args
     tensor, other = (a, b) if b.type.dtype == "scalar" else (b, a)
-    o = op_key(v)
-    verb = {"/": "Divide", "*": "Multiply", "+": "Shift", "-": "Shift", "**": "Raise"}.get(o, "Combine")
-    prep = {"/": "by", "*": "by", "**": "to the power"}.get(o, "by")
+    o = op_key(v)  # None (no table row) reads as the defaults
+    verbs: dict[str | None, str] = {"/": "Divide", "*": "Multiply", "+": "Shift", "-": "Shift", "**": "Raise"}
+    preps: dict[str | None, str] = {"/": "by", "*": "by", "**": "to the power"}
+    verb, prep = verbs.get(o, "Combine"), preps.get(o, "by")
     return Reading("rescale", "Rescale", f"{verb} every entry of {_name(tensor)} {prep} {_scalar_text(other)}.")
 
 

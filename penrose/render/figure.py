@@ -590,6 +590,7 @@ class _Builder:
                                 scope.env[name] = self.value_node(val, name)
                             self.row += 1
                 elif isinstance(st, ir.Return):
+                    assert s.value is not None, "the checker gives every return its value"
                     returned = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
             except RecursionError:
                 raise too_deep(st.span) from None
@@ -835,7 +836,7 @@ class _Builder:
                 self.add_edge(first.ports[0], note, kind="note")
         elif self.opt.show_plan and "*" in plan_labels and edges_made:
             edges_made[0].label += "\n" + plan_labels["*"]
-        hidden = []
+        hidden: list[str] = []
         for x in vals:
             hidden.extend(h for h in x.hidden if h not in hidden)
         for e in edges_made:
@@ -1156,6 +1157,7 @@ def _badge_steps(fig: Figure):
 def _return_values(body: Checked):
     for s in body.stmts:
         if isinstance(s.stmt, ir.Return):
+            assert s.value is not None, "the checker gives every return its value"
             return list(s.value.args)
     return []
 
@@ -1376,7 +1378,7 @@ def _dot_text(fig: Figure, extra: str = "", seed: int = 0) -> str:
 
     ties: list = []  # invisible edges that make each row of a folded figure one component
     if fig.rows > 1:  # Graphviz stacks components from the bottom in the order it first meets them
-        firsts = {}
+        firsts: dict[int, str] = {}  # row -> its first node's id
         for n in fig.nodes:
             firsts.setdefault(n.row, n.id)
         for row in sorted(firsts, reverse=fig.direction == "LR"):
@@ -1450,9 +1452,10 @@ def bundles(fig: Figure):
     """Edges grouped into bundles: the legs that run between the same two nodes become one
     drawn wire of parallel lines, labelled with all their legs. Yields
     (kind, tail, head, label, tooltip, number of legs, step badge), in first-edge order."""
-    order, groups = [], {}
+    order: list[tuple[object, ...]] = []
+    groups: dict[tuple[object, ...], list[FEdge]] = {}
     for e in fig.edges:
-        key = (e.kind, e.tail, e.head) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
+        key: tuple[object, ...] = (e.kind, e.tail, e.head) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
         if key not in groups:
             groups[key] = []
             order.append(key)

@@ -33,11 +33,15 @@ import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from penrose import ir
 from penrose.errors import PenroseError, PenroseRenderError, Span
 from penrose.views import legend as index_legend
 from penrose.views import statements
+
+if TYPE_CHECKING:
+    from penrose.checked import Checked
 
 GENERATOR = '<meta name="generator" content="penrose gallery">'
 
@@ -50,7 +54,7 @@ class Entry:
     display: str  # the path shown on pages (relative to the zoo's parent)
     slug: str
     group: str
-    checked: object = None
+    checked: Checked | None = None  # None: a file of blocks (no figure of its own)
     description: str = ""
     error: str = ""
     dots: dict = field(default_factory=dict)  # relative path -> DOT text of a figure
@@ -76,9 +80,7 @@ def find_diagrams(paths=None) -> list[tuple[Path, str]]:
     """(path, display path) for every .pen file under `paths` (default: the zoo), sorted."""
     if not paths:
         root = zoo_root()
-        base = root.parent
-        files = sorted(root.rglob("*.pen"))
-        files = [(f, base) for f in files]
+        files: list[tuple[Path, Path | None]] = [(f, root.parent) for f in sorted(root.rglob("*.pen"))]
     else:
         files = []
         for p in paths:
@@ -300,8 +302,13 @@ def stale_files(folder, paths=None, redraw: int = 3) -> list:
     folder = Path(folder)
     if not (folder / "index.html").is_file():
         return [f"{folder}/index.html is missing"]
-    drawn: list = []
-    fresh = build_files(paths, equation_svg=lambda latex: drawn.append(latex) or b"")
+    drawn: list[str] = []
+
+    def equation_svg(latex: str) -> bytes:  # records what would be drawn, draws nothing
+        drawn.append(latex)
+        return b""
+
+    fresh = build_files(paths, equation_svg=equation_svg)
     have = {p.relative_to(folder).as_posix(): p for p in sorted(folder.rglob("*")) if p.is_file()}
     problems = [f"missing {k}" for k in sorted(set(fresh) - set(have))]
     problems += [f"extra {k}" for k in sorted(set(have) - set(fresh)) if not k.startswith(".")]
@@ -387,6 +394,7 @@ def _page(e: Entry, equations: dict) -> str:
     from penrose.report import plan_report
 
     c = e.checked
+    assert c is not None, "pages are made for the entries that checked"
     slug = e.slug
     e.dots[f"figures/{slug}.svg"] = _dot(c)
     e.dots[f"figures/{slug}/thumb.svg"] = _dot(c, header=False)
