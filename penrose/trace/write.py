@@ -19,6 +19,8 @@ import math
 import re
 from collections import defaultdict
 
+from penrose import ir
+from penrose.fmt import format_expr
 from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
 from penrose.trace.errors import PenroseTraceError, span_at
 from penrose.trace.model import (
@@ -81,61 +83,60 @@ def snake(name: str) -> str:
     return re.sub(r"\W", "_", s).lower().strip("_") or "module"
 
 
-# ---- expressions to text ------------------------------------------------------------------------------
-def num_text(v) -> str:
+# ---- expressions to penrose.ir, printed by penrose.fmt ------------------------------------------------------
+def number(v):
+    """A constant of the traced graph as a `penrose.ir` record: bools as 1 and 0, integral floats as
+    integers (`2`, not `2.0`), infinity as the name `inf`, beyond float32 the most float32 holds."""
     if isinstance(v, bool):
-        return "1" if v else "0"
+        return ir.Number(int(v))
     if isinstance(v, int):
-        return str(v)
+        return ir.Number(v)
     v = float(v)
     if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
+        return ir.Name("inf") if v > 0 else ir.Neg(ir.Name("inf"))
     if math.isnan(v):
         raise PenroseTraceError("a NaN constant cannot be written in .pen")
     if abs(v) > FLOAT32_MAX:  # -torch.finfo(torch.float64).max, a float64 model's mask fill: the most float32 holds
-        return repr(math.copysign(FLOAT32_MAX, v))
+        return ir.Number(math.copysign(FLOAT32_MAX, v))
     if v.is_integer() and abs(v) < 1e15:
-        return str(int(v)) if v != 0 or math.copysign(1, v) > 0 else "0"
-    return repr(v)
+        return ir.Number(int(v))
+    return ir.Number(v)
 
 
 class Text:
-    """Renders expressions with a namer (legs, tensors, blocks) and an inliner."""
+    """Turns the tracer's expressions into `penrose.ir` records once legs and tensors have names
+    (a namer for legs, tensors and blocks, and an inliner), and prints them with `penrose.fmt`."""
 
     def __init__(self, C, leg, val, inline):
         self.C, self.leg, self.val, self.inline = C, leg, val, inline
 
-    def expr(self, e, top=False) -> str:
+    def expr(self, e) -> str:
+        return format_expr(self.to_ir(e))
+
+    def to_ir(self, e):
         if isinstance(e, Ref):
             inner = self.inline(e.pval)
-            if inner is not None:
-                t = self.expr(inner)
-                return t if top or _atomic(inner) else f"({t})"
-            return self.val(e.pval)
+            return self.to_ir(inner) if inner is not None else ir.Name(self.val(e.pval))
         if isinstance(e, Num):
-            t = num_text(e.value)
-            return t if top or not t.startswith("-") else f"({t})"
+            return number(e.value)
         if isinstance(e, Leg):
-            return self.leg(e.cls)
+            return ir.Name(self.leg(e.cls))
         if isinstance(e, Str):
-            return repr(e.text)
+            return ir.String(e.text)
         if isinstance(e, Pattern):
-            return repr(self.pattern(e))
+            return ir.String(self.pattern(e))
         if isinstance(e, LegList):
-            return "[" + ", ".join(self.leg(c) for c in e.legs) + "]"
+            return ir.ListExpr(tuple(ir.Name(self.leg(c)) for c in e.legs))
         if isinstance(e, TensorList):
-            return "[" + ", ".join(self.expr(x, top=True) for x in e.items) + "]"
+            return ir.ListExpr(tuple(self.to_ir(x) for x in e.items))
         if isinstance(e, Call):
-            parts = [self.expr(a, top=True) for a in e.args] + [f"{k}={self.expr(v, top=True)}" for k, v in e.kwargs]
-            return f"{e.fn}({', '.join(parts)})"
+            return ir.Call(e.fn, tuple(self.to_ir(a) for a in e.args), tuple((k, self.to_ir(v)) for k, v in e.kwargs))
         if isinstance(e, BinOp):
-            t = f"{self.expr(e.a)} {e.op} {self.expr(e.b)}"
-            return t if top else f"({t})"
+            return ir.BinOp(e.op, self.to_ir(e.a), self.to_ir(e.b))
         if isinstance(e, Neg):
-            t = f"-{self.expr(e.a)}"
-            return t if top else f"({t})"
+            return ir.Neg(self.to_ir(e.a))
         if isinstance(e, Einsum):
-            return f"einsum({self.spec(e)!r}, {', '.join(self.expr(x, top=True) for x in e.operands)})"
+            return ir.Call("einsum", (ir.String(self.spec(e)),) + tuple(self.to_ir(x) for x in e.operands))
         raise TypeError(e)
 
     def pattern(self, p: Pattern) -> str:
@@ -181,10 +182,6 @@ class Text:
         if words:
             return ", ".join(" ".join(label[k] for k in t) for t in e.terms) + " -> " + " ".join(label[k] for k in e.out)
         return ",".join("".join(label[k] for k in t) for t in e.terms) + "->" + "".join(label[k] for k in e.out)
-
-
-def _atomic(e) -> bool:
-    return isinstance(e, (Ref, Call, Einsum, Leg)) or (isinstance(e, Num) and not num_text(e.value).startswith("-"))
 
 
 MAX_DEPTH = 3  # calls nested in one statement (`softmax(einsum(...) / sqrt(d), s)` is three)
@@ -536,7 +533,7 @@ class Writer:
         noted = None
         for it in b.kept:
             if isinstance(it, Stmt):
-                rhs = T.expr(it.expr, top=True)
+                rhs = T.expr(it.expr)
             else:
                 reg = it.region
                 inst = reg.rel_name()
@@ -563,7 +560,7 @@ class Writer:
                     line += f"   # {code[:70]}"
             lines.append(line)
         if region.parent is not None:
-            lines.append("return " + ", ".join(T.expr(Ref(p), top=True) for p in b.results))
+            lines.append("return " + ", ".join(T.expr(Ref(p)) for p in b.results))
         return lines
 
     # -- naming
