@@ -72,3 +72,4 @@ def test_in_place_form_lowers_as_its_table_key():
 
     text = penrose.trace(M(), torch.randn(2, 3))
     assert "relu(" in text
+

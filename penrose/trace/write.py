@@ -18,9 +18,11 @@ import linecache
 import math
 import re
 from collections import defaultdict
+from dataclasses import replace
 
 from penrose import ir
-from penrose.fmt import format_expr
+from penrose.errors import Span
+from penrose.fmt import format_diagram, format_expr, format_stmt
 from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
 from penrose.trace.errors import PenroseTraceError, span_at
 from penrose.trace.model import (
@@ -511,29 +513,38 @@ class Writer:
         return found
 
     # -- rendering a body
-    def body_lines(self, region, leg, val, block_name, canonical=False, names=None):
+    def body_lines(self, region, leg, val, block_name, canonical=False):
+        """A region's statements as text, one a line (the key that tells blocks apart)."""
+        stmts = self.body_stmts(region, leg, val, block_name, canonical)
+        lines = [format_stmt(st) for st in stmts]
+        if canonical:
+            lines.insert(0, "(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
+        return lines
+
+    def body_stmts(self, region, leg, val, block_name, canonical=False) -> list:
+        """A region's statements as `penrose.ir` records: params and buffers, assignments, block
+        calls and (in a block) the return."""
         b = self.body(region)
         T = Text(self.C, leg, val, b.inline)
         T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
-        lines = []
-        if canonical:
-            lines.append("(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
+        stmts = []
         for p in sorted(region.params.values(), key=lambda p: p.id):
             if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
                                         "even quoted", p.span or self.where(region))
-            init = ""
+            init = None
             if p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
-                    init = " ~ ones"
+                    init = ir.Init("ones")
                 elif bool((p.value == 0).all()):
-                    init = " ~ zeros"
-            lines.append(f"{p.kind} {val(p)}[{', '.join(leg(c) for c in p.legs)}]{init}")
+                    init = ir.Init("zeros")
+            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init))
         noted = None
         for it in b.kept:
+            instance = repeat = None
             if isinstance(it, Stmt):
-                rhs = T.expr(it.expr)
+                value = T.to_ir(it.expr)
             else:
                 reg = it.region
                 inst = reg.rel_name()
@@ -546,22 +557,20 @@ class Writer:
                     bad = inst.split(".")[parts.index(None)]
                     self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {bad!r} cannot be written, even quoted", reg)
                 inst = ".".join(p or "" for p in parts)
-                mod = f" repeat {len(it.chain)} as {inst}" if it.chain else f" as {inst}"
                 bname = block_name(reg)
-                if mod == f" as {bname}":
-                    mod = ""
-                rhs = f"{bname}({', '.join(val(a) for a in it.args)}){mod}"
-            lhs = ", ".join(val(p) for p in it.outs)
-            line = f"{lhs} = {rhs}"
+                value = ir.Call(bname, tuple(ir.Name(val(a)) for a in it.args))
+                if it.chain:
+                    repeat, instance = ir.Number(len(it.chain)), inst
+                elif inst != bname:
+                    instance = inst
+            note = ""
             if self.notes and not canonical and it.src is not None and it.src != noted:
                 noted = it.src
-                code = linecache.getline(*it.src).strip()
-                if code:
-                    line += f"   # {code[:70]}"
-            lines.append(line)
+                note = linecache.getline(*it.src).strip()[:70]
+            stmts.append(ir.Assign(tuple(val(p) for p in it.outs), value, instance, repeat, note))
         if region.parent is not None:
-            lines.append("return " + ", ".join(T.expr(Ref(p)) for p in b.results))
-        return lines
+            stmts.append(ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results)))
+        return stmts
 
     # -- naming
     def name_legs(self):
@@ -847,41 +856,34 @@ class Writer:
         self.C.grant_wishes()
         self.name_blocks()
         self.name_legs()
-        block_text = []
+        blocks = []
         for bd in _bottom_up(self.blocks):
             reg = bd.rep
             fnames = _formal_names(reg)
             tn = self.name_tensors(reg, fnames)
             val = lambda p, tn=tn: tn[p.id]
-            formals = []
-            for p, _ in reg.formals:
-                dt = "" if p.dtype == "float" else f" : {p.dtype}"
-                formals.append(f"{tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
-            body = self.body_lines(reg, self.leg, val, lambda r: r.block.name)
-            block_text.append(f"block {bd.name}({', '.join(formals)}) {{")
-            block_text += ["  " + line for line in body]
-            block_text.append("}")
-            block_text.append("")
+            formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
+            blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
         root = self.root
         tn = self.name_tensors(root)
         val = lambda p: tn[p.id]
         top = []
         for v in self.L.input_views:
             p = v.pval
-            dt = "" if p.dtype == "float" else f" : {p.dtype}"
-            top.append(f"input {tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
-        top += self.body_lines(root, self.leg, val, lambda r: r.block.name)
+            top.append(ir.Tensor("input", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype))
+        top += self.body_stmts(root, self.leg, val, lambda r: r.block.name)
         b = self.body(root)
         outs = []
         for p in b.results:
             if b.inline(p) is not None:
                 raise PenroseTraceError("internal: an output was inlined")
             outs.append(tn[p.id])
-        top.append("output " + ", ".join(dict.fromkeys(outs)))
-        dims = self.dim_lines()
-        return "\n".join(header_lines + self.legend() + dims + [""] + block_text + top) + "\n"
+        top.append(ir.Output(tuple(dict.fromkeys(outs))))
+        comments = [ir.Comment(line[2:]) for line in header_lines + self.legend()]
+        return format_diagram(ir.Diagram(_laid_out(comments, self.dims(), blocks, top)))
 
-    def dim_lines(self):
+    def dims(self) -> list:
+        """`dim t = 3, e = 4` (one line), then the merged dims, each on its own: `dim hd = h * d`."""
         plain, prod = [], []
         done = set()
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
@@ -893,16 +895,17 @@ class Writer:
             if n in self.dim_merge:
                 for f in self.dim_merge[n]:
                     emit(f)
-                prod.append(f"dim {n} = {' * '.join(self.dim_merge[n])}")
+                factors = [ir.Name(f) for f in self.dim_merge[n]]
+                size = factors[0]
+                for f in factors[1:]:
+                    size = ir.BinOp("*", size, f)
+                prod.append(ir.Dim(n, size))
             else:
-                plain.append(f"{n} = {self.dim_sizes[n]}")
+                plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
 
         for n in order:
             emit(n)
-        lines = []
-        if plain:
-            lines.append("dim " + ", ".join(plain))
-        return lines + prod
+        return plain + prod
 
     def legend(self):
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
@@ -988,3 +991,34 @@ def _walk(region):
 
 def _bottom_up(blocks):
     return sorted(blocks, key=lambda bd: -bd.rep.depth)
+
+
+def _laid_out(comments, dims, blocks, top) -> tuple:
+    """The diagram's statements with the lines fmt lays them out by: the comments, the dims (the
+    plain ones on one line), a blank line, each block followed by a blank line, then the top level."""
+    out, line = [], 1
+
+    def at(st, first, last=None):
+        return replace(st, span=Span("<trace>", first, 1, last or first, 1))
+
+    for c in comments:
+        out.append(at(c, line))
+        line += 1
+    for i, d in enumerate(dims):
+        if i and not d.grouped:
+            line += 1
+        out.append(at(d, line))
+    line += 2 if dims else 1
+    for blk in blocks:
+        first = line
+        body = []
+        for st in blk.body:
+            line += 1
+            body.append(at(st, line))
+        line += 1
+        out.append(replace(at(blk, first, line), body=tuple(body)))
+        line += 2
+    for st in top:
+        out.append(at(st, line))
+        line += 1
+    return tuple(out)
