@@ -4,6 +4,10 @@ Every ATen node the language can say becomes a statement (or only a new view, fo
 and permutes); everything else is a `PenroseTraceError` at the user's line. In batch mode the
 leading axis of the inputs is the implicit batch of every penrose input; an op that would touch
 it raises `BatchAxis`, and the tracer starts again with that axis as a named leg.
+
+Which handler lowers an ATen op is the table `penrose.trace.aten.ATEN`; the handlers live in
+`lower_elementwise`, `lower_contract`, `lower_legs` and `lower_shapes` (parts `Lowerer` is made of), and
+this module keeps the walk, regions, values across blocks and the making of statements.
 """
 
 from __future__ import annotations

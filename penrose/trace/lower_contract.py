@@ -1,4 +1,4 @@
-"""Contractions: matmul, linear, einsum, bilinear, attention"""
+"""Contractions: matmul, linear, einsum, bilinear, attention."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Element-wise ATen ops: arithmetic, functions, masks, fills, casts"""
+"""Element-wise ATen ops: arithmetic, functions, masks, fills, casts."""
 
 from __future__ import annotations
 

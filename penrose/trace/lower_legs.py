@@ -1,4 +1,4 @@
-"""Ops over one leg: softmax, norms, reductions"""
+"""Ops over one leg: softmax, norms, reductions (and the distances that sum over one leg)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Shapes: reshape, permute, squeeze, expand, split, concat, select, slice, gather"""
+"""Shapes: reshape, permute, squeeze, expand, split, concat, select, slice, gather."""
 
 from __future__ import annotations
 

@@ -9,6 +9,8 @@
    merged legs; every dim is in the index legend.
 3. Tensors get the user's own variable names (from the source line that made them) where the
    line assigns one, SSA-style; intermediate single-use values are written inline.
+4. The diagram is built as `penrose.ir` records (expressions, statements, blocks) and printed by
+   `penrose.fmt`: the trace package has no printer of its own.
 """
 
 from __future__ import annotations
