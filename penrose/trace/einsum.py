@@ -53,7 +53,7 @@ def einsum_text(spec: str, sizes: dict | None = None) -> str:
             counts[ch] = counts.get(ch, 0) + 1
     if arrow:
         out = rhs
-        for i, ch in enumerate(out):
+        for ch in out:
             if out.count(ch) > 1:
                 _refuse(spec, spec.rfind(ch), f"spec {spec!r}: output letter {ch!r} is repeated")
             if ch not in counts:
@@ -84,7 +84,7 @@ def einsum_text(spec: str, sizes: dict | None = None) -> str:
                 legs.append(name)
         legs_of.append(legs)
     operand_names = _operand_names(len(terms), set(letters) | {n for v in extra.values() for n in v})
-    dims = []
+    dims: list[ir.Dim] = []
     for ch in letters:
         size = sizes.get(ch)
         for name in [ch] + extra.get(ch, []):

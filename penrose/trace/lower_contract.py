@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 from penrose.trace.common import BatchAxis, torch_name
 from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Num, Ref, View
@@ -10,6 +11,10 @@ from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Num, Ref, 
 
 class Contractions:
     """Handlers of `Lowerer` (contractions); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
 
     # ---- contractions ---------------------------------------------------------------------------------
     def contract(self, ops, keys, out, hint=None, inline_ok=True):
@@ -64,7 +69,7 @@ class Contractions:
                     if e.size == big[0].size:
                         self.C.wish(big[0], e)
         terms = []
-        for i, (v, ks) in enumerate(zip(ops, keys)):
+        for v, ks in zip(ops, keys):
             by_root = {}
             for e, k in zip(v.full, ks):
                 if isinstance(e, Cls):
@@ -198,7 +203,7 @@ class Contractions:
             ell = max(ell, n)
             parsed.append((before, bool(dots), n, after))
         keys = []
-        for before, dots, n, after in parsed:
+        for before, _dots, n, after in parsed:
             ks = list(before) + [("...", ell - n + j) for j in range(n)] + list(after)
             keys.append(ks)
         if arrow:

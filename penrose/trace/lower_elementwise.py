@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -13,6 +14,10 @@ from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Neg, Num, 
 
 class Elementwise:
     """Handlers of `Lowerer` (element-wise aten ops); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
 
     # ---- element-wise ---------------------------------------------------------------------------------
     def identity(self):

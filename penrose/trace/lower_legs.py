@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -12,6 +13,10 @@ from penrose.trace.model import Call, Cls, Leg, Num, Pattern, Ref, Str, View
 
 class Reductions:
     """Handlers of `Lowerer` (ops over one leg); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
 
     # ---- legs: softmax, norms, reductions -------------------------------------------------------------
     def leg_of(self, v: View, dim: int) -> Cls:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 from penrose.trace.common import INT64_MAX, BatchAxis, _describe, _overload, torch_name
 from penrose.trace.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
@@ -10,6 +11,10 @@ from penrose.trace.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Re
 
 class Shapes:
     """Handlers of `Lowerer` (shapes); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
 
     # ---- shapes -------------------------------------------------------------------------------------
     def reshape(self, x: View, new_full) -> View:

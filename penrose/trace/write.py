@@ -113,6 +113,7 @@ class Text:
 
     def __init__(self, C, leg, val, inline):
         self.C, self.leg, self.val, self.inline = C, leg, val, inline
+        self.dims: set = set()  # dim names an einsum's spare letters avoid
 
     def expr(self, e) -> str:
         return format_expr(self.to_ir(e))
@@ -172,7 +173,7 @@ class Text:
         for k in e.out:
             label[k] = pref[k]
             used.add(pref[k])
-        dims = set(getattr(self, "dims", ()))
+        dims = self.dims
         for term in e.terms:
             for k in term:
                 if k in label:
@@ -529,7 +530,7 @@ class Writer:
         b = self.body(region)
         T = Text(self.C, leg, val, b.inline)
         T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
-        stmts = []
+        stmts: list = []
         for p in sorted(region.params.values(), key=lambda p: p.id):
             if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
@@ -863,13 +864,13 @@ class Writer:
             reg = bd.rep
             fnames = _formal_names(reg)
             tn = self.name_tensors(reg, fnames)
-            val = lambda p, tn=tn: tn[p.id]
+            val = tn_of(tn)
             formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
             blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
         root = self.root
         tn = self.name_tensors(root)
-        val = lambda p: tn[p.id]
-        top = []
+        val = tn_of(tn)
+        top: list = []
         for v in self.L.input_views:
             p = v.pval
             top.append(ir.Tensor("input", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype))
@@ -886,7 +887,8 @@ class Writer:
 
     def dims(self) -> list:
         """`dim t = 3, e = 4` (one line), then the merged dims, each on its own: `dim hd = h * d`."""
-        plain, prod = [], []
+        plain: list[ir.Dim] = []
+        prod: list[ir.Dim] = []
         done = set()
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
 
@@ -993,6 +995,15 @@ def _walk(region):
 
 def _bottom_up(blocks):
     return sorted(blocks, key=lambda bd: -bd.rep.depth)
+
+
+def tn_of(tn):
+    """The namer of a region's tensors: a value's name by its id."""
+
+    def val(p):
+        return tn[p.id]
+
+    return val
 
 
 def _laid_out(comments, dims, blocks, top) -> tuple:
