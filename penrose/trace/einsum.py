@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import string
 
+from penrose import ir
 from penrose.errors import Span
+from penrose.fmt import format_diagram
 from penrose.trace.errors import PenroseTraceError
 
 
@@ -51,7 +53,7 @@ def einsum_text(spec: str, sizes: dict | None = None) -> str:
             counts[ch] = counts.get(ch, 0) + 1
     if arrow:
         out = rhs
-        for i, ch in enumerate(out):
+        for ch in out:
             if out.count(ch) > 1:
                 _refuse(spec, spec.rfind(ch), f"spec {spec!r}: output letter {ch!r} is repeated")
             if ch not in counts:
@@ -82,26 +84,25 @@ def einsum_text(spec: str, sizes: dict | None = None) -> str:
                 legs.append(name)
         legs_of.append(legs)
     operand_names = _operand_names(len(terms), set(letters) | {n for v in extra.values() for n in v})
-    dims = []
+    dims: list[ir.Dim] = []
     for ch in letters:
         size = sizes.get(ch)
-        dims.append(f"{ch} = {size}" if size is not None else ch)
-        for name in extra.get(ch, []):
-            dims.append(f"{name} = {size}" if size is not None else name)
+        for name in [ch] + extra.get(ch, []):
+            dims.append(ir.Dim(name, ir.Number(size) if size is not None else None, grouped=bool(dims)))
     legend = ", ".join(f"{ch} index {ch}" for ch in letters)
     legend += "".join(f", {n} index {ch} (a diagonal's second leg)" for ch in letters for n in extra.get(ch, []))
-    lines = [
-        f"# The einsum {spec!r} as a diagram (penrose render --einsum).",
-        f"# index legend: {legend}",
-        "dim " + ", ".join(dims),
+    stmts = [
+        ir.Comment(f"The einsum {spec!r} as a diagram (penrose render --einsum)."),
+        ir.Comment(f"index legend: {legend}"),
+        *dims,
     ]
     for name, legs in zip(operand_names, legs_of):
-        lines.append(f"input {name}[{', '.join(legs)}]")
+        stmts.append(ir.Tensor("input", name, tuple(legs)))
     shown = ",".join(terms) + "->" + out
     result = "y" if "y" not in letters else "result"
-    lines.append(f"{result} = einsum({shown!r}, {', '.join(operand_names)})")
-    lines.append(f"output {result}")
-    return "\n".join(lines) + "\n"
+    stmts.append(ir.Assign((result,), ir.Call("einsum", (ir.String(shown),) + tuple(ir.Name(n) for n in operand_names))))
+    stmts.append(ir.Output((result,)))
+    return format_diagram(ir.Diagram(tuple(stmts)))
 
 
 def _operand_names(n, taken):

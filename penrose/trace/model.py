@@ -169,7 +169,10 @@ class View:
         return ([BATCH] if self.batched else []) + list(self.axes)
 
 
-# ---- expressions (rendered once legs and tensors have names) --------------------------------------
+# ---- expressions ---------------------------------------------------------------------------------------
+# They refer to leg classes (`Cls`, joined by union-find while lowering) and penrose values (`PVal`),
+# not to names: names and what is written inline are decided after the whole graph is lowered.
+# Then `penrose.trace.write` turns them into `penrose.ir` records, printed by `penrose.fmt`.
 
 
 @dataclass

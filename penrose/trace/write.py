@@ -9,6 +9,8 @@
    merged legs; every dim is in the index legend.
 3. Tensors get the user's own variable names (from the source line that made them) where the
    line assigns one, SSA-style; intermediate single-use values are written inline.
+4. The diagram is built as `penrose.ir` records (expressions, statements, blocks) and printed by
+   `penrose.fmt`: the trace package has no printer of its own.
 """
 
 from __future__ import annotations
@@ -18,7 +20,11 @@ import linecache
 import math
 import re
 from collections import defaultdict
+from dataclasses import replace
 
+from penrose import ir
+from penrose.errors import Span
+from penrose.fmt import format_diagram, format_expr, format_stmt
 from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
 from penrose.trace.errors import PenroseTraceError, span_at
 from penrose.trace.model import (
@@ -81,61 +87,61 @@ def snake(name: str) -> str:
     return re.sub(r"\W", "_", s).lower().strip("_") or "module"
 
 
-# ---- expressions to text ------------------------------------------------------------------------------
-def num_text(v) -> str:
+# ---- expressions to penrose.ir, printed by penrose.fmt ------------------------------------------------------
+def number(v):
+    """A constant of the traced graph as a `penrose.ir` record: bools as 1 and 0, integral floats as
+    integers (`2`, not `2.0`), infinity as the name `inf`, beyond float32 the most float32 holds."""
     if isinstance(v, bool):
-        return "1" if v else "0"
+        return ir.Number(int(v))
     if isinstance(v, int):
-        return str(v)
+        return ir.Number(v)
     v = float(v)
     if math.isinf(v):
-        return "inf" if v > 0 else "-inf"
+        return ir.Name("inf") if v > 0 else ir.Neg(ir.Name("inf"))
     if math.isnan(v):
         raise PenroseTraceError("a NaN constant cannot be written in .pen")
     if abs(v) > FLOAT32_MAX:  # -torch.finfo(torch.float64).max, a float64 model's mask fill: the most float32 holds
-        return repr(math.copysign(FLOAT32_MAX, v))
+        return ir.Number(math.copysign(FLOAT32_MAX, v))
     if v.is_integer() and abs(v) < 1e15:
-        return str(int(v)) if v != 0 or math.copysign(1, v) > 0 else "0"
-    return repr(v)
+        return ir.Number(int(v))
+    return ir.Number(v)
 
 
 class Text:
-    """Renders expressions with a namer (legs, tensors, blocks) and an inliner."""
+    """Turns the tracer's expressions into `penrose.ir` records once legs and tensors have names
+    (a namer for legs, tensors and blocks, and an inliner), and prints them with `penrose.fmt`."""
 
     def __init__(self, C, leg, val, inline):
         self.C, self.leg, self.val, self.inline = C, leg, val, inline
+        self.dims: set = set()  # dim names an einsum's spare letters avoid
 
-    def expr(self, e, top=False) -> str:
+    def expr(self, e) -> str:
+        return format_expr(self.to_ir(e))
+
+    def to_ir(self, e):
         if isinstance(e, Ref):
             inner = self.inline(e.pval)
-            if inner is not None:
-                t = self.expr(inner)
-                return t if top or _atomic(inner) else f"({t})"
-            return self.val(e.pval)
+            return self.to_ir(inner) if inner is not None else ir.Name(self.val(e.pval))
         if isinstance(e, Num):
-            t = num_text(e.value)
-            return t if top or not t.startswith("-") else f"({t})"
+            return number(e.value)
         if isinstance(e, Leg):
-            return self.leg(e.cls)
+            return ir.Name(self.leg(e.cls))
         if isinstance(e, Str):
-            return repr(e.text)
+            return ir.String(e.text)
         if isinstance(e, Pattern):
-            return repr(self.pattern(e))
+            return ir.String(self.pattern(e))
         if isinstance(e, LegList):
-            return "[" + ", ".join(self.leg(c) for c in e.legs) + "]"
+            return ir.ListExpr(tuple(ir.Name(self.leg(c)) for c in e.legs))
         if isinstance(e, TensorList):
-            return "[" + ", ".join(self.expr(x, top=True) for x in e.items) + "]"
+            return ir.ListExpr(tuple(self.to_ir(x) for x in e.items))
         if isinstance(e, Call):
-            parts = [self.expr(a, top=True) for a in e.args] + [f"{k}={self.expr(v, top=True)}" for k, v in e.kwargs]
-            return f"{e.fn}({', '.join(parts)})"
+            return ir.Call(e.fn, tuple(self.to_ir(a) for a in e.args), tuple((k, self.to_ir(v)) for k, v in e.kwargs))
         if isinstance(e, BinOp):
-            t = f"{self.expr(e.a)} {e.op} {self.expr(e.b)}"
-            return t if top else f"({t})"
+            return ir.BinOp(e.op, self.to_ir(e.a), self.to_ir(e.b))
         if isinstance(e, Neg):
-            t = f"-{self.expr(e.a)}"
-            return t if top else f"({t})"
+            return ir.Neg(self.to_ir(e.a))
         if isinstance(e, Einsum):
-            return f"einsum({self.spec(e)!r}, {', '.join(self.expr(x, top=True) for x in e.operands)})"
+            return ir.Call("einsum", (ir.String(self.spec(e)),) + tuple(self.to_ir(x) for x in e.operands))
         raise TypeError(e)
 
     def pattern(self, p: Pattern) -> str:
@@ -167,7 +173,7 @@ class Text:
         for k in e.out:
             label[k] = pref[k]
             used.add(pref[k])
-        dims = set(getattr(self, "dims", ()))
+        dims = self.dims
         for term in e.terms:
             for k in term:
                 if k in label:
@@ -181,10 +187,6 @@ class Text:
         if words:
             return ", ".join(" ".join(label[k] for k in t) for t in e.terms) + " -> " + " ".join(label[k] for k in e.out)
         return ",".join("".join(label[k] for k in t) for t in e.terms) + "->" + "".join(label[k] for k in e.out)
-
-
-def _atomic(e) -> bool:
-    return isinstance(e, (Ref, Call, Einsum, Leg)) or (isinstance(e, Num) and not num_text(e.value).startswith("-"))
 
 
 MAX_DEPTH = 3  # calls nested in one statement (`softmax(einsum(...) / sqrt(d), s)` is three)
@@ -514,29 +516,38 @@ class Writer:
         return found
 
     # -- rendering a body
-    def body_lines(self, region, leg, val, block_name, canonical=False, names=None):
+    def body_lines(self, region, leg, val, block_name, canonical=False):
+        """A region's statements as text, one a line (the key that tells blocks apart)."""
+        stmts = self.body_stmts(region, leg, val, block_name, canonical)
+        lines = [format_stmt(st) for st in stmts]
+        if canonical:
+            lines.insert(0, "(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
+        return lines
+
+    def body_stmts(self, region, leg, val, block_name, canonical=False) -> list:
+        """A region's statements as `penrose.ir` records: params and buffers, assignments, block
+        calls and (in a block) the return."""
         b = self.body(region)
         T = Text(self.C, leg, val, b.inline)
         T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
-        lines = []
-        if canonical:
-            lines.append("(" + ", ".join(f"{val(p)}[{', '.join(leg(c) for c in p.legs)}]:{p.dtype}" for p, _ in region.formals) + ")")
+        stmts: list = []
         for p in sorted(region.params.values(), key=lambda p: p.id):
             if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
                                         "even quoted", p.span or self.where(region))
-            init = ""
+            init = None
             if p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
-                    init = " ~ ones"
+                    init = ir.Init("ones")
                 elif bool((p.value == 0).all()):
-                    init = " ~ zeros"
-            lines.append(f"{p.kind} {val(p)}[{', '.join(leg(c) for c in p.legs)}]{init}")
+                    init = ir.Init("zeros")
+            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init))
         noted = None
         for it in b.kept:
+            instance = repeat = None
             if isinstance(it, Stmt):
-                rhs = T.expr(it.expr, top=True)
+                value = T.to_ir(it.expr)
             else:
                 reg = it.region
                 inst = reg.rel_name()
@@ -549,22 +560,20 @@ class Writer:
                     bad = inst.split(".")[parts.index(None)]
                     self.fail(f"submodule {reg.fqn!r} cannot keep its name in .pen: {bad!r} cannot be written, even quoted", reg)
                 inst = ".".join(p or "" for p in parts)
-                mod = f" repeat {len(it.chain)} as {inst}" if it.chain else f" as {inst}"
                 bname = block_name(reg)
-                if mod == f" as {bname}":
-                    mod = ""
-                rhs = f"{bname}({', '.join(val(a) for a in it.args)}){mod}"
-            lhs = ", ".join(val(p) for p in it.outs)
-            line = f"{lhs} = {rhs}"
+                value = ir.Call(bname, tuple(ir.Name(val(a)) for a in it.args))
+                if it.chain:
+                    repeat, instance = ir.Number(len(it.chain)), inst
+                elif inst != bname:
+                    instance = inst
+            note = ""
             if self.notes and not canonical and it.src is not None and it.src != noted:
                 noted = it.src
-                code = linecache.getline(*it.src).strip()
-                if code:
-                    line += f"   # {code[:70]}"
-            lines.append(line)
+                note = linecache.getline(*it.src).strip()[:70]
+            stmts.append(ir.Assign(tuple(val(p) for p in it.outs), value, instance, repeat, note))
         if region.parent is not None:
-            lines.append("return " + ", ".join(T.expr(Ref(p), top=True) for p in b.results))
-        return lines
+            stmts.append(ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results)))
+        return stmts
 
     # -- naming
     def name_legs(self):
@@ -850,42 +859,36 @@ class Writer:
         self.C.grant_wishes()
         self.name_blocks()
         self.name_legs()
-        block_text = []
+        blocks = []
         for bd in _bottom_up(self.blocks):
             reg = bd.rep
             fnames = _formal_names(reg)
             tn = self.name_tensors(reg, fnames)
-            val = lambda p, tn=tn: tn[p.id]
-            formals = []
-            for p, _ in reg.formals:
-                dt = "" if p.dtype == "float" else f" : {p.dtype}"
-                formals.append(f"{tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
-            body = self.body_lines(reg, self.leg, val, lambda r: r.block.name)
-            block_text.append(f"block {bd.name}({', '.join(formals)}) {{")
-            block_text += ["  " + line for line in body]
-            block_text.append("}")
-            block_text.append("")
+            val = tn_of(tn)
+            formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
+            blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
         root = self.root
         tn = self.name_tensors(root)
-        val = lambda p: tn[p.id]
-        top = []
+        val = tn_of(tn)
+        top: list = []
         for v in self.L.input_views:
             p = v.pval
-            dt = "" if p.dtype == "float" else f" : {p.dtype}"
-            top.append(f"input {tn[p.id]}[{', '.join(self.leg(c) for c in p.legs)}]{dt}")
-        top += self.body_lines(root, self.leg, val, lambda r: r.block.name)
+            top.append(ir.Tensor("input", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype))
+        top += self.body_stmts(root, self.leg, val, lambda r: r.block.name)
         b = self.body(root)
         outs = []
         for p in b.results:
             if b.inline(p) is not None:
                 raise PenroseTraceError("internal: an output was inlined")
             outs.append(tn[p.id])
-        top.append("output " + ", ".join(dict.fromkeys(outs)))
-        dims = self.dim_lines()
-        return "\n".join(header_lines + self.legend() + dims + [""] + block_text + top) + "\n"
+        top.append(ir.Output(tuple(dict.fromkeys(outs))))
+        comments = [ir.Comment(line[2:]) for line in header_lines + self.legend()]
+        return format_diagram(ir.Diagram(_laid_out(comments, self.dims(), blocks, top)))
 
-    def dim_lines(self):
-        plain, prod = [], []
+    def dims(self) -> list:
+        """`dim t = 3, e = 4` (one line), then the merged dims, each on its own: `dim hd = h * d`."""
+        plain: list[ir.Dim] = []
+        prod: list[ir.Dim] = []
         done = set()
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
 
@@ -896,16 +899,17 @@ class Writer:
             if n in self.dim_merge:
                 for f in self.dim_merge[n]:
                     emit(f)
-                prod.append(f"dim {n} = {' * '.join(self.dim_merge[n])}")
+                factors = [ir.Name(f) for f in self.dim_merge[n]]
+                size = factors[0]
+                for f in factors[1:]:
+                    size = ir.BinOp("*", size, f)
+                prod.append(ir.Dim(n, size))
             else:
-                plain.append(f"{n} = {self.dim_sizes[n]}")
+                plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
 
         for n in order:
             emit(n)
-        lines = []
-        if plain:
-            lines.append("dim " + ", ".join(plain))
-        return lines + prod
+        return plain + prod
 
     def legend(self):
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
@@ -991,3 +995,43 @@ def _walk(region):
 
 def _bottom_up(blocks):
     return sorted(blocks, key=lambda bd: -bd.rep.depth)
+
+
+def tn_of(tn):
+    """The namer of a region's tensors: a value's name by its id."""
+
+    def val(p):
+        return tn[p.id]
+
+    return val
+
+
+def _laid_out(comments, dims, blocks, top) -> tuple:
+    """The diagram's statements with the lines fmt lays them out by: the comments, the dims (the
+    plain ones on one line), a blank line, each block followed by a blank line, then the top level."""
+    out, line = [], 1
+
+    def at(st, first, last=None):
+        return replace(st, span=Span("<trace>", first, 1, last or first, 1))
+
+    for c in comments:
+        out.append(at(c, line))
+        line += 1
+    for i, d in enumerate(dims):
+        if i and not d.grouped:
+            line += 1
+        out.append(at(d, line))
+    line += 2 if dims else 1
+    for blk in blocks:
+        first = line
+        body = []
+        for st in blk.body:
+            line += 1
+            body.append(at(st, line))
+        line += 1
+        out.append(replace(at(blk, first, line), body=tuple(body)))
+        line += 2
+    for st in top:
+        out.append(at(st, line))
+        line += 1
+    return tuple(out)

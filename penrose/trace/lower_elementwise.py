@@ -1,0 +1,419 @@
+"""Element-wise ATen ops: arithmetic, functions, masks, fills, casts."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from penrose.trace.common import BatchAxis, _dtype, _overload, _packet
+from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Neg, Num, Pattern, Ref, Stmt, View
+
+
+class Elementwise:
+    """Handlers of `Lowerer` (element-wise aten ops); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    # ---- element-wise ---------------------------------------------------------------------------------
+    def identity(self):
+        """contiguous, clone, alias, and conversions: the same tensor. A diagram has one float
+        dtype (the model's), so a cast between float dtypes is the same tensor (`softmax(x,
+        dtype=torch.float32).to(x.dtype)`, `.float()` in a float32 model); a bool mask made a
+        number is `where(mask, 1, 0)`; a conversion between kinds (float to int, int to float)
+        is refused."""
+        x = self.get(self.node.args[0])
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return x  # torch.tensor(-1e4) and its copies: a number
+        if not isinstance(x, View):
+            self.unsupported()
+        src = self.node.args[0].meta.get("val") if hasattr(self.node.args[0], "meta") else None
+        want = self.out_dtype()
+        if want is None or not isinstance(src, torch.Tensor) or src.dtype == want:
+            return x
+        if src.is_floating_point() and want.is_floating_point:
+            return x
+        if src.dtype == torch.bool and want.is_floating_point:
+            return self.as_number(x)
+        if _dtype(src.dtype) == _dtype(want):
+            return x
+        self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers "
+                             "and one float dtype to another")
+
+    def op_detach(self, node):
+        x = self.view_arg(node.args[0])
+        if not isinstance(x, View):
+            return x  # a number has no gradient to stop
+        return self.unary_call("detach", x)
+
+    def unary(self, fn, **kw):
+        x = self.view_arg(self.node.args[0])
+        if not isinstance(x, View):
+            self.unsupported(why="applied to a plain number")
+        return self.unary_call(fn, x, **kw)
+
+    def unary_call(self, fn, x: View, **kw):
+        kwargs = [(k, Num(v)) for k, v in kw.items()]
+        p = self.emit(Call(fn, [Ref(x.pval)], kwargs), x.pval.legs, x.batched, x.pval.dtype)
+        return View(p, list(x.axes), x.batched)
+
+    def map_expr(self, x: View, make, dtype="float"):
+        """A new tensor with x's legs made by `make(Ref(x))`."""
+        p = self.emit(make(Ref(x.pval)), x.pval.legs, x.batched, dtype)
+        return View(p, list(x.axes), x.batched)
+
+    def broadcast(self, operands):
+        """Torch's broadcasting of element-wise operands, as penrose's alignment by name.
+
+        Returns the operand expressions, the result's legs (penrose order), its view axes and
+        whether it is batched."""
+        tensors = [(i, v) for i, v in enumerate(operands) if isinstance(v, View)]
+        if not tensors:
+            self.unsupported(why="no tensor operand")
+        fulls = {i: v.full for i, v in tensors}
+        rank = max(len(f) for f in fulls.values())
+        result = [None] * rank
+        drops = defaultdict(list)
+        for pos in range(1, rank + 1):
+            entries = [(i, f[-pos]) for i, f in fulls.items() if len(f) >= pos]
+            big = [(i, e) for i, e in entries if isinstance(e, Cls) and e.size != 1]
+            if any(e is BATCH for _, e in entries):
+                if big or rank - pos != 0:
+                    raise BatchAxis
+                result[0] = BATCH
+                for i, e in entries:
+                    if isinstance(e, Cls):
+                        drops[i].append(len(operands[i].axes) - pos)
+            elif big:
+                first = big[0][1]
+                for _, e in big[1:]:
+                    self.unify(first, e)
+                for i, e in entries:
+                    if isinstance(e, Cls) and e.size == 1:
+                        drops[i].append(len(operands[i].axes) - pos)
+                result[rank - pos] = first
+            else:
+                ones = [e for _, e in entries if isinstance(e, Cls)]
+                for e in ones[1:]:
+                    self.unify(ones[0], e)
+                result[rank - pos] = ones[0] if ones else None
+        ops = list(operands)
+        for i, positions in drops.items():
+            ops[i] = self.drop_ones(ops[i], positions)
+        batched = bool(result) and result[0] is BATCH
+        axes = result[1:] if batched else result
+        present = [c for c in axes if c is not None]
+        tens = [(i, v) for i, v in enumerate(ops) if isinstance(v, View)]
+        li, lead = max(tens, key=lambda iv: (len(iv[1].pval.legs), -iv[0]))
+        have = {id(self.C.find(l)) for l in lead.pval.legs}
+        if any(id(self.C.find(c)) not in have for c in present):
+            left = list(lead.pval.legs)
+            p = self.emit(Call("repeat", [Ref(lead.pval), Pattern(left, present)]), present, lead.batched, lead.pval.dtype)
+            ops[li] = lead = View(p, list(lead.axes), lead.batched)
+        exprs = [Ref(v.pval) if isinstance(v, View) else Num(v) for v in ops]
+        return exprs, list(lead.pval.legs), axes, batched
+
+    def binary(self, op, dtype="float", swap=False):
+        a = self.args(self.node)
+        names = list(a)
+        x, y = self.view_arg(a[names[0]]), self.view_arg(a[names[1]])
+        if swap:
+            x, y = y, x
+        return self.binop(op, x, y, dtype, alpha=a.get("alpha", 1))
+
+    def binop(self, op, x, y, dtype="float", alpha=1):
+        if op in ("*", "/") and isinstance(x, View) and isinstance(y, (int, float)) and not isinstance(y, bool) and y == 1:
+            return x  # torch writes 1 / t as reciprocal(t) * 1
+        if alpha not in (1, None):
+            if isinstance(y, View):
+                y = self.map_expr(y, lambda r: BinOp("*", r, Num(alpha)))
+            else:
+                y = y * alpha
+        if op in ("+", "-", "*", "/", "//", "**") and dtype != "bool":  # torch promotes a bool mask to 1 and 0
+            x, y = self.as_number(x), self.as_number(y)
+        if not isinstance(x, View) and not isinstance(y, View):
+            fold = {"+": lambda p, q: p + q, "-": lambda p, q: p - q, "*": lambda p, q: p * q}.get(op)
+            if fold is not None and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (x, y)):
+                return fold(x, y)  # two numbers (full_like(x, 2) * ones_like(x)): their value
+            self.unsupported(why="both operands are plain numbers")
+        (ex, ey), legs, axes, batched = self.broadcast([x, y])
+        expr = self.scaled(op, x, y, ex, ey) or BinOp(op, ex, ey)
+        p = self.emit(expr, legs, batched, dtype)
+        return View(p, axes, batched)
+
+    def scaled(self, op, x, y, ex, ey):
+        """`einsum(...) * (1 / sqrt(n))` and `/ sqrt(n)`, n the size of a summed leg: `/ sqrt(d)`."""
+        if not isinstance(x, View) or not isinstance(y, (int, float)) or isinstance(y, bool) or y <= 0:
+            return None
+        e = x.pval.stmt.expr if x.pval.stmt is not None and isinstance(x.pval.stmt, Stmt) else None
+        if not isinstance(e, Einsum):
+            return None
+        summed = [c for k, cs in e.binds.items() if k not in e.out_cls for c in cs[:1]]
+        for c in summed:
+            n = c.size
+            if op == "*" and math.isclose(y, 1 / math.sqrt(n), rel_tol=1e-12):
+                return BinOp("/", ex, Call("sqrt", [Leg(c)]))
+            if op == "/" and math.isclose(y, math.sqrt(n), rel_tol=1e-12):
+                return BinOp("/", ex, Call("sqrt", [Leg(c)]))
+        return None
+
+    def op_add(self, node):
+        return self.binary("+")
+
+    def op_sub(self, node):
+        return self.binary("-")
+
+    def op_rsub(self, node):
+        a = self.args(node)
+        x, y = self.view_arg(a["self"]), self.view_arg(a["other"])
+        alpha = a.get("alpha", 1)
+        if alpha not in (1, None):
+            x = self.map_expr(x, lambda r: BinOp("*", r, Num(alpha))) if isinstance(x, View) else x * alpha
+        return self.binop("-", y, x)
+
+    def op_mul(self, node):
+        return self.binary("*")
+
+    def op_div(self, node):
+        a = self.args(node)
+        mode = a.get("rounding_mode")
+        if mode == "floor":
+            return self.binary("//")
+        if mode is not None:
+            self.unsupported(why=f"rounding_mode={mode!r}")
+        return self.binary("/")
+
+    def op_floor_divide(self, node):
+        return self.binary("//")
+
+    def op_true_divide(self, node):
+        return self.binary("/")
+
+    def op_pow(self, node):
+        a = self.args(node)
+        if _overload(node) == "Scalar":
+            base, x = a["self"], self.view_arg(a["exponent"])
+            return self.binop("**", base, x)
+        return self.binop("**", self.view_arg(a["self"]), self.view_arg(a["exponent"]))
+
+    def op_neg(self, node):
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: Neg(r))
+
+    def op_rsqrt(self, node):
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: BinOp("/", Num(1), Call("sqrt", [r])))
+
+    def op_reciprocal(self, node):
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: BinOp("/", Num(1), r))
+
+    def op_square(self, node):
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: BinOp("**", r, Num(2)))
+
+    def op_gelu(self, node):
+        a = self.args(node)
+        x = self.view_arg(a["self"])
+        if a.get("approximate", "none") == "tanh":  # torch's tanh form, written out
+            c = math.sqrt(2.0 / math.pi)
+            return self.map_expr(x, lambda r: BinOp("*", BinOp("*", Num(0.5), r), BinOp(
+                "+", Num(1), Call("tanh", [BinOp("*", Num(c), BinOp("+", r, BinOp("*", Num(0.044715), BinOp("**", r, Num(3)))))]))))
+        return self.unary_call("gelu", x)
+
+    def op_softplus(self, node):
+        a = self.args(node)
+        if a.get("beta", 1) != 1 or a.get("threshold", 20) != 20:
+            self.unsupported(why="softplus with beta or threshold other than 1 and 20")
+        return self.unary_call("softplus", self.view_arg(a["self"]))
+
+    def op_leaky_relu(self, node):
+        a = self.args(node)
+        return self.unary_call("leaky_relu", self.view_arg(a["self"]), slope=float(a.get("negative_slope", 0.01)))
+
+    def op_clamp(self, node):
+        a = self.args(node)
+        lo, hi = a.get("min"), a.get("max")
+        if hasattr(lo, "op") or hasattr(hi, "op"):
+            self.unsupported(why="tensor bounds")
+        kw = {}
+        if lo is not None:
+            kw["min"] = float(lo)
+        if hi is not None:
+            kw["max"] = float(hi)
+        return self.unary_call("clamp", self.view_arg(a["self"]), **kw)
+
+    def op_clamp_min(self, node):
+        a = self.args(node)
+        return self.unary_call("clamp", self.view_arg(a["self"]), min=float(a["min"]))
+
+    def op_clamp_max(self, node):
+        a = self.args(node)
+        return self.unary_call("clamp", self.view_arg(a["self"]), max=float(a["max"]))
+
+    def op_dropout(self, node):
+        a = self.args(node)
+        x = self.view_arg(a["input"])
+        p = float(a.get("p", 0.5))
+        if p == 0:
+            return x
+        return self.unary_call("dropout", x, p=p)
+
+
+    def op_where(self, node):
+        a = self.args(node)
+        cond, x, y = self.view_arg(a["condition"], "condition"), self.view_arg(a["self"]), self.view_arg(a["other"])
+        return self.where_(cond, x, y)
+
+    def op_full(self, node):
+        """torch.full / zeros / ones / scalar_tensor / new_full of a constant shape: the number,
+        which every operation it meets broadcasts (`torch.full([], finfo.min)`, GPT-2's mask
+        value). A filled tensor whose own axes a result keeps is refused."""
+        fill = {"zeros": 0, "new_zeros": 0, "ones": 1, "new_ones": 1}.get(_packet(node))
+        if fill is None:
+            a = self.args(node)
+            fill = a.get("fill_value", a.get("s"))
+        if hasattr(fill, "op") or isinstance(fill, torch.SymInt) or not isinstance(fill, int | float):
+            self.unsupported(why="the fill value is not a constant number")
+        shape = self.out_shape() or []
+        if any(not isinstance(s, int) for s in shape):
+            self.unsupported(why="a shape known only at run time")
+        if math.prod(shape) != 1:
+            for u in node.users:  # a number only where the other operands carry every axis it has
+                others = [a.meta.get("val") for a in u.args if hasattr(a, "meta") and a is not node]
+                shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
+                out = self.out_shape(u)
+                if out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != out:
+                    self.unsupported(why=f"a filled tensor of shape {tuple(shape)} whose axes the result keeps "
+                                         "(a number broadcasts only where the other operands carry every axis)")
+        dt = self.out_dtype()
+        if dt == torch.bool:
+            return bool(fill)
+        return float(fill) if dt is None or dt.is_floating_point else int(fill)
+
+
+    def full_shape(self, v: View) -> list:
+        return ([self.batch_size] if v.batched else []) + [1 if c is None else c.size for c in v.axes]
+
+    def tile(self, x: View, dim: int, n: int, interleave: bool) -> View:
+        """x copied n times along torch dim `dim`: a new leg of size n merged with the axis, outside
+        it (`Tensor.repeat`, tiles) or inside it (`repeat_interleave`, each entry n times)."""
+        full = self.full_shape(x)
+        at = dim if not interleave else dim + 1
+        y = self.unsqueezed(x, at)
+        sizes = full[:at] + [n] + full[at:]
+        y = self.expand(y, sizes)
+        merged = full[:dim] + [full[dim] * n] + full[dim + 1:]
+        return self.reshape(y, merged)
+
+    def op_repeat(self, node):
+        """Tensor.repeat(sizes): each axis tiled (a copy leg merged outside it); a size-1 axis expanded."""
+        x = self.view_arg(node.args[0])
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        sizes = [int(s) for s in node.args[1]]
+        while len(x.full) < len(sizes):
+            x = self.unsqueezed(x, 0)
+        for d in range(len(sizes) - 1, -1, -1):
+            n = sizes[d]
+            if n == 1:
+                continue
+            full = self.full_shape(x)
+            if full[d] == 1:
+                x = self.expand(x, full[:d] + [n] + full[d + 1:])
+            else:
+                x = self.tile(x, d, n, interleave=False)
+        return x
+
+    def op_repeat_interleave(self, node):
+        """repeat_interleave(x, n, dim): each entry n times along dim (Mistral's grouped-query heads)."""
+        a = self.args(node)
+        x, n, dim = self.view_arg(a.get("self", node.args[0])), a.get("repeats"), a.get("dim")
+        if not isinstance(x, View) or not isinstance(n, int) or isinstance(n, bool):
+            self.unsupported(why="repeats that are not one whole number (a tensor of counts)")
+        if dim is None:
+            self.unsupported(why="no dim (it flattens the tensor first)")
+        d = dim % len(x.full)
+        return x if n == 1 else self.tile(x, d, n, interleave=True)
+
+    def op_zeros_like(self, node):
+        """zeros_like(x), ones_like(x), full_like(x, v): the number itself, which every operation it
+        meets broadcasts (`torch.where(m, y, torch.zeros_like(y))` is `where(m, y, 0.0)`)."""
+        x = self.view_arg(node.args[0])
+        fill = {"zeros_like": 0, "ones_like": 1}.get(_packet(node))
+        if fill is None:
+            fill = self.get(node.args[1])
+            if isinstance(fill, View) or isinstance(fill, bool) or not isinstance(fill, (int, float)):
+                self.unsupported(why="the fill value is not a plain number")
+        dtype = x.pval.dtype if isinstance(x, View) else "float"
+        return float(fill) if dtype == "float" else int(fill)
+
+
+    def op_topk(self, node):
+        """`v, i = x.topk(k, dim)`: expressible as `zeros_like(x).scatter(dim, i, v)` (the k
+        largest along dim kept, zeros elsewhere: a TopK sparsifier), the language's
+        `topk(x, leg, k=K)`; op_scatter completes it."""
+        a = self.args(node)
+        x = self.view_arg(a["self"])
+        if a.get("largest", True) is False:
+            self.unsupported(why="the smallest k (largest=False)")
+        self.leg_of(x, a.get("dim", -1))
+        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]))
+        return [("topk_values", *key), ("topk_indices", *key)]
+
+    def op_scatter(self, node):
+        a = self.args(node)
+        base, index, src = self.get(a["self"]), self.get(a["index"]), self.get(a.get("src"))
+        topk = (isinstance(index, tuple) and index and index[0] == "topk_indices" and isinstance(src, tuple) and src
+                and src[0] == "topk_values" and index[1:] == src[1:])
+        if not topk or base not in (0, 0.0) or isinstance(base, bool):
+            self.unsupported(why="only as zeros_like(x).scatter(dim, i, v) with v, i = x.topk(k, dim) (topk in .pen)")
+        _, x, axis, k = index
+        if self.axis(x, a["dim"]) != axis:
+            self.unsupported(why="scattered along another axis than the top-k's")
+        p = self.emit(Call("topk", [Ref(x.pval), Leg(x.axes[axis])], [("k", Num(k))]), x.pval.legs, x.batched)
+        return View(p, list(x.axes), x.batched)
+
+    def op_bitwise_not(self, node):
+        """~mask: only as a condition (where and masked_fill swap their branches)."""
+        x = self.view_arg(node.args[0])
+        if not isinstance(x, View) or x.pval.dtype != "bool":
+            self.unsupported(why="only the negation of a bool mask, used as a condition")
+        return ("not", x)
+
+
+    def where_(self, cond, x, y):
+        if isinstance(cond, tuple) and cond and cond[0] == "not":
+            cond, x, y = cond[1], y, x
+        if not isinstance(cond, View) or cond.pval.dtype != "bool":
+            self.unsupported(why="the condition is not a bool tensor")
+        if not isinstance(x, View) and not isinstance(y, View):
+            exprs, legs, axes, batched = self.broadcast([cond])
+            exprs = exprs + [Num(x), Num(y)]
+        else:
+            exprs, legs, axes, batched = self.broadcast([cond, x, y])
+        p = self.emit(Call("where", exprs), legs, batched)
+        return View(p, axes, batched)
+
+    def op_masked_fill(self, node):
+        a = self.args(node)
+        x, mask, value = self.view_arg(a["self"]), self.view_arg(a["mask"], "condition"), self.get(a["value"])
+        if isinstance(value, View):
+            self.unsupported(why="a tensor fill value")
+        return self.where_(mask, value, x)
+
+    def op_log_sigmoid(self, node):
+        """log σ(x) = -softplus(-x)."""
+        x = self.view_arg(node.args[0])
+        return self.map_expr(x, lambda r: Neg(Call("softplus", [Neg(r)])))
+
+    def op_relu6(self, node):
+        return self.unary_call("clamp", self.view_arg(node.args[0]), min=0.0, max=6.0)
+
+    def op_hardtanh(self, node):
+        a = self.args(node)
+        return self.unary_call("clamp", self.view_arg(a["self"]), min=float(a.get("min_val", -1.0)), max=float(a.get("max_val", 1.0)))

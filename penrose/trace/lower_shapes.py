@@ -1,0 +1,410 @@
+"""Shapes: reshape, permute, squeeze, expand, split, concat, select, slice, gather."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from penrose.trace.common import INT64_MAX, BatchAxis, _describe, _overload, torch_name
+from penrose.trace.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
+
+
+class Shapes:
+    """Handlers of `Lowerer` (shapes); the table in `penrose.trace.aten` names them."""
+
+    if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
+
+        def __getattr__(self, name: str) -> Any: ...
+
+    # ---- shapes -------------------------------------------------------------------------------------
+    def reshape(self, x: View, new_full) -> View:
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        new_full = [int(s) for s in new_full]
+        if x.batched:
+            if not new_full or new_full[0] != self.batch_size:
+                raise BatchAxis
+            new = new_full[1:]
+        else:
+            new = new_full
+        old_big = [(j, c) for j, c in enumerate(x.axes) if c is not None and c.size != 1]
+        ones = [c for c in x.axes if c is not None and c.size == 1]
+        new_big = [(j, s) for j, s in enumerate(new) if s != 1]
+        if math.prod(c.size for _, c in old_big) != math.prod(s for _, s in new_big):
+            self.fail(f"{torch_name(self.node)}: internal: sizes do not match")
+        groups, i, j = [], 0, 0
+        while i < len(old_big) or j < len(new_big):
+            if i >= len(old_big) or j >= len(new_big):
+                self.fail(f"{torch_name(self.node)}: a reshape with an axis of size 0")
+            go, gn = [old_big[i]], [new_big[j]]
+            po, pn = old_big[i][1].size, new_big[j][1]
+            i, j = i + 1, j + 1
+            while po != pn:
+                if po < pn:
+                    go.append(old_big[i])
+                    po *= old_big[i][1].size
+                    i += 1
+                else:
+                    gn.append(new_big[j])
+                    pn *= new_big[j][1]
+                    j += 1
+            groups.append((go, gn))
+        if any(len(go) > 1 and len(gn) > 1 for go, gn in groups):  # regrouped: merge first, then split
+            mid = []
+            for go, gn in groups:
+                mid += [math.prod(c.size for _, c in go)] if len(gn) > 1 else [c.size for _, c in go]
+            x = self.reshape(x, ([self.batch_size] if x.batched else []) + mid)
+            return self.reshape(x, new_full)
+        axes = [None] * len(new)
+        split_of, right, changed = {}, [], bool(ones)
+        for go, gn in groups:
+            if len(go) == 1 and len(gn) == 1:
+                axes[gn[0][0]] = go[0][1]
+                right.append(go[0][1])
+            elif len(go) == 1:
+                n = len(gn)
+                roles = ["part"] * (n - 2) + ["head", "headdim"]  # (3, heads, head dim) of a fused qkv too
+                src = go[0][1]
+                merged = self.C.find(src).merge
+                if merged and [self.C.find(f).size for f in merged] == [sz for _, sz in gn] and not any(
+                        self.C.same(f, l) for f in merged for l in x.pval.legs):
+                    parts = list(merged)  # a merge undone: the legs it was made of
+                else:
+                    parts = None
+                parts = parts or [self.C.new(s, role=r, origin=f"{'first' if k == 0 else 'last' if k == n - 1 else 'middle'} factor of a view of {_describe(src)}")
+                         for k, ((_, s), r) in enumerate(zip(gn, roles))]
+                split_of[id(self.C.find(src))] = tuple(parts)
+                for (jj, _), p in zip(gn, parts):
+                    axes[jj] = p
+                right.extend(parts)
+                changed = True
+            else:
+                factors = tuple(c for _, c in go)
+                m = self.C.new(gn[0][1], role="merge", merge=factors, origin="")
+                axes[gn[0][0]] = m
+                right.append(factors)
+                changed = True
+        if not changed:
+            return View(x.pval, axes, x.batched)
+        left = []
+        for l in x.pval.legs:
+            r = id(self.C.find(l))
+            if l.size == 1:
+                left.append("1")
+            elif r in split_of:
+                left.append(split_of[r])
+            else:
+                left.append(l)
+        legs = [c for c in axes if c is not None]
+        p = self.emit(Call("rearrange", [Ref(x.pval), Pattern(left, right)]), legs, x.batched, x.pval.dtype)
+        return View(p, axes, x.batched)
+
+    def reshape_node(self, node):
+        return self.reshape(self.view_arg(node.args[0]), self.out_shape())
+
+
+    def permute(self, x: View, perm) -> View:
+        full = x.full
+        n = len(full)
+        perm = [p % n for p in perm]
+        new = [full[p] for p in perm]
+        if x.batched:
+            if new[0] is not BATCH:
+                raise BatchAxis
+            new = new[1:]
+        return View(x.pval, new, x.batched)
+
+    def op_permute(self, node):
+        x = self.view_arg(node.args[0])
+        return self.permute(x, list(node.args[1]))
+
+    def op_transpose(self, node):
+        x = self.view_arg(node.args[0])
+        n = len(x.full)
+        d0, d1 = node.args[1] % n, node.args[2] % n
+        perm = list(range(n))
+        perm[d0], perm[d1] = perm[d1], perm[d0]
+        return self.permute(x, perm)
+
+
+    def op_t(self, node):
+        x = self.view_arg(node.args[0])
+        return self.permute(x, list(range(len(x.full)))[::-1])
+
+
+    def op_mT(self, node):
+        x = self.view_arg(node.args[0])
+        n = len(x.full)
+        perm = list(range(n))
+        perm[-1], perm[-2] = perm[-2], perm[-1]
+        return self.permute(x, perm)
+
+
+    def op_movedim(self, node):
+        x = self.view_arg(node.args[0])
+        n = len(x.full)
+        src, dst = node.args[1], node.args[2]
+        src = [s % n for s in (src if isinstance(src, (list, tuple)) else [src])]
+        dst = [d % n for d in (dst if isinstance(dst, (list, tuple)) else [dst])]
+        order = [i for i in range(n) if i not in src]
+        perm = [None] * n
+        for s, d in zip(src, dst):
+            perm[d] = s
+        it = iter(order)
+        perm = [p if p is not None else next(it) for p in perm]
+        return self.permute(x, perm)
+
+
+    def op_unsqueeze(self, node):
+        return self.unsqueezed(self.view_arg(node.args[0]), node.args[1])
+
+    def unsqueezed(self, x: View, d: int) -> View:
+        """x with a size-1 axis inserted at d (counted from the end when negative), as op_unsqueeze."""
+        full = x.full
+        d = d % (len(full) + 1)
+        new = full[:d] + [None] + full[d:]
+        if x.batched:
+            if new[0] is not BATCH:
+                raise BatchAxis
+            new = new[1:]
+        return View(x.pval, new, x.batched)
+
+    def op_squeeze(self, node):
+        x = self.view_arg(node.args[0])
+        full = x.full
+        n = len(full)
+        dims = node.args[1] if len(node.args) > 1 else list(range(n))
+        dims = [d % n for d in (dims if isinstance(dims, (list, tuple)) else [dims])] if n else []
+        drop_present, remove = [], set()
+        for d in dims:
+            e = full[d]
+            if e is BATCH:
+                if self.batch_size == 1:
+                    raise BatchAxis
+                continue
+            j = d - (1 if x.batched else 0)
+            if e is None:
+                remove.add(j)
+            elif e.size == 1:
+                drop_present.append(j)
+                remove.add(j)
+        if drop_present:
+            x = self.drop_ones(x, drop_present)
+        return View(x.pval, [c for j, c in enumerate(x.axes) if j not in remove], x.batched)
+
+    def op_expand(self, node):
+        return self.expand(self.view_arg(node.args[0]), list(node.args[1]))
+
+    def op_expand_as(self, node):
+        return self.expand(self.view_arg(node.args[0]), self.out_shape())
+
+    def expand(self, x, sizes):
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        full = x.full
+        pad = len(sizes) - len(full)
+        if pad < 0:
+            self.unsupported(why="expanding to fewer axes")
+        if x.batched and pad:
+            raise BatchAxis
+        new_axes, drops, grown = [], [], False
+        for pos, s in enumerate(sizes):
+            e = full[pos - pad] if pos >= pad else None
+            if e is BATCH:
+                if s not in (-1, self.batch_size):
+                    raise BatchAxis
+                continue
+            if s == -1 or (isinstance(e, Cls) and e.size == s) or (e is None and s == 1):
+                new_axes.append(e)
+                continue
+            if isinstance(e, Cls) and e.size == 1:
+                drops.append(pos - pad - (1 if x.batched else 0))
+            new_axes.append(self.C.new(s, role="copy", origin="a copied axis (expand)"))
+            grown = True
+        if not grown:
+            return View(x.pval, new_axes, x.batched)
+        if drops:
+            x = self.drop_ones(x, drops)
+        present = [c for c in new_axes if c is not None]
+        p = self.emit(Call("repeat", [Ref(x.pval), Pattern(list(x.pval.legs), present)]), present, x.batched, x.pval.dtype)
+        return View(p, new_axes, x.batched)
+
+
+    # ---- split, concat, select, slice --------------------------------------------------------------------
+    def split(self, x: View, dim, sizes):
+        j = self.axis(x, dim)
+        c = x.axes[j]
+        if c is None or len(sizes) == 1:
+            return [x]
+        parts = [self.C.new(s, role="piece", origin=f"a piece of {_describe(c)} (split)") for s in sizes]
+        outs = [[p if self.C.same(l, c) else l for l in x.pval.legs] for p in parts]
+        pvals = self.emit(Call("split", [Ref(x.pval), Leg(c), LegList(parts)]), None, x.batched, x.pval.dtype, outs=outs)
+        return [View(pv, [p if a is c else a for a in x.axes], x.batched) for pv, p in zip(pvals, parts)]
+
+    def split_node(self, node):
+        x = self.view_arg(node.args[0])
+        a = self.args(node)
+        dim = a.get("dim", 0)
+        vals = node.meta.get("val")
+        sizes = [int(v.shape[dim]) for v in vals]
+        return self.split(x, dim, sizes)
+
+
+    def op_unbind(self, node):
+        x = self.view_arg(node.args[0])
+        a = self.args(node)
+        dim = a.get("dim", 0)
+        n = len(node.meta["val"])
+        return [self.select(x, dim, i) for i in range(n)]
+
+    def concat(self, views, dim):
+        views = [v for v in views]
+        if not all(isinstance(v, View) for v in views):
+            self.unsupported(why="a plain-number part")
+        if len({v.batched for v in views}) > 1:
+            raise BatchAxis
+        parts = []
+        for v in views:
+            j = self.axis(v, dim)
+            if v.axes[j] is None:
+                one = self.C.new(1, role="one", origin="a size-1 axis (to stack along)")
+                axes = list(v.axes)
+                axes[j] = one
+                present = [c for c in axes if c is not None]
+                p = self.emit(Call("repeat", [Ref(v.pval), Pattern(list(v.pval.legs), present)]), present, v.batched, v.pval.dtype)
+                v = View(p, axes, v.batched)
+            parts.append(self.materialize(v))
+        j0 = self.axis(parts[0], dim)
+        first = parts[0]
+        for v in parts[1:]:
+            if [a is None for a in v.axes] != [a is None for a in first.axes]:
+                self.unsupported(why="parts with size-1 axes in different places")
+            for k, (c1, c2) in enumerate(zip(first.axes, v.axes)):
+                if k != j0 and c1 is not None:
+                    self.unify(c1, c2)
+        total = sum(v.axes[j0].size for v in parts)
+        into = self.C.new(total, role="joined", origin=f"{_describe(first.axes[j0])} joined with {len(parts) - 1} more (concat)")
+        leg = first.axes[j0]
+        legs = [into if self.C.same(l, leg) else l for l in first.pval.legs]
+        p = self.emit(Call("concat", [TensorList([Ref(v.pval) for v in parts]), Leg(leg), Leg(into)]), legs, first.batched, first.pval.dtype)
+        axes = list(first.axes)
+        axes[j0] = into
+        return View(p, axes, first.batched)
+
+    def op_cat(self, node):
+        a = self.args(node)
+        tensors = [self.view_arg(t) for t in a["tensors"]]
+        tensors = [t for t in tensors if not (isinstance(t, View) and any(c is not None and c.size == 0 for c in t.axes))]
+        if len(tensors) == 1:
+            return tensors[0]
+        return self.concat(tensors, a.get("dim", 0))
+
+
+    def op_stack(self, node):
+        a = self.args(node)
+        tensors = [self.view_arg(t) for t in a["tensors"]]
+        dim = a.get("dim", 0)
+        n = len(tensors[0].full) + 1
+        d = dim % n
+        ups = []
+        for t in tensors:
+            full = t.full
+            new = full[:d] + [None] + full[d:]
+            if t.batched:
+                if new[0] is not BATCH:
+                    raise BatchAxis
+                new = new[1:]
+            ups.append(View(t.pval, new, t.batched))
+        return self.concat(ups, d)
+
+    def select(self, x: View, dim, index):
+        j = self.axis(x, dim)
+        c = x.axes[j]
+        axes = x.axes[:j] + x.axes[j + 1 :]
+        if c is None:
+            return View(x.pval, axes, x.batched)
+        legs = [l for l in x.pval.legs if not self.C.same(l, c)]
+        p = self.emit(Call("select", [Ref(x.pval), Leg(c), Num(int(index))]), legs, x.batched, x.pval.dtype)
+        return View(p, axes, x.batched)
+
+    def op_select(self, node):
+        a = self.args(node)
+        return self.select(self.view_arg(a["self"]), a["dim"], a["index"])
+
+    def narrow(self, x: View, dim, start, end):
+        full = x.full
+        n = len(full)
+        d = dim % n
+        e = full[d]
+        size = self.batch_size if e is BATCH else (1 if e is None else e.size)
+        start = 0 if start is None else int(start)
+        end = size if end is None else int(end)
+        if start < 0:
+            start += size
+        if end < 0:
+            end += size
+        start, end = max(0, min(start, size)), max(0, min(end, size))
+        if start == 0 and end == size:
+            return x
+        if e is BATCH:
+            raise BatchAxis
+        if e is None or end <= start:
+            self.unsupported(why="an empty slice")
+        j = self.axis(x, dim)
+        new = self.C.new(end - start, role="slice", origin=f"indices {start} to {end - 1} of {_describe(e)}")
+        legs = [new if self.C.same(l, e) else l for l in x.pval.legs]
+        p = self.emit(Call("slice", [Ref(x.pval), Leg(e), Num(start), Leg(new)]), legs, x.batched, x.pval.dtype)
+        axes = list(x.axes)
+        axes[j] = new
+        return View(p, axes, x.batched)
+
+    def op_slice(self, node):
+        a = self.args(node)
+        if a.get("step", 1) not in (1, None):
+            self.unsupported(why="a slice with a step")
+        end = a.get("end")
+        if end is not None and end >= INT64_MAX:
+            end = None
+        return self.narrow(self.view_arg(a["self"]), a.get("dim", 0), a.get("start"), end)
+
+    def op_narrow(self, node):
+        a = self.args(node)
+        start = a["start"]
+        return self.narrow(self.view_arg(a["self"]), a["dim"], start, start + a["length"])
+
+    def op_arange(self, node):
+        """Positions 0, 1, ... : only as an embedding's ids (rows start..end of the table: a slice)."""
+        a = self.args(node)
+        if _overload(node) == "default":
+            start, end, step = 0, a.get("end"), 1
+        else:
+            start, end, step = a.get("start", 0), a.get("end"), a.get("step", 1) or 1
+        if any(hasattr(v, "op") for v in (start, end, step)):
+            self.unsupported(why="positions of a size known only at run time")
+        return ("arange", int(start), int(end), int(step), node)
+
+    def op_index_select(self, node):
+        """table.index_select(0, ids): rows of a two-axis table, as an embedding is (gather)."""
+        a = self.args(node)
+        if a["dim"] % 2 != 0:
+            self.unsupported(why="selecting along another axis than the table's first")
+        return self.gather_rows(a["self"], a["index"])
+
+    def op_embedding(self, node):
+        a = self.args(node)
+        return self.gather_rows(a["weight"], a["indices"])
+
+    def gather_rows(self, weight, indices):
+        w, ids = self.view_arg(weight), self.get(indices)
+        if isinstance(ids, tuple) and ids and ids[0] == "arange":  # rows start..end of the table
+            _, start, end, step, _n = ids
+            if step != 1 or not isinstance(w, View):
+                self.unsupported(why="an embedding of positions with a step")
+            return self.narrow(self.materialize(w), 0, start, end)
+        ids = self.view_arg(indices)
+        if not isinstance(w, View) or w.batched or len(w.axes) != 2 or not isinstance(ids, View) or ids.pval.dtype != "int":
+            self.unsupported(why="an embedding needs a two-axis table and integer ids")
+        w = self.materialize(w)
+        legs = list(ids.pval.legs) + [w.pval.legs[1]]
+        p = self.emit(Call("gather", [Ref(w.pval), Ref(ids.pval)]), legs, ids.batched)
+        return View(p, list(ids.axes) + [w.axes[1]], ids.batched)
