@@ -68,7 +68,7 @@ def einsum_text(spec: str, sizes: dict | None = None) -> str:
     if bad:
         raise PenroseTraceError(f"--size {bad[0]}=...: {bad[0]!r} is no letter of {spec!r}")
     letters = list(dict.fromkeys("".join(terms)))
-    extra = {}  # letter -> dims for its second, third ... occurrence in one term
+    extra: dict[str, list[str]] = {}  # letter -> dims for its second, third ... occurrence in one term
     legs_of = []
     for t in terms:
         seen: dict = {}

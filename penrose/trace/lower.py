@@ -46,7 +46,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.tensors = {**dict(module.named_buffers(remove_duplicate=False)), **self.state}
         self.persistent = set(self.state)
         self.aliases = {}  # a state-dict name -> the other names of the same tensor (tied weights)
-        by_tensor = {}
+        by_tensor: dict[int, list[str]] = {}
         for name, t in list(module.named_parameters(remove_duplicate=False)) + list(module.named_buffers(remove_duplicate=False)):
             by_tensor.setdefault(id(t), []).append(name)
         for names in by_tensor.values():
@@ -434,6 +434,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             return View(outer, list(inner.axes), inner.batched)
         inner = self.materialize(inner, region=C)
         out = C.return_of.get(inner.pval.id)
+        assert C.call is not None  # a region below the top is entered by its call
         if out is None:
             out = PVal(inner.pval.legs, inner.pval.batched, inner.pval.dtype, C.parent, "callout", src=C.call.src)
             out.stmt = C.call
@@ -443,6 +444,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         return View(out, list(inner.axes), inner.batched)
 
     def import_into(self, R: Region, outer: View) -> View:
+        assert R.call is not None  # a region below the top is entered by its call
         outer = self.materialize(outer, region=R.parent, before=R.call)
         f = R.formal_of.get(outer.pval.id)
         if f is None:

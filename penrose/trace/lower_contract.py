@@ -210,7 +210,7 @@ class Contractions:
             before, dots, after = rhs.partition("...")
             out = list(before) + ([("...", j) for j in range(ell)] if dots else []) + list(after)
         else:
-            counts = defaultdict(int)
+            counts: defaultdict[Any, int] = defaultdict(int)
             for t in terms:
                 for ch in t.replace("...", ""):
                     counts[ch] += 1

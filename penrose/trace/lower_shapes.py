@@ -86,7 +86,7 @@ class Shapes:
                 changed = True
         if not changed:
             return View(x.pval, axes, x.batched)
-        left = []
+        left: list[Any] = []  # "1", a split (a tuple of classes) or a leg class
         for l in x.pval.legs:
             r = id(self.C.find(l))
             if l.size == 1:

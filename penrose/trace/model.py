@@ -27,7 +27,7 @@ class Cls:
     def __init__(self, size: int, role: str = "", origin: str = "", merge: tuple = (), hint: str | None = None):
         self.id = next(Cls._ids)
         self.size = int(size)
-        self.parent = None
+        self.parent: Cls | None = None
         self.vals: set = set()  # ids of the penrose tensors with a leg of this class
         self.role = role  # a naming preference ('in_last', 'out', 'head', 'key', ...)
         self.origin = origin  # for the index legend: where the leg first appears

@@ -250,6 +250,8 @@ def load_class(target: str):
             sys.path.insert(0, folder)
         try:
             spec = importlib.util.spec_from_file_location(name, path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no importer for {path}")
             module = importlib.util.module_from_spec(spec)
             sys.modules[name] = module
             spec.loader.exec_module(module)

@@ -949,7 +949,7 @@ MEANINGS = {"h": "heads", "g": "key-value heads", "d": "head dim", "e": "model w
 
 def attribute_sizes(module) -> dict:
     """letter -> {size: the attribute that gives it} from the module's (and its submodules' and configs') attributes."""
-    out = {k: {} for k in SIZE_ATTRS}
+    out: dict[str, dict[int, str]] = {k: {} for k in SIZE_ATTRS}
     for m in module.modules():
         for owner in (m, getattr(m, "config", None)):
             attrs = vars(owner) if owner is not None and hasattr(owner, "__dict__") else {}
