@@ -20,6 +20,7 @@ import math
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -28,6 +29,7 @@ from penrose import pyast as P
 from penrose import runtime
 from penrose.tables import quoted, unquote
 from penrose.check import Checked, V
+from penrose.checked import CStmt
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
@@ -66,6 +68,12 @@ def _camel(name: str) -> str:
 def _statement_comment(st: ir.Assign) -> str:
     """An assignment as the diagram writes it, without its note, for a comment line."""
     return _comment(format_stmt(replace(st, note="")))
+
+
+def _value(s: CStmt) -> V:
+    """The value of an assignment or a return (the checker always gives them one)."""
+    assert s.value is not None, "an assignment or return without a checked value"
+    return s.value
 
 
 def _comment(text: str) -> str:
@@ -168,7 +176,7 @@ class _Emitter:
         if atom is not None:
             return atom(self, v)
         k = ops.key(v)
-        lower = LOWER.get(k)
+        lower = LOWER.get(k) if k is not None else None
         if lower is None:  # pragma: no cover - a test keeps LOWER's keys equal to ops.OPS
             raise PenroseCompileError(f"cannot compile operation {k or v.op!r}", v.span)
         return lower(self, v)
@@ -371,20 +379,20 @@ class _Emitter:
                 continue
             if isinstance(st, ir.Assign) and id(s) in self.absorbed:
                 body.append(f"        # {_statement_comment(st)}  (fused below)")
-            elif isinstance(st, ir.Assign) and s.value.op == "split" and id(s) not in self.fused and any(
+            elif isinstance(st, ir.Assign) and _value(s).op == "split" and id(s) not in self.fused and any(
                 (t, ver) not in self.read for t, ver in zip(st.targets, s.versions)
             ):  # pieces nobody reads are not made: narrow the others
                 kept = [i for i, (t, ver) in enumerate(zip(st.targets, s.versions)) if (t, ver) in self.read]
                 body.append(f"        # {_statement_comment(st)}")
                 body.extend(self.narrow_lines(s, kept))
             elif isinstance(st, ir.Assign):
-                tree = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(s.value)
+                tree = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(_value(s))
                 comment = ", ".join(self.shape_comment(t) for t in s.types)
                 note = f"  {_comment(st.note)}" if st.note else ""
                 body.append(f"        # {_statement_comment(st)}")  # the diagram's statement, above its code
                 body.extend(self.statement(", ".join(st.targets), tree, comment + note))
             elif isinstance(st, ir.Return):
-                trees = [self.expr(v) for v in s.value.args]
+                trees = [self.expr(v) for v in _value(s).args]
                 tree = trees[0] if len(trees) == 1 else P.tuple_(trees)
                 temps, tree = self.hoister.flatten(tree)
                 body.extend(f"        {t} = {P.unparse(e)}" for t, e in temps)
@@ -1276,7 +1284,7 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
     filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"
     code = _python(source, filename, checked)
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace = {"__name__": f"penrose_generated_{_COUNTER[0]}", "ShapeError": PenroseShapeError}
+    namespace: dict[str, Any] = {"__name__": f"penrose_generated_{_COUNTER[0]}", "ShapeError": PenroseShapeError}
     exec(code, namespace)  # the source is generated from validated identifiers only
     module = namespace["Model"]()
     if seed is not None:

@@ -161,7 +161,7 @@ def _binop(e: ir.BinOp, parent: int) -> str:
         text = f"{_expr(e.left, p + 1)} {rule.symbol} {_expr(e.right, p + 1)}"
     else:  # a left-associative chain a + b - c + ...: walk its left spine, print it flat
         tail = []
-        node = e
+        node: object = e
         while isinstance(node, ir.BinOp) and FORMAT[node.op].prec == p and FORMAT[node.op].assoc == "left":
             tail.append(node)
             node = node.left

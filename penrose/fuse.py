@@ -60,7 +60,9 @@ def find_attention(c: Checked, uses: dict | None = None) -> dict:
             if uses.get(key, 0) != 1 or key not in defs or id(defs[key]) in taken:
                 return v
             absorbed.append(defs[key])
-            v = defs[key].value
+            value = defs[key].value
+            assert value is not None  # defs holds only statements with a value
+            v = value
         return v
 
     for s in c.stmts:

@@ -37,6 +37,7 @@ import collections.abc
 import math
 import re
 import sys
+import types
 
 import torch
 
@@ -312,7 +313,7 @@ class _Frame:
     # statements
     def run(self) -> list:
         """Execute the body; the top level returns its outputs, a block its returned values."""
-        outputs = []
+        outputs: list = []
         current: dict = {}  # name -> latest value, for 'output'
         for d in self.body.inputs:
             current[d.tensor.name] = self.env[(d.tensor.name, 0)]
@@ -332,6 +333,7 @@ class _Frame:
             elif isinstance(st, ir.Output):
                 outputs.extend(current[n] for n in st.names)
             elif isinstance(st, ir.Return):
+                assert s.value is not None  # the checker gives every return its value
                 return [self.evaluate(v) for v in s.value.args]
         return outputs
 
@@ -879,7 +881,7 @@ def evaluator(v):
     return fn
 
 
-class _CallableModule(type(collections)):
+class _CallableModule(types.ModuleType):
     """`penrose.interpret(...)` keeps working after this submodule is imported: importing
     `penrose.interpret` rebinds the package attribute from the facade function to the module,
     so the module itself calls `interpret`."""

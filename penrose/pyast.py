@@ -106,7 +106,7 @@ def slice_(lo=None, hi=None) -> ast.expr:
 
 def index_tuple(items) -> ast.expr:
     """x[..., None, :] style indices: items are ast nodes, Ellipsis, None or ':'."""
-    out = []
+    out: list[ast.expr] = []
     for it in items:
         if it is Ellipsis:
             out.append(ast.Constant(...))
@@ -182,7 +182,7 @@ class Hoister:
         return depth[id(node)]
 
     @staticmethod
-    def _replace(parent: ast.AST, old: ast.AST, new: ast.AST):
+    def _replace(parent: ast.AST, old: ast.AST, new: ast.expr):
         for field, value in ast.iter_fields(parent):
             if value is old:
                 setattr(parent, field, new)

@@ -79,7 +79,7 @@ def block_runs(c: Checked) -> dict:
             stack.append((name, True))
             body = c if name is None else c.blocks[name]
             stack.extend((callee, False) for callee, _ in _calls(body) if callee not in seen)
-    runs = {name: 0 for name in c.blocks}
+    runs: dict[str | None, int] = {name: 0 for name in c.blocks}
     runs[None] = 1
     for name in reversed(order):
         body = c if name is None else c.blocks[name]
