@@ -106,6 +106,11 @@ class _Slow(Exception):
 class _Comment(str):
     """A comment's text with the positions `_attach_comments` reads (as a Lark Token has them)."""
 
+    line: int
+    end_line: int
+    column: int
+    end_column: int
+
     def __new__(cls, text: str, line: int, column: int):
         tok = super().__new__(cls, text)
         tok.line = tok.end_line = line
@@ -131,6 +136,7 @@ def _tokens(text: str):
         if m.start() != pos:
             raise _Slow  # a character no terminal matches
         kind = m.lastgroup
+        assert kind is not None  # every alternative of _TOKENS is a named group
         start, pos = m.span(kind)
         value = m.group(kind)
         if kind == "CONTINUE":
@@ -228,7 +234,8 @@ class _Fast:
     # -- statements
     def statements(self, closer) -> list:
         """`_sep? (_stmt _sep)* _stmt?` up to `closer`: the end of the file, or a block's '}'."""
-        k, body = self.k, []
+        k = self.k
+        body: list = []
         while k[self.i] == "NL":
             self.i += 1
         while k[self.i] != closer:
@@ -257,6 +264,7 @@ class _Fast:
         if word == "const":
             self.consts(body)
             return
+        node: ir.Stmt
         if word in ("input", "param", "buffer"):
             node = self.tensor(word, first)
         elif word == "block":
@@ -668,7 +676,8 @@ class _ToIR:
     def list(self, meta, ch):
         return ir.ListExpr(tuple(self._expr(c) for c in ch if c is not None), span=self.L.span(meta))
 
-    def _bin(op):
+    @staticmethod
+    def _bin(op: str):
         def f(self, meta, ch):
             return ir.BinOp(op, self._expr(ch[0]), self._expr(ch[1]), span=self.L.span(meta))
 
@@ -909,7 +918,8 @@ def _parse_lark(text: str, lines: _Lines):
     """(statements, comments) by Lark; a syntax error is a positioned PenroseSyntaxError."""
     from lark.exceptions import UnexpectedInput
 
-    _local.comments = comments = []
+    comments: list = []
+    _local.comments = comments
     try:
         tree = _parser().parse(text if text.endswith("\n") else text + "\n")
         return _to_ir(tree, lines), comments
