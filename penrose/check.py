@@ -43,7 +43,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from penrose import ir, ops
 from penrose.blocks import order as block_order
@@ -140,7 +140,14 @@ def _run(checker) -> Checked:
         raise too_deep(checker.at, "statement", PenroseCheckError) from None
 
 
-check.LIMITS = LIMITS  # `penrose.check` is this function: penrose.check.LIMITS.repeat = 20_000 works
+class _WithLimits(Protocol):
+    """`check` carries the module constant LIMITS (penrose.tables) as an attribute: `penrose.check`
+    is this function, so penrose.check.LIMITS.repeat = 20_000 works."""
+
+    LIMITS: Limits
+
+
+cast(_WithLimits, check).LIMITS = LIMITS
 
 
 class _Scope:
@@ -212,7 +219,7 @@ class _Checker:
 
     def _entries(self, d: Decl) -> int:
         sizes = [self.S.size(c) for c in d.type.cls]
-        return 0 if any(n is None for n in sizes) else math.prod(sizes)  # no size: the compiler asks for it
+        return 0 if any(n is None for n in sizes) else _prod(sizes)  # no size: the compiler asks for it
 
     def _allocations_ok(self, bodies):
         """Every param and buffer fits in LIMITS.tensor_bytes (float32, 4 bytes an entry)."""
@@ -545,7 +552,7 @@ class _Checker:
             self.S.mark(c, fixed=t.kind in ("param", "buffer"), fed=t.kind == "input")
             cls.append(c)
         if t.init is not None:
-            init = self._init_ok(t)
+            init = self._init_ok(t, t.init)
             if init != t.init:  # a const argument: the compiler reads numbers
                 t = replace(t, init=init)
         batched = t.kind in ("input", "formal")
@@ -553,8 +560,7 @@ class _Checker:
         sc.decls[t.name] = Decl(t, ty)
         sc.vars[t.name] = ty
 
-    def _init_ok(self, t: ir.Tensor):
-        init = t.init
+    def _init_ok(self, t: ir.Tensor, init: ir.Init) -> ir.Init:
         if init.name not in INITS:
             raise PenroseCheckError(f"unknown init {init.name!r}{suggest(init.name, INITS)}; one of {', '.join(INITS)}", init.span)
         spec = INITS[init.name]
@@ -655,13 +661,13 @@ class _Checker:
                     f"{t!r} is assigned again after 'output {t}'; output its final value (move 'output' last) "
                     "or give the new value another name",
                     s.span,
-                    notes=(("output here", sc.output_at),),
+                    notes=(("output here", sc.output_at),) if sc.output_at is not None else (),
                 )
         if len(set(s.targets)) != len(s.targets):
             raise PenroseCheckError("a name appears twice among the targets", s.span)
         sc.block_calls = []
         stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "assign": s}
-        self._stmt_ctx = stmt_ctx
+        self._stmt_ctx: dict[str, Any] | None = stmt_ctx
         try:
             value = self._unambiguous(sc, self._expr(sc, s.value))  # `y = k`: the tensor or the size?
         finally:
@@ -721,7 +727,7 @@ class _Checker:
             a = self._expr(sc, e.operand)
             if a.op == "num":  # -inf, -2: fold into the number
                 return V("num", attrs={"value": -a.attrs["value"]}, span=e.span)
-            self._numeric(self._unambiguous(sc, a), e.operand.span, "negate")
+            self._numeric(self._unambiguous(sc, a), cast("ir.Expr", e.operand).span, "negate")
             return self._evaluated(V("neg", (a,), type=a.type, span=e.span))
         if isinstance(e, ir.BinOp):
             return self._evaluated(self._binop(sc, e))
@@ -784,7 +790,7 @@ class _Checker:
         compare = e.op in ("<", "<=", ">", ">=", "==", "!=")
         for v, sub in ((a, e.left), (b, e.right)):
             if v.type.dtype == "bool" and not compare:
-                raise PenroseCheckError(f"arithmetic on the bool mask {_describe(sub)}; use where(mask, a, b)", sub.span)
+                raise PenroseCheckError(f"arithmetic on the bool mask {_describe(sub)}; use where(mask, a, b)", cast("ir.Expr", sub).span)
         if a.type.dtype == "scalar" and b.type.dtype == "scalar":
             if compare:
                 raise PenroseCheckError("comparing two plain numbers; compare a tensor", e.span)
@@ -1002,9 +1008,9 @@ class _Checker:
         size = self.S.size
         label_cls: dict[str, int] = {}  # the class each label takes in the result: a size-1 one only if all are
         label_leg: dict[str, str] = {}  # the leg name a synthetic '...k' label gives the result
-        label_origin: dict[str, str] = {}
+        label_origin: dict[str, _Where] = {}
         for i, (term, v, a) in enumerate(zip(ein.terms, operands, e.args[1:])):
-            in_term: dict[str, tuple[int, str]] = {}
+            in_term: dict[str, tuple[int, _Where]] = {}
             for j, (label, c, leg) in enumerate(zip(term, v.type.cls, v.legs)):
                 where = _Where(i, a, leg)  # message text and position, built only for an error
                 here = _Here(spec_node.span, ein.where[i][j])
@@ -1452,12 +1458,12 @@ class _Checker:
                                  (f"{kind}: dim {missing!r}", group_span))
                     sizes = [self.S.size(self.dims[nm]) for nm in names]
                 elif None not in sizes and n is None:  # a leg only inputs carry: the group fixes its size
-                    self.S.unify(c, self.S.new(leg, math.prod(sizes), (f"leg {leg!r} (split by the group)", group_span)),
+                    self.S.unify(c, self.S.new(leg, _prod(sizes), (f"leg {leg!r} (split by the group)", group_span)),
                                  (f"{kind}: leg {leg!r}", group_span))
-                    n = math.prod(sizes)
-                if None not in sizes and n is not None and math.prod(sizes) != n:
+                    n = _prod(sizes)
+                if None not in sizes and n is not None and _prod(sizes) != n:
                     raise PenroseCheckError(
-                        f"{kind}: the group {node.value[g.start:g.end]} holds {' * '.join(map(str, sizes))} = {math.prod(sizes)} "
+                        f"{kind}: the group {node.value[g.start:g.end]} holds {' * '.join(map(str, sizes))} = {_prod(sizes)} "
                         f"entries but leg {leg!r} of {_describe(e.args[0])} has size {n}",
                         at(g.start, g.end),
                     )
@@ -1475,7 +1481,8 @@ class _Checker:
         if left.ellipsis is not None and right.ellipsis is None and kind != "reduce":
             g = left.groups[left.ellipsis]
             raise PenroseCheckError(f"{kind}: '...' on the left but not on the right (only reduce drops legs)", at(g.start, g.end))
-        right_groups, out_legs, out_cls, new = [], [], [], []
+        right_groups: list[tuple[str, ...]] = []
+        out_legs, out_cls, new = [], [], []
         for gi, g in enumerate(right.groups):
             if gi == right.ellipsis and not g.paren:  # `...`: the ellipsis' legs, each its own
                 for aid in (a for a in axes if a.startswith("...")):
@@ -1483,7 +1490,7 @@ class _Checker:
                     out_legs.append(axes[aid][1])
                     out_cls.append(axes[aid][0])
                 continue
-            ids = []  # the group's axes: its names and, in `(...)` or `(a ...)`, the ellipsis' legs
+            ids: list[str] = []  # the group's axes: its names and, in `(...)` or `(a ...)`, the ellipsis' legs
             for a in g.axes:
                 if a.ellipsis:
                     ids.extend(aid for aid in axes if aid.startswith("..."))
@@ -1551,7 +1558,7 @@ class _Checker:
         group = "(" + " ".join(names) + ")"
         if None in sizes:
             raise PenroseCheckError(f"{kind}: every leg merged by {group} needs a size", span)
-        total = math.prod(sizes)
+        total = _prod(sizes)
         for name, d in self.dim_decl.items():
             if _product_of(d.size) == tuple(names) and self.S.size(self.dims[name]) == total:
                 return name
@@ -1711,6 +1718,7 @@ class _Checker:
 
     def _repeat_count(self, node) -> int:
         """1 to LIMITS.repeat: the compiled module builds that many copies of the block."""
+        n: int | None
         if isinstance(node, ir.Number) and isinstance(node.value, int):
             n, what = node.value, f"repeat count {node.value:,}"
         elif isinstance(node, ir.Name) and node.id in self.dims:
@@ -1890,6 +1898,13 @@ class _Here:
 def _a(word: str) -> str:
     """'an int', 'a float'."""
     return ("an " if word[:1] in "aeiou" else "a ") + word
+
+
+def _prod(sizes: list[int | None]) -> int:
+    """The product of sizes the caller has seen are all known."""
+    known = [n for n in sizes if n is not None]
+    assert len(known) == len(sizes), "a size is not known"
+    return math.prod(known)
 
 
 def _describe(expr) -> str:
