@@ -151,7 +151,7 @@ cast(_WithLimits, check).LIMITS = LIMITS
 
 
 class _Scope:
-    def __init__(self, checker, name, is_block):
+    def __init__(self, checker, name, is_block) -> None:
         self.c = checker
         self.name = name
         self.is_block = is_block

@@ -38,6 +38,7 @@ import math
 import re
 import sys
 import types
+from typing import Any
 
 import torch
 
@@ -337,7 +338,7 @@ class _Frame:
                 return [self.evaluate(v) for v in s.value.args]
         return outputs
 
-    def evaluate(self, root):
+    def evaluate(self, root) -> Any:
         """The value of a V, children first, with an explicit stack (no recursion limit)."""
         done: dict = {}
         stack = [(root, False)]
@@ -512,7 +513,7 @@ def _einsum(fr, v, args):
     return torch.einsum(spec, *args)
 
 
-def _contract_wide(terms, out, batched, keep_batch, args):
+def _contract_wide(terms, out, batched, keep_batch, args) -> torch.Tensor:
     """The same contraction without letters (more distinct labels than einsum has): diagonals,
     then operands multiplied one by one with broadcasting, each label summed once no later
     operand and no output needs it."""
@@ -542,6 +543,7 @@ def _contract_wide(terms, out, batched, keep_batch, args):
             acc = acc.sum(dim=[i - n for i in gone])
             labels = [l for l in labels if l in later]
         acc_labels = labels
+    assert acc is not None  # an einsum has at least one operand
     n = len(acc_labels)
     acc = acc.permute(*range(acc.dim() - n), *(acc.dim() - n + acc_labels.index(l) for l in out))
     if not keep_batch and acc.dim() > n:
