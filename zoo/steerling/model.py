@@ -44,6 +44,7 @@ import json
 import math
 import os
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -113,6 +114,8 @@ class Steerling(torch.nn.Module):
     is steerling_plain.pen, run when nothing is intervened on; `net.intervention` is steerling.pen
     on the same parameters, run when something is; `net.embeddings`, `net.hidden`, `net.readout`
     the other entries."""
+
+    net: Any  # the compiled diagram: its entries and parameters are made at run time (penrose.compile)
 
     def __init__(self, model_config: dict | None = None, concept_config: dict | None = None,
                  vocab_size: int = RELEASE_VOCAB_SIZE, *, causal: bool = False,
@@ -396,10 +399,10 @@ class Steerling(torch.nn.Module):
             if not isinstance(positions, Tensor) or positions.dtype != torch.bool or tuple(positions.shape) != shape:
                 raise PenroseShapeError(f"positions must be a bool tensor shaped like input_ids {shape}")
             pos = positions.to(device)
-        key = ("use_eps", device)
-        if key not in self._none:
-            self._none[key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
-        return {"pos": pos, "ksel": ksel, "kval": kval, "usel": usel, "uval": uval, "use_eps": self._none[key],
+        eps_key = ("use_eps", device)
+        if eps_key not in self._none:
+            self._none[eps_key] = torch.tensor(bool(self.concept_config["use_epsilon_correction"]), device=device)
+        return {"pos": pos, "ksel": ksel, "kval": kval, "usel": usel, "uval": uval, "use_eps": self._none[eps_key],
                 "known_on": known_on, "unknown_on": unknown_on, "known_blocked": kb, "unknown_blocked": ub}
 
     def _from_hidden(self, h, *, pos, ksel, kval, usel, uval, use_eps, known_on, unknown_on, known_blocked,
@@ -432,7 +435,7 @@ class Steerling(torch.nn.Module):
 
         sz, blk = self.sizes, self.concept_block
         kh, uh = self.net.known_head, self.net.unknown_head
-        out = {}
+        out: dict[str, Any] = {}
         if known_blocked:  # ranked by σ(logit): a dense head
             kf, k_log, k_idx, active = large_head(
                 h, kh.concept_predictor[:sz["c"]], kh.concept_embedding[:sz["c"]], sz["kcf"], sz["kc"], block=blk,
@@ -506,10 +509,10 @@ class Steerling(torch.nn.Module):
                     raise PenroseShapeError(f"intervene_{what}: the weights for concept {cid} are not all finite")
                 val[..., cid] = v
             else:
-                v = float(value)
-                if not math.isfinite(v):
-                    raise PenroseShapeError(f"intervene_{what}: the weight for concept {cid} is {v}, not a finite number")
-                val[..., cid] = v
+                w = float(value)
+                if not math.isfinite(w):
+                    raise PenroseShapeError(f"intervene_{what}: the weight for concept {cid} is {w}, not a finite number")
+                val[..., cid] = w
             sel[cid] = True
         return sel, val
 
