@@ -57,7 +57,7 @@ from __future__ import annotations
 import math
 import weakref
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Any, Mapping
 
 import torch
 from torch import Tensor
@@ -120,7 +120,8 @@ class Intervention:
 
 def suppress(concept: int, positions: Tensor | None = None, kind: str = "known") -> Intervention:
     """Clamp one concept's weight to 0."""
-    return Intervention(**{f"{kind}_set": {concept: 0.0}}, positions=positions)
+    edit: dict[str, Any] = {f"{kind}_set": {concept: 0.0}}  # known_set or unknown_set
+    return Intervention(**edit, positions=positions)
 
 
 def boost(concept: int, value: float | None = None, scale: float | None = None,
@@ -128,9 +129,9 @@ def boost(concept: int, value: float | None = None, scale: float | None = None,
     """Set one concept's weight to `value`, or multiply it by `scale` (exactly one of them)."""
     if (value is None) == (scale is None):
         raise ValueError("give exactly one of value= or scale=")
-    if value is not None:
-        return Intervention(**{f"{kind}_set": {concept: value}}, positions=positions)
-    return Intervention(**{f"{kind}_scale": {concept: scale}}, positions=positions)
+    edit: dict[str, Any] = ({f"{kind}_set": {concept: value}} if value is not None  # {kind}_set or {kind}_scale
+                            else {f"{kind}_scale": {concept: scale}})
+    return Intervention(**edit, positions=positions)
 
 
 def current_weights(out, kind: str, concepts: list[int]) -> Tensor:
@@ -144,7 +145,7 @@ def current_weights(out, kind: str, concepts: list[int]) -> Tensor:
     return (w.unsqueeze(-1) * hit.to(w.dtype)).sum(-2)
 
 
-def intervention_kwargs(spec: Intervention, shape: tuple[int, int], out=None) -> dict:
+def intervention_kwargs(spec: Intervention, shape: tuple[int, ...], out=None) -> dict:
     """forward_from_embeddings keywords (intervene_known, intervene_unknown, positions) for a spec
     on sequences of `shape` (b, t). `out` (the unsteered output) is needed when
     spec.needs_current_weights."""
@@ -207,7 +208,7 @@ def edit_keeping_epsilon(model: ConceptLM, out, known_set: Mapping[int, float | 
     W = model.lm_head_weight()
     changes = {"known_weights": new_w, "known_features": get_field(out, "known_features") + dk,
                "logits": logits + (dk @ W.to(dk.dtype).t()).to(logits.dtype)}
-    if dataclasses.is_dataclass(out):
+    if dataclasses.is_dataclass(out) and not isinstance(out, type):  # an output record, not its class
         if hasattr(out, "composed") and out.composed is not None:
             changes["composed"] = out.composed + dk
         return dataclasses.replace(out, **changes)
@@ -381,7 +382,7 @@ class SteeringConfig:
         (summed into one direction), fixed schedule, and the focal concept's relu logit mask."""
         focal = _concept_id(concept_id, None, "steering concept")
         ids = [focal] + [c for c in (group_concept_ids or []) if _concept_id(c, None, "group concept") != focal]
-        return cls(concept_ids=ids, mai_lm_target=mai_lm_target, normalize_mai_lm_target=False,
+        return cls(concept_ids=tuple(ids), mai_lm_target=mai_lm_target, normalize_mai_lm_target=False,
                    inject_layer=inject_layer, inject_alpha_schedule="fixed", relu_logit_mask={focal: relu_strength})
 
     @property
@@ -468,9 +469,10 @@ def prepare_steering(model, steering: SteeringConfig) -> PreparedSteering:
         layer = steering.inject_layer if steering.inject_layer is not None else model.model_config["n_layers"] // 2
         direction = d.to(getattr(model, "weight_dtype", W.dtype))
     relu = None
-    if steering.has_logit_mask:
-        ids = [_concept_id(c, n, "relu_logit_mask concept") for c in steering.relu_logit_mask]
-        strengths = torch.tensor(list(steering.relu_logit_mask.values()), device=device, dtype=torch.float32)
+    mask = steering.relu_logit_mask
+    if mask:  # steering.has_logit_mask
+        ids = [_concept_id(c, n, "relu_logit_mask concept") for c in mask]
+        strengths = torch.tensor(list(mask.values()), device=device, dtype=torch.float32)
         emb = model.concept_embeddings("known", torch.tensor(ids, device=device)).float()  # (k, e)
         relu = (strengths.unsqueeze(-1) * (emb @ W.float().t()).clamp_min(0.0)).sum(0)  # (v,)
     return PreparedSteering(steering, direction, float(alpha), layer, peak, relu)
@@ -511,6 +513,7 @@ def _injected_net(model, pre: int):
     cache = _INJECTED.setdefault(model, {})
     entry = cache.get(pre)
     if entry is None:
+        extra: dict[str, Any]
         path, extra = ((HERE / "steerling_injected_all_hidden.pen", {}) if pre == 0
                        else (HERE / "steerling_injected_hidden.pen", {"Lpre": pre}))
         with torch.device("meta"), _skip_init():
