@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import sys
+from typing import Any
 
 from penrose.cli import ascii_float, ascii_int, ascii_number  # ASCII digits only (argparse int() takes "٣")
 
@@ -522,7 +523,7 @@ def _explain(args) -> int:
     probs = torch.sigmoid(out.known_logits[0].float())  # (t, n), before the top-k cut; float32 for numpy (a bf16 checkpoint)
     w = out.known_weights[0]
     pieces = [tok.decode([i], skip_special_tokens=False) for i in ids[0].tolist()]
-    tokens = []
+    tokens: list[dict[str, Any]] = []
     for t in range(T):
         top = w[t].topk(min(args.top, w.shape[-1]))
         tokens.append({"token": pieces[t], "concepts": [{"name": names[int(i)], "weight": round(float(v), 4)}
@@ -550,7 +551,7 @@ def _explain(args) -> int:
     heat.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(heat, dpi=120)
     plt.close(fig)
-    result = {
+    result: dict[str, Any] = {
         "tokens": tokens,
         "prediction": {"token": pred_text, "logit": float(attr.logit[0, -1, 0]),
                        "known": [{"name": names[int(i)], "contribution": round(float(v), 5)}
@@ -580,8 +581,8 @@ def _explain(args) -> int:
     if args.json:
         print(json.dumps(result, indent=1, ensure_ascii=False))
         return 0
-    for t in tokens:
-        print(f"{t['token']!r:>10}  " + ", ".join(f"{c['name']} {c['weight']:.2f}" for c in t["concepts"]))
+    for row in tokens:
+        print(f"{row['token']!r:>10}  " + ", ".join(f"{c['name']} {c['weight']:.2f}" for c in row["concepts"]))
     p = result["prediction"]
     print(f"next token {p['token']!r} (logit {p['logit']:.3f} = known {p['known_total']:.3f} + unknown "
           f"{p['unknown_total']:.3f} + ε {p['epsilon']:.3f}; error {p['attribution_error']:.1e})")
