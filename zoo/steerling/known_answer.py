@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -106,7 +107,7 @@ def probe_aucs(x_tr, y_tr, x_va, y_va, C: float = 1.0) -> list[float | None]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    out = []
+    out: list[float | None] = []
     for j in range(y_tr.shape[1]):
         ytr, yva = y_tr[:, j] > 0.5, y_va[:, j] > 0.5
         if ytr.all() or not ytr.any() or yva.all() or not yva.any():
@@ -126,10 +127,10 @@ def bootstrap_ratio(a, b, *, n: int = 2000, seed: int = 0) -> dict:
     ma, mb = a[idx].mean(1), b[idx].mean(1)
     ok = mb > 0
     ratio = float(a.mean() / b.mean()) if b.mean() > 0 else None
-    lo, hi = (np.percentile(ma[ok] / mb[ok], [2.5, 97.5]) if ok.mean() > 0.95 else (None, None))
+    ci = [float(x) for x in np.percentile(ma[ok] / mb[ok], [2.5, 97.5])] if ok.mean() > 0.95 else None
     return {"with": float(a.mean()), "without": float(b.mean()), "with_sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0,
             "without_sd": float(b.std(ddof=1)) if len(b) > 1 else 0.0, "ratio": ratio,
-            "ratio_ci95": None if lo is None else [float(lo), float(hi)],
+            "ratio_ci95": ci,
             "difference": float(a.mean() - b.mean()),
             "difference_ci95": [float(x) for x in np.percentile(ma - mb, [2.5, 97.5])]}
 
@@ -202,7 +203,7 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
         ids = torch.cat([ids, nxt[:, None]], 1)
         alive &= (nxt.cpu() != tok.eoc_id)
     gen = [ids[i, plen:plen + int(length[i])].tolist() for i in range(n)]
-    result = {"generated": gen, "nll": (nll / length.clamp_min(1)).tolist(), "tokens": length.tolist()}
+    result: dict[str, Any] = {"generated": gen, "nll": (nll / length.clamp_min(1)).tolist(), "tokens": length.tolist()}
     if attribute and rec["tid"]:
         live = torch.cat(rec["live"], 1)
 
@@ -326,7 +327,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             counted += 1
             hits += bool(labels[int(credit[j].argmax())] > 0)
             chance.append(float(labels.sum()) / n)
-    attribution = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
+    attribution: dict[str, Any] = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
                    "heldout_chunks": counted, "max_error": float(max(errors))}
     share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares]))}
 
@@ -380,7 +381,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     null = {0: None} if epsilon_off else None  # the baseline: no edit, ε as the steered runs have it
     base = run(neutral_prompts, null)
     steering = {}
-    gen_attr = {"unsteered": precision(base), "verified": all(v.passed for v in base["att"]),
+    gen_attr: dict[str, Any] = {"unsteered": precision(base), "verified": all(v.passed for v in base["att"]),
                 "max_error": max(v.max_abs_error for v in base["att"])}
     injected_prec = []
     val_texts = [truth[t] for t in val_data.texts]
@@ -406,7 +407,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         keep = run(sup_prompts, null) if sup_prompts else None
         steering[cname] = {
             "inject": bootstrap_ratio(r_inj, r_base, seed=seed),
-            "suppress": None if sup is None else bootstrap_ratio(
+            "suppress": None if sup is None or keep is None else bootstrap_ratio(
                 [_rate(g, tok, planted, cname) for g in sup["generated"]],
                 [_rate(g, tok, planted, cname) for g in keep["generated"]], seed=seed),
             "nll": {"unsteered": float(np.mean(base["nll"])), "injected": float(np.mean(inj["nll"])),
