@@ -147,7 +147,7 @@ class PlantedCorpus:
 
 
 def _words(rng: random.Random, n: int, taken: set[str]) -> list[str]:
-    out = []
+    out: list[str] = []
     while len(out) < n:
         w = "".join(rng.choice(_CONSONANTS) + rng.choice(_VOWELS) for _ in range(rng.choice((2, 3))))
         if w not in taken:
@@ -214,7 +214,8 @@ def generate_planted(cfg: PlantedConfig | None = None) -> PlantedCorpus:
     rng = random.Random(cfg.seed)
     lexicon, filler = _lexicon(cfg, rng)
     names, withheld = cfg.names, set(cfg.withheld_names)
-    chunks, seen = [], set()
+    chunks: list[PlantedChunk] = []
+    seen: set[str] = set()
     attempts = 0
     while len(chunks) < cfg.n_chunks:
         attempts += 1
@@ -224,7 +225,9 @@ def generate_planted(cfg: PlantedConfig | None = None) -> PlantedCorpus:
         plan: list[str | None] = [names[i] for i in ids for _ in range(rng.randint(1, 2))]
         plan += [None] * rng.randint(*cfg.filler_sentences)
         rng.shuffle(plan)
-        pieces, spans, pos = [], [], 0
+        pieces: list[str] = []
+        spans: list[tuple[int, int, str]] = []
+        pos = 0
         for concept in plan:
             for word, c in _sentence(rng, cfg, lexicon, filler, concept):
                 if pieces:
