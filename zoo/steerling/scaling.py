@@ -140,15 +140,15 @@ def _finite(x):
 def analyse(rows: list[dict]) -> dict:
     """fits, comparisons (concept variants vs base), trends (metrics vs log10 N), claims."""
     fits, comparisons, trends = [], [], []
-    by = {}
+    by: dict[tuple[str, str], list[dict]] = {}
     for r in rows:
         by.setdefault((r["family"], r["variant"]), []).append(r)
     for (family, variant), rs in sorted(by.items()):
         rs = sorted(rs, key=lambda r: (r["C"], r["seed"]))
         if len({r["C"] for r in rs}) < 2:
             continue
-        f = power_law_fit([r["C"] for r in rs], [r["val_loss"] for r in rs], [r["seed"] for r in rs])
-        fits.append({"family": family, "variant": variant, "metric": "val_loss", **f,
+        law = power_law_fit([r["C"] for r in rs], [r["val_loss"] for r in rs], [r["seed"] for r in rs])
+        fits.append({"family": family, "variant": variant, "metric": "val_loss", **law,
                      "points": [{"size": r["size"], "seed": r["seed"], "N": r["N"], "D": r["D"], "C": r["C"],
                                  "val_loss": r["val_loss"]} for r in rs]})
         for m in METRICS:
@@ -174,7 +174,7 @@ def analyse(rows: list[dict]) -> dict:
             diff = f["b"] - base["b"]
             sd = math.sqrt(base["b_std"] ** 2 + f["b_std"] ** 2) if math.isfinite(base["b_std"]) and math.isfinite(
                 f["b_std"]) else float("nan")
-            tax = {}
+            tax: dict[str, list[float]] = {}
             for p in f["points"]:
                 q = [b["val_loss"] for b in base["points"] if b["size"] == p["size"] and b["seed"] == p["seed"]]
                 if q:
@@ -430,7 +430,7 @@ def tables(results: dict) -> str:
     def fmt(x, spec):
         return "n/a" if x is None else format(x, spec)
 
-    groups = {}
+    groups: dict[tuple, list[dict]] = {}
     for r in results["per_size"]:
         groups.setdefault((r["family"], r["variant"], r["N"], r["size"]), []).append(r)
     for (fam, var, N, size), rs in sorted(groups.items(), key=lambda kv: (kv[0][0], list(VARIANTS).index(kv[0][1]), kv[0][2])):
