@@ -262,18 +262,20 @@ def validate(fwd, batches, cfg: TrainConfig, comm=None) -> dict[str, float]:
     net = comm.unwrap(fwd)  # DDP: the inner module (no collectives needed)
     was = net.training
     net.eval()
-    n, keys, sums = len(batches), None, None
+    n = len(batches)
+    keys: list[str] = []
+    sums: torch.Tensor | None = None  # made at the first batch (its loss parts name the sums)
     for j in range(-(-n // comm.world)):
         i = j * comm.world + comm.rank
         k = min(i, n - 1)
         _, parts = batch_loss(net, batches[k], cfg, step=0, noise_seed=10_000 + k, train=False, device=comm.device)
-        if keys is None:
+        if sums is None:
             keys, sums = list(parts), torch.zeros(len(parts), dtype=torch.float64)
         if i < n:
             sums += torch.tensor([parts[key] for key in keys], dtype=torch.float64)
     net.train(was)
     comm.settle(net)
-    if keys is None:
+    if sums is None:
         return {}
     sums = comm.all_reduce(sums.to(comm.device or "cpu")).cpu()
     return {key: float(s) / n for key, s in zip(keys, sums.tolist())}
