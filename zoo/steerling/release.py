@@ -326,6 +326,7 @@ def weight_files(path: Path) -> tuple[list[Path], dict[str, str] | None]:
     shards = sorted(p for p in path.glob("model-*-of-*.safetensors") if _SHARD.fullmatch(p.name))
     if shards:  # shards without an index (the release reads every *.safetensors of a folder)
         m = _SHARD.fullmatch(shards[0].name)
+        assert m is not None  # shards holds only names it matches
         width, n = len(m.group(1)), int(m.group(2))
         want = [path / f"model-{i:0{width}d}-of-{m.group(2)}.safetensors" for i in range(1, n + 1)]
         gone = [p.name for p in want if not p.is_file()]
