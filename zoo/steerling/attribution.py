@@ -81,7 +81,7 @@ FaithfulConceptAttributor / AttributionAccumulator, steerling 0.2.0 attribution/
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, runtime_checkable
+from typing import Any, Callable, Protocol, runtime_checkable
 
 import torch
 from torch import Tensor
@@ -448,7 +448,7 @@ class GenerationAttribution:
             return ids, mass
 
         T = end - start
-        entries = []
+        entries: list[dict[str, Any]] = []
         for kind, head, idx, c in (("known", "known", k_idx, k_c), ("discovered", "unknown", u_idx, u_c)):
             for cid, mass in zip(*(v.tolist() for v in aggregate(idx, c / total.unsqueeze(-1)))):
                 entries.append({"label": _label(catalog, int(cid), head, num_known_concepts), "type": kind,
