@@ -107,8 +107,8 @@ def statements(n: int) -> str:
 
 def throughput(n: int, repeats: int) -> tuple[float, float]:
     """Seconds to parse, and to check, n statements (each the median of `repeats`)."""
-    from penrose.check import check
-    from penrose.parse import parse
+    from penrose.checker import check
+    from penrose.parser import parse
 
     text = statements(n)
     parse_s, check_s = [], []

@@ -23,11 +23,11 @@ sys.path.insert(0, str(ROOT / "tests"))  # the inputs are the tests' own generat
 
 def _cases():
     import penrose
-    from penrose.check import check
+    from penrose.checker import check
     from penrose.errors import PenroseCheckError
     from penrose.fmt import format_diagram
-    from penrose.parse import parse, parse_file
-    from penrose.render.explain import statement_latex, statement_readings, statements
+    from penrose.parser import parse, parse_file
+    from penrose.rendering.explain import statement_latex, statement_readings, statements
     from penrose.stack import deep
     from penrose.views import legend_warnings
     from test_backends_render import _long

@@ -39,13 +39,13 @@ def _cpu() -> float:
 def time_figure() -> None:
     out = Path(tempfile.mkdtemp()) / "steerling.svg"
     code = (
-        "import time; t = time.perf_counter(); from penrose.render import render_file; "
+        "import time; t = time.perf_counter(); from penrose.rendering import render_file; "
         f"render_file({str(STEERLING)!r}, {str(out)!r}); print(time.perf_counter() - t)"
     )
     t0 = time.perf_counter()
     cold_inner = float(subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True, text=True).stdout)
     cold = time.perf_counter() - t0
-    from penrose.render import render_file
+    from penrose.rendering import render_file
 
     render_file(STEERLING, out)
     t0, c0 = time.perf_counter(), _cpu()
@@ -58,7 +58,7 @@ def time_figure() -> None:
 
 
 def time_gallery() -> None:
-    from penrose.render.gallery import build_gallery, find_diagrams
+    from penrose.rendering.gallery import build_gallery, find_diagrams
 
     out = tempfile.mkdtemp(prefix="penrose-gallery-")
     n = len(find_diagrams())
@@ -87,11 +87,11 @@ def plain_chain(n: int) -> str:
 def time_render(text: str, fold: bool = True, tie: bool = True, timeout: float = 60.0):
     """(seconds to draw the figure: build, DOT and Graphviz's layout to SVG, or None past
     `timeout`; its number of rows)."""
-    from penrose.check import check
+    from penrose.checker import check
     from penrose.errors import PenroseRenderError
-    from penrose.parse import parse
-    from penrose.render import figure
-    from penrose.render.graphviz import run_dot
+    from penrose.parser import parse
+    from penrose.rendering import figure
+    from penrose.rendering.graphviz import run_dot
 
     saved = figure.TIE_READS
     figure.TIE_READS = saved if tie else 10 ** 9

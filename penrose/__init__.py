@@ -21,8 +21,10 @@ from collections.abc import Mapping as _Mapping
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
+import os as _os
+
 from penrose import display as _display
-from penrose.check import LIMITS, Checked, check
+from penrose.checker import LIMITS, Checked, check
 from penrose.errors import (
     PenroseArgumentError,
     PenroseCheckError,
@@ -34,9 +36,9 @@ from penrose.errors import (
     PenroseWarning,
 )
 from penrose.fmt import format_diagram
-from penrose.load import load  # the function owns the name `penrose.load` (the module: `from penrose.load import ...`)
+from penrose.loader import load  # the function is `penrose.load`; the module is penrose.loader
 from penrose.reading import replace_includes
-from penrose.parse import parse, parse_file
+from penrose.parser import parse, parse_file
 
 if _TYPE_CHECKING:
     import torch
@@ -48,7 +50,7 @@ __version__ = "0.1.0"
 
 def _notebook_svg(obj):
     """The figure for `_repr_svg_` in notebooks; the renderer is imported on the first call."""
-    from penrose.render import repr_svg
+    from penrose.rendering import repr_svg
 
     return repr_svg(obj)
 
@@ -84,7 +86,7 @@ def interpret(diagram: object, *args: _Any, params: _Any = None, training: bool 
     >>> interpret("dim e = 2\\ninput x[e]\\ny = x * 2\\noutput y", torch.ones(2)).tolist()
     [2.0, 2.0]
     """
-    from penrose.interpret import interpret as _interpret
+    from penrose.interpreter import interpret as _interpret
 
     return _interpret(diagram, *args, params=params, training=training, sizes=sizes, **inputs)
 
@@ -93,7 +95,7 @@ def source(path_or_text: object = None, /, *, text: str | None = None, include_p
            entries: dict[str, _Any] | None = None, sizes: _Mapping[str, _Any] | None = None, **more_sizes: _Any) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
     from penrose.compiler import generate_source
-    from penrose.load import load_entries
+    from penrose.loader import load_entries
 
     checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return generate_source(checked, entries=more)
@@ -105,11 +107,29 @@ def trace(module: torch.nn.Module, *example_inputs: _Any, dims: _Mapping[str, in
 
     Params keep their state-dict names, so `compile(text).load_state_dict(module.state_dict())`
     works; `dims={"b": 0, "t": 1}` names input axes; what .pen cannot say is a
-    `penrose.trace.PenroseTraceError` at the user's source line (docs/trace.md).
+    `penrose.tracing.PenroseTraceError` at the user's source line (docs/trace.md).
     """
-    from penrose.trace import trace as _trace
+    from penrose.tracing import trace as _trace
 
     return _trace(module, *example_inputs, dims=dims, **options)
+
+
+def render(diagram: _Any, fmt: str = "svg", **options: _Any) -> str | bytes:
+    """Draw a diagram (a path, text or checked diagram): SVG or TikZ text, PNG or PDF bytes.
+
+    The options are `penrose.rendering.render`'s (view, direction, show_sizes, show_plan, unfold,
+    sizes, max_width, snippet); graphviz and matplotlib are imported on the first call.
+    """
+    from penrose.rendering import render as _render
+
+    return _render(diagram, fmt, **options)
+
+
+def render_file(path: _Any, out_path: str | _os.PathLike[str], **options: _Any) -> str | _os.PathLike[str]:
+    """Draw a diagram into a file whose extension picks the format (.svg .png .pdf .tex)."""
+    from penrose.rendering import render_file as _render_file
+
+    return _render_file(path, out_path, **options)
 
 
 def load_ipython_extension(ipython):
@@ -137,6 +157,8 @@ __all__ = [
     "load",
     "parse",
     "parse_file",
+    "render",
+    "render_file",
     "replace_includes",
     "source",
     "trace",

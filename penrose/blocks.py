@@ -7,7 +7,7 @@ blocks callees first, so the checker checks a block before any block that calls 
 positioned `PenroseCheckError` naming the recursion (`recursion between blocks: f -> g -> f`)
 at the call that closes it.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> from penrose import ir
     >>> d = parse("dim t = 2\\nblock f(x[t]) {\\n  return g(x)\\n}\\nblock g(x[t]) {\\n  return x\\n}\\n")
     >>> order({s.name: s for s in d.body if isinstance(s, ir.Block)})

@@ -28,8 +28,8 @@ A few small records, torch-free. Their invariants, all established by the checke
   (the IR tensor and its type); `outputs` is [(name, type)] (a block's are out0, out1, ...);
   `instances` maps each block instance to its block and `repeat` count.
 
->>> from penrose.check import check
->>> from penrose.parse import parse
+>>> from penrose.checker import check
+>>> from penrose.parser import parse
 >>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\ny = y + x\\noutput y"))
 >>> [(s.targets, s.versions, s.value.op) for s in c.stmts if s.value is not None]
 [(('y',), (0,), 'binop'), (('y',), (1,), 'binop')]

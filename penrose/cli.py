@@ -293,7 +293,7 @@ def _run(args) -> int:
         return 0
     if args.command == "compile":
         from penrose.compiler import generate_source
-        from penrose.load import load_entries
+        from penrose.loader import load_entries
 
         if args.output:
             _output(args.output, args.file)
@@ -331,7 +331,7 @@ def _run(args) -> int:
         return bad
     if args.command == "render":
         from penrose.errors import PenroseRenderError
-        from penrose.render import TEXT_FORMATS, figure_format, render, render_file
+        from penrose.rendering import TEXT_FORMATS, figure_format, render, render_file
 
         # the format first (a bad one is refused before any work), then the place to write
         fmt = figure_format(args.format, args.output) if args.output else figure_format(args.format or "svg")
@@ -344,7 +344,7 @@ def _run(args) -> int:
         if args.snippet and fmt != "tikz":
             raise PenroseRenderError(f"--snippet is for TikZ figures (--format tikz or a .tex file), not {fmt}")
         if args.einsum is not None:
-            from penrose.trace.einsum import einsum_text
+            from penrose.tracing.einsum import einsum_text
 
             c = penrose.load(text=einsum_text(args.einsum, _sizes(args.size)))
         else:
@@ -358,14 +358,14 @@ def _run(args) -> int:
         print(f"wrote {out}")
         return 0
     if args.command == "trace":
-        from penrose.trace.run import trace_command
+        from penrose.tracing.run import trace_command
 
         if args.output:
             _output(args.output)
         _write_or_print(args.output, trace_command(args.target, args.inputs, args.dims, verify=args.verify, notes=args.notes))
         return 0
     if args.command == "gallery":
-        from penrose.render.gallery import build_gallery
+        from penrose.rendering.gallery import build_gallery
 
         out = build_gallery(args.paths or None, args.output)
         print(f"wrote {out}")

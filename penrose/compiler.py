@@ -28,7 +28,7 @@ from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
 from penrose.tables import quoted, unquote
-from penrose.check import Checked, V
+from penrose.checker import Checked, V
 from penrose.checked import CStmt
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
 from penrose.fmt import format_stmt
@@ -1328,7 +1328,7 @@ def compile_diagram(
     >>> m(torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    from penrose.load import load_entries
+    from penrose.loader import load_entries
 
     checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return build(checked, seed=seed, fuse_attention=fuse_attention, entries=more)
@@ -1337,7 +1337,7 @@ def compile_diagram(
 def write_source(path_or_text, out_path, /, *, text=None, include_paths=(), entries=None, sizes=None, **more_sizes) -> str:
     """Write the standalone module source to `out_path` atomically (penrose.io); returns it."""
     from penrose.io import atomic_write_text, writable_target
-    from penrose.load import load_entries
+    from penrose.loader import load_entries
 
     writable_target(out_path)  # a bad target is refused before the work
     checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)

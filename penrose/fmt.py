@@ -1,6 +1,6 @@
 """IR → canonical `.pen` text. `format_diagram(parse(x))` is idempotent and keeps the meaning.
 
->>> from penrose.parse import parse
+>>> from penrose.parser import parse
 >>> print(format_diagram(parse("dim   e=3,f = 2\\ninput x[ e ]\\n\\n\\ny=x*2  # twice\\nlabel y 'doubled'\\noutput y")), end="")
 dim e = 3, f = 2
 input x[e]
@@ -112,7 +112,7 @@ def format_expr(e, parent: int = 0) -> str:
     """One expression, with only the parentheses its meaning needs; long sums and products
     print flat (no recursion along a chain of the same operator level).
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> format_expr(parse("y = a / (b * c) ** 0.5 + n**-2").body[0].value)
     'a / (b * c) ** 0.5 + n**-2'
     """
@@ -287,7 +287,7 @@ def _with_note(code: str, note: str, width: int = 0) -> str:
 def format_stmt(s, indent: str = "") -> str:
     """One statement (a block spans several lines), with its note NOTE_GAP spaces after it.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> format_stmt(parse("dim e = 3\\nlabel e 'embedding'   # a leg").body[1])
     'label e "embedding"   # a leg'
     """
@@ -302,7 +302,7 @@ def format_diagram(d: ir.Diagram) -> str:
     arguments of a call broken over lines, inside a leg list) a comment line before it, and
     one after a block's `}` stays on that line.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> print(format_diagram(parse("dim e = 2\\ny = einsum('e->e',  # spec\\n  x)  # y")), end="")
     dim e = 2
     # spec

@@ -261,7 +261,7 @@ class Analyzer:
         return deep(self._analyse)(path)  # one worker thread for the parse, the includes and the check
 
     def _analyse(self, path: str) -> Result:
-        from penrose.parse import parse
+        from penrose.parser import parse
 
         start = time.perf_counter()
         if path not in self.docs and self.workspace.text(path) is None:  # not open: read from disk only where allowed
@@ -742,7 +742,7 @@ class Analyzer:
     def format(self, path: str) -> str | None:
         """The document in canonical form (`penrose fmt`), or None when it does not parse."""
         from penrose.fmt import format_diagram
-        from penrose.parse import parse
+        from penrose.parser import parse
 
         raw = self.text_of(path) or ""
         try:
@@ -956,7 +956,7 @@ def _einsum_text(v, s) -> str:
 
 def _statement_latex(c, s) -> str:
     try:
-        from penrose.render.explain import statement_latex
+        from penrose.rendering.explain import statement_latex
 
         return statement_latex(c, s)
     except Exception:  # the equation is a nicety (sympy may refuse an odd statement)

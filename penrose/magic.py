@@ -124,7 +124,7 @@ def run_cell(line: str, cell: str, namespace: dict | None = None, display=None):
         text = "\n".join(f"{span}: warning: {msg}" if span.line else f"warning: {msg}" for msg, span in checked.warnings)
         show(_Text(text, "warning"))
     if opts["figure"]:
-        from penrose.render import render
+        from penrose.rendering import render
 
         try:
             show(_Svg(render(checked)))

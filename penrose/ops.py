@@ -2,7 +2,7 @@
 
 Each row says what a user may write — positional arguments, keywords with their kinds,
 defaults and validity rules — what the result's legs are, which type rule of the checker
-types it (`Op.rule`, a key of `penrose.check.TYPE_RULES`), and one line of documentation. An
+types it (`Op.rule`, a key of `penrose.checker.TYPE_RULES`), and one line of documentation. An
 element-wise function's row also says what it computes and how it is shown:
 
     torch    the PyTorch callable the compiler emits, a dotted name ("torch.nn.functional.gelu")
@@ -20,10 +20,10 @@ can from the rows and keeps a table keyed by the same names for the rest, and a 
 the key sets are equal:
 
     penrose.compiler.LOWER          the PyTorch lowering
-    penrose.interpret.OPERATIONS    the interpreter (the second implementation)
-    penrose.render.figure.FIGURE    the box drawn in the Penrose figure
-    penrose.render.equations.EQUATION   the equation
-    penrose.render.explain.READING  the geometric reading
+    penrose.interpreter.OPERATIONS    the interpreter (the second implementation)
+    penrose.rendering.figure.FIGURE    the box drawn in the Penrose figure
+    penrose.rendering.equations.EQUATION   the equation
+    penrose.rendering.explain.READING  the geometric reading
     penrose.fmt.FORMAT              how `penrose fmt` prints it
 
 Adding an element-wise function is one row here (docs/contributing.md). The editor grammars
@@ -107,7 +107,7 @@ class Op:
     doc: str = ""
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
     axis_lengths: bool = False  # takes einops' NAME=size keywords for the dims of its pattern
-    rule: str | None = None  # the checker's type rule (penrose.check.TYPE_RULES); None: an operator
+    rule: str | None = None  # the checker's type rule (penrose.checker.TYPE_RULES); None: an operator
     # an element-wise function (see the module docstring)
     torch: str | None = None
     form: Callable[..., Any] | None = None

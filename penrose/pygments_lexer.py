@@ -20,7 +20,7 @@ from pygments.lexer import RegexLexer, bygroups, include, words
 from pygments.token import Comment, Keyword, Name, Number, Operator, Punctuation, String, Whitespace
 
 from penrose.ops import FUNCTIONS
-from penrose.parse import INSTANCE_PATTERN
+from penrose.parser import INSTANCE_PATTERN
 from penrose.tables import DTYPES, PEN_KEYWORDS
 from penrose.tables import INITS as TABLE_INITS
 

@@ -42,7 +42,7 @@ from typing import Any, TypeGuard, Union
 from penrose import ir
 from penrose.errors import PenroseCheckError, PenroseError, Span
 from penrose.io import read_text
-from penrose.parse import parse
+from penrose.parser import parse
 
 Paths = Union[str, "os.PathLike[str]", Iterable[Union[str, "os.PathLike[str]"]]]
 

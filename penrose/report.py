@@ -8,7 +8,7 @@ of the block: each call, times its `repeat` count, times the runs of the body th
 from __future__ import annotations
 
 from penrose import ir
-from penrose.check import Checked, V
+from penrose.checker import Checked, V
 from penrose.fmt import format_stmt
 from penrose.errors import PenroseCompileError
 from penrose.plan import Plan, TooManyLegs, plan_einsum
@@ -59,8 +59,8 @@ def _calls(body: Checked) -> list[tuple[str, int]]:
 def block_runs(c: Checked) -> dict:
     """How often each block's body runs per call of the diagram (0 for a block never called).
 
-    >>> from penrose.parse import parse
-    >>> from penrose.check import check
+    >>> from penrose.parser import parse
+    >>> from penrose.checker import check
     >>> text = "dim e = 2\\ninput x[e]\\nblock f(h[e]) {\\n  return h * 2\\n}\\ny = f(x) repeat 4\\nz = f(y) as g\\noutput z"
     >>> block_runs(check(parse(text)))
     {'f': 5}

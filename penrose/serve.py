@@ -5,7 +5,7 @@
 
 The page shows the figure (`penrose.render`), the errors and warnings with their carets
 (`PenroseError.render()`), the Rosetta stone of the gallery (each statement's diagram, PyTorch
-line, equation and reading; `penrose.render.gallery`'s own pieces), and the generated PyTorch
+line, equation and reading; `penrose.rendering.gallery`'s own pieces), and the generated PyTorch
 (`penrose.source`). A thread polls the stamps of the file and its includes every `POLL`
 seconds (`penrose.workspace`, which also caches the parses and the checks); a change is checked
 and drawn at once, the figure and the errors first, the Rosetta stone and the PyTorch right
@@ -160,7 +160,7 @@ class Live:
         return checked, list(checked.warnings)
 
     def _figure(self, checked) -> str:
-        from penrose.render import render
+        from penrose.rendering import render
 
         try:
             svg = render(checked)
@@ -173,9 +173,9 @@ class Live:
         """(Rosetta stone HTML, PyTorch HTML, {URL path: figure bytes}), from the gallery's pieces."""
         from penrose.compiler import generate_source
         from penrose.fmt import format_stmt
-        from penrose.render import gallery as g
-        from penrose.render.explain import statement_latex, statement_readings
-        from penrose.render.graphviz import run_dot_many
+        from penrose.rendering import gallery as g
+        from penrose.rendering.explain import statement_latex, statement_readings
+        from penrose.rendering.graphviz import run_dot_many
         from penrose.views import statements
 
         try:
@@ -308,7 +308,7 @@ class LiveServer:
             return None
         with self.drawing:
             if name not in self.drawn:
-                from penrose.render.equations import latex_to_svg
+                from penrose.rendering.equations import latex_to_svg
 
                 try:
                     svg = latex_to_svg(latex)
@@ -564,7 +564,7 @@ LIVE_SCRIPT = """
 
 
 def _style() -> str:
-    from penrose.render.gallery import STYLE
+    from penrose.rendering.gallery import STYLE
 
     return STYLE + PAGE_STYLE
 

@@ -12,7 +12,7 @@ use it, the way the table of operations (`penrose.ops`) keeps the functions of t
 - FUNCTIONS: the functions of the language (`ops.FUNCTIONS`); INITS: each initialiser's keywords
   with their defaults and rules (`ops.RULES`); DTYPES: the tensor dtypes;
 - FLOAT32_MAX, INT64_MAX: the largest numbers torch takes as a scalar;
-- LIMITS: the sizes the checker refuses as too big (`Limits`), also `penrose.check.LIMITS`.
+- LIMITS: the sizes the checker refuses as too big (`Limits`), also `penrose.checker.LIMITS`.
 
 Torch-free.
 """
@@ -146,7 +146,7 @@ class Limits:
       (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
     - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
 
-    >>> from penrose.check import LIMITS
+    >>> from penrose.checker import LIMITS
     >>> LIMITS.value("repeat")
     10000
     """
@@ -182,7 +182,7 @@ class Limits:
 
     @staticmethod
     def how_to_raise(name: str) -> str:
-        return f"raise it with {Limits._ENV[name]}=N or penrose.check.LIMITS.{name} = N"
+        return f"raise it with {Limits._ENV[name]}=N or penrose.checker.LIMITS.{name} = N"
 
 
 LIMITS = Limits()

@@ -16,8 +16,8 @@ explanations and the gallery (STYLE.md, "The IR": derived views are functions, n
 Einsum specs have one parser, `penrose.einsum_spec`; the checker stores each einsum's resolved
 labels in its value (`attrs['terms']`, `attrs['out']`), so no back end reads a spec again.
 
-    >>> from penrose.check import check
-    >>> from penrose.parse import parse
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
     >>> c = check(parse("# index legend: e embedding\\ndim e = 3\\ninput x[e]\\ny = x * x\\noutput y"))
     >>> legend(c.diagram), [s.targets for s in statements(c)], read_counts(c)
     ({'e': 'embedding'}, [('y',)], {('x', 0): 2, ('y', 0): 1})
@@ -200,7 +200,7 @@ def legend_warnings(diagram: ir.Diagram) -> list[tuple[str, Span]]:
     included files) that its index legend does not explain, at the dim's declaration; without
     a legend, one for every dim.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> [m for m, _ in legend_warnings(parse("# index legend: t token\\ndim t, e = 4"))]
     ["dim 'e' is not in the index legend (# index legend: e <meaning>)"]
     """
@@ -277,8 +277,8 @@ def uses(c: Checked) -> dict:
     """(name, SSA version) -> `Reads`, over c's statements and outputs. A name assigned and never
     read is absent.
 
-    >>> from penrose.check import check
-    >>> from penrose.parse import parse
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
     >>> c = check(parse("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W) + x\\noutput y"))
     >>> sorted(uses(c).items())
     [(('W', 0), Reads(einsum=1, other=0, output=0)), (('x', 0), Reads(einsum=1, other=1, output=0)), (('y', 0), Reads(einsum=0, other=0, output=1))]

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, cast
 from penrose import ir
 from penrose.errors import PenroseError
 from penrose.io import read_text
-from penrose.load import load_entries
+from penrose.loader import load_entries
 from penrose.reading import (
     Includes,
     Paths,
@@ -49,7 +49,7 @@ from penrose.reading import (
     merge_sizes,
     walk_includes,
 )
-from penrose.parse import parse
+from penrose.parser import parse
 from penrose.stack import deep
 
 if TYPE_CHECKING:
@@ -164,7 +164,7 @@ class Workspace:
         return found
 
     def includes(self, diagram: ir.Diagram, include_paths: Paths | None = None) -> Includes:
-        """The include graph of `diagram` (`penrose.load.Includes`), its files read through this
+        """The include graph of `diagram` (`penrose.loader.Includes`), its files read through this
         workspace's cache."""
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
         return walk_includes(diagram, folders, self._read_include)
@@ -241,7 +241,7 @@ class Workspace:
                 if isinstance(found, PenroseError):
                     raise found
                 diagram = found
-            from penrose.check import check
+            from penrose.checker import check
 
             checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
             return stamps, checked

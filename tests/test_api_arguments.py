@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import penrose
-from penrose.interpret import Interpreter
+from penrose.interpreter import Interpreter
 from penrose import PenroseArgumentError, PenroseCheckError
 
 T = "dim e = 2\ninput x[e]\nparam W[e]\ny = x * W\noutput y\n"

@@ -13,14 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from penrose import ir
-from penrose.check import check
+from penrose.checker import check
 from penrose.errors import PenroseError, PenroseRenderError
 from penrose.fmt import format_diagram
-from penrose.parse import parse
-from penrose.render import dot_source
-from penrose.render.equations import latex_to_svg, to_latex, value_entry
-from penrose.render.explain import READING, _Reader, statement_latex, statement_readings, statements
-from penrose.render.figure import FIGURE, MAX_NODES, Options, build_figure
+from penrose.parser import parse
+from penrose.rendering import dot_source
+from penrose.rendering.equations import latex_to_svg, to_latex, value_entry
+from penrose.rendering.explain import READING, _Reader, statement_latex, statement_readings, statements
+from penrose.rendering.figure import FIGURE, MAX_NODES, Options, build_figure
 from penrose.ops import OPS
 from penrose.ops import key as op_key
 from penrose.stack import deep
@@ -269,8 +269,8 @@ def test_render_and_explain_raise_only_penrose_errors(program):
 
 
 def test_a_layout_graphviz_cannot_finish_points_at_the_statement_that_drew_the_most(monkeypatch):
-    import penrose.render.graphviz as gv
-    from penrose.render import render
+    import penrose.rendering.graphviz as gv
+    from penrose.rendering import render
 
     def slow(dot, fmt="svg", timeout=60.0):
         raise PenroseRenderError(f"Graphviz took longer than {timeout:.0f} s to lay out the figure")

@@ -16,11 +16,11 @@ import threading
 import pytest
 
 import penrose
-from penrose.check import LIMITS, check
+from penrose.checker import LIMITS, check
 from penrose.errors import PenroseCheckError, PenroseError, PenroseSyntaxError
-from penrose.parse import parse
+from penrose.parser import parse
 
-check_module = importlib.import_module("penrose.check")  # `penrose.check` is also the function
+check_module = importlib.import_module("penrose.checker")  # `penrose.check` is also the function
 
 B = "dim t = 2, e = 3, d = 4\ninput x[t, e]\n"  # lines 1-2 of most cases
 BLK = "block f(h[t, e]) {\n  return h * 2\n}\n"  # 3 lines
@@ -133,7 +133,7 @@ CASES = [
     ("repeat zero", B + BLK + "y = f(x) repeat 0\noutput y", PenroseCheckError, r"^repeat count 0 must be at least 1$", 6, 17),
     ("repeat negative", B + BLK + "y = f(x) repeat (-1)\noutput y", PenroseCheckError, r"^repeat count -1 must be at least 1$", 6, 18),
     ("repeat beyond the limit", B + BLK + "y = f(x) repeat 10001\noutput y", PenroseCheckError,
-     r"^repeat count 10,001 is beyond the limit of 10,000; raise it with PENROSE_MAX_REPEAT=N or penrose.check.LIMITS.repeat = N$",
+     r"^repeat count 10,001 is beyond the limit of 10,000; raise it with PENROSE_MAX_REPEAT=N or penrose.checker.LIMITS.repeat = N$",
      6, 17),
     ("repeat a dim beyond the limit", "dim t = 2, e = 3, L = 20000\ninput x[t, e]\n" + BLK + "y = f(x) repeat L\noutput y",
      PenroseCheckError, r"^repeat count 'L' \(size 20,000\) is beyond the limit of 10,000", 6, 17),
@@ -225,7 +225,7 @@ def test_a_param_too_big_to_allocate_names_it_with_entries_and_bytes():
     e = refusal(BIG, d=10**12)
     assert e.message == (
         "param 'W' [d=1,000,000,000,000, d=1,000,000,000,000] would hold 1e+24 entries, 4e+24 bytes as float32, "
-        "beyond the limit of 16 GiB per tensor; raise it with PENROSE_MAX_TENSOR_BYTES=N or penrose.check.LIMITS.tensor_bytes = N"
+        "beyond the limit of 16 GiB per tensor; raise it with PENROSE_MAX_TENSOR_BYTES=N or penrose.checker.LIMITS.tensor_bytes = N"
     )
     assert (e.line, e.col) == (3, 1)
     e = refusal(BIG.replace("d = 4", "d = 100000"))  # a declared size, not only an override
@@ -251,7 +251,7 @@ def test_the_total_of_all_params_counts_repeats():
             "input z[t, e]\ny = g(z) repeat L\noutput y")
     e = refusal(text)
     assert e.message.startswith("the params and buffers would take 149 GiB as float32 in all once 'g' (block 'g' × 100) is built")
-    assert "beyond the limit of 64 GiB; raise it with PENROSE_MAX_TOTAL_BYTES=N or penrose.check.LIMITS.total_bytes = N" in e.message
+    assert "beyond the limit of 64 GiB; raise it with PENROSE_MAX_TOTAL_BYTES=N or penrose.checker.LIMITS.total_bytes = N" in e.message
     assert (e.line, e.col) == (7, 5)
     check(parse(text), L=10)
 
@@ -267,7 +267,7 @@ def limits(monkeypatch):
 
 
 def test_limits_are_raised_in_python(limits):
-    assert penrose.check.LIMITS is LIMITS is check_module.LIMITS
+    assert penrose.checker.LIMITS is LIMITS is check_module.LIMITS
     big = BIG.replace("d = 4", "d = 100000")
     refusal(big)
     limits.tensor_bytes = 2**36

@@ -1,5 +1,5 @@
 """`const` declarations and the einops-style calls, as syntax: both parser paths read them alike,
-`penrose fmt` keeps them, and a malformed one is a positioned syntax error (penrose/parse.py,
+`penrose fmt` keeps them, and a malformed one is a positioned syntax error (penrose/parser.py,
 penrose/grammar/penrose.lark, penrose/fmt.py). Their checking and compiling is tested elsewhere."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 from penrose import ir
 from penrose.errors import PenroseSyntaxError
 from penrose.fmt import FORMAT, CallForm, format_diagram, format_expr
-from penrose.parse import _KEYWORDS, _attach_comments, _Lines, _normalise, _parse_fast, _parse_lark, parse
+from penrose.parser import _KEYWORDS, _attach_comments, _Lines, _normalise, _parse_fast, _parse_lark, parse
 from penrose.tables import PEN_KEYWORDS
 
 

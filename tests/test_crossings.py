@@ -1,6 +1,6 @@
 """No wire crossings in the zoo's and the paper's figures, wherever a drawing without exists.
 
-Crossings are counted from Graphviz's own layout (`penrose.render.crossings`: `dot -Tjson` on
+Crossings are counted from Graphviz's own layout (`penrose.rendering.crossings`: `dot -Tjson` on
 the figure's DOT text, each wire's spline flattened to a polyline, proper intersections between
 wires that share no node); `networkx.check_planarity` on the figure's graph says whether a
 drawing without crossings exists at all.
@@ -35,11 +35,11 @@ from pathlib import Path
 
 import pytest
 
-from penrose.check import check
+from penrose.checker import check
 from penrose.errors import PenroseError
-from penrose.parse import parse_file
-from penrose.render import dot_source
-from penrose.render.crossings import Edge, Layout, crossings, edge_crossings, flatten, layout, planar
+from penrose.parser import parse_file
+from penrose.rendering import dot_source
+from penrose.rendering.crossings import Edge, Layout, crossings, edge_crossings, flatten, layout, planar
 
 ROOT = Path(__file__).resolve().parents[1]
 

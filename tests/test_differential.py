@@ -44,10 +44,10 @@ from hypothesis import strategies as st
 import penrose
 from penrose import ir
 from penrose.errors import PenroseError, PenroseShapeError, PenroseWarning
-from penrose.interpret import Interpreter
+from penrose.interpreter import Interpreter
 from penrose.ops import OPS
 from penrose.ops import key as op_key
-from penrose.parse import parse
+from penrose.parser import parse
 
 from program_strategies import deep_programs, programs
 
@@ -301,8 +301,8 @@ def _empty_rhs(latex: str) -> bool:
 def check_render(text):
     """Figures, equations and readings of every statement: only PenroseError escapes, and none
     is empty."""
-    from penrose.render.explain import statement_latex, statement_readings
-    from penrose.render.figure import Options, build_figure, statements, to_dot
+    from penrose.rendering.explain import statement_latex, statement_readings
+    from penrose.rendering.figure import Options, build_figure, statements, to_dot
 
     checked, _ = _load_quiet(text)
     views = ["diagram"] + [f"statement:{i + 1}" for i in range(len(statements(checked)))] + [f"block:{b}" for b in checked.blocks]

@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 import penrose
 from penrose.errors import PenroseCheckError, PenroseError, PenroseShapeError
-from penrose.interpret import interpret as interpret_diagram
+from penrose.interpreter import interpret as interpret_diagram
 
 from sources import quiet, standalone
 

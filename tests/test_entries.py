@@ -335,7 +335,7 @@ def test_instance_paths_that_do_not_parse(bad):
 
 
 def test_a_path_instance_renders():
-    from penrose.render import render
+    from penrose.rendering import render
 
     for unfold in (False, True):  # regression: unfolded, the cluster of `net.0` was a DOT syntax error
         svg = render(penrose.load(PATHS), fmt="svg", unfold=unfold)

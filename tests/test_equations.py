@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import sympy
 
-from penrose.render.equations import (
+from penrose.rendering.equations import (
     apply_function,
     assign,
     dim_size,
@@ -24,7 +24,7 @@ from penrose.render.equations import (
     to_latex,
     to_mathtext,
 )
-from penrose.render.readings import parse_einsum
+from penrose.rendering.readings import parse_einsum
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -155,7 +155,7 @@ def test_svg_is_deterministic_in_process():
 
 def test_svg_is_deterministic_across_processes():
     latex = r"l_{tp} = \frac{\sum_{e} q_{te} \, k_{pe}}{\sqrt{e}}"
-    code = ("import sys; from penrose.render.equations import latex_to_svg; "
+    code = ("import sys; from penrose.rendering.equations import latex_to_svg; "
             "sys.stdout.write(latex_to_svg(sys.argv[1]))")
     other = subprocess.run([sys.executable, "-c", code, latex], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout

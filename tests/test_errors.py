@@ -1,6 +1,6 @@
 """Every user mistake is a PenroseError subclass with its message, line and column.
 
-The checker rules are those listed in penrose/check.py's docstring (names, legs, sizes, dtypes,
+The checker rules are those listed in penrose/checker.py's docstring (names, legs, sizes, dtypes,
 usage), then the syntax errors the parser reports, then the run-time input checks.
 """
 
@@ -22,7 +22,7 @@ from penrose.errors import (
     Span,
 )
 
-check_module = importlib.import_module("penrose.check")  # `penrose.check` is also the function
+check_module = importlib.import_module("penrose.checker")  # `penrose.check` is also the function
 
 B = "dim t = 2, e = 3, f = 4, f2 = 8\ninput x[t, e]\n"  # lines 1-2 of most cases
 BLK = "block f1(x[t, e]) {\n  param W[e, f]\n  return einsum('te,ef->tf', x, W)\n}\n"  # 4 lines
@@ -242,7 +242,7 @@ def test_error(text, cls, message, line, col):
         assert rendered[2].index("^") == 4 + col - 1
 
 
-# check.py's docstring lists the rules under these headings; each maps to cases above (or tests below)
+# checker.py's docstring lists the rules under these headings; each maps to cases above (or tests below)
 RULES = {
     "names": ["python keyword (tensor)", "reserved by the generated module", "duplicate dim", "duplicate block",
               "instance reused for another block", "undefined name, near miss", "unknown output", "block never returns",
@@ -256,7 +256,7 @@ RULES = {
 
 
 def test_every_checker_rule_is_tested():
-    """A new heading in check.py's rule list needs cases here; every listed case exists."""
+    """A new heading in checker.py's rule list needs cases here; every listed case exists."""
     headings = re.findall(r"^- (\w+):", check_module.__doc__, flags=re.M)
     assert headings == list(RULES)
     ids = {c[0] for c in CASES} | {n for n in globals() if n.startswith("test_")}
@@ -473,7 +473,7 @@ def test_module_attrs_cover_nn_module():
     """Every public attribute of torch.nn.Module is reserved, so the list never goes stale."""
     public = {n for n in dir(torch.nn.Module) if not n.startswith("_")}
     missing = public - check_module.MODULE_ATTRS
-    assert not missing, f"add to penrose.check.MODULE_ATTRS: {sorted(missing)}"
+    assert not missing, f"add to penrose.checker.MODULE_ATTRS: {sorted(missing)}"
 
 
 @pytest.mark.parametrize("name", sorted(n for n in dir(torch.nn.Module) if not n.startswith("_"))[:8] + ["training", "state_dict"])

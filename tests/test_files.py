@@ -1,6 +1,6 @@
 """Files: paths versus text, reading, includes and where they may reach, and `-o` writes.
 
-The rules are written in penrose/load.py (paths, text, includes) and penrose/io.py (reading,
+The rules are written in penrose/loader.py (paths, text, includes) and penrose/io.py (reading,
 writing); docs/language.md ("Files") says them for users.
 """
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from penrose import ir
 from penrose.cli import main
 from penrose.fmt import NOTE_GAP, format_diagram, format_expr, format_stmt
-from penrose.parse import parse, parse_file
+from penrose.parser import parse, parse_file
 from strategies import decorated, einsum_cases, elementwise_cases
 
 ROOT = Path(__file__).resolve().parents[1]

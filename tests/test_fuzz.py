@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 import penrose
 from penrose.compiler import build, generate_source
 from penrose.errors import PenroseError
-from penrose.parse import parse
+from penrose.parser import parse
 
 SEEDS = [
     # self-attention with a causal mask, captions, notes and a late dim

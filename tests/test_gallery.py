@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from penrose.render import gallery
-from penrose.render.gallery import build_files, describe, equation_file, write_tree
+from penrose.rendering import gallery
+from penrose.rendering.gallery import build_files, describe, equation_file, write_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMITTED = ROOT / "gallery"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from penrose.render.browser import Chromium, chromium_binary
-from penrose.render.gallery import build_files, write_tree
+from penrose.rendering.browser import Chromium, chromium_binary
+from penrose.rendering.gallery import build_files, write_tree
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from penrose.render.gallery import THUMB_STYLE, build_files, svg_size, thumbnail_svg
-from penrose.render.testing import figure_structure
+from penrose.rendering.gallery import THUMB_STYLE, build_files, svg_size, thumbnail_svg
+from penrose.rendering.testing import figure_structure
 
 ROOT = Path(__file__).resolve().parents[1]
 

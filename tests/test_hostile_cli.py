@@ -16,7 +16,7 @@ import torch
 import penrose
 from penrose.cli import _sizes, ascii_float, ascii_int, main
 from penrose.errors import PenroseError
-from penrose.trace import PenroseTraceError
+from penrose.tracing import PenroseTraceError
 
 ROOT = Path(__file__).resolve().parents[1]
 DIAGRAM = "dim e = 4\ninput x[e]\nparam W[e, e]\ny = einsum('e,ef->f', x, W)\noutput y\n"
@@ -97,7 +97,7 @@ def test_trace_flags_are_type_checked(kw, message):
 
 
 def test_trace_command_shapes_and_dims(tmp_path):
-    from penrose.trace.run import parse_shape, trace_command
+    from penrose.tracing.run import parse_shape, trace_command
 
     for bad in ("\u0663,4", "4,-1", "4,1e3", "100000x100000x100000"):
         with pytest.raises(PenroseTraceError, match="--input"):

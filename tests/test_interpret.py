@@ -20,7 +20,7 @@ import torch
 import penrose
 from penrose import ops
 from penrose.errors import PenroseShapeError, PenroseWarning
-from penrose.interpret import ATOMS, OPERATIONS, Interpreter, init_params, interpret
+from penrose.interpreter import ATOMS, OPERATIONS, Interpreter, init_params, interpret
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -369,7 +369,7 @@ def test_the_interpreter_evaluates_exactly_the_operations_of_the_table():
 
 
 def test_the_interpreter_shares_no_code_with_the_compiler():
-    tree = ast.parse((ROOT / "penrose" / "interpret.py").read_text(encoding="utf-8"))
+    tree = ast.parse((ROOT / "penrose" / "interpreter.py").read_text(encoding="utf-8"))
     imported = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module:

@@ -20,23 +20,23 @@ import networkx as nx
 ROOT = Path(__file__).resolve().parents[1]
 
 #: Lowest first: (layer, dotted names or fnmatch globs). A name written out beats a glob, and a
-#: longer glob a shorter one, so `penrose.render.gallery` sits with the apps, the rest of
-#: `penrose.render.*` with the back ends.
+#: longer glob a shorter one, so `penrose.rendering.gallery` sits with the apps, the rest of
+#: `penrose.rendering.*` with the back ends.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["penrose.errors", "penrose.stack", "penrose.ops", "penrose.pyast", "penrose.io",
               "penrose.display", "penrose.grammar"]),  # grammar: the .lark file's package
     ("ir", ["penrose.ir"]),
-    ("parse", ["penrose.parse", "penrose.fmt"]),
+    ("parse", ["penrose.parser", "penrose.fmt"]),
     ("read", ["penrose.reading"]),  # path or text, includes, sizes: what checking needs first
-    ("check", ["penrose.check", "penrose.check.*", "penrose.einsum_spec",
+    ("check", ["penrose.checker", "penrose.checker.*", "penrose.einsum_spec",
                "penrose.views"]),  # views: derived views of the checked IR, shared by the back ends
-    ("load", ["penrose.load", "penrose.workspace"]),  # the one way in (read, then check), and its cache
+    ("load", ["penrose.loader", "penrose.workspace"]),  # the one way in (read, then check), and its cache
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",
-                  "penrose.interpret", "penrose.render", "penrose.render.*",
-                  "penrose.trace", "penrose.trace.*"]),  # trace: PyTorch modules (torch.export) to .pen text
+                  "penrose.interpreter", "penrose.rendering", "penrose.rendering.*",
+                  "penrose.tracing", "penrose.tracing.*"]),  # trace: PyTorch modules (torch.export) to .pen text
     ("facade", ["penrose", "penrose.magic"]),  # penrose/__init__.py: the public API; imports the layers below lazily
     # (magic: `%load_ext penrose` reaches it from the package, so it sits beside it)
-    ("apps", ["penrose.render.gallery", "penrose.cli", "penrose.__main__",
+    ("apps", ["penrose.rendering.gallery", "penrose.cli", "penrose.__main__",
               "penrose.lsp", "penrose.lsp_io", "penrose.serve", "penrose.pygments_lexer"]),  # editors and live pages
     ("zoo", ["penrose_zoo", "penrose_zoo.*"]),  # above the library: the library never imports it
 ]
@@ -153,7 +153,7 @@ LAYERS_, EDGES = graph()
 
 def test_the_graph_is_read():
     """A guard for the test itself: the walk sees the library, the zoo and lazy imports."""
-    assert {"penrose", "penrose.check", "penrose.cli", "penrose.render.gallery", "penrose_zoo"} <= set(LAYERS_)
+    assert {"penrose", "penrose.checker", "penrose.cli", "penrose.rendering.gallery", "penrose_zoo"} <= set(LAYERS_)
     assert any(e.source == "penrose" and e.target == "penrose.compiler" for e in EDGES)  # inside compile()
 
 
@@ -184,19 +184,19 @@ def test_no_import_cycles():
 
 
 def test_the_layer_map_prefers_the_named_module():
-    assert layer_of("penrose.render.gallery") == "apps"  # named, beats penrose.render.*
-    assert layer_of("penrose.render.figure") == "backends"
+    assert layer_of("penrose.rendering.gallery") == "apps"  # named, beats penrose.rendering.*
+    assert layer_of("penrose.rendering.figure") == "backends"
     assert layer_of("penrose") == "facade" and layer_of("penrose_zoo.steerling.cli") == "zoo"
     assert layer_of("penrose.newmodule") is None
 
 
 def test_lazy_and_relative_imports_are_edges():
-    text = ("import os\ndef f():\n    from penrose import ir, LIMITS\n    from . import figure\n    from ..check import V\n"
+    text = ("import os\ndef f():\n    from penrose import ir, LIMITS\n    from . import figure\n    from ..checker import V\n"
             "if __name__ == '__main__':\n    from penrose.cli import main\n")
-    known = {"penrose", "penrose.ir", "penrose.check", "penrose.render", "penrose.render.figure"}
-    got = [(e.target, e.line) for e in edges_in("penrose.render.gallery", text, "g.py", known)]
-    assert got == [("penrose.ir", 3), ("penrose", 3), ("penrose.render.figure", 4), ("penrose.check", 5)]
-    assert str(Edge("penrose.ir", "penrose.render", "penrose/ir.py", 7)) == "penrose/ir.py:7: penrose.ir imports penrose.render"
+    known = {"penrose", "penrose.ir", "penrose.checker", "penrose.rendering", "penrose.rendering.figure"}
+    got = [(e.target, e.line) for e in edges_in("penrose.rendering.gallery", text, "g.py", known)]
+    assert got == [("penrose.ir", 3), ("penrose", 3), ("penrose.rendering.figure", 4), ("penrose.checker", 5)]
+    assert str(Edge("penrose.ir", "penrose.rendering", "penrose/ir.py", 7)) == "penrose/ir.py:7: penrose.ir imports penrose.rendering"
 
 
 def test_the_zoo_imports_as_penrose_zoo_not_zoo():

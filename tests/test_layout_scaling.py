@@ -16,19 +16,19 @@ from pathlib import Path
 
 import pytest
 
-from penrose.check import check
-from penrose.parse import parse, parse_file
-from penrose.render import dot_source, render
-from penrose.render.crossings import layout
-from penrose.render.figure import FOLD_NODES, TIE_READS, Options, build_figure
-from penrose.render.testing import figure_structure
+from penrose.checker import check
+from penrose.parser import parse, parse_file
+from penrose.rendering import dot_source, render
+from penrose.rendering.crossings import layout
+from penrose.rendering.figure import FOLD_NODES, TIE_READS, Options, build_figure
+from penrose.rendering.testing import figure_structure
 
 pytestmark = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz 'dot' is not installed")
 
 
 def _bench_render():
     """bench/render.py, whose chain programs the benchmark times: the tests draw the same ones."""
-    spec = importlib.util.spec_from_file_location("bench_render", Path(__file__).resolve().parents[1] / "bench" / "render.py")
+    spec = importlib.util.spec_from_file_location("bench_render", Path(__file__).resolve().parents[1] / "bench" / "rendering.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -150,7 +150,7 @@ def test_a_long_block_view_is_folded_to_a_sensible_width():
 
 
 def _dot(c, view, fold=True):
-    from penrose.render.figure import to_dot
+    from penrose.rendering.figure import to_dot
 
     return to_dot(build_figure(c, view, Options(fold=fold)))
 

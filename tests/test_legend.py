@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from penrose import ir
-from penrose.parse import parse, parse_file
+from penrose.parser import parse, parse_file
 from penrose.views import legend, legend_warnings
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""One way in (penrose/load.py) and one workspace (penrose/workspace.py).
+"""One way in (penrose/loader.py) and one workspace (penrose/workspace.py).
 
 Every entry point — penrose.load, compile, source, render, interpret, the CLI, the notebook
 magic, serve, the language server and the zoo's load_diagram — checks through the one loader,
@@ -22,7 +22,7 @@ import penrose
 from penrose.checked import Checked
 from penrose.compiler import generate_source
 from penrose.errors import PenroseCheckError, PenroseError
-from penrose.load import load, load_entries
+from penrose.loader import load, load_entries
 from penrose.reading import Includes, merge_sizes, walk_includes
 from penrose.workspace import Workspace
 
@@ -62,14 +62,14 @@ def _entry_points(path: Path, sizes: dict) -> dict:
     """The checked diagram of `path` at `sizes` through every entry point."""
     from penrose_zoo.core import load_diagram
 
-    from penrose.interpret import Interpreter
+    from penrose.interpreter import Interpreter
     from penrose.lsp import Analyzer
     from penrose.magic import run_cell
-    from penrose.render import _checked as render_checked
+    from penrose.rendering import _checked as render_checked
     from penrose.serve import Live
 
     out = {
-        "penrose.load": penrose.load(path, sizes=sizes),
+        "penrose.loader": penrose.load(path, sizes=sizes),
         "penrose.compile": penrose.compile(path, sizes=sizes, seed=0).penrose_checked,
         "load_entries (source, compile -o)": load_entries(path, sizes=sizes)[0],
         "render": render_checked(path, sizes),
@@ -116,7 +116,7 @@ def test_text_and_paths_follow_one_rule(project, monkeypatch):
     assert summary(penrose.load(text=MAIN))[:-1] == by_path[:-1]
     assert summary(penrose.load(MAIN))[:-1] == by_path[:-1]  # a str with a line break is text
     with pytest.raises(PenroseError, match="cannot read main: No such file"):
-        penrose.render.render("main")  # one line: a path, for render as for load
+        penrose.rendering.render("main")  # one line: a path, for render as for load
     with pytest.raises(PenroseError, match="cannot read nope.pen"):
         penrose.interpret("nope.pen", torch.ones(4, 3))
 

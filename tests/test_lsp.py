@@ -18,7 +18,7 @@ import pytest
 pytest.importorskip("pygls", reason="penrose lsp needs the editor extra (pip install pygls)")
 
 from penrose.fmt import format_diagram  # noqa: E402
-from penrose.parse import parse  # noqa: E402
+from penrose.parser import parse  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -22,7 +22,7 @@ import torch
 import penrose
 from penrose.compiler import generate_source, write_source
 from penrose.errors import PenroseCheckError, PenroseError, PenroseShapeError
-from penrose.interpret import Interpreter
+from penrose.interpreter import Interpreter
 from penrose.tables import GENERATED, RESERVED, reserved
 
 from program_strategies import candidate_names

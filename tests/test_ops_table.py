@@ -18,11 +18,11 @@ from penrose.errors import PenroseCheckError
 
 BACKENDS = [
     ("penrose.compiler", "LOWER"),
-    ("penrose.render.figure", "FIGURE"),
-    ("penrose.render.equations", "EQUATION"),
-    ("penrose.render.explain", "READING"),
+    ("penrose.rendering.figure", "FIGURE"),
+    ("penrose.rendering.equations", "EQUATION"),
+    ("penrose.rendering.explain", "READING"),
     ("penrose.fmt", "FORMAT"),
-    ("penrose.interpret", "OPERATIONS"),
+    ("penrose.interpreter", "OPERATIONS"),
 ]
 
 
@@ -39,7 +39,7 @@ def test_the_checker_knows_every_function_of_the_table():
 
     from penrose import check as check_module  # noqa: F401  (the module, not the function)
 
-    checker = sys.modules["penrose.check"]
+    checker = sys.modules["penrose.checker"]
     assert checker.FUNCTIONS == ops.FUNCTIONS
     # every function's row names a type rule of the checker, and every rule is named by a row
     rules = {op.rule for op in ops.OPS.values() if op.category != "operator"}
@@ -53,7 +53,7 @@ def test_every_elementwise_row_describes_its_function():
     only, a label, LaTeX and a reading that names each keyword it shows."""
     import torch
 
-    from penrose.interpret import _Torch
+    from penrose.interpreter import _Torch
 
     assert {"mish", "hardswish", "elu", "clamp_min", "gelu", "leaky_relu"} <= ops.ELEMENTWISE
     assert set(ops.PRIMITIVES) == {n for n in dir(_Torch) if not n.startswith("_")}
@@ -77,7 +77,7 @@ def test_the_form_of_a_row_computes_its_torch_callable(name):
     import torch
 
     row = ops.OPS[name]
-    from penrose.interpret import _Torch
+    from penrose.interpreter import _Torch
 
     owner, attr = row.torch.rsplit(".", 1)
     fn = getattr(eval(owner, {"torch": torch}), attr)
@@ -182,7 +182,7 @@ def test_the_new_functions_compile_interpret_and_pass_gradcheck_in_float64():
     import torch
     import torch.nn.functional as F
 
-    from penrose.interpret import interpret
+    from penrose.interpreter import interpret
 
     model = penrose.compile(NEW_FUNCTIONS, seed=0).double()
     g = torch.Generator().manual_seed(0)

@@ -1,4 +1,4 @@
-"""The parser's fast path reads what the Lark path reads, the same way (penrose/parse.py).
+"""The parser's fast path reads what the Lark path reads, the same way (penrose/parser.py).
 
 `parse` tries a hand-written reader first and falls back to Lark's LALR parser wherever it
 declines; every syntax error comes from Lark. Here the two are held to each other: on the zoo,
@@ -20,7 +20,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from penrose.errors import PenroseError, PenroseSyntaxError
-from penrose.parse import _attach_comments, _Lines, _normalise, _parse_fast, _parse_lark, parse
+from penrose.parser import _attach_comments, _Lines, _normalise, _parse_fast, _parse_lark, parse
 from penrose.stack import deep
 from program_strategies import deep_programs, programs
 from test_fuzz import SEEDS, mutated
@@ -197,7 +197,7 @@ def test_errors_come_from_the_lark_path():
 
 def test_parsing_a_valid_diagram_imports_no_lark():
     code = (
-        "import sys; from penrose.parse import parse; "
+        "import sys; from penrose.parser import parse; "
         "parse(open('zoo/paper/self_attention.pen', encoding='utf-8').read()); "
         "print('lark' in sys.modules)"
     )
@@ -208,7 +208,7 @@ def test_parsing_a_valid_diagram_imports_no_lark():
 def test_the_fast_path_knows_every_keyword_and_operator_of_the_grammar():
     import re
 
-    from penrose.parse import _COMPARE, _KEYWORDS, _TOKENS, _parser
+    from penrose.parser import _COMPARE, _KEYWORDS, _TOKENS, _parser
 
     terminals = {t.name: t.pattern for t in _parser().terminals}
     literals = {p.value for p in terminals.values() if p.type == "str"}

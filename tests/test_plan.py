@@ -24,9 +24,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from penrose import plan as planner
-from penrose.check import check
+from penrose.checker import check
 from penrose.cli import main
-from penrose.parse import parse
+from penrose.parser import parse
 from penrose.plan import TooManyLegs, letters_for, plan_einsum
 from penrose.report import block_runs, plan_report
 

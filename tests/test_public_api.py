@@ -235,3 +235,22 @@ def test_named_outputs_match_the_diagrams():
         assert cls._fields == type(raw)._fields, (name, cls._fields, type(raw)._fields)
         for got, want, field in zip(out, raw, cls._fields):
             assert torch.equal(got, want), (name, field)
+
+
+def test_no_facade_function_shadows_a_module():
+    """`penrose.check`, `load`, `parse`, `interpret`, `trace`, `render` are functions; their modules
+    have other names (penrose.checker, loader, parser, interpreter, tracing, rendering), so
+    importing a submodule never replaces a function of the package."""
+    import importlib
+    import importlib.util
+    import inspect
+
+    import penrose
+
+    functions = [n for n in penrose.__all__ if inspect.isfunction(getattr(penrose, n))]
+    assert {"check", "load", "parse", "interpret", "trace", "render", "compile"} <= set(functions)
+    shadowed = [n for n in functions if importlib.util.find_spec(f"penrose.{n}") is not None]
+    assert not shadowed, f"modules named like facade functions: {shadowed}"
+    for module in ("checker", "loader", "parser", "interpreter", "tracing", "rendering"):
+        importlib.import_module(f"penrose.{module}")
+    assert all(inspect.isfunction(getattr(penrose, n)) for n in functions)

@@ -3,7 +3,7 @@ its later figures, batched and n-ary forms, and contractions no row describes.""
 
 import pytest
 
-from penrose.render.readings import (
+from penrose.rendering.readings import (
     KINDS,
     Contraction,
     Operand,

@@ -10,10 +10,10 @@ import pytest
 
 import penrose
 from penrose.errors import PenroseCheckError, PenroseError, PenroseRenderError
-from penrose.render import dot_source, render, render_file
-from penrose.render.explain import statement_latex, statement_readings, statements
-from penrose.render.figure import index_legend
-from penrose.render.testing import crossings, figure_structure, overlaps
+from penrose.rendering import dot_source, render, render_file
+from penrose.rendering.explain import statement_latex, statement_readings, statements
+from penrose.rendering.figure import index_legend
+from penrose.rendering.testing import crossings, figure_structure, overlaps
 from sources import ATTENTION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -261,7 +261,7 @@ def test_same_file_same_bytes(tmp_path):
 
 def test_same_bytes_in_another_process(tmp_path):
     pen = _write(tmp_path, ATTENTION)
-    code = "import sys; from penrose.render import render; sys.stdout.write(render(sys.argv[1]))"
+    code = "import sys; from penrose.rendering import render; sys.stdout.write(render(sys.argv[1]))"
     other = subprocess.run([sys.executable, "-c", code, str(pen)], cwd=ROOT, check=True, capture_output=True, text=True).stdout
     assert other == render(str(pen))
 
@@ -381,7 +381,7 @@ def test_equations_use_the_einsum_letters():
 
 
 def test_every_statement_of_the_examples_has_a_drawable_equation():
-    from penrose.render.equations import to_mathtext
+    from penrose.rendering.equations import to_mathtext
     from matplotlib.mathtext import MathTextParser
 
     parser = MathTextParser("path")
@@ -455,8 +455,8 @@ output y, tr
 def test_every_view_of_every_operation_draws():
     from matplotlib.mathtext import MathTextParser
 
-    from penrose.render.equations import to_mathtext
-    from penrose.render.graphviz import run_dot_many
+    from penrose.rendering.equations import to_mathtext
+    from penrose.rendering.graphviz import run_dot_many
 
     c = penrose.check(penrose.parse(EVERYTHING))
     views = ["diagram"] + [f"statement:{n}" for n in range(1, len(statements(c)) + 1)] + [f"block:{b}" for b in c.blocks]
@@ -483,7 +483,7 @@ NO_CROSSINGS = {"linear_model", "mlp", "sparse_encoder", "concept_bottleneck", "
 
 @pytest.mark.skipif(not ZOO, reason="no zoo diagrams yet")
 def test_zoo_figures_have_no_overlapping_labels_and_the_papers_no_crossings():
-    from penrose.render.graphviz import run_dot_many
+    from penrose.rendering.graphviz import run_dot_many
 
     svgs = run_dot_many([dot_source(p) for p in ZOO])
     for path, svg in zip(ZOO, svgs):

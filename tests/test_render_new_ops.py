@@ -18,11 +18,11 @@ import pytest
 
 import penrose
 from penrose.checked import TType, V
-from penrose.render import dot_source, render
-from penrose.render.equations import latex_to_svg, to_latex, value_entry
-from penrose.render.explain import statement_latex, statement_readings, statements
-from penrose.render.figure import FIGURE, _scalar_text
-from penrose.render.testing import figure_structure
+from penrose.rendering import dot_source, render
+from penrose.rendering.equations import latex_to_svg, to_latex, value_entry
+from penrose.rendering.explain import statement_latex, statement_readings, statements
+from penrose.rendering.figure import FIGURE, _scalar_text
+from penrose.rendering.testing import figure_structure
 
 ROOT = Path(__file__).resolve().parents[1]
 

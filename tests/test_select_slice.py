@@ -23,7 +23,7 @@ import torch
 
 import penrose
 from penrose.errors import PenroseCheckError, PenroseError, PenroseShapeError
-from penrose.interpret import interpret as interpret_diagram
+from penrose.interpreter import interpret as interpret_diagram
 
 from sources import imported_modules, quiet, standalone
 

@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 import pytest
 
 from penrose.errors import PenroseError
-from penrose.render.browser import Chromium, chromium_binary
+from penrose.rendering.browser import Chromium, chromium_binary
 from penrose.serve import LiveServer
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from penrose.errors import PenroseCheckError, PenroseRenderError
-from penrose.render import dot_source, render, render_file
-from penrose.render.graphviz import png_size
-from penrose.render.tikz import tex
+from penrose.rendering import dot_source, render, render_file
+from penrose.rendering.graphviz import png_size
+from penrose.rendering.tikz import tex
 from sources import ATTENTION
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -76,7 +76,7 @@ DRAW = re.compile(r"^\\draw\[(?P<opts>[^\]]*)\] (?P<path>[^;]*);(?: % (?P<ends>.
 
 
 def layout(dot_text: str) -> dict:
-    """Graphviz's own layout of the DOT text, read here independently of penrose.render.tikz."""
+    """Graphviz's own layout of the DOT text, read here independently of penrose.rendering.tikz."""
     out = subprocess.run(["dot", "-Tjson"], input=dot_text.encode(), capture_output=True, check=True).stdout
     return json.loads(out)
 
@@ -223,7 +223,7 @@ def test_operation_boxes_and_basis_vectors():
 
 
 def test_colours_fills_and_residual_wires():
-    from penrose.render.figure import RESIDUAL as BLUE
+    from penrose.rendering.figure import RESIDUAL as BLUE
 
     text = render(RESIDUAL, "tikz")
     lay, nodes = check_structure(text, dot_source(RESIDUAL))

@@ -20,7 +20,7 @@ from trace_readability import traced
 
 import penrose
 from penrose.cli import main
-from penrose.trace import PenroseTraceError, einsum_text
+from penrose.tracing import PenroseTraceError, einsum_text
 
 # ---- the modules ---------------------------------------------------------------------------------------
 
@@ -454,7 +454,7 @@ class RMSNormed(nn.Module):
 
 
 def test_traced_text_checks_renders_and_is_stable():
-    from penrose.render import render
+    from penrose.rendering import render
 
     torch.manual_seed(0)
     m, x = Block(), torch.randn(2, 9, 16)

@@ -1,4 +1,4 @@
-"""trace's ATen handlers are one table (`penrose.trace.aten.ATEN`): every key is an ATen op torch
+"""trace's ATen handlers are one table (`penrose.tracing.aten.ATEN`): every key is an ATen op torch
 knows, every handler the lowerer's parts define is in it, and dispatch reaches each through it."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import torch
 from torch import nn
 
 import penrose
-from penrose.trace import PenroseTraceError, aten, lower
-from penrose.trace.lower import Lowerer
+from penrose.tracing import PenroseTraceError, aten, lower
+from penrose.tracing.lower import Lowerer
 
 PARTS = (aten.E, aten.C, aten.R, aten.S)
 

@@ -17,7 +17,7 @@ from test_trace import round_trip
 from torch import nn
 
 import penrose
-from penrose.trace import PenroseTraceError
+from penrose.tracing import PenroseTraceError
 
 
 def _line_of(obj, code):

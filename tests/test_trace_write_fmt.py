@@ -8,15 +8,15 @@ import torch
 from torch import nn
 
 import penrose
-from penrose.trace import PenroseTraceError
+from penrose.tracing import PenroseTraceError
 
 
 def test_the_writer_text_is_already_fmt_canonical(monkeypatch):
     """The writer's own text (before run.py's check) is what fmt prints: numbers spelled one way
     (`1e-5`, not Python's `1e-05`), only the parentheses precedence needs, fmt's layout."""
     from penrose.fmt import format_diagram
-    from penrose.parse import parse
-    from penrose.trace import run
+    from penrose.parser import parse
+    from penrose.tracing import run
 
     written = []
     monkeypatch.setattr(run, "_canonical", lambda text: written.append(text) or text)
@@ -40,13 +40,13 @@ def test_the_writer_text_is_already_fmt_canonical(monkeypatch):
                                          (float("inf"), "inf"), (float("-inf"), "-inf"), (-1e300, "-3.4028234663852886e38")])
 def test_trace_constants_as_ir_numbers(value, text):
     from penrose.fmt import format_expr
-    from penrose.trace.write import number
+    from penrose.tracing.write import number
 
     assert format_expr(number(value)) == text
 
 
 def test_a_nan_constant_is_refused():
-    from penrose.trace.write import number
+    from penrose.tracing.write import number
 
     with pytest.raises(PenroseTraceError, match="NaN"):
         number(float("nan"))

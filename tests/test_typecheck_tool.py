@@ -25,11 +25,11 @@ def typecheck(tmp_path, monkeypatch):
 def test_the_report_names_the_zoo_by_its_folder(typecheck):
     report = (
         "build/typecheck/penrose_zoo/steerling/cli.py:12: error: x  [attr-defined]\n"
-        "penrose/check.py:3: note: see build/typecheck/penrose_zoo/core.py\n"
+        "penrose/checker.py:3: note: see build/typecheck/penrose_zoo/core.py\n"
     )
     assert typecheck.repo_paths(report) == (
         "zoo/steerling/cli.py:12: error: x  [attr-defined]\n"
-        "penrose/check.py:3: note: see build/typecheck/penrose_zoo/core.py\n"  # only a line's own path
+        "penrose/checker.py:3: note: see build/typecheck/penrose_zoo/core.py\n"  # only a line's own path
     )
 
 

@@ -5,9 +5,9 @@ import pytest
 
 from penrose import ir
 from penrose.blocks import order
-from penrose.check import check
+from penrose.checker import check
 from penrose.errors import PenroseCheckError
-from penrose.parse import parse
+from penrose.parser import parse
 from penrose.views import NOT_READ, Reads, legend, producers, read_counts, refs, statements, uses
 
 

@@ -304,7 +304,7 @@ def test_diagram_checks_without_warnings(diagram):
 
 
 def test_registered_with_every_dim_in_the_legend():
-    from penrose.parse import parse
+    from penrose.parser import parse
     from penrose.views import legend
 
     for name, cls in (("senn", SelfExplainingNetwork), ("cav_probe", ConceptActivationVectors)):

@@ -7,7 +7,7 @@ import re
 from unittest import mock
 
 import penrose
-from penrose.trace import write as trace_write
+from penrose.tracing import write as trace_write
 
 MAX_DEPTH = 3
 
@@ -37,7 +37,7 @@ def check_readable(text: str, writer) -> None:
 
 
 def traced(module, *inputs, **options) -> str:
-    """penrose.trace's text, checked for readability (with the names its writer gave)."""
+    """penrose.tracing's text, checked for readability (with the names its writer gave)."""
     made = []
     original = trace_write.Writer.write
 

@@ -147,10 +147,10 @@ def _show(v) -> str:
 
 def check_memory(file, m: dict, c: dict, vocab: int, paths: dict[str, str], error=None) -> None:
     """The weights the configs `m`, `c` (defaults filled in) would make, as float32, fit in
-    penrose's limits (`penrose.check.LIMITS`: per tensor and in all): else a CheckpointError
+    penrose's limits (`penrose.checker.LIMITS`: per tensor and in all): else a CheckpointError
     naming the fields that size the largest weight, their values and the bytes. `paths` maps a
     field name ("n_embd", "concept.n_concepts") to its path in the file."""
-    from penrose.check import LIMITS, _bytes
+    from penrose.checker import LIMITS, _bytes
     from penrose.tables import Limits
 
     E, H = m["n_embd"], m["n_head"]

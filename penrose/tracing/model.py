@@ -7,7 +7,7 @@ view only, never the tensor: Penrose diagrams have named legs, not axis position
 
 Legs that must be one index (an element-wise sum's aligned axes, a block's instances) are
 unified (`Classes`); a tensor never holds one class twice, so a union that would make it do so
-is refused. Names come last (`penrose.trace.write`). Torch-free.
+is refused. Names come last (`penrose.tracing.write`). Torch-free.
 """
 
 from __future__ import annotations
@@ -172,7 +172,7 @@ class View:
 # ---- expressions ---------------------------------------------------------------------------------------
 # They refer to leg classes (`Cls`, joined by union-find while lowering) and penrose values (`PVal`),
 # not to names: names and what is written inline are decided after the whole graph is lowered.
-# Then `penrose.trace.write` turns them into `penrose.ir` records, printed by `penrose.fmt`.
+# Then `penrose.tracing.write` turns them into `penrose.ir` records, printed by `penrose.fmt`.
 
 
 @dataclass

@@ -36,8 +36,6 @@ import collections
 import collections.abc
 import math
 import re
-import sys
-import types
 from typing import Any
 
 import torch
@@ -45,7 +43,7 @@ import torch
 from penrose import ir, ops
 from penrose.checked import Checked
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
-from penrose.load import load, loadable
+from penrose.loader import load, loadable
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
@@ -881,15 +879,3 @@ def evaluator(v):
     if fn is None:  # pragma: no cover - a new operation without an evaluator (a test keeps the tables equal)
         raise PenroseError(f"the interpreter cannot evaluate operation {name or v.op!r}", v.span)
     return fn
-
-
-class _CallableModule(types.ModuleType):
-    """`penrose.interpret(...)` keeps working after this submodule is imported: importing
-    `penrose.interpret` rebinds the package attribute from the facade function to the module,
-    so the module itself calls `interpret`."""
-
-    def __call__(self, *args, **kwargs):
-        return interpret(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

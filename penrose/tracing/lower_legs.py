@@ -7,12 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from penrose.trace.common import _overload
-from penrose.trace.model import Call, Cls, Leg, Num, Pattern, Ref, Str, View
+from penrose.tracing.common import _overload
+from penrose.tracing.model import Call, Cls, Leg, Num, Pattern, Ref, Str, View
 
 
 class Reductions:
-    """Handlers of `Lowerer` (ops over one leg); the table in `penrose.trace.aten` names them."""
+    """Handlers of `Lowerer` (ops over one leg); the table in `penrose.tracing.aten` names them."""
 
     if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
 

@@ -2,7 +2,7 @@
 
 Golden tests compare this structure, not pixels:
 
-    >>> from penrose.render import render
+    >>> from penrose.rendering import render
     >>> s = figure_structure(render("dim e = 2, f = 3\\ninput x[e]\\nparam W[e, f]\\ny = einsum('e,ef->f', x, W)\\noutput y"))
     >>> s.kinds()
     {'x': 'input', 'W': 'param', 'y': 'output'}
@@ -121,7 +121,7 @@ def figure_structure(svg: str) -> Structure:
     root = ET.fromstring(svg.encode("utf-8") if isinstance(svg, str) else svg)
     graph = root.find(f"{SVG}g")
     if graph is None:
-        raise ValueError("not a figure from penrose.render: the SVG has no top-level <g>")
+        raise ValueError("not a figure from penrose.rendering: the SVG has no top-level <g>")
     title = (graph.findtext(f"{SVG}title") or "").strip()
     header = [("".join(t.itertext())).strip() for t in graph.findall(f"{SVG}text")]
     nodes, wires = {}, []

@@ -1,7 +1,7 @@
 """Rendering: Penrose figures, index equations and geometric readings of a diagram.
 
-    >>> import penrose.render
-    >>> svg = penrose.render.render("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y")
+    >>> import penrose.rendering
+    >>> svg = penrose.rendering.render("dim e = 2\\ninput x[e]\\nparam W[e, e]\\ny = einsum('i,ij->j', x, W)\\noutput y")
     >>> svg.startswith('<?xml')
     True
 
@@ -10,7 +10,7 @@ writes svg, png, pdf or TikZ (chosen by the extension: .svg .png .pdf .tex, or b
 atomically. Views: 'diagram' (the whole figure), 'statement:N' (the N-th computing statement,
 1-based), 'block:NAME' (a block's body). `fmt="tikz"` gives a LaTeX document (or, with
 `snippet=True`, only its tikzpicture) with Graphviz's layout of the same figure
-(`penrose.render.tikz`); `max_width` scales a figure down, never up.
+(`penrose.rendering.tikz`); `max_width` scales a figure down, never up.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ def _max_width(max_width):
 
 def _checked(obj, sizes):
     """The checked diagram to draw (penrose.load: a path, text, Diagram, Checked or compiled module)."""
-    from penrose.load import load, loadable
+    from penrose.loader import load, loadable
 
     if not loadable(obj):
         raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
@@ -65,13 +65,13 @@ def _checked(obj, sizes):
 @deep
 def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None) -> str:
     """The Graphviz DOT text of a figure (what `render` lays out)."""
-    from penrose.render.figure import to_dot
+    from penrose.rendering.figure import to_dot
 
     return to_dot(_figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes))
 
 
 def _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes):
-    from penrose.render.figure import Options, build_figure
+    from penrose.rendering.figure import Options, build_figure
 
     c = _checked(diagram, sizes)
     opts = Options(direction=direction, show_sizes=show_sizes, show_plan=show_plan, unfold=unfold)
@@ -91,8 +91,8 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
     >>> 'sigmoid' in svg
     True
     """
-    from penrose.render.figure import to_dot
-    from penrose.render import graphviz
+    from penrose.rendering.figure import to_dot
+    from penrose.rendering import graphviz
 
     fmt = figure_format(fmt)
     if snippet and fmt != "tikz":
@@ -102,7 +102,7 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
     dot = to_dot(fig)
     try:
         if fmt == "tikz":
-            from penrose.render.tikz import to_tikz
+            from penrose.rendering.tikz import to_tikz
 
             return to_tikz(dot, snippet=snippet, max_width=width)
         if width is None or fmt == "svg":
@@ -119,7 +119,7 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
 def _scaled(dot: str, fmt: str, width: float) -> bytes:
     """png or pdf bytes at most `width` wide (Graphviz's size attribute; for png, whose width
     Graphviz rounds to whole pixels, tried again a pixel narrower if it came out too wide)."""
-    from penrose.render import graphviz
+    from penrose.rendering import graphviz
 
     target = width
     for _ in range(3):

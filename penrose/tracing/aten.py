@@ -12,10 +12,10 @@ lowered as its functional key (`relu`).
 from __future__ import annotations
 
 from penrose.ops import OPS
-from penrose.trace.lower_contract import Contractions as C
-from penrose.trace.lower_elementwise import Elementwise as E
-from penrose.trace.lower_legs import Reductions as R
-from penrose.trace.lower_shapes import Shapes as S
+from penrose.tracing.lower_contract import Contractions as C
+from penrose.tracing.lower_elementwise import Elementwise as E
+from penrose.tracing.lower_legs import Reductions as R
+from penrose.tracing.lower_shapes import Shapes as S
 
 # aten name -> .pen function: the element-wise rows of `penrose.ops.OPS` that name their ATen op and
 # take no keywords (a row of ATEN below takes precedence: gelu's approximate form, softplus's beta)

@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from penrose.trace.common import BatchAxis, _dtype, _overload, _packet
-from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Neg, Num, Pattern, Ref, Stmt, View
+from penrose.tracing.common import BatchAxis, _dtype, _overload, _packet
+from penrose.tracing.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Neg, Num, Pattern, Ref, Stmt, View
 
 
 class Elementwise:
-    """Handlers of `Lowerer` (element-wise aten ops); the table in `penrose.trace.aten` names them."""
+    """Handlers of `Lowerer` (element-wise aten ops); the table in `penrose.tracing.aten` names them."""
 
     if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
 

@@ -46,7 +46,7 @@ operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS
 
 Layout: Graphviz lays the DOT text out; a diagram or block view that Graphviz draws with
 crossing wires is laid out again in a few other (seeded, fixed) orders and the first with the
-fewest crossings is kept (`to_dot`, counted by `penrose.render.crossings`); each row of a folded
+fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings`); each row of a folded
 figure is laid out on its own (`pack`), so long chains cost time linear in their length.
 
 Limits: a figure of more than `MAX_NODES` (5,000) nodes is refused with a `PenroseRenderError`
@@ -402,8 +402,8 @@ class Options:
 def build_figure(c: Checked, view: str = "diagram", options: Options = Options()) -> Figure:
     """The figure of a checked diagram: `view` is 'diagram', 'statement:N' or 'block:NAME'.
 
-    >>> from penrose.check import check
-    >>> from penrose.parse import parse
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
     >>> f = build_figure(check(parse("dim e = 2, f = 3\\ninput x[e]\\nparam W[e, f]\\ny = einsum('e,ef->f', x, W)\\noutput y")))
     >>> sorted((e.tail, e.head, e.label) for e in f.edges if e.kind == "wire")
     [('W', 'y', 'f'), ('x', 'W', 'e')]
@@ -1320,7 +1320,7 @@ def to_dot(fig: Figure) -> str:
 
 
 def _untangle(fig: Figure, text: str) -> str:
-    from penrose.render.crossings import crossings, layout
+    from penrose.rendering.crossings import crossings, layout
 
     try:
         best, fewest = text, len(crossings(layout(text)))

@@ -17,8 +17,8 @@ Importing this package imports no torch; `trace` does.
 
 from __future__ import annotations
 
-from penrose.trace.einsum import einsum_text
-from penrose.trace.errors import PenroseTraceError
+from penrose.tracing.einsum import einsum_text
+from penrose.tracing.errors import PenroseTraceError
 
 
 def trace(module, *example_inputs, dims=None, verify=True, notes=False, batch=None, title=None) -> str:
@@ -36,20 +36,9 @@ def trace(module, *example_inputs, dims=None, verify=True, notes=False, batch=No
     The module is traced in eval mode (its mode is restored): dropout appears as `dropout`,
     active when the compiled model trains; code under `if self.training` follows the eval path.
     """
-    from penrose.trace.run import trace_module
+    from penrose.tracing.run import trace_module
 
     return trace_module(module, example_inputs, dims=dims, verify=verify, notes=notes, batch=batch, title=title)
 
 
 __all__ = ["PenroseTraceError", "einsum_text", "trace"]
-
-
-class _CallableModule(type(__import__("sys"))):
-    """`import penrose.trace` makes `penrose.trace` this package, not the facade's function of
-    the same name; calling the package calls `trace`, so `penrose.trace(module, x)` works either way."""
-
-    def __call__(self, module, *example_inputs, **options):
-        return trace(module, *example_inputs, **options)
-
-
-__import__("sys").modules[__name__].__class__ = _CallableModule

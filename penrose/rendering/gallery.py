@@ -167,7 +167,7 @@ def build_gallery(paths=None, out_dir="gallery") -> str:
     >>> build_gallery(["zoo/paper/linear_model.pen"], "/tmp/penrose-gallery")  # doctest: +SKIP
     '/tmp/penrose-gallery'
     """
-    from penrose.render.equations import latex_to_svg
+    from penrose.rendering.equations import latex_to_svg
 
     files = build_files(paths, equation_svg=latex_to_svg)
     write_tree(files, out_dir)
@@ -177,7 +177,7 @@ def build_gallery(paths=None, out_dir="gallery") -> str:
 def build_files(paths=None, equation_svg=None) -> dict:
     """Every file of the gallery: relative path -> bytes. `equation_svg(latex)` draws equations."""
     if equation_svg is None:
-        from penrose.render.equations import latex_to_svg as equation_svg
+        from penrose.rendering.equations import latex_to_svg as equation_svg
     entries = []
     slugs: dict = {}
     for path, display in find_diagrams(paths):
@@ -197,7 +197,7 @@ def build_files(paths=None, equation_svg=None) -> dict:
             continue
         pages[f"{e.slug}.html"] = _page(e, equations)
         dots.update(e.dots)
-    from penrose.render.graphviz import run_dot_many
+    from penrose.rendering.graphviz import run_dot_many
 
     names = sorted(dots)
     out.update(zip(names, run_dot_many([dots[n] for n in names])))
@@ -297,7 +297,7 @@ def stale_files(folder, paths=None, redraw: int = 3) -> list:
     """
     import html as _html
 
-    from penrose.render.equations import latex_to_svg
+    from penrose.rendering.equations import latex_to_svg
 
     folder = Path(folder)
     if not (folder / "index.html").is_file():
@@ -329,7 +329,7 @@ def equation_file(latex: str) -> str:
 def write_tree(files: dict, out_dir) -> None:
     """Write `files` under out_dir (atomically, skipping unchanged files) and remove stale ones."""
     from penrose.io import atomic_write_bytes
-    from penrose.render import readable
+    from penrose.rendering import readable
 
     root = Path(out_dir)
     try:
@@ -361,8 +361,8 @@ def write_tree(files: dict, out_dir) -> None:
 
 
 def _load(e: Entry):
-    from penrose.load import load
-    from penrose.parse import parse
+    from penrose.loader import load
+    from penrose.parser import parse
 
     try:
         source = e.path.read_text(encoding="utf-8")
@@ -382,7 +382,7 @@ def _load(e: Entry):
 
 def _dot(checked, view="diagram", **kw) -> str:
     """The DOT text of a figure; the gallery lays them all out at the end, in batches."""
-    from penrose.render.figure import Options, build_figure, to_dot
+    from penrose.rendering.figure import Options, build_figure, to_dot
 
     return to_dot(build_figure(checked, view, Options(**kw)))
 
@@ -390,7 +390,7 @@ def _dot(checked, view="diagram", **kw) -> str:
 def _page(e: Entry, equations: dict) -> str:
     from penrose.compiler import generate_source
     from penrose.fmt import format_stmt
-    from penrose.render.explain import statement_latex, statement_readings
+    from penrose.rendering.explain import statement_latex, statement_readings
     from penrose.report import plan_report
 
     c = e.checked
@@ -475,7 +475,7 @@ def plain_return(s) -> bool:
 
 
 def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
-    from penrose.render.figure import to_dot
+    from penrose.rendering.figure import to_dot
 
     all_stmts = statements(body)
     called = any(torch_code.get(s.stmt.span) for s in stmts)  # an included block nobody calls has none
@@ -517,7 +517,7 @@ def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kin
 
 
 def _block_statement_figure(c, body, s, n):
-    from penrose.render.figure import Figure, Options, _Builder, _stmt_title
+    from penrose.rendering.figure import Figure, Options, _Builder, _stmt_title
 
     fig = Figure(_stmt_title(s, n), "LR", index_legend(c.diagram), header="none")
     b = _Builder(c, Options(), fig)

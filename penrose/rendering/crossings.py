@@ -6,7 +6,7 @@ spline to a polyline and lists the proper intersections between edges that share
 `planar(dot_text)` says whether the figure's graph (its nodes and visible wires, as an
 undirected graph) has a drawing without crossings at all (networkx's planarity test).
 
-    >>> from penrose.render import dot_source
+    >>> from penrose.rendering import dot_source
     >>> text = dot_source("dim e = 2, f = 3\\ninput x[e]\\nparam W[e, f]\\ny = einsum('e,ef->f', x, W)\\noutput y")
     >>> crossings(text), planar(text)
     ([], True)
@@ -22,7 +22,7 @@ import subprocess
 from dataclasses import dataclass, field
 
 from penrose.errors import PenroseRenderError, Span
-from penrose.render.graphviz import dot_binary
+from penrose.rendering.graphviz import dot_binary
 
 
 @dataclass

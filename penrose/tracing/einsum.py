@@ -18,7 +18,7 @@ import string
 from penrose import ir
 from penrose.errors import Span
 from penrose.fmt import format_diagram
-from penrose.trace.errors import PenroseTraceError
+from penrose.tracing.errors import PenroseTraceError
 
 
 def _refuse(spec: str, at: int, message: str):

@@ -5,12 +5,12 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from penrose.trace.common import INT64_MAX, BatchAxis, _describe, _overload, torch_name
-from penrose.trace.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
+from penrose.tracing.common import INT64_MAX, BatchAxis, _describe, _overload, torch_name
+from penrose.tracing.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
 
 
 class Shapes:
-    """Handlers of `Lowerer` (shapes); the table in `penrose.trace.aten` names them."""
+    """Handlers of `Lowerer` (shapes); the table in `penrose.tracing.aten` names them."""
 
     if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
 

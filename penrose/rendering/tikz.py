@@ -461,7 +461,7 @@ def _polygon(points: list) -> str:
 def to_tikz(dot_text: str, snippet: bool = False, max_width: float | None = None, timeout: float = 60.0) -> str:
     """LaTeX for the figure of `dot_text`: a standalone document, or only the tikzpicture
     (`snippet`); scaled down (never up) to at most `max_width` points (bp) wide."""
-    from penrose.render.graphviz import run_dot
+    from penrose.rendering.graphviz import run_dot
 
     try:
         raw = run_dot(dot_text, "json", timeout=timeout)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import TYPE_CHECKING, Any
 
-from penrose.trace.common import BatchAxis, torch_name
-from penrose.trace.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Num, Ref, View
+from penrose.tracing.common import BatchAxis, torch_name
+from penrose.tracing.model import BATCH, BinOp, Call, Cls, Einsum, Leg, Num, Ref, View
 
 
 class Contractions:
-    """Handlers of `Lowerer` (contractions); the table in `penrose.trace.aten` names them."""
+    """Handlers of `Lowerer` (contractions); the table in `penrose.tracing.aten` names them."""
 
     if TYPE_CHECKING:  # a part of `Lowerer`: the rest of it (emit, unsupported, the other parts) is there
 

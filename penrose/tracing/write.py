@@ -26,8 +26,8 @@ from penrose import ir
 from penrose.errors import Span
 from penrose.fmt import format_diagram, format_expr, format_stmt
 from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
-from penrose.trace.errors import PenroseTraceError, span_at
-from penrose.trace.model import (
+from penrose.tracing.errors import PenroseTraceError, span_at
+from penrose.tracing.model import (
     BinOp, Call, CallStmt, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, Ref, Stmt, Str, TensorList,
 )
 
@@ -42,7 +42,7 @@ LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def pen_name_ok(name: str, module_attr: bool = True) -> bool:
-    """The checker's rule for a param, buffer or instance name (penrose.check._name_ok)."""
+    """The checker's rule for a param, buffer or instance name (penrose.checker._name_ok)."""
     return (bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name)
             and name not in PEN_KEYWORDS and name != "inf" and name not in GENERATED
             and not (module_attr and name in MODULE_ATTRS))

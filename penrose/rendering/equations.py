@@ -24,7 +24,7 @@ from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
 from penrose import ops
 from penrose.ops import key as op_key
-from penrose.render.readings import ELLIPSIS, Contraction
+from penrose.rendering.readings import ELLIPSIS, Contraction
 
 __all__ = [
     "EQUATION",
@@ -87,7 +87,7 @@ def assign(result: str, legs: Iterable[str], rhs: sympy.Expr) -> sympy.Eq:
 def einsum_equation(contraction: Contraction, result_name: str) -> sympy.Eq:
     """The index equation of a contraction: the product of entries, summed over dropped legs.
 
-    >>> from penrose.render.readings import parse_einsum
+    >>> from penrose.rendering.readings import parse_einsum
     >>> to_latex(einsum_equation(parse_einsum('td,de->te', 'Z', 'W'), 'h'))
     'h_{te} = \\\\sum_{d} Z_{td} \\\\, W_{de}'
     """
@@ -222,7 +222,7 @@ def _function_class(key: str, latex_name: str) -> type[NamedFunction]:
 # ---------------------------------------------------------------------------------------------
 # Checked values: the equation of each operation, one entry per name of `penrose.ops.OPS`
 #
-# `value_entry(v, names)` is the entry of a checked value (`penrose.check.V`) at index names,
+# `value_entry(v, names)` is the entry of a checked value (`penrose.checker.V`) at index names,
 # one per leg of v: an atom (a tensor, a number, a dim's size, a block call) directly, an
 # operation by its rule in EQUATION. A rule gets the value and the names and builds its
 # operands' entries with `value_entry`; its index names are strings, or sympy expressions where
@@ -265,8 +265,8 @@ def fresh(letter: str, taken) -> str:
 def value_entry(v, names: tuple) -> sympy.Expr:
     r"""The entry of checked value `v` at index names `names` (one per leg of v).
 
-    >>> from penrose.check import check
-    >>> from penrose.parse import parse
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
     >>> c = check(parse("dim t = 4, d = 2\ninput x[t, d]\ny = rope(x, t, d)\noutput y"))
     >>> print(to_latex(value_entry(c.stmts[-2].value, ('t', 'd'))))
     x_{td} \, \cos{\left(t \, \omega_{d} \right)} + \mathrm{rot}_{d}\left(x_{td}\right) \, \sin{\left(t \, \omega_{d} \right)}

@@ -5,7 +5,7 @@ and permutes); everything else is a `PenroseTraceError` at the user's line. In b
 leading axis of the inputs is the implicit batch of every penrose input; an op that would touch
 it raises `BatchAxis`, and the tracer starts again with that axis as a named leg.
 
-Which handler lowers an ATen op is the table `penrose.trace.aten.ATEN`; the handlers live in
+Which handler lowers an ATen op is the table `penrose.tracing.aten.ATEN`; the handlers live in
 `lower_elementwise`, `lower_contract`, `lower_legs` and `lower_shapes` (parts `Lowerer` is made of), and
 this module keeps the walk, regions, values across blocks and the making of statements.
 """
@@ -16,17 +16,17 @@ import operator
 
 import torch
 
-from penrose.trace.aten import ATEN, IDENTITY
-from penrose.trace.common import (
+from penrose.tracing.aten import ATEN, IDENTITY
+from penrose.tracing.common import (
     CAUSES, INPLACE_KEEP, SKIP, VIEW_OPS, BatchAxis, _base, _dtype, _forward_range, _in_torch, _is_block, _packet,
     _scalar, _user_file, torch_name,
 )
-from penrose.trace.errors import PenroseTraceError, frames, span_at
-from penrose.trace.lower_contract import Contractions
-from penrose.trace.lower_elementwise import Elementwise
-from penrose.trace.lower_legs import Reductions
-from penrose.trace.lower_shapes import Shapes
-from penrose.trace.model import (
+from penrose.tracing.errors import PenroseTraceError, frames, span_at
+from penrose.tracing.lower_contract import Contractions
+from penrose.tracing.lower_elementwise import Elementwise
+from penrose.tracing.lower_legs import Reductions
+from penrose.tracing.lower_shapes import Shapes
+from penrose.tracing.model import (
     BinOp, Call, CallStmt, Classes, Cls, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
 )
 
@@ -557,7 +557,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         return None
 
     def dispatch(self, node, packet):
-        """The op's handler in `penrose.trace.aten.ATEN`; an op not in the table is refused."""
+        """The op's handler in `penrose.tracing.aten.ATEN`; an op not in the table is refused."""
         handler = ATEN.get(packet)
         if handler is None:
             self.unsupported()

@@ -9,8 +9,8 @@ Each operation's equation is its rule in `equations.EQUATION`, its reading its r
 10,000-term sum, 1,000 nested calls) are explained flat: one reading for the whole sum, one for
 a step repeated in a row; past the room `penrose.stack.deep` gives, a positioned PenroseError.
 
-    >>> from penrose.check import check
-    >>> from penrose.parse import parse
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
     >>> c = check(parse("dim d = 3, e = 2\\ninput Z[t, d]\\nparam W[d, e]\\ndim t = 4\\nq = einsum('td,de->te', Z, W)\\noutput q"))
     >>> statement_latex(c, statements(c)[0])
     'q_{te} = \\\\sum_{d} Z_{td} \\\\, W_{de}'
@@ -23,12 +23,12 @@ from dataclasses import dataclass
 import sympy
 
 from penrose import ir
-from penrose.check import Checked, CStmt, V
+from penrose.checker import Checked, CStmt, V
 from penrose.ops import ELEMENTWISE, OPS
 from penrose.ops import key as op_key
-from penrose.render import equations as eq
-from penrose.render.figure import _fmt, _scalar_text, subscript
-from penrose.render.readings import Contraction, Operand, classify, read_normalisation
+from penrose.rendering import equations as eq
+from penrose.rendering.figure import _fmt, _scalar_text, subscript
+from penrose.rendering.readings import Contraction, Operand, classify, read_normalisation
 from penrose.stack import deep, too_deep
 from penrose.views import legend, producers, refs, statements
 

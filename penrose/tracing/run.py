@@ -11,9 +11,9 @@ from contextlib import contextmanager
 import torch
 
 from penrose.errors import PenroseError, PenroseWarning
-from penrose.trace.errors import PenroseTraceError, span_at
-from penrose.trace.lower import BatchAxis, Lowerer, _in_torch
-from penrose.trace.write import Writer, ok_name
+from penrose.tracing.errors import PenroseTraceError, span_at
+from penrose.tracing.lower import BatchAxis, Lowerer, _in_torch
+from penrose.tracing.write import Writer, ok_name
 
 
 @contextmanager
@@ -173,9 +173,9 @@ def _lower(ep, module, inputs, batch, hints):
 
 
 def _canonical(text: str) -> str:
-    from penrose.check import check
+    from penrose.checker import check
     from penrose.fmt import format_diagram
-    from penrose.parse import parse
+    from penrose.parser import parse
 
     try:
         out = format_diagram(parse(text))

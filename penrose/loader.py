@@ -5,17 +5,17 @@ Everything that checks a diagram comes through here: `penrose.load`, `penrose.co
 `penrose.workspace.Workspace` the notebook magic, `penrose serve`, the language server and the
 zoo's `load_diagram`. Loading is three steps: read the top diagram (`read`), read every file it
 includes, transitively (`penrose.reading.walk_includes`, one resolver for all), then check, which reads nothing
-(`penrose.check.check(diagram, sizes, includes=...)`). This module imports neither torch nor the
+(`penrose.checker.check(diagram, sizes, includes=...)`). This module imports neither torch nor the
 checker (until `load` is called).
 
-    >>> from penrose.load import load
+    >>> from penrose.loader import load
     >>> load(text="dim text = 2\\ninput x[text]\\noutput x", sizes={"text": 8}).dim_sizes()
     {'text': 8}
 
 What comes before checking — paths or text, includes, sizes as a mapping — is `penrose.reading`
 (the checker reads its includes through it, so it sits below the checker; this module above).
 
-Import names from this module (`from penrose.load import load_entries`): the package attribute
+Import names from this module (`from penrose.loader import load_entries`): the package attribute
 `penrose.load` is the `load` function.
 """
 
@@ -77,7 +77,7 @@ def load_entries(source: Source = None, /, *, text: str | None = None, sizes: Ma
     """(the checked diagram, {method: checked entry}): the diagram and its `entries` ({method:
     path, text, Diagram or Checked}), all under one set of sizes (each takes those it declares).
     `read_include(target)` reads an included file (default: from disk)."""
-    from penrose.check import check_together
+    from penrose.checker import check_together
 
     sizes = merge_sizes(sizes, more_sizes)
     if entries is not None and not isinstance(entries, dict):

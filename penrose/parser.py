@@ -1,6 +1,6 @@
 """Text → IR: `parse(text)` and `parse_file(path)`.
 
->>> from penrose.parse import parse
+>>> from penrose.parser import parse
 >>> d = parse("dim e = 4\\ninput x[e]\\noutput x")
 >>> d.body[1].legs
 ('e',)

@@ -7,7 +7,7 @@ import inspect
 
 import torch
 
-from penrose.trace.model import Cls
+from penrose.tracing.model import Cls
 
 INT64_MAX = 2**63 - 1
 

@@ -93,13 +93,13 @@ def check(diagram: ir.Diagram, /, sizes: Mapping[str, Any] | None = None, *, inc
     """Check a parsed diagram; `sizes` (a mapping, or keywords) override dim defaults.
 
     Checking reads no file: `includes` (`penrose.reading.Includes`) holds the files the diagram
-    includes, read by the loader (`penrose.load.load`); without it they are read from disk here,
+    includes, read by the loader (`penrose.loader.load`); without it they are read from disk here,
     before checking, with no extra include folders.
 
     Deep programs (a 10,000-term sum, 1,000 nested calls) check; past even that room the
     error is a positioned `PenroseCheckError`, never a RecursionError.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\noutput y"))
     >>> c.outputs[0][1].legs
     ('e',)
@@ -111,7 +111,7 @@ def check_together(diagrams, /, sizes=None, *, includes=None, **more_sizes) -> l
     """Check diagrams that share one set of sizes (the entries of one module): each takes the
     sizes it declares; a size that none of them declares is refused, as `check` refuses it.
 
-    >>> from penrose.parse import parse
+    >>> from penrose.parser import parse
     >>> a, b = check_together([parse("dim e = 3\\ninput x[e]\\noutput x"),
     ...                        parse("dim e = 3, k = 2\\ninput x[e, k]\\noutput x")], e=4, k=5)
     >>> a.sizes.size(a.dims["e"]), b.sizes.size(b.dims["k"])
@@ -142,7 +142,7 @@ def _run(checker) -> Checked:
 
 class _WithLimits(Protocol):
     """`check` carries the module constant LIMITS (penrose.tables) as an attribute: `penrose.check`
-    is this function, so penrose.check.LIMITS.repeat = 20_000 works."""
+    is this function, so penrose.checker.LIMITS.repeat = 20_000 works."""
 
     LIMITS: Limits
 
@@ -173,7 +173,7 @@ class _Scope:
 class _Checker:
     def __init__(self, diagram: ir.Diagram, sizes: dict, includes):
         self.diagram = diagram
-        self.includes = includes  # penrose.load.Includes: the included files, read before checking
+        self.includes = includes  # penrose.loader.Includes: the included files, read before checking
         self.file = diagram.file
         self.overrides = dict(sizes)
         self.S = Sizes()
