@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz 'dot' 
 
 def _bench_render():
     """bench/render.py, whose chain programs the benchmark times: the tests draw the same ones."""
-    spec = importlib.util.spec_from_file_location("bench_render", Path(__file__).resolve().parents[1] / "bench" / "rendering.py")
+    spec = importlib.util.spec_from_file_location("bench_render", Path(__file__).resolve().parents[1] / "bench" / "render.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
