@@ -72,3 +72,13 @@ def reference(name: str):
         sys.modules[name] = module
         spec.loader.exec_module(module)
     return module
+
+
+def package_folders() -> dict[str, Path]:
+    """Top-level import names and their folders, as setup.py maps them (its ROOTS: penrose_zoo ->
+    zoo/), read without running setup.py."""
+    root = Path(__file__).resolve().parents[1]
+    tree = ast.parse((root / "setup.py").read_text(encoding="utf-8"))
+    roots = next(ast.literal_eval(node.value) for node in tree.body
+                 if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["ROOTS"])
+    return {name: root / folder for name, folder in roots.items()}

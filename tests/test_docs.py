@@ -8,19 +8,14 @@ import pytest
 import torch
 
 import penrose
+from test_docs_run import blocks
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def fenced(path: Path, lang: str | None = None):
-    text = path.read_text()
-    for m in re.finditer(r"```(\w*)\n(.*?)```", text, re.S):
-        if lang is None or m.group(1) == lang:
-            yield m.group(1), m.group(2)
-
-
-def pen_blocks(path: Path):
-    return [body for lang, body in fenced(path) if lang == "pen"]
+def pen_blocks(path: Path) -> list[str]:
+    """The diagram blocks of a doc, read as tests/test_docs_run.py reads every block."""
+    return [b.body for b in blocks(path) if b.lang == "pen"]
 
 
 @pytest.mark.parametrize("doc", ["docs/language.md", "README.md"])

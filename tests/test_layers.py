@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import networkx as nx
+from sources import package_folders
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -59,13 +60,8 @@ class Edge:
 
 
 def packages() -> dict[str, Path]:
-    """Top-level import names and their folders, as setup.py maps them (ROOTS: penrose_zoo -> zoo/)."""
-    import ast
-
-    tree = ast.parse((ROOT / "setup.py").read_text(encoding="utf-8"))
-    roots = next(ast.literal_eval(node.value) for node in tree.body
-                 if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["ROOTS"])
-    return {name: ROOT / folder for name, folder in roots.items()}
+    """Top-level import names and their folders (setup.py's ROOTS)."""
+    return package_folders()
 
 
 def modules() -> dict[str, Path]:

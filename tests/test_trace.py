@@ -872,11 +872,11 @@ def test_cli_render_einsum(tmp_path, capsys):
 
 
 def test_the_docs_example_is_what_einsum_text_writes():
-    import re
     from pathlib import Path
 
-    doc = (Path(__file__).resolve().parents[1] / "docs" / "trace.md").read_text(encoding="utf-8")
-    blocks = [body for lang, body in re.findall(r"^```(\w*)\n(.*?)^```", doc, re.S | re.M) if lang == "pen"]
+    from test_docs_run import blocks as doc_blocks
+
+    blocks = [b.body for b in doc_blocks(Path(__file__).resolve().parents[1] / "docs" / "trace.md") if b.lang == "pen"]
     assert blocks and blocks[-1] == einsum_text("bi,ijk,bj->bk", {"b": 4})
     for body in blocks:
         penrose.parse(body)

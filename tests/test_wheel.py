@@ -24,8 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from sources import package_folders
+
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = {"penrose": "penrose", "zoo": "penrose_zoo"}  # source folder -> import name
+PACKAGES = {folder.name: name for name, folder in package_folders().items()}  # source folder -> import name
 
 DIAGRAM = """\
 # index legend: b batch, i input, h hidden
@@ -133,7 +135,8 @@ def test_sdist_holds_every_package_file(dist):
     _, sdist = dist
     with tarfile.open(sdist) as tar:
         names = {n.split("/", 1)[1] for n in tar.getnames() if "/" in n}
-    source = {f"{'zoo' if f.startswith('penrose_zoo/') else 'penrose'}/{f.split('/', 1)[1]}" for f in _source_files()}
+    folder_of = {name: folder for folder, name in PACKAGES.items()}
+    source = {f"{folder_of[f.split('/', 1)[0]]}/{f.split('/', 1)[1]}" for f in _source_files()}
     missing = sorted(source - names)
     assert not missing, f"files missing from the sdist: {missing}"
     for needed in ("pyproject.toml", "setup.py", "README.md"):
