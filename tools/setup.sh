@@ -6,7 +6,8 @@
 # Where things go: into the virtual or conda environment you have activated, if any; otherwise
 # into .venv/ at the repository root, made with the system's `python3 -m venv` (Debian's and
 # Ubuntu's system Python refuse `pip install` outside a virtual environment, PEP 668).
-# Prints the environment's python on its last line (the Makefile reads it).
+# Prints the environment's python on its last line (for scripts; the Makefile picks the same
+# environment by the same rule: $VIRTUAL_ENV, else $CONDA_PREFIX, else .venv).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
