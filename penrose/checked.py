@@ -37,13 +37,17 @@ A few small records, torch-free. Their invariants, all established by the checke
 
 from __future__ import annotations
 
+import builtins
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TypeVar
 
-from penrose import ir
+from penrose import ir, ops
+from penrose.attrs import NONE, Attrs, Folded, from_dict
 from penrose.errors import Span
 from penrose.sizes import Sizes
+
+A = TypeVar("A", bound=Attrs)
 
 
 @dataclass(frozen=True)
@@ -63,14 +67,28 @@ class V:
 
     op: str
     args: tuple[V, ...] = ()
-    attrs: dict[str, Any] = field(default_factory=dict)
+    attrs: Attrs = NONE
     type: TType = SCALAR
     outs: tuple[TType, ...] = ()  # result types when the op yields several (split, block calls)
     span: Span = field(default_factory=Span)
+    const: Folded | None = None  # a plain number known when checking: its value, computed once
+    key: str | None = field(init=False, default=None)  # the table's name (ops.key_of), set once
+
+    def __post_init__(self) -> None:
+        if isinstance(self.attrs, dict):  # TEMPORARY (migration)
+            object.__setattr__(self, "attrs", from_dict(self.op, self.attrs))
+        object.__setattr__(self, "key", ops.key_of(self.op, self.attrs))
 
     @property
     def legs(self) -> tuple[str, ...]:
         return self.type.legs
+
+    def of(self, kind: builtins.type[A]) -> A:
+        """Its attributes as the record `kind` (a base such as `Axis` too); a TypeError if not."""
+        a = self.attrs
+        if not isinstance(a, kind):
+            raise TypeError(f"{self.key or self.op} carries {type(a).__name__}, not {kind.__name__}")
+        return a
 
 
 @dataclass

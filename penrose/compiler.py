@@ -24,6 +24,7 @@ from typing import Any
 
 import torch
 
+from penrose.attrs import Aligned, Axis, BinOp, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
 from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
@@ -86,15 +87,15 @@ def _fixed_number(S, v: V):
     """The value of a scalar expression known when compiling, or None (it reads a run-time size)."""
     op = v.op
     if op in ("num", "const"):
-        return v.attrs["value"]
+        return v.of(Num).value
     if op == "dimsize":
-        return None if S.is_free(v.attrs["cls"]) else S.size(v.attrs["cls"])
+        return None if S.is_free(v.of(DimSize).cls) else S.size(v.of(DimSize).cls)
     if op == "sbin":
         a, b = (_fixed_number(S, x) for x in v.args)
         if a is None or b is None:
             return None
         try:
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "//": a // b, "**": a ** b}[v.attrs["op"]]
+            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "//": a // b, "**": a ** b}[v.of(BinOp).op]
         except (ZeroDivisionError, OverflowError):
             return None
     if op == "sfunc":
@@ -102,7 +103,7 @@ def _fixed_number(S, v: V):
         if a is None:
             return None
         try:
-            return ops.OPS[v.attrs["name"]].call(a, ops.SCALAR)
+            return ops.OPS[v.of(Unary).name].call(a, ops.SCALAR)
         except (ValueError, OverflowError):
             return None
     return None
@@ -175,7 +176,7 @@ class _Emitter:
         atom = _ATOMS.get(v.op)
         if atom is not None:
             return atom(self, v)
-        k = ops.key(v)
+        k = v.key
         lower = LOWER.get(k) if k is not None else None
         if lower is None:  # pragma: no cover - a test keeps LOWER's keys equal to ops.OPS
             raise PenroseCompileError(f"cannot compile operation {k or v.op!r}", v.span)
@@ -258,7 +259,7 @@ class _Emitter:
 
     # -- einsum
     def einsum_code(self, v: V):
-        terms, out = v.attrs["terms"], v.attrs["out"]
+        terms, out = v.of(Einsum).terms, v.of(Einsum).out
         ops_ = list(v.args)
         batched = [o.type.batched for o in ops_]
         sum_batch = any(batched) and not v.type.batched
@@ -333,23 +334,23 @@ class _Emitter:
         """where(topk_mask(x, l, k=K), f(x), 0), f element-wise (or x itself): only the K kept
         entries are mapped and scattered into zeros; the same values and gradients as the where."""
         cond, a, b = v.args
-        if cond.op != "topk_mask" or b.op != "num" or b.attrs["value"] != 0:
+        if cond.op != "topk_mask" or b.op != "num" or b.of(Num).value != 0:
             return None
         x = cond.args[0]
         if x.op != "ref" or x.type.dtype == "bool" or cond.legs != v.legs or a.legs != v.legs:
             return None
-        if any(al is not None and list(al) != list(range(len(v.legs))) for al in v.attrs["align"][:2]):
+        if any(al is not None and list(al) != list(range(len(v.legs))) for al in v.of(Aligned).alignment[:2]):
             return None
 
         def same(y):
-            return y.op == "ref" and all(y.attrs.get(k) == x.attrs.get(k) for k in ("name", "kind", "version"))
+            return y.op == "ref" and y.attrs == x.attrs
 
-        dim = self.dim_of(x, cond.attrs["axis"])
+        dim = self.dim_of(x, cond.of(Axis).axis)
         if same(a):
-            return P.call(P.name("_topk_filter"), self.expr(x), cond.attrs["k"], dim)
-        row = ops.OPS[a.attrs["name"]] if a.op == "unary" else None
+            return P.call(P.name("_topk_filter"), self.expr(x), cond.of(TopK).k, dim)
+        row = ops.OPS[a.of(Unary).name] if a.op == "unary" else None
         if row is not None and row.torch is not None and same(a.args[0]) and not row.keywords:
-            return P.call(P.name("_topk_keep"), self.expr(x), cond.attrs["k"], dim, P.path(row.torch))
+            return P.call(P.name("_topk_keep"), self.expr(x), cond.of(TopK).k, dim, P.path(row.torch))
         return None
 
     # -- statements
@@ -455,15 +456,15 @@ class _Emitter:
         """The read pieces of a split, each as a narrow (a view) of the split tensor."""
         v = s.value
         x = v.args[0]
-        dim = self.dim_of(x, v.attrs["axis"])
-        starts = [sum(v.attrs["sizes"][:i]) for i in range(len(v.attrs["sizes"]))]
+        dim = self.dim_of(x, v.attrs.axis)
+        starts = [sum(v.attrs.sizes[:i]) for i in range(len(v.attrs.sizes))]
         lines = []
         base = self.expr(x)
         if len(kept) > 1 and not P.is_simple(base):  # computed once, however many pieces are read
             lines.extend(self.statement("_split", base, ""))
             base = P.name("_split")
         for i in kept:
-            start, size = starts[i], v.attrs["sizes"][i]
+            start, size = starts[i], v.attrs.sizes[i]
             if not x.type.batched and dim == -len(x.legs):  # the first axis: a plain slice
                 piece = P.subscript(base, P.slice_(start or None, start + size))
             else:
@@ -660,13 +661,13 @@ def _lower_unary(em: _Emitter, v: V):
     """An element-wise function: the torch callable its row names, its keywords by position."""
     if v.op == "sfunc":
         return _lower_scalar_func(em, v)
-    row = ops.OPS[v.attrs["name"]]
+    row = ops.OPS[v.of(Unary).name]
     assert row.torch is not None  # LOWER has this rule for the element-wise rows only
-    return P.call(P.path(row.torch), em.expr(v.args[0]), *[v.attrs[k.name] for k in row.keywords])
+    return P.call(P.path(row.torch), em.expr(v.args[0]), *[v.attrs.keyword(k.name) for k in row.keywords])
 
 
 def _lower_scalar_func(em: _Emitter, v: V):
-    name = v.attrs["name"]
+    name = v.of(Unary).name
     known = _fixed_number(em.S, v)
     if known is not None:
         return P.const(known)
@@ -687,7 +688,7 @@ def _lower_binop(op: str):
                 return P.const(known)
             ta, tb = em.expr(a), em.expr(b)
         else:
-            align = v.attrs["align"]
+            align = v.of(Aligned).alignment
             ta, tb = em.aligned(a, align[0], v), em.aligned(b, align[1], v)
             if op == "//":  # zero gradient wherever it exists; torch has no derivative for floor_divide
                 ta, tb = (t if x.type.dtype == "scalar" else P.method(t, "detach") for t, x in ((ta, a), (tb, b)))
@@ -704,32 +705,32 @@ def _lower_neg(em: _Emitter, v: V):
 
 def _lower_softmax(fn: str):
     def lower(em: _Emitter, v: V):
-        return P.call(P.path(fn), em.expr(v.args[0]), dim=em.dim_of(v.args[0], v.attrs["axis"]))
+        return P.call(P.path(fn), em.expr(v.args[0]), dim=em.dim_of(v.args[0], v.of(Axis).axis))
 
     return lower
 
 
 def _lower_layernorm(em: _Emitter, v: V):
     x = v.args[0]
-    d = em.dim_of(x, v.attrs["axis"])
-    n = em.size_node(x.type.cls[v.attrs["axis"]], v.span)
-    w, b = em.param_ref(v.attrs["weight"]), em.param_ref(v.attrs["bias"])
+    d = em.dim_of(x, v.of(Axis).axis)
+    n = em.size_node(x.type.cls[v.of(Axis).axis], v.span)
+    w, b = em.param_ref(v.of(LayerNorm).weight), em.param_ref(v.of(LayerNorm).bias)
     ln = P.path("torch.nn.functional.layer_norm")
     if d == -1:
-        return P.call(ln, em.expr(x), P.tuple_([n]), w, b, v.attrs["eps"])
+        return P.call(ln, em.expr(x), P.tuple_([n]), w, b, v.of(LayerNorm).eps)
     moved = P.method(em.expr(x), "movedim", d, -1)
-    return P.method(P.call(ln, moved, P.tuple_([n]), w, b, v.attrs["eps"]), "movedim", -1, d)
+    return P.method(P.call(ln, moved, P.tuple_([n]), w, b, v.of(LayerNorm).eps), "movedim", -1, d)
 
 
 def _lower_rmsnorm(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.name("_rms_norm"), em.expr(x), em.param_ref(v.attrs["weight"]), v.attrs["eps"], em.dim_of(x, v.attrs["axis"]))
+    return P.call(P.name("_rms_norm"), em.expr(x), em.param_ref(v.of(RMSNorm).weight), v.of(RMSNorm).eps, em.dim_of(x, v.of(Axis).axis))
 
 
 def _lower_topk(helper: str):
     def lower(em: _Emitter, v: V):
         x = v.args[0]
-        return P.call(P.name(helper), em.expr(x), v.attrs["k"], em.dim_of(x, v.attrs["axis"]))
+        return P.call(P.name(helper), em.expr(x), v.of(TopK).k, em.dim_of(x, v.of(Axis).axis))
 
     return lower
 
@@ -737,7 +738,7 @@ def _lower_topk(helper: str):
 def _lower_reduce(meth: str):
     def lower(em: _Emitter, v: V):
         x = v.args[0]
-        return P.method(em.expr(x), meth, em.dim_of(x, v.attrs["axis"]))
+        return P.method(em.expr(x), meth, em.dim_of(x, v.of(Axis).axis))
 
     return lower
 
@@ -751,7 +752,7 @@ def _lower_minmax(meth: str, pair: str, bound: str):
         if v.op == "reduce":
             return reduce(em, v)
         a, b = v.args
-        align = v.attrs["align"]
+        align = v.of(Aligned).alignment
         ta, tb = em.aligned(a, align[0], v), em.aligned(b, align[1], v)
         if a.type.dtype == "scalar":
             ta, tb, a, b = tb, ta, b, a
@@ -763,7 +764,7 @@ def _lower_minmax(meth: str, pair: str, bound: str):
 
 
 def _lower_dropout(em: _Emitter, v: V):
-    return P.call(P.path("torch.nn.functional.dropout"), em.expr(v.args[0]), v.attrs["p"], P.path("self.training"))
+    return P.call(P.path("torch.nn.functional.dropout"), em.expr(v.args[0]), v.of(Dropout).p, P.path("self.training"))
 
 
 def _lower_detach(em: _Emitter, v: V):
@@ -771,7 +772,7 @@ def _lower_detach(em: _Emitter, v: V):
 
 
 def _lower_clamp(em: _Emitter, v: V):
-    kw = {k: v.attrs[k] for k in ("min", "max") if v.attrs[k] is not None}
+    kw = {k: x for k, x in (("min", v.of(Clamp).min), ("max", v.of(Clamp).max)) if x is not None}
     return P.method(em.expr(v.args[0]), "clamp", **kw)
 
 
@@ -780,8 +781,8 @@ def _lower_where(em: _Emitter, v: V):
     if kept is not None:
         return kept
     # a float result: where(m, 1, 0) of two whole numbers would otherwise be an int64 tensor
-    parts = [P.const(float(x.attrs["value"])) if x.op in ("num", "const") else em.aligned(x, al, v)
-             for x, al in zip(v.args, v.attrs["align"])]
+    parts = [P.const(float(x.of(Num).value)) if x.op in ("num", "const") else em.aligned(x, al, v)
+             for x, al in zip(v.args, v.of(Aligned).alignment)]
     tree = P.call(P.path("torch.where"), *parts)
     if v.args[1].type.dtype == v.args[2].type.dtype == "scalar":  # no tensor to take the dtype from
         em.uses_dtype = True
@@ -792,9 +793,9 @@ def _lower_where(em: _Emitter, v: V):
 def _lower_mask(em: _Emitter, v: V):
     em.uses_device = True
     t, p = (em.size_node(c, v.span) for c in v.type.cls)
-    if v.attrs["kind"] == "causal":
+    if v.of(Mask).kind == "causal":
         return P.call(P.name("_causal_mask"), t, p, P.name("_device"))
-    return P.call(P.name("_block_causal_mask"), t, p, v.attrs["block"], P.name("_device"))
+    return P.call(P.name("_block_causal_mask"), t, p, v.of(Mask).block, P.name("_device"))
 
 
 def _lower_gather(em: _Emitter, v: V):
@@ -808,90 +809,90 @@ def _lower_gather(em: _Emitter, v: V):
 
 def gather_label(table: V, ids: V) -> str:
     """How an error about gather's ids names them: the input (or expression) and the table's leg."""
-    what = f"input {ids.attrs['name']!r}" if ids.op == "ref" else "the ids"
-    tab = repr(table.attrs["name"]) if table.op == "ref" else "the table"
+    what = f"input {ids.of(Ref).name!r}" if ids.op == "ref" else "the ids"
+    tab = repr(table.of(Ref).name) if table.op == "ref" else "the table"
     return f"gather: {what} indexes leg {table.legs[0]!r} of {tab}"
 
 
 def _lower_split(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.path("torch.split"), em.expr(x), P.list_(list(v.attrs["sizes"])), dim=em.dim_of(x, v.attrs["axis"]))
+    return P.call(P.path("torch.split"), em.expr(x), P.list_(list(v.of(Split).sizes)), dim=em.dim_of(x, v.of(Axis).axis))
 
 
 def _lower_concat(em: _Emitter, v: V):
     parts = P.list_([em.expr(x) for x in v.args])
     if any(x.type.batched for x in v.args):  # batch legs broadcast first: torch.cat does not
-        return P.call(P.name("_concat"), parts, em.dim_of(v, v.attrs["axis"]), len(v.legs))
-    return P.call(P.path("torch.cat"), parts, dim=em.dim_of(v, v.attrs["axis"]))
+        return P.call(P.name("_concat"), parts, em.dim_of(v, v.of(Axis).axis), len(v.legs))
+    return P.call(P.path("torch.cat"), parts, dim=em.dim_of(v, v.of(Axis).axis))
 
 
 def _lower_flatten(em: _Emitter, v: V):
     x = v.args[0]
     n = len(x.legs)
-    return P.method(em.expr(x), "flatten", v.attrs["start"] - n, v.attrs["end"] - n)
+    return P.method(em.expr(x), "flatten", v.of(Flatten).start - n, v.of(Flatten).end - n)
 
 
 def _lower_unflatten(em: _Emitter, v: V):
     x = v.args[0]
-    return P.method(em.expr(x), "unflatten", em.dim_of(x, v.attrs["axis"]), P.tuple_(list(v.attrs["sizes"])))
+    return P.method(em.expr(x), "unflatten", em.dim_of(x, v.of(Axis).axis), P.tuple_(list(v.of(Unflatten).sizes)))
 
 
 def _lower_rope(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.name("_rope"), em.expr(x), em.dim_of(x, v.attrs["pos"]), em.dim_of(x, v.attrs["axis"]), v.attrs["base"])
+    return P.call(P.name("_rope"), em.expr(x), em.dim_of(x, v.of(Rope).pos), em.dim_of(x, v.of(Axis).axis), v.of(Rope).base)
 
 
 def _lower_einop(em: _Emitter, v: V):
     """rearrange / reduce / repeat: split legs (unflatten), reduce, reorder (movedim), add legs
     (unsqueeze, expand), merge legs (flatten); every leg counted from the end, so batch legs
     ride along in front."""
-    x, a = v.args[0], v.attrs
-    cls = {aid: c for aid, c, _ in a["axes"]}
+    x, a = v.args[0], v.of(Einop)
+    cls = {aid: c for aid, c, _ in a.axes}
     tree = em.expr(x)
     m = len(x.legs)
-    for i, grp in enumerate(a["left"]):  # first leg to last: the later legs keep their indices
+    for i, grp in enumerate(a.left):  # first leg to last: the later legs keep their indices
         if not grp:
             tree = P.method(tree, "squeeze", i - m)
         elif len(grp) > 1:
             tree = P.method(tree, "unflatten", i - m, P.tuple_([em.size_node(cls[g], v.span) for g in grp]))
-    elem = [g for grp in a["left"] for g in grp]
+    elem = [g for grp in a.left for g in grp]
     k = len(elem)
-    dims = [j - k for j, g in enumerate(elem) if g in a["reduced"]]
-    if a["reduction"] in ("max", "min"):  # a maximum of nothing: legs whose size 0 only the run time can show
-        what = P.const(f"reduce {a['reduction']!r} of {a['pattern']!r}")
+    dims = [j - k for j, g in enumerate(elem) if g in a.reduced]
+    if a.reduction in ("max", "min"):  # a maximum of nothing: legs whose size 0 only the run time can show
+        what = P.const(f"reduce {a.reduction!r} of {a.pattern!r}")
         free = [d for d in dims if em.S.is_free(cls[elem[d + k]])]
         if free:
             tree = P.call(P.name("_nonempty"), tree, P.tuple_(free), what)
-        if a["sum_batch"]:
+        if a.sum_batch:
             tree = P.call(P.name("_nonempty"), tree, k, what)
-    if a["sum_batch"]:  # an ellipsis reduced: the batch legs too, as one leading leg
+    if a.sum_batch:  # an ellipsis reduced: the batch legs too, as one leading leg
         tree = P.call(P.name("_batch_first"), tree, k)
         dims = [-k - 1] + dims
     if dims:
-        tree = _reduction(tree, a["reduction"], dims)
-        elem = [g for g in elem if g not in a["reduced"]]
+        tree = _reduction(tree, a.reduction or "sum", dims)
+        elem = [g for g in elem if g not in a.reduced]
         k = len(elem)
-    final = [g for grp in a["right"] for g in grp]
-    order = [elem.index(g) for g in final if g not in a["new"]]
+    final = [g for grp in a.right for g in grp]
+    order = [elem.index(g) for g in final if g not in a.new]
     if order != list(range(k)):
         tree = _reorder(tree, order)
-    if a["new"]:
+    if a.new:
         for j, g in enumerate(final):
-            if g in a["new"]:  # unsqueeze where the new leg stands, counted from the end
-                after = sum(1 for h in final[j + 1 :] if h not in a["new"])
+            if g in a.new:  # unsqueeze where the new leg stands, counted from the end
+                after = sum(1 for h in final[j + 1 :] if h not in a.new)
                 tree = P.method(tree, "unsqueeze", -after - 1)
-        sizes = [em.size_node(cls[g], v.span) if g in a["new"] else P.const(-1) for g in final]
+        sizes = [em.size_node(cls[g], v.span) if g in a.new else P.const(-1) for g in final]
         if x.type.batched:
             tree = P.call(P.name("_expand_legs"), tree, P.tuple_(sizes))
         else:
             tree = P.method(tree, "expand", *sizes)
-    for gi, grp in enumerate(a["right"]):  # first group to last: the later ones keep their indices
+    for gi, grp in enumerate(a.right):  # first group to last: the later ones keep their indices
         if len(grp) > 1:
-            tail = sum(len(g) for g in a["right"][gi:])
+            tail = sum(len(g) for g in a.right[gi:])
             tree = P.method(tree, "flatten", -tail, -tail + len(grp) - 1)
-    for gi, grp in enumerate(a["right"]):  # legs of size 1 ('1', '()'), counted from the end
+    for gi, grp in enumerate(a.right):  # legs of size 1 ('1', '()'), counted from the end
         if not grp:
-            tree = P.method(tree, "unsqueeze", -sum(1 for g in a["right"][gi + 1 :] if g) - 1)
+            tree = P.method(tree, "unsqueeze", -sum(1 for g in a.right[gi + 1 :] if g) - 1)
     return tree
 
 
@@ -907,13 +908,13 @@ def _reduction(tree, reduction: str, dims: list):
 
 def _lower_select(em: _Emitter, v: V):
     x = v.args[0]
-    axis, i = v.attrs["axis"], v.attrs["index"]
+    axis, i = v.of(Axis).axis, v.of(Select).index
     return P.method(_within(em, x, axis, i, 1, "select"), "select", em.dim_of(x, axis), i)
 
 
 def _lower_slice(em: _Emitter, v: V):
     x = v.args[0]
-    axis, start, length = v.attrs["axis"], v.attrs["start"], v.attrs["length"]
+    axis, start, length = v.of(Axis).axis, v.of(Slice).start, v.of(Slice).length
     return P.method(_within(em, x, axis, start, length, "slice"), "narrow", em.dim_of(x, axis), start, length)
 
 
@@ -966,28 +967,28 @@ LOWER = {
 
 
 def _atom_num(em: _Emitter, v: V):
-    return P.const(v.attrs["value"])
+    return P.const(v.of(Num).value)
 
 
 def _atom_const(em: _Emitter, v: V):
-    return P.const(v.attrs["value"])
+    return P.const(v.of(Num).value)
 
 
 def _atom_dimsize(em: _Emitter, v: V):
-    return em.size_node(v.attrs["cls"], v.span)
+    return em.size_node(v.of(DimSize).cls, v.span)
 
 
 def _atom_ref(em: _Emitter, v: V):
-    name = v.attrs["name"]
-    return _member(P.name("self"), name) if v.attrs["kind"] in ("param", "buffer") else P.name(name)
+    name = v.of(Ref).name
+    return _member(P.name("self"), name) if v.of(Ref).kind in ("param", "buffer") else P.name(name)
 
 
 def _atom_block(em: _Emitter, v: V):
-    inst = v.attrs["instance"]
+    inst = v.of(BlockCall).instance
     args = [em.expr(x) for x in v.args]
     method = em.calls.get(inst)  # None: the block is its class's forward; else one of its other methods
     module = _instance_node(inst)
-    if v.attrs["repeat"] is not None:
+    if v.of(BlockCall).repeat is not None:
         return P.call(P.name("_chain"), module, *args, **({"method": P.const(method)} if method else {}))
     return P.call(P.attr(module, method) if method else module, *args)
 

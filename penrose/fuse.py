@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from penrose.attrs import Einsum, Ref
 from penrose import ir
 from penrose.checked import Checked, V
 from penrose.views import labels_agree, read_counts
@@ -55,8 +56,8 @@ def find_attention(c: Checked, uses: dict | None = None) -> dict:
     taken: set = set()
 
     def resolve(v: V, absorbed: list):
-        while v.op == "ref" and v.attrs["kind"] == "local":
-            key = (v.attrs["name"], v.attrs.get("version", 0))
+        while v.op == "ref" and v.of(Ref).kind == "local":
+            key = (v.of(Ref).name, v.of(Ref).version)
             if uses.get(key, 0) != 1 or key not in defs or id(defs[key]) in taken:
                 return v
             absorbed.append(defs[key])
@@ -85,7 +86,7 @@ def _sums_batch(v: V) -> bool:
 
 
 def _match(final: V, resolve, absorbed) -> Attention | None:
-    (p_legs, v_legs), out = final.attrs["terms"], final.attrs["out"]
+    (p_legs, v_legs), out = final.of(Einsum).terms, final.of(Einsum).out
     probs = resolve(final.args[0], absorbed)
     if probs.op != "softmax":
         return None
@@ -94,19 +95,19 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     mask, kind = None, ""
     if x.op == "where":
         m, a, b = x.args
-        if b.op != "num" or b.attrs["value"] != -math.inf or x.attrs["align"][0] is None:
+        if b.op != "num" or b.attrs.value != -math.inf or x.attrs.align[0] is None:
             return None
-        if any(al is not None and al != tuple(range(len(al))) for al in x.attrs["align"][1:2]):
+        if any(al is not None and al != tuple(range(len(al))) for al in x.attrs.align[1:2]):
             return None
-        if m.op == "mask" and m.attrs["kind"] == "causal":
+        if m.op == "mask" and m.attrs.kind == "causal":
             kind = "causal"
         else:
             kind = "bool"
         mask = m
-        x_mask_align = x.attrs["align"][0]
+        x_mask_align = x.attrs.align[0]
         x = resolve(a, absorbed)
-    elif x.op == "binop" and x.attrs["op"] == "+" and x.args[1].type.dtype == "float" and x.args[1].type.legs:
-        al = x.attrs["align"]
+    elif x.op == "binop" and x.attrs.op == "+" and x.args[1].type.dtype == "float" and x.args[1].type.legs:
+        al = x.attrs.align
         if al[0] != tuple(range(len(x.type.legs))):
             return None
         mask, kind = x.args[1], "additive"
@@ -115,16 +116,16 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     else:
         x_mask_align = None
     scale_op, scale_value = "", 1.0
-    if x.op == "binop" and x.attrs["op"] in ("/", "*") and x.args[1].type.dtype == "scalar":
-        scale_op, scale_value = x.attrs["op"], x.args[1]
+    if x.op == "binop" and x.attrs.op in ("/", "*") and x.args[1].type.dtype == "scalar":
+        scale_op, scale_value = x.attrs.op, x.args[1]
         x = resolve(x.args[0], absorbed)
     if x.op != "einsum" or len(x.args) != 2 or _sums_batch(x) or _sums_batch(final):
         return None
-    (q_legs, k_legs), score_legs = x.attrs["terms"], x.attrs["out"]
+    (q_legs, k_legs), score_legs = x.attrs.terms, x.attrs.out
     # the score's letters as the softmax and final einsum see them
     if tuple(score_legs) != tuple(score_legs_actual) or len(p_legs) != len(score_legs):
         return None
-    s_pos = probs.attrs["axis"]
+    s_pos = probs.attrs.axis
     s = score_legs[s_pos]
     contracted = [l for l in q_legs if l in k_legs and l not in score_legs]
     if len(contracted) != 1 or len(set(q_legs)) != len(q_legs) or len(set(k_legs)) != len(k_legs):

@@ -40,6 +40,7 @@ from typing import Any
 
 import torch
 
+from penrose.attrs import Einop
 from penrose import ir, ops
 from penrose.checked import Checked
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
@@ -352,7 +353,7 @@ class _Frame:
                 done[id(v)] = evaluator(v)(self, v, [done[id(a)] for a in v.args])
             except (RuntimeError, IndexError) as e:  # torch refused: say where, in the diagram's terms
                 first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-                raise PenroseShapeError(f"{ops.key(v) or v.op}: {first}", v.span) from e
+                raise PenroseShapeError(f"{v.key or v.op}: {first}", v.span) from e
         return done[id(root)]
 
 
@@ -389,7 +390,7 @@ def _scalar_safe(fn):
         try:
             return fn(*args)
         except (ZeroDivisionError, ValueError, OverflowError) as e:
-            raise PenroseShapeError(f"{ops.key(v)} of plain numbers {', '.join(map(repr, args))}: {e}", v.span) from None
+            raise PenroseShapeError(f"{v.key} of plain numbers {', '.join(map(repr, args))}: {e}", v.span) from None
 
     return run
 
@@ -425,7 +426,7 @@ def _operator(fn):
     scalar = _scalar_safe(fn)
 
     def evaluate(fr, v, args):
-        align = v.attrs.get("align")
+        align = v.attrs.align
         if align is None:  # two plain numbers
             return scalar(v, *args)
         a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, align))
@@ -452,7 +453,7 @@ def _elementwise(name: str):
         (a,) = args
         if not isinstance(a, torch.Tensor):
             return scalar(v, a)
-        return row.call(a, _Torch, v.attrs)
+        return row.call(a, _Torch, v.attrs.values())
 
     return evaluate
 
@@ -463,8 +464,8 @@ def _minmax(reduce, pair):
 
     def evaluate(fr, v, args):
         if v.op == "reduce":
-            return reduce(args[0], _axis(v.args[0], v.attrs["axis"]))
-        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
+            return reduce(args[0], _axis(v.args[0], v.attrs.axis))
+        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs.align))
         if not isinstance(a, torch.Tensor):
             a, b = b, a
         if not isinstance(b, torch.Tensor):
@@ -475,18 +476,18 @@ def _minmax(reduce, pair):
 
 
 def _num(fr, v, args):
-    return v.attrs["value"]
+    return v.attrs.value
 
 
 def _dimsize(fr, v, args):
-    return fr.size(v.attrs["cls"], v.span)
+    return fr.size(v.attrs.cls, v.span)
 
 
 def _ref(fr, v, args):
-    name, kind = v.attrs["name"], v.attrs["kind"]
+    name, kind = v.attrs.name, v.attrs.kind
     if kind in ("param", "buffer"):
         return fr.param(name, v.span)
-    return fr.env[(name, v.attrs["version"])]
+    return fr.env[(name, v.attrs.version)]
 
 
 def _neg(fr, v, args):
@@ -499,9 +500,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 def _einsum(fr, v, args):
     """torch.einsum with one letter per distinct label (labels are names, possibly synthetic
     '...0' ones); '...' on batched operands, and in the output unless the batch is summed."""
-    terms, out = v.attrs["terms"], tuple(v.attrs["out"])
+    terms, out = v.attrs.terms, tuple(v.attrs.out)
     batched = [x.type.batched for x in v.args]
-    keep_batch = any(batched) and not v.attrs.get("sum_batch", False)
+    keep_batch = any(batched) and not v.attrs.sum_batch
     labels = list(dict.fromkeys([l for t in terms for l in t] + list(out)))
     if len(labels) > len(_LETTERS):
         return _contract_wide(terms, out, batched, keep_batch, args)
@@ -562,11 +563,11 @@ def _spread(x, term, labels):
 
 
 def _softmax(fr, v, args):
-    return torch.softmax(args[0], dim=_axis(v.args[0], v.attrs["axis"]))
+    return torch.softmax(args[0], dim=_axis(v.args[0], v.attrs.axis))
 
 
 def _log_softmax(fr, v, args):
-    return torch.log_softmax(args[0], dim=_axis(v.args[0], v.attrs["axis"]))
+    return torch.log_softmax(args[0], dim=_axis(v.args[0], v.attrs.axis))
 
 
 def _along(w, dim: int):
@@ -576,14 +577,14 @@ def _along(w, dim: int):
 
 def _layernorm(fr, v, args):
     (x,) = args
-    dim = _axis(v.args[0], v.attrs["axis"])
+    dim = _axis(v.args[0], v.attrs.axis)
     mean = x.mean(dim, keepdim=True)
     var = (x - mean).pow(2).mean(dim, keepdim=True)
-    y = (x - mean) / torch.sqrt(var + v.attrs["eps"])
-    if v.attrs["weight"]:
-        y = y * _along(fr.param(v.attrs["weight"], v.span), dim)
-    if v.attrs["bias"]:
-        y = y + _along(fr.param(v.attrs["bias"], v.span), dim)
+    y = (x - mean) / torch.sqrt(var + v.attrs.eps)
+    if v.attrs.weight:
+        y = y * _along(fr.param(v.attrs.weight, v.span), dim)
+    if v.attrs.bias:
+        y = y + _along(fr.param(v.attrs.bias, v.span), dim)
     return y
 
 
@@ -595,12 +596,12 @@ def _wide(dtype):
 def _rmsnorm(fr, v, args):
     """RMSNorm over one leg, in float32 (float64 in a float64 model: the language says so), cast back."""
     (x,) = args
-    dim = _axis(v.args[0], v.attrs["axis"])
+    dim = _axis(v.args[0], v.attrs.axis)
     wide = _wide(x.dtype)
     xf = x.to(wide)
-    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.attrs["eps"])
-    if v.attrs["weight"]:
-        y = y * _along(fr.param(v.attrs["weight"], v.span).to(wide), dim)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.attrs.eps)
+    if v.attrs.weight:
+        y = y * _along(fr.param(v.attrs.weight, v.span).to(wide), dim)
     return y.to(x.dtype)
 
 
@@ -612,23 +613,23 @@ def _kept(x, k, dim):
 
 def _topk(fr, v, args):
     (x,) = args
-    keep = _kept(x, v.attrs["k"], _axis(v.args[0], v.attrs["axis"]))
+    keep = _kept(x, v.attrs.k, _axis(v.args[0], v.attrs.axis))
     return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def _topk_mask(fr, v, args):
-    return _kept(args[0], v.attrs["k"], _axis(v.args[0], v.attrs["axis"]))
+    return _kept(args[0], v.attrs.k, _axis(v.args[0], v.attrs.axis))
 
 
 def _reduce(fn):
     def evaluate(fr, v, args):
-        return fn(args[0], _axis(v.args[0], v.attrs["axis"]))
+        return fn(args[0], _axis(v.args[0], v.attrs.axis))
 
     return evaluate
 
 
 def _dropout(fr, v, args):
-    return torch.nn.functional.dropout(args[0], v.attrs["p"], fr.interp.training)
+    return torch.nn.functional.dropout(args[0], v.attrs.p, fr.interp.training)
 
 
 def _detach(fr, v, args):
@@ -636,11 +637,11 @@ def _detach(fr, v, args):
 
 
 def _clamp(fr, v, args):
-    return torch.clamp(args[0], min=v.attrs["min"], max=v.attrs["max"])
+    return torch.clamp(args[0], min=v.attrs.min, max=v.attrs.max)
 
 
 def _where(fr, v, args):
-    m, a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs["align"]))
+    m, a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs.align))
     if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):  # two numbers: a float tensor
         a = torch.tensor(a, dtype=fr.dtype, device=m.device)
     return torch.where(m, a, b)
@@ -651,8 +652,8 @@ def _mask(fr, v, args):
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
-    if v.attrs["kind"] == "block_causal":
-        t, p = t // v.attrs["block"], p // v.attrs["block"]
+    if v.attrs.kind == "block_causal":
+        t, p = t // v.attrs.block, p // v.attrs.block
     return p[None, :] <= t[:, None]
 
 
@@ -661,8 +662,8 @@ def _gather(fr, v, args):
     n = table.shape[table.dim() - len(v.args[0].legs)]
     src, what = v.args[1], "the ids"
     if src.op == "ref":
-        what = f"input {src.attrs['name']!r}"
-    tab = repr(v.args[0].attrs["name"]) if v.args[0].op == "ref" else "the table"
+        what = f"input {src.attrs.name!r}"
+    tab = repr(v.args[0].attrs.name) if v.args[0].op == "ref" else "the table"
     label = f"gather: {what} indexes leg {v.args[0].legs[0]!r} of {tab}"
     if ids.dtype not in _ID_DTYPES:  # a uint8 or bool tensor would index as a mask
         raise PenroseShapeError(f"{label}: ids must be torch.int64 or torch.int32, got {ids.dtype}", v.span)
@@ -675,9 +676,9 @@ def _gather(fr, v, args):
 
 def _split(fr, v, args):
     (x,) = args
-    dim = _axis(v.args[0], v.attrs["axis"])
+    dim = _axis(v.args[0], v.attrs.axis)
     parts, start = [], 0
-    for n in v.attrs["sizes"]:
+    for n in v.attrs.sizes:
         parts.append(x.narrow(dim, start, n))
         start += n
     if start != x.shape[dim]:
@@ -690,19 +691,19 @@ def _concat(fr, v, args):
     n = len(v.legs)
     lead = torch.broadcast_shapes(*(x.shape[: x.dim() - n] for x in args))
     parts = [x.expand(*lead, *x.shape[x.dim() - n :]) for x in args]
-    return torch.cat(parts, dim=_axis(v, v.attrs["axis"]))
+    return torch.cat(parts, dim=_axis(v, v.attrs.axis))
 
 
 def _unflatten(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
-    return x.reshape(*x.shape[:dim], *v.attrs["sizes"], *x.shape[dim + 1 :])
+    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
+    return x.reshape(*x.shape[:dim], *v.attrs.sizes, *x.shape[dim + 1 :])
 
 
 def _flatten(fr, v, args):
     (x,) = args
     n = len(v.args[0].legs)
-    a, b = x.dim() - n + v.attrs["start"], x.dim() - n + v.attrs["end"]
+    a, b = x.dim() - n + v.attrs.start, x.dim() - n + v.attrs.end
     return x.reshape(*x.shape[:a], -1 if x.numel() else math.prod(x.shape[a : b + 1]), *x.shape[b + 1 :])
 
 
@@ -711,46 +712,46 @@ def _einop(fr, v, args):
     one reshape to the elementary axes, one permute (reduced axes last, then flattened into one
     and reduced), new axes broadcast by expand, one reshape to the result, the batch restored."""
     (x,) = args
-    a = v.attrs
+    a = v.of(Einop)
     n = len(v.args[0].legs)
     batch = list(x.shape[: x.dim() - n])
     nb = math.prod(batch)
     leg_sizes = list(x.shape[x.dim() - n :])
-    cls = {aid: c for aid, c, _ in a["axes"]}
+    cls = {aid: c for aid, c, _ in a.axes}
     size = {}
-    for grp, s in zip(a["left"], leg_sizes):
+    for grp, s in zip(a.left, leg_sizes):
         if len(grp) == 1:
             size[grp[0]] = s
         for g in grp if len(grp) > 1 else ():
             size[g] = fr.size(cls[g], v.span)
-    for g in a["new"]:
+    for g in a.new:
         size[g] = fr.size(cls[g], v.span)
-    elem = [g for grp in a["left"] for g in grp]
+    elem = [g for grp in a.left for g in grp]
     y = x.reshape([nb] + [size[g] for g in elem])
-    final = [g for grp in a["right"] for g in grp]
-    kept = [g for g in final if g not in a["new"]]
+    final = [g for grp in a.right for g in grp]
+    kept = [g for g in final if g not in a.new]
     reduced = [g for g in elem if g not in kept]
     y = y.permute([0] + [1 + elem.index(g) for g in kept + reduced])
     r = math.prod(size[g] for g in reduced)
-    if a["sum_batch"]:  # the batch axis is reduced with the rest: move it last too
+    if a.sum_batch:  # the batch axis is reduced with the rest: move it last too
         y = y.movedim(0, -1).reshape(*[size[g] for g in kept], r * nb)
     elif reduced:
         y = y.reshape(nb, *[size[g] for g in kept], r)
-    if reduced or a["sum_batch"]:
+    if reduced or a.sum_batch:
         y = {"sum": lambda t: t.sum(-1), "mean": lambda t: t.mean(-1), "max": lambda t: t.amax(-1),
-             "min": lambda t: t.amin(-1), "prod": lambda t: t.prod(-1)}[a["reduction"]](y)
-    lead = [] if a["sum_batch"] else [nb]
-    if a["new"]:
-        y = y.reshape(lead + [1 if g in a["new"] else size[g] for g in final]).expand(lead + [size[g] for g in final])
-    out = [math.prod(size[g] for g in grp) for grp in a["right"]]
-    return y.reshape(([] if a["sum_batch"] else batch) + out)
+             "min": lambda t: t.amin(-1), "prod": lambda t: t.prod(-1)}[a.reduction](y)
+    lead = [] if a.sum_batch else [nb]
+    if a.new:
+        y = y.reshape(lead + [1 if g in a.new else size[g] for g in final]).expand(lead + [size[g] for g in final])
+    out = [math.prod(size[g] for g in grp) for grp in a.right]
+    return y.reshape(([] if a.sum_batch else batch) + out)
 
 
 def _select(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
-    _inside(x, dim, v.attrs["index"], 1, f"select of leg {v.args[0].legs[v.attrs['axis']]!r}", v.span)
-    return x[(slice(None),) * dim + (v.attrs["index"],)]
+    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
+    _inside(x, dim, v.attrs.index, 1, f"select of leg {v.args[0].legs[v.attrs.axis]!r}", v.span)
+    return x[(slice(None),) * dim + (v.attrs.index,)]
 
 
 def _inside(x, dim, start, length, what, span):
@@ -764,9 +765,9 @@ def _inside(x, dim, start, length, what, span):
 
 def _slice(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs["axis"])
-    start, length = v.attrs["start"], v.attrs["length"]
-    _inside(x, dim, start, length, f"slice of leg {v.args[0].legs[v.attrs['axis']]!r}", v.span)
+    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
+    start, length = v.attrs.start, v.attrs.length
+    _inside(x, dim, start, length, f"slice of leg {v.args[0].legs[v.attrs.axis]!r}", v.span)
     start = start + x.shape[dim] if start < 0 else start
     return x[(slice(None),) * dim + (slice(start, start + length),)]
 
@@ -777,10 +778,10 @@ def _rope(fr, v, args):
     (x,) = args
     src = v.args[0]
     legs = len(src.legs)
-    pos, axis = v.attrs["pos"], v.attrs["axis"]
+    pos, axis = v.attrs.pos, v.attrs.axis
     n, length = x.shape[_axis(src, axis)], x.shape[_axis(src, pos)]
     wide = _wide(x.dtype)
-    inv_freq = 1.0 / (v.attrs["base"] ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
+    inv_freq = 1.0 / (v.attrs.base ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
     angle = torch.arange(length, device=x.device, dtype=wide)[:, None] * inv_freq[None, :]
     angle = torch.cat([angle, angle], dim=-1)  # (position, rotated)
     if pos > axis:
@@ -796,13 +797,13 @@ def _rope(fr, v, args):
 
 
 def _block(fr, v, args):
-    blk = fr.body.blocks[v.attrs["block"]]
-    inst = v.attrs["instance"]
-    if v.attrs["repeat"] is None:
+    blk = fr.body.blocks[v.attrs.block]
+    inst = v.attrs.instance
+    if v.attrs.repeat is None:
         outs = _call_block(fr, blk, f"{fr.prefix}{inst}.", args)
     else:
         x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
-        for i in range(v.attrs["repeat"]):
+        for i in range(v.attrs.repeat):
             (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)
@@ -874,7 +875,7 @@ ATOMS = {"num": _num, "const": _num, "dimsize": _dimsize, "ref": _ref, "block": 
 
 def evaluator(v):
     """The function that evaluates a checked value: its operation's, or its atom's."""
-    name = ops.key(v)
+    name = v.key
     fn = OPERATIONS.get(name) if name is not None else ATOMS.get(v.op)
     if fn is None:  # pragma: no cover - a new operation without an evaluator (a test keeps the tables equal)
         raise PenroseError(f"the interpreter cannot evaluate operation {name or v.op!r}", v.span)

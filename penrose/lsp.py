@@ -637,7 +637,7 @@ class Analyzer:
         v, vr, s = best
         if not all(res.fresh(i) for i in range(vr.line, vr.end_line + 1)):
             return None
-        lines = [f"**einsum** `'{v.attrs.get('spec', '')}'`", "", "```", _einsum_text(v, s), "```"]
+        lines = [f"**einsum** `'{v.attrs.spec}'`", "", "```", _einsum_text(v, s), "```"]
         try:
             plan = einsum_plan(c, v)
         except PenroseError as e:
@@ -925,7 +925,7 @@ def _describe_op(op) -> str:
 
 def _einsum_text(v, s) -> str:
     """`q[t, e] = Σ_d Z[t, d] · W_q[d, e]`: the einsum as an index equation, in plain text."""
-    terms, out = v.attrs.get("terms", ()), v.attrs.get("out", ())
+    terms, out = v.attrs.terms, v.attrs.out
     from penrose.fmt import format_expr
 
     exprs = s.stmt.values if isinstance(s.stmt, ir.Return) else (getattr(s.stmt, "value", None),)
@@ -934,7 +934,7 @@ def _einsum_text(v, s) -> str:
     names = []
     for i, a in enumerate(v.args):
         if getattr(a, "op", None) == "ref":
-            names.append(a.attrs.get("name"))
+            names.append(a.attrs.name)
         elif call is not None and i + 1 < len(call.args):
             names.append(f"({_clip(format_expr(call.args[i + 1]), 40)})")
         else:

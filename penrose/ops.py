@@ -32,7 +32,7 @@ and the language reference's function list are written from this table:
 
 >>> OPS["layernorm"].keyword("eps").rule
 'positive'
->>> key_of("unary", {"name": "gelu"})
+>>> key_of("unary", Unary("gelu"))
 'gelu'
 >>> round(OPS["gelu"].form(1.0, SCALAR), 6)
 0.841345
@@ -44,6 +44,32 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+from penrose.attrs import (
+    Attrs,
+    BinOp,
+    Clamp,
+    Concat,
+    Dropout,
+    Einop,
+    Einsum,
+    Flatten,
+    LayerNorm,
+    Mask,
+    NoAttrs,
+    Pair,
+    Reduce,
+    RMSNorm,
+    Rope,
+    Select,
+    Slice,
+    Softmax,
+    Split,
+    TopK,
+    Unary,
+    Unflatten,
+    Where,
+)
 
 # keyword kinds: what may be written for a keyword
 NUMBER = "number"  # a number literal (inf where the rule allows)
@@ -108,6 +134,7 @@ class Op:
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
     axis_lengths: bool = False  # takes einops' NAME=size keywords for the dims of its pattern
     rule: str | None = None  # the checker's type rule (penrose.checker.TYPE_RULES); None: an operator
+    attrs: tuple[type[Attrs], ...] = ()  # the record(s) of penrose.attrs its checked value carries
     # an element-wise function (see the module docstring)
     torch: str | None = None
     form: Callable[..., Any] | None = None
@@ -133,13 +160,13 @@ class Op:
         parts += [f"{k.name}={k.default!r}" if k.default is not None else f"{k.name}=..." for k in named]
         return f"{self.name}({', '.join(parts)})"
 
-    def call(self, x: Any, m: Any, attrs: dict[str, Any] | None = None) -> Any:
+    def call(self, x: Any, m: Any, values: dict[str, Any] | None = None) -> Any:
         """This element-wise function of `x` in the primitives of namespace `m` (SCALAR, or
-        one that computes on tensors); keyword values from `attrs`, else their defaults."""
+        one that computes on tensors); keyword values from `values`, else their defaults."""
         if self.form is None:
             raise TypeError(f"{self.name} is not an element-wise function of the table")
-        attrs = attrs or {}
-        return self.form(x, m, **{k.name: attrs.get(k.name, k.default) for k in self.keywords})
+        values = values or {}
+        return self.form(x, m, **{k.name: values.get(k.name, k.default) for k in self.keywords})
 
 
 class SCALAR:
@@ -179,12 +206,13 @@ ALIGNED = "the operands' legs aligned by name (or by position when the counts ma
 def _unary(name: str, doc: str, torch: str, form: Callable[..., Any], label: str, latex: str, reading: str,
            keywords: tuple[Kw, ...] = (), scalar: bool = False, aten: str | None = None, args: tuple[str, ...] = ("x",)) -> Op:
     """An element-wise function: one row (positional arguments after x are its keywords in order)."""
-    return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, rule="elementwise",
+    return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, rule="elementwise", attrs=(Unary,),
               torch=torch, form=form, label=label, latex=latex, reading=reading, aten=aten)
 
 
 def _binary(op: str, doc: str) -> Op:
-    return Op(op, "operator", ("a", "b"), 2, 2, (), ALIGNED, doc, scalar=op not in ("<", "<=", ">", ">=", "==", "!="))
+    return Op(op, "operator", ("a", "b"), 2, 2, (), ALIGNED, doc, scalar=op not in ("<", "<=", ">", ">=", "==", "!="),
+              attrs=(BinOp,))
 
 
 def _minmax(name: str, word: str) -> Op:
@@ -192,7 +220,7 @@ def _minmax(name: str, word: str) -> Op:
     return Op(name, "leg", ("x", "leg"), 1, 2, (_LEG,),
               "its operand's legs without the reduced leg; of two operands, their legs aligned",
               f"{word} over a leg ({name}(x, k)), or of two operands entry by entry ({name}(a, b): a tensor or a number)",
-              rule="minmax")
+              rule="minmax", attrs=(Reduce, Pair))
 
 
 _LEG = Kw("dim", LEG)
@@ -265,65 +293,65 @@ _ROWS = [
     _binary(">=", "comparison: a bool mask"),
     _binary("==", "comparison: a bool mask"),
     _binary("!=", "comparison: a bool mask"),
-    Op("neg", "operator", ("x",), 1, 1, (), SAME, "unary minus", scalar=True),
+    Op("neg", "operator", ("x",), 1, 1, (), SAME, "unary minus", scalar=True, attrs=(NoAttrs,)),
     # contraction
     Op("einsum", "contraction", ("spec", "*operands"), 2, None, (),
-       "the output term of the spec", "contract the operands' legs as the spec says (torch.einsum's rules)", rule="einsum"),
+       "the output term of the spec", "contract the operands' legs as the spec says (torch.einsum's rules)", rule="einsum", attrs=(Einsum,)),
     # over one leg
-    Op("softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "normalise exp(x) to sum to one along a leg", rule="softmax"),
-    Op("log_softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "log of softmax along a leg (stable)", rule="softmax"),
+    Op("softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "normalise exp(x) to sum to one along a leg", rule="softmax", attrs=(Softmax,)),
+    Op("log_softmax", "leg", ("x", "leg"), 1, 2, (_LEG,), SAME, "log of softmax along a leg (stable)", rule="softmax", attrs=(Softmax,)),
     Op("layernorm", "leg", ("x", "leg"), 1, 2,
        (_LEG, Kw("weight", PARAM), Kw("bias", PARAM), Kw("eps", NUMBER, 1e-5, "positive")),
-       SAME, "centre and scale to unit variance along a leg, then weight and bias", rule="layernorm"),
+       SAME, "centre and scale to unit variance along a leg, then weight and bias", rule="layernorm", attrs=(LayerNorm,)),
     Op("rmsnorm", "leg", ("x", "leg"), 1, 2,
        (_LEG, Kw("weight", PARAM), Kw("eps", NUMBER, 1e-5, "positive")),
-       SAME, "scale to unit root mean square along a leg (in float32, float64 in a float64 model), then weight", rule="rmsnorm"),
+       SAME, "scale to unit root mean square along a leg (in float32, float64 in a float64 model), then weight", rule="rmsnorm", attrs=(RMSNorm,)),
     Op("topk", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME,
-       "keep the k largest entries along a leg, zero the rest", rule="topk"),
+       "keep the k largest entries along a leg, zero the rest", rule="topk", attrs=(TopK,)),
     Op("topk_mask", "leg", ("x", "leg"), 1, 2, (_LEG, Kw("k", INT, None, "positive")), SAME + " (a bool mask)",
-       "true at the k largest entries along a leg", rule="topk_mask"),
-    Op("sum", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the summed leg", "sum over a leg", rule="reduce"),
-    Op("mean", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the averaged leg", "mean over a leg", rule="reduce"),
+       "true at the k largest entries along a leg", rule="topk_mask", attrs=(TopK,)),
+    Op("sum", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the summed leg", "sum over a leg", rule="reduce", attrs=(Reduce,)),
+    Op("mean", "leg", ("x", "leg"), 1, 2, (_LEG,), "its operand's legs without the averaged leg", "mean over a leg", rule="reduce", attrs=(Reduce,)),
     _minmax("max", "maximum"),
     _minmax("min", "minimum"),
     # element-wise with options
     Op("dropout", "elementwise", ("x", "p"), 1, 2, (Kw("p", NUMBER, 0.1, "probability"),), SAME,
-       "zero entries with probability p while training (scaled by 1/(1-p)); identity in eval", rule="dropout"),
-    Op("detach", "elementwise", ("x",), 1, 1, (), SAME, "the same values, no gradient flows back", rule="detach"),
+       "zero entries with probability p while training (scaled by 1/(1-p)); identity in eval", rule="dropout", attrs=(Dropout,)),
+    Op("detach", "elementwise", ("x",), 1, 1, (), SAME, "the same values, no gradient flows back", rule="detach", attrs=(NoAttrs,)),
     Op("clamp", "elementwise", ("x", "min", "max"), 1, 3,
        (Kw("min", NUMBER_OR_DIM, None, "bound"), Kw("max", NUMBER_OR_DIM, None, "bound")), SAME,
-       "limit entries to [min, max]", rule="clamp"),
-    Op("where", "elementwise", ("mask", "a", "b"), 3, 3, (), ALIGNED, "a where the mask is true, else b", rule="where"),
+       "limit entries to [min, max]", rule="clamp", attrs=(Clamp,)),
+    Op("where", "elementwise", ("mask", "a", "b"), 3, 3, (), ALIGNED, "a where the mask is true, else b", rule="where", attrs=(Where,)),
     # masks
     Op("causal", "mask", ("t", "p"), 2, 2, (), "the two dims given (a bool mask)", "true where key p may be seen by query t (p ≤ t)",
-       rule="causal"),
+       rule="causal", attrs=(Mask,)),
     Op("block_causal", "mask", ("t", "p"), 2, 2, (Kw("block", INT, None, "positive"),), "the two dims given (a bool mask)",
-       "true where p's block is not after t's (bidirectional inside blocks of the given size)", rule="block_causal"),
+       "true where p's block is not after t's (bidirectional inside blocks of the given size)", rule="block_causal", attrs=(Mask,)),
     # indexing and shapes
     Op("gather", "index", ("table", "ids"), 2, 2, (), "the ids' legs, then the table's legs after the first",
-       "pick rows of a table by integer ids (an embedding lookup)", rule="gather"),
+       "pick rows of a table by integer ids (an embedding lookup)", rule="gather", attrs=(NoAttrs,)),
     Op("split", "shape", ("x", "leg", "parts"), 3, 3, (), "one tensor per part, the leg replaced by the part's dim",
-       "cut a leg into consecutive pieces", rule="split"),
+       "cut a leg into consecutive pieces", rule="split", attrs=(Split,)),
     Op("concat", "shape", ("parts", "leg", "into"), 3, 3, (), "the first part's legs, the joined leg replaced by `into`",
-       "join tensors along a leg", rule="concat"),
+       "join tensors along a leg", rule="concat", attrs=(Concat,)),
     Op("flatten", "shape", ("x", "legs", "into"), 3, 3, (), "the adjacent legs merged into `into`",
-       "merge adjacent legs into one", rule="flatten"),
+       "merge adjacent legs into one", rule="flatten", attrs=(Flatten,)),
     Op("unflatten", "shape", ("x", "leg", "parts"), 3, 3, (), "the leg split into the given dims",
-       "split one leg into several", rule="unflatten"),
+       "split one leg into several", rule="unflatten", attrs=(Unflatten,)),
     Op("rearrange", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says", axis_lengths=True, rule="einop"),
+       "reorder legs, merge them ('(h d)') and split them, as einops.rearrange's pattern says", axis_lengths=True, rule="einop", attrs=(Einop,)),
     Op("reduce", "shape", ("x", "pattern", "reduction"), 2, 3, (), "the right side of the pattern, a leg per entry",
        "reduce the legs the right side leaves out ('sum', 'mean', 'max', 'min' or 'prod'; by position or "
-       "reduction=), as einops.reduce", axis_lengths=True, rule="einop"),
+       "reduction=), as einops.reduce", axis_lengths=True, rule="einop", attrs=(Einop,)),
     Op("repeat", "shape", ("x", "pattern"), 2, 2, (), "the right side of the pattern, a leg per entry",
-       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat", axis_lengths=True, rule="einop"),
+       "copy the operand along the new legs of the right side (their dims' sizes), as einops.repeat", axis_lengths=True, rule="einop", attrs=(Einop,)),
     Op("select", "index", ("x", "leg", "index"), 3, 3, (), "its operand's legs without the selected leg",
-       "pick one index of a leg (a contraction with a basis vector); the leg disappears", rule="select"),
+       "pick one index of a leg (a contraction with a basis vector); the leg disappears", rule="select", attrs=(Select,)),
     Op("slice", "index", ("x", "leg", "start", "length", "into"), 4, 5, (Kw("into", DIM),),
        "its operand's legs, the sliced leg replaced by `into`",
-       "keep `length` consecutive indices of a leg from `start` (torch.narrow) as a smaller declared dim", rule="slice"),
+       "keep `length` consecutive indices of a leg from `start` (torch.narrow) as a smaller declared dim", rule="slice", attrs=(Slice,)),
     Op("rope", "shape", ("x", "pos", "leg"), 3, 3, (Kw("base", NUMBER_OR_DIM, 10000.0, "positive"),), SAME,
-       "rotary position embedding (rotate-half) of a leg by the position leg", rule="rope"),
+       "rotary position embedding (rotate-half) of a leg by the position leg", rule="rope", attrs=(Rope,)),
 ]
 
 OPS: dict[str, Op] = {op.name: op for op in _ROWS}
@@ -333,20 +361,16 @@ OPERATORS = frozenset(n for n, op in OPS.items() if op.category == "operator")
 ELEMENTWISE = frozenset(n for n, op in OPS.items() if op.torch is not None)
 
 
-def key_of(code: str, attrs: dict[str, Any]) -> str | None:
-    """The table name of a checked value (check.V): its op code refined by its attributes.
-    None for atoms (numbers, references, sizes) and for statements (block calls, return)."""
-    if code in ("unary", "sfunc", "reduce", "pair"):
-        return str(attrs["name"])
-    if code in ("mask", "einop"):
-        return str(attrs["kind"])
-    if code in ("binop", "sbin"):
-        return str(attrs["op"])
+def key_of(code: str, attrs: Attrs) -> str | None:
+    """The table name of a checked value (checked.V, which stores it as `V.key`): its op code
+    refined by its attributes. None for atoms (numbers, references, sizes) and for statements
+    (block calls, return)."""
+    if isinstance(attrs, (Unary, Reduce, Pair)):
+        return attrs.name
+    if isinstance(attrs, (Mask, Einop)):
+        return attrs.kind
+    if isinstance(attrs, BinOp):
+        return attrs.op
     if code in OPS:
         return code
     return None
-
-
-def key(v: Any) -> str | None:
-    """`key_of` for a checked value."""
-    return key_of(v.op, v.attrs)

@@ -7,6 +7,7 @@ of the block: each call, times its `repeat` count, times the runs of the body th
 
 from __future__ import annotations
 
+from penrose.attrs import Einsum
 from penrose import ir
 from penrose.checker import Checked, V
 from penrose.fmt import format_stmt
@@ -38,11 +39,11 @@ def einsum_plan(c: Checked, v: V) -> Plan:
     """The plan of one checked einsum for the diagram's bound sizes (free legs at 64), the
     compiler's plan; a step with more than 52 legs is a PenroseCompileError at the einsum."""
     sizes: dict[str, int] = {}
-    for t, o in zip(v.attrs["terms"], v.args):
+    for t, o in zip(v.of(Einsum).terms, v.args):
         for leg, cl in zip(t, o.type.cls):  # a leg of size 1 broadcasts: the larger size, as compiled
             sizes[leg] = max(sizes.get(leg, 1), c.sizes.size(cl) or 64)
     try:
-        return plan_einsum(v.attrs["terms"], v.attrs["out"], sizes)
+        return plan_einsum(v.of(Einsum).terms, v.of(Einsum).out, sizes)
     except TooManyLegs as e:
         raise PenroseCompileError(str(e), v.span) from None
 
@@ -52,7 +53,7 @@ def _calls(body: Checked) -> list[tuple[str, int]]:
     calls = []
     for s in body.stmts:
         if s.value is not None:
-            calls += [(x.attrs["block"], x.attrs.get("repeat") or 1) for x in _values(s.value) if x.op == "block"]
+            calls += [(x.attrs.block, x.attrs.repeat or 1) for x in _values(s.value) if x.op == "block"]
     return calls
 
 

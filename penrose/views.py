@@ -14,7 +14,7 @@ explanations and the gallery (STYLE.md, "The IR": derived views are functions, n
   was computed from.
 
 Einsum specs have one parser, `penrose.einsum_spec`; the checker stores each einsum's resolved
-labels in its value (`attrs['terms']`, `attrs['out']`), so no back end reads a spec again.
+labels in its value (`attrs.terms`, `attrs.out`), so no back end reads a spec again.
 
     >>> from penrose.checker import check
     >>> from penrose.parser import parse
@@ -30,6 +30,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from penrose.attrs import Einsum, Ref
 from penrose import ir
 from penrose.checked import Checked, CStmt, V
 from penrose.errors import Span
@@ -237,14 +238,14 @@ def values(v):
 
 def refs(v) -> set[str]:
     """The names a value reads."""
-    return {x.attrs["name"] for x in values(v) if x.op == "ref"}
+    return {x.attrs.name for x in values(v) if x.op == "ref"}
 
 
 def labels_agree(sizes, v: V) -> bool:
     """Every label of the einsum `v` binds legs of one size class (`sizes`: the `Sizes`), so
     no leg of size 1 broadcasts inside it."""
     seen: dict = {}
-    for term, a in zip(v.attrs["terms"], v.args):
+    for term, a in zip(v.of(Einsum).terms, v.args):
         for label, cl in zip(term, a.type.cls):
             if seen.setdefault(label, sizes.find(cl)) != sizes.find(cl):
                 return False
@@ -293,7 +294,7 @@ def uses(c: Checked) -> dict:
             if not isinstance(v, V):
                 continue
             if v.op == "ref":
-                key = (v.attrs["name"], v.attrs.get("version", 0))
+                key = (v.of(Ref).name, v.of(Ref).version)
                 e, o, out = counts.get(key, NOT_READ)
                 counts[key] = Reads(e + 1, o, out) if in_einsum else Reads(e, o + 1, out)
                 continue

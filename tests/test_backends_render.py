@@ -22,7 +22,6 @@ from penrose.rendering.equations import latex_to_svg, to_latex, value_entry
 from penrose.rendering.explain import READING, _Reader, statement_latex, statement_readings, statements
 from penrose.rendering.figure import FIGURE, MAX_NODES, Options, build_figure
 from penrose.ops import OPS
-from penrose.ops import key as op_key
 from penrose.stack import deep
 from penrose.views import values
 
@@ -106,7 +105,7 @@ def every():
     found = {}  # operation name -> (statement number, statement, the value)
     for n, s in enumerate(statements(c), 1):
         for v in values(s.value):
-            key = op_key(v)
+            key = v.key
             if key is not None and key not in found:
                 found[key] = (n, s, v)
     return c, found

@@ -46,7 +46,6 @@ from penrose import ir
 from penrose.errors import PenroseError, PenroseShapeError, PenroseWarning
 from penrose.interpreter import Interpreter
 from penrose.ops import OPS
-from penrose.ops import key as op_key
 from penrose.parser import parse
 
 from program_strategies import deep_programs, programs
@@ -121,7 +120,7 @@ def input_specs(checked, resize=None):
         for v in _values(s.value):
             if v.op == "gather" and v.args[1].op == "ref":
                 n = checked.size(v.args[0].type.cls[0])
-                name = v.args[1].attrs["name"]
+                name = v.args[1].attrs.name
                 bounds[name] = min(bounds.get(name, n), n)
     specs = []
     for d in checked.inputs:
@@ -464,7 +463,7 @@ def test_every_operation_is_drawn():
             warnings.simplefilter("ignore", PenroseWarning)
             checked = penrose.load(program.text)
         for v in _all_values(checked):
-            k = op_key(v)
+            k = v.key
             if k is not None:
                 seen.add(k)
             atoms.add(v.op)

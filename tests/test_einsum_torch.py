@@ -426,7 +426,7 @@ def _einsum_value(c):
 @pytest.mark.parametrize("text,attrs,batched", BATCH_CASES, ids=[t.split("einsum(")[1].split(",")[0] for t, _, _ in BATCH_CASES])
 def test_batch_contract(text, attrs, batched):
     v = _einsum_value(penrose.load(text))
-    assert (v.attrs["terms"], v.attrs["out"], v.attrs["sum_batch"]) == attrs
+    assert (v.attrs.terms, v.attrs.out, v.attrs.sum_batch) == attrs
     assert v.type.batched == batched
 
 
@@ -435,8 +435,8 @@ def _run_batched(text, batch):
     model = penrose.compile(text, seed=0).double()
     c = model.penrose_checked
     v = _einsum_value(c)
-    spec = v.attrs["spec"]
-    names = [a.attrs["name"] for a in v.args]
+    spec = v.attrs.spec
+    names = [a.attrs.name for a in v.args]
     params = dict(model.named_parameters())
     g = torch.Generator().manual_seed(0)
     inputs = {}
@@ -449,7 +449,7 @@ def _run_batched(text, batch):
     for _ in batch if inputs else ():
         fn = torch.vmap(fn, in_dims=tuple(0 if n in inputs else None for n in names))
     want = fn(*operands)
-    if v.attrs["sum_batch"] and inputs:
+    if v.attrs.sum_batch and inputs:
         want = want.sum(tuple(range(len(batch))))
     _assert_same(got, want, list(inputs.values()) + list(params.values()))
 

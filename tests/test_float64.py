@@ -15,7 +15,6 @@ import torch
 
 import penrose
 from penrose.ops import OPS
-from penrose.ops import key as op_key
 
 HEAD = "dim a = 3, b = 4, p = 3, v = 5, s = 1, r = 3, h = 2, k = 2, q = 2\ndim ab = a * b, hk = h * k\n"
 XY = "input x[a, b]\ninput y[a, b]\n"
@@ -84,7 +83,7 @@ def _ops_of(checked) -> set:
     found, stack = set(), [s.value for s in checked.stmts if s.value is not None]
     while stack:
         v = stack.pop()
-        k = op_key(v)
+        k = v.key
         if k is not None:
             found.add(k)
         stack.extend(v.args)

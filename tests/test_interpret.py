@@ -210,7 +210,7 @@ def _zoo_inputs(c, seed=0):
             stack.extend(v.args)
             if v.op == "gather" and v.args[1].op == "ref":
                 n = c.size(v.args[0].type.cls[0])
-                bounds[v.args[1].attrs["name"]] = min(n, bounds.get(v.args[1].attrs["name"], n))
+                bounds[v.args[1].attrs.name] = min(n, bounds.get(v.args[1].attrs.name, n))
     g = torch.Generator().manual_seed(seed)
     out = {}
     for d in c.inputs:

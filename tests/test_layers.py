@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 #: longer glob a shorter one, so `penrose.rendering.gallery` sits with the apps, the rest of
 #: `penrose.rendering.*` with the back ends.
 LAYERS: list[tuple[str, list[str]]] = [
-    ("base", ["penrose.errors", "penrose.stack", "penrose.ops", "penrose.pyast", "penrose.io",
+    ("base", ["penrose.errors", "penrose.stack", "penrose.ops", "penrose.attrs", "penrose.pyast", "penrose.io",
               "penrose.display", "penrose.grammar"]),  # grammar: the .lark file's package
     ("ir", ["penrose.ir"]),
     ("parse", ["penrose.parser", "penrose.fmt"]),

@@ -123,7 +123,7 @@ output m, r, s
     seen = set()
 
     def visit(v):
-        k = ops.key(v)
+        k = v.key
         if k is not None:
             assert k in ops.OPS
             seen.add(k)

@@ -22,8 +22,8 @@ from collections.abc import Iterable
 import sympy
 from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
+from penrose.attrs import BinOp, Einop, Pair, Where
 from penrose import ops
-from penrose.ops import key as op_key
 from penrose.rendering.readings import ELLIPSIS, Contraction
 
 __all__ = [
@@ -271,7 +271,7 @@ def value_entry(v, names: tuple) -> sympy.Expr:
     >>> print(to_latex(value_entry(c.stmts[-2].value, ('t', 'd'))))
     x_{td} \, \cos{\left(t \, \omega_{d} \right)} + \mathrm{rot}_{d}\left(x_{td}\right) \, \sin{\left(t \, \omega_{d} \right)}
     """
-    key = op_key(v)
+    key = v.key
     if key is None:
         return _atom(v, names)
     return EQUATION[key](v, names)
@@ -279,16 +279,16 @@ def value_entry(v, names: tuple) -> sympy.Expr:
 
 def _atom(v, names: tuple) -> sympy.Expr:
     if v.op == "ref":
-        return tensor_entry(v.attrs["name"], names)
+        return tensor_entry(v.attrs.name, names)
     if v.op == "num":
-        return number(v.attrs["value"])
+        return number(v.attrs.value)
     if v.op == "dimsize":
-        return dim_size(v.attrs["name"])
+        return dim_size(v.attrs.name)
     if v.op == "const":  # a named const: its name (alpha prints α), never its value
-        return const_symbol(v.attrs["name"])
+        return const_symbol(v.attrs.name)
     if v.op == "block":
-        name = v.attrs["block"]
-        latex = _roman(name) + (rf"^{{\times {v.attrs['repeat']}}}" if v.attrs["repeat"] else "")
+        name = v.attrs.block
+        latex = _roman(name) + (rf"^{{\times {v.attrs.repeat}}}" if v.attrs.repeat else "")
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
 
@@ -307,8 +307,8 @@ def const_symbol(name: str) -> sympy.Symbol:
 def keyword_number(v, key: str) -> sympy.Expr:
     """A keyword's value as the diagram writes it: by the names of its consts and dims
     (`clamp(x, min=-alpha)` shows -α), else the number."""
-    shown = v.attrs.get("shown", {}).get(key)
-    return value_entry(shown, ()) if shown is not None else number(v.attrs[key])
+    shown = v.attrs.written(key)
+    return value_entry(shown.value, ()) if shown is not None else number(v.attrs.keyword(key))
 
 
 def number(x) -> sympy.Expr:
@@ -323,7 +323,7 @@ def number(x) -> sympy.Expr:
 def _operand_names(v, names: tuple) -> list[tuple]:
     """The index names of each operand of an element-wise operation (legs align by name or by
     position: the checker's `align`); a plain number has none."""
-    align = v.attrs.get("align") or [None] * len(v.args)
+    align = (v.attrs.align if isinstance(v.attrs, (BinOp, Pair, Where)) else None) or [None] * len(v.args)
     out = []
     for x, al in zip(v.args, align):
         if x.type.dtype == "scalar" or al is None:
@@ -369,10 +369,10 @@ def _sum_chain(v, names):
     """a + b - c + ...: one flat sum, walking its left spine (a 10,000-term sum needs no stack)."""
     terms = []
     node, at = v, names
-    while op_key(node) in ("+", "-"):
+    while node.key in ("+", "-"):
         (left, right), (at_left, at_right) = node.args, _operand_names(node, at)
         term = value_entry(right, at_right)
-        terms.append(term if op_key(node) == "+" else sympy.Mul(sympy.S.NegativeOne, term, evaluate=False))
+        terms.append(term if node.key == "+" else sympy.Mul(sympy.S.NegativeOne, term, evaluate=False))
         node, at = left, at_left
     terms.append(value_entry(node, at))
     return sympy.Add(*reversed(terms), evaluate=False)
@@ -396,37 +396,37 @@ def _relation(op: str):
 
 def _over_leg(name: str):
     """softmax_p(x), LayerNorm_e(x) ...: the function, subscripted with the leg it acts along."""
-    return lambda v, names: apply_function(name, _same(v, names), names[v.attrs["axis"]])
+    return lambda v, names: apply_function(name, _same(v, names), names[v.attrs.axis])
 
 
 def _topk_mask(v, names):
     """rank_u(x) ≤ k: true at the k largest entries along the leg (rank 1 is the largest)."""
-    rank = apply_function("rank", _same(v, names), names[v.attrs["axis"]])
+    rank = apply_function("rank", _same(v, names), names[v.attrs.axis])
     return sympy.LessThan(rank, keyword_number(v, "k"), evaluate=False)
 
 
 def _reduce(v, names):
     """sum_k x, mean_k x, max_k x: the reduced leg gets an index of its own."""
     x = v.args[0]
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     leg = fresh(x.type.legs[axis], set(names))
     inner = names[:axis] + (leg,) + names[axis:]
-    return apply_function(op_key(v), value_entry(x, inner), leg)
+    return apply_function(v.key, value_entry(x, inner), leg)
 
 
 def _minmax(v, names):
     """max_k x over a leg, or max(a, b) of two operands entry by entry."""
     if v.op == "reduce":
         return _reduce(v, names)
-    return call(FUNCTION_LATEX[op_key(v)], *_operands(v, names))
+    return call(FUNCTION_LATEX[v.key], *_operands(v, names))
 
 
 def _clamp(v, names):
     """clamp(x, lo, hi) = min(max(x, lo), hi)."""
     out = _same(v, names)
-    if v.attrs["min"] is not None:
+    if v.attrs.min is not None:
         out = call(r"\max", out, keyword_number(v, "min"))
-    if v.attrs["max"] is not None:
+    if v.attrs.max is not None:
         out = call(r"\min", out, keyword_number(v, "max"))
     return out
 
@@ -453,19 +453,19 @@ def _gather(v, names):
     n_ids = len(ids.type.legs)
     idx = value_entry(ids, names[:n_ids])
     rest = [leg_symbol(n) for n in names[n_ids:]]
-    return sympy.IndexedBase(table.attrs["name"] if table.op == "ref" else "E")[(idx, *rest)]
+    return sympy.IndexedBase(table.attrs.name if table.op == "ref" else "E")[(idx, *rest)]
 
 
 def _parts(v, names):
     """split and concat: each part keeps its own index along the axis."""
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
 
     def at(x):
         own = list(names)
         own[axis] = fresh(x.type.legs[axis], set(names) - {names[axis]})
         return value_entry(x, tuple(own))
 
-    return call(rf"\mathrm{{{op_key(v)}}}", *[at(x) for x in v.args])
+    return call(rf"\mathrm{{{v.key}}}", *[at(x) for x in v.args])
 
 
 def _leg_size(leg: str) -> sympy.Symbol:
@@ -475,7 +475,7 @@ def _leg_size(leg: str) -> sympy.Symbol:
 def _flatten(v, names):
     """flatten(x, [h, d], e): y_{te} = x_{t, ⌊e/n_d⌋, e mod n_d}, the joined index split back."""
     x = v.args[0]
-    a, b = v.attrs["start"], v.attrs["end"]
+    a, b = v.attrs.start, v.attrs.end
     legs = x.type.legs[a:b + 1]
     joined = leg_symbol(names[a])
     parts = []
@@ -489,7 +489,7 @@ def _flatten(v, names):
 def _unflatten(v, names):
     """unflatten(x, e, [h, d]): y_{thd} = x_{t, h·n_d + d}, the new indices joined back."""
     x = v.args[0]
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     n = len(v.type.legs) - len(x.type.legs) + 1
     new_legs = v.type.legs[axis:axis + n]
     joined = None
@@ -525,9 +525,9 @@ class _Paren(sympy.Function):
 def einop_names(v) -> tuple:
     """The index names of an einops result, a merged leg written as the group of its axes
     ((h d) for `-> t (h d)`): what the left side of its statement shows."""
-    shown = {aid: leg for aid, _, leg in v.attrs["axes"]}
+    shown = {aid: leg for aid, _, leg in v.attrs.axes}
     return tuple(Group(*(leg_symbol(shown[aid]) for aid in group)) if len(group) > 1 else leg
-                 for group, leg in zip(v.attrs["right"], v.type.legs))
+                 for group, leg in zip(v.attrs.right, v.type.legs))
 
 
 # operations whose equation indexes their one tensor operand with their own index names
@@ -539,9 +539,9 @@ def entry_names(v) -> tuple:
     einops pattern merges as the group of its axes (also through the element-wise steps after
     it: ReLU of a merge is m_{t,(h d)} = ReLU(a_{htd}))."""
     node = v
-    while op_key(node) in _SAME_NAMES and node.args and node.args[0].type.legs == v.type.legs:
+    while node.key in _SAME_NAMES and node.args and node.args[0].type.legs == v.type.legs:
         node = node.args[0]
-    if op_key(node) in ("rearrange", "reduce", "repeat") and node.type.legs == v.type.legs:
+    if node.key in ("rearrange", "reduce", "repeat") and node.type.legs == v.type.legs:
         return einop_names(node)
     return tuple(v.type.legs)
 
@@ -551,14 +551,14 @@ def _einop(v, names):
     the result's indices: y_{htd} = x_{t,(h d)} (a split leg's index is the group of its axes),
     y_{htkd} = x_{htd} (a repeat's new leg k is in no index), y_{h} = max_{t,d} x_{t,(h d)}
     (the reduced axes get indices of their own)."""
-    a = v.attrs
-    shown = {aid: leg for aid, _, leg in a["axes"]}
+    a = v.of(Einop)
+    shown = {aid: leg for aid, _, leg in a.axes}
     taken = {n for n in names if isinstance(n, str)}
     for n in names:
         if isinstance(n, sympy.Basic):
             taken |= {str(x) for x in n.free_symbols}
     idx = {}
-    for group, name in zip(a["right"], names):
+    for group, name in zip(a.right, names):
         if len(group) == 1:
             idx[group[0]] = name
         elif isinstance(name, Group) and len(name.args) == len(group):
@@ -572,12 +572,12 @@ def _einop(v, names):
                 part = joined if stride == 1 else sympy.floor(joined / stride, evaluate=False)
                 idx[aid] = part if i == 0 else sympy.Mod(part, _leg_size(legs[i]), evaluate=False)
     summed = []
-    for aid in a["reduced"]:
+    for aid in a.reduced:
         idx[aid] = fresh(shown[aid], taken)
         taken.add(idx[aid])
         summed.append(idx[aid])
     sub = []
-    for group in a["left"]:
+    for group in a.left:
         if not group:  # a leg of size 1: its only index
             sub.append(sympy.S.Zero)
         elif len(group) == 1:
@@ -585,42 +585,42 @@ def _einop(v, names):
         else:
             sub.append(Group(*(leg_symbol(idx[aid]) for aid in group)))
     body = value_entry(v.args[0], tuple(sub))
-    if a["kind"] != "reduce" or not summed:
+    if a.kind != "reduce" or not summed:
         return body
-    if a["reduction"] == "sum":
+    if a.reduction == "sum":
         return _sum(body, summed)
-    key = a["reduction"]
+    key = a.reduction
     return _function_class(key, FUNCTION_LATEX[key])(body, *(leg_symbol(n) for n in summed))
 
 
 def _select(v, names):
     """select(x, t, 0): y_{e} = x_{0,e}, the leg's index fixed."""
-    axis = v.attrs["axis"]
-    return value_entry(v.args[0], names[:axis] + (sympy.Integer(v.attrs["index"]),) + names[axis:])
+    axis = v.attrs.axis
+    return value_entry(v.args[0], names[:axis] + (sympy.Integer(v.attrs.index),) + names[axis:])
 
 
 def _slice_index(v, name):
     """The operand's index along a sliced leg: start + k (k itself from 0)."""
-    start = v.attrs["start"]
+    start = v.attrs.start
     k = leg_symbol(name)
     return k if start == 0 else _Paren(sympy.Add(sympy.Integer(start), k, evaluate=False))
 
 
 def _slice(v, names):
     """slice(x, t, 1, k): y_{ke} = x_{(1 + k),e}, the new leg's index shifted by the start."""
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     return value_entry(v.args[0], names[:axis] + (_slice_index(v, names[axis]),) + names[axis + 1:])
 
 
 def basis_contraction(v, names):
     """select and slice written as the contraction they are: Σ_t x_{te} δ_{t,0} (the basis
     vector e_0), Σ_t x_{te} δ_{t,(1 + k)} (a selection matrix)."""
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     x = v.args[0]
     taken = {n for n in names if isinstance(n, str)}
     t = fresh(x.type.legs[axis], taken)
-    if op_key(v) == "select":
-        inner, at = names[:axis] + (t,) + names[axis:], sympy.Integer(v.attrs["index"])
+    if v.key == "select":
+        inner, at = names[:axis] + (t,) + names[axis:], sympy.Integer(v.attrs.index)
     else:
         inner, at = names[:axis] + (t,) + names[axis + 1:], _slice_index(v, names[axis])
     delta = sympy.IndexedBase("delta")[(leg_symbol(t), at)]
@@ -642,7 +642,7 @@ def _rope(v, names):
     """rope(x, t, d): x cos(t ω_d) + rot_d(x) sin(t ω_d), the rotate-half convention: rot_d pairs
     entry i of leg d with entry i + n/2 (as (−x_{i+n/2}, x_i)), ω_i = base^(−2i/n)."""
     x = _same(v, names)
-    t, d = leg_symbol(names[v.attrs["pos"]]), names[v.attrs["axis"]]
+    t, d = leg_symbol(names[v.attrs.pos]), names[v.attrs.axis]
     angle = sympy.Mul(t, tensor_entry("omega", (d,)), evaluate=False)
     return sympy.Add(
         sympy.Mul(x, sympy.cos(angle, evaluate=False), evaluate=False),
@@ -653,7 +653,7 @@ def _rope(v, names):
 
 def _einsum(v, names):
     """The index equation: the operands' entries multiplied, summed over the dropped letters."""
-    terms, out = v.attrs["terms"], v.attrs["out"]
+    terms, out = v.attrs.terms, v.attrs.out
     mapping = dict(zip(out, names))
     taken = set(names)
     for term in terms:

@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import sympy
 
+from penrose.attrs import Axis, Einop, Einsum, Num, Ref
 from penrose import ir
 from penrose.checker import Checked, CStmt, V
 from penrose.ops import ELEMENTWISE, OPS
-from penrose.ops import key as op_key
 from penrose.rendering import equations as eq
 from penrose.rendering.figure import _fmt, _scalar_text, subscript
 from penrose.rendering.readings import Contraction, Operand, classify, read_normalisation
@@ -70,7 +70,7 @@ def statement_equation(c: Checked, s: CStmt) -> sympy.Eq:
         if len(st.targets) == 1:
             names = eq.entry_names(v)
             rhs = eq.value_entry(v, names)
-            if op_key(v) in ("select", "slice"):
+            if v.key in ("select", "slice"):
                 rhs = eq.Chain(rhs, eq.basis_contraction(v, names))
             return sympy.Eq(eq.tensor_entry(st.targets[0], names), rhs, evaluate=False)
         lhs = sympy.Tuple(*[eq.tensor_entry(t, ty.legs) for t, ty in zip(st.targets, types)])
@@ -160,15 +160,15 @@ class _Reader:
         """`target` is the statement's target when `v` is its whole value (residual updates)."""
         if not isinstance(v, V) or v.type.dtype == "scalar":
             return  # a plain number is read with the step that uses it (a rescale)
-        key = op_key(v)
+        key = v.key
         if key is None:
             if v.op == "block":
                 self.args(v)
-                rep = v.attrs["repeat"]
+                rep = v.attrs.repeat
                 more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
                 if rep and len(v.args) > 1:
                     more += " and the same further arguments"
-                self.add(Reading("block", "Block", f"Apply block {v.attrs['block']}{more}."))
+                self.add(Reading("block", "Block", f"Apply block {v.attrs.block}{more}."))
             return  # a tensor
         READING[key](self, v, target)
 
@@ -185,10 +185,10 @@ def _name(v: V) -> str:
     """How a reading names an operand: its tensor's name (through detach and dropout, which
     keep the values), else what it is."""
     if v.op == "ref":
-        return v.attrs["name"]
-    if op_key(v) in ("detach", "dropout") and v.args and v.args[0].op == "ref":
-        return v.args[0].attrs["name"]
-    return "the contraction" if op_key(v) == "einsum" else "the result"
+        return v.of(Ref).name
+    if v.key in ("detach", "dropout") and v.args and v.args[0].op == "ref":
+        return v.args[0].of(Ref).name
+    return "the contraction" if v.key == "einsum" else "the result"
 
 
 def _norm_pair(v: V, producers: dict):
@@ -197,23 +197,23 @@ def _norm_pair(v: V, producers: dict):
     if a.op != "ref":
         return None
     inner = b
-    if op_key(inner) == "sqrt":
+    if inner.key == "sqrt":
         inner = inner.args[0]
-    elif op_key(inner) == "**" and inner.args[1].op in ("num", "const") and inner.args[1].attrs["value"] == 0.5:
+    elif inner.key == "**" and inner.args[1].op in ("num", "const") and inner.args[1].of(Num).value == 0.5:
         inner = inner.args[0]
     else:
         return None
-    if inner.op == "ref" and inner.attrs["name"] in producers:
-        inner = producers[inner.attrs["name"]]
-    if op_key(inner) != "einsum" or len(inner.args) != 2:
+    if inner.op == "ref" and inner.of(Ref).name in producers:
+        inner = producers[inner.of(Ref).name]
+    if inner.key != "einsum" or len(inner.args) != 2:
         return None
     names = [_name(x) for x in inner.args]
-    return a.attrs["name"], Contraction(tuple(Operand(n, t) for n, t in zip(names, inner.attrs["terms"])), inner.attrs["out"])
+    return a.of(Ref).name, Contraction(tuple(Operand(n, t) for n, t in zip(names, inner.of(Einsum).terms)), inner.of(Einsum).out)
 
 
 def _over(v: V) -> str:
     x = v.args[0]
-    return x.type.legs[v.attrs["axis"]] if x.type.legs else "?"
+    return x.type.legs[v.of(Axis).axis] if x.type.legs else "?"
 
 
 def _each(legs, legend) -> str:
@@ -258,14 +258,14 @@ def _contraction(r: _Reader, v: V, target):
     normalised = set()
     for n, x in zip(names, v.args):
         src = r.producers.get(n) if x.op == "ref" else None
-        if src is not None and op_key(src) == "softmax":
+        if src is not None and src.key == "softmax":
             probs.add(n)
-        if src is not None and op_key(src) == "/" and src.op == "binop" and _norm_pair(src, r.producers) is not None:
+        if src is not None and src.key == "/" and src.op == "binop" and _norm_pair(src, r.producers) is not None:
             normalised.add(n)
-    roles = {n: x.attrs.get("kind", "tensor") for n, x in zip(names, v.args) if x.op == "ref"}
+    roles = {n: x.of(Ref).kind for n, x in zip(names, v.args) if x.op == "ref"}
     contraction = Contraction(
-        tuple(Operand(n, t, roles.get(n, "tensor")) for n, t in zip(names, v.attrs["terms"])),
-        v.attrs["out"], frozenset(normalised), frozenset(probs),
+        tuple(Operand(n, t, roles.get(n, "tensor")) for n, t in zip(names, v.of(Einsum).terms)),
+        v.of(Einsum).out, frozenset(normalised), frozenset(probs),
     )
     r.add(classify(contraction, r.legend))
 
@@ -277,7 +277,7 @@ def _is_tensor_pair(v: V) -> bool:
 def _rescale(v: V) -> Reading:
     a, b = v.args
     tensor, other = (a, b) if b.type.dtype == "scalar" else (b, a)
-    o = op_key(v)  # None (no table row) reads as the defaults
+    o = v.key  # None (no table row) reads as the defaults
     verbs: dict[str | None, str] = {"/": "Divide", "*": "Multiply", "+": "Shift", "-": "Shift", "**": "Raise"}
     preps: dict[str | None, str] = {"/": "by", "*": "by", "**": "to the power"}
     verb, prep = verbs.get(o, "Combine"), preps.get(o, "by")
@@ -293,11 +293,11 @@ def _sum(r: _Reader, v: V, target):
         return
     chain = []  # the + and - between tensors, outermost first
     node = v
-    while op_key(node) in ("+", "-") and _is_tensor_pair(node):
+    while node.key in ("+", "-") and _is_tensor_pair(node):
         chain.append(node)
         node = node.args[0]
     terms = [node] + [n.args[1] for n in reversed(chain)]
-    ops = [op_key(n) for n in reversed(chain)]
+    ops = [n.key for n in reversed(chain)]
     for t in terms:
         r.read(t)
     names = [_name(t) for t in terms]
@@ -361,7 +361,7 @@ def _floor_div(r, v):
 def _compare(r, v):
     a, b = v.args
     other = _scalar_text(b) if b.type.dtype == "scalar" else _name(b)
-    return Reading("compare", "Comparison", f"Compare {_name(a)} and {other} entry by entry ({_name(a)} {op_key(v)} {other}): a bool mask.")
+    return Reading("compare", "Comparison", f"Compare {_name(a)} and {other} entry by entry ({_name(a)} {v.key} {other}): a bool mask.")
 
 
 def _softmax(r, v):
@@ -369,28 +369,28 @@ def _softmax(r, v):
     rest = [l for l in v.type.legs if l != leg]
     each = _each(rest, r.legend)
     prefix = f"{each[0].upper()}{each[1:]}, t" if each else "T"
-    log = " (in log space)" if op_key(v) == "log_softmax" else ""
+    log = " (in log space)" if v.key == "log_softmax" else ""
     return Reading("softmax", "Softmax", f"{prefix}urn the affinities along {leg} into probabilities: non-negative, summing to one over {leg}.{log}")
 
 
 def _norm(r, v):
     leg = _over(v)
-    if op_key(v) == "layernorm":
+    if v.key == "layernorm":
         return Reading("norm", "Normalisation", f"For every slice along {leg}, re-centre and rescale its entries to unit variance (then a learned per-entry scale).")
     return Reading("norm", "Normalisation", f"For every slice along {leg}, rescale its entries to unit root mean square (then a learned per-entry scale).")
 
 
 def _topk(r, v):
-    return Reading("topk", "Top-k filter", f"Along {_over(v)}, keep the {v.attrs['k']} largest entries; the others are filtered out (set to zero).")
+    return Reading("topk", "Top-k filter", f"Along {_over(v)}, keep the {v.attrs.k} largest entries; the others are filtered out (set to zero).")
 
 
 def _topk_mask(r, v):
     leg = _over(v)
-    return Reading("mask", "Top-k mask", f"Along {leg}, mark the {v.attrs['k']} largest entries: a bool mask, true where an entry ranks among the top {v.attrs['k']} of its {leg}-slice.")
+    return Reading("mask", "Top-k mask", f"Along {leg}, mark the {v.attrs.k} largest entries: a bool mask, true where an entry ranks among the top {v.attrs.k} of its {leg}-slice.")
 
 
 def _reduce(r, v):
-    verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of", "min": "Take the minimum of"}[op_key(v)]
+    verb = {"sum": "Sum", "mean": "Average", "max": "Take the maximum of", "min": "Take the minimum of"}[v.key]
     return Reading("reduce", "Reduction", f"{verb} all {_over(v)}-th slices of {_name(v.args[0])}.")
 
 
@@ -399,7 +399,7 @@ def _minmax(r, v):
     if v.op == "reduce":
         return _reduce(r, v)
     a, b = (_scalar_text(x) if x.type.dtype == "scalar" else _name(x) for x in v.args)
-    which, title = ("larger", "Maximum") if op_key(v) == "max" else ("smaller", "Minimum")
+    which, title = ("larger", "Maximum") if v.key == "max" else ("smaller", "Minimum")
     return Reading("elementwise", f"Element-wise {title.lower()}", f"Keep the {which} of {a} and {b}, entry by entry (legs aligned by name).")
 
 
@@ -410,7 +410,7 @@ def _causal(r, v):
 
 def _block_causal(r, v):
     t, p = v.type.legs
-    b = v.attrs["block"]
+    b = v.attrs.block
     return Reading("mask", "Block-causal mask",
                    f"True where ⌊{p}/{b}⌋ ≤ ⌊{t}/{b}⌋: positions are grouped into blocks of {b}; within a block every position "
                    f"sees every other (bidirectional), and across blocks {t} sees only the blocks at or before its own (causal).")
@@ -418,7 +418,7 @@ def _block_causal(r, v):
 
 def _flatten(r, v):
     x = v.args[0]
-    a, b = v.attrs["start"], v.attrs["end"]
+    a, b = v.attrs.start, v.attrs.end
     legs = x.type.legs[a:b + 1]
     return Reading("reshape", "Flatten", f"Merge the adjacent legs {_and(legs)} of {_name(x)} into one leg {v.type.legs[a]}: the same entries, "
                    f"{legs[-1]} running fastest (row-major).")
@@ -426,19 +426,19 @@ def _flatten(r, v):
 
 def _unflatten(r, v):
     x = v.args[0]
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     n = len(v.type.legs) - len(x.type.legs) + 1
     legs = v.type.legs[axis:axis + n]
     return Reading("reshape", "Unflatten", f"Split leg {x.type.legs[axis]} of {_name(x)} into the legs {_and(legs)} "
-                   f"(sizes {' × '.join(map(str, v.attrs['sizes']))}): the same entries, {legs[-1]} running fastest.")
+                   f"(sizes {' × '.join(map(str, v.attrs.sizes))}): the same entries, {legs[-1]} running fastest.")
 
 
 def _rope(r, v):
     x = v.args[0]
-    d, t = x.type.legs[v.attrs["axis"]], x.type.legs[v.attrs["pos"]]
+    d, t = x.type.legs[v.attrs.axis], x.type.legs[v.attrs.pos]
     return Reading("rope", "Rotary position embedding",
                    f"Rotate {_name(x)} by its position: along {d}, entry i and entry i + n/2 form a pair (n the size of {d}), "
-                   f"turned by the angle {t}·ω_i with ω_i = {v.attrs['base']:g}^(−2i/n), so the dot product of two rotated "
+                   f"turned by the angle {t}·ω_i with ω_i = {v.attrs.base:g}^(−2i/n), so the dot product of two rotated "
                    f"vectors depends on how far apart their positions {t} are.")
 
 
@@ -450,21 +450,21 @@ def _legs_of(legs, legend) -> str:
 def _regroup(v: V, fastest: bool = True, sg: str = "") -> list[str]:
     """What an einops pattern does to the legs, in words: splits, dropped unit legs, merges
     (imperative; `sg='s'` for the third person)."""
-    a = v.attrs
+    a = v.of(Einop)
     x = v.args[0]
-    shown = {aid: leg for aid, _, leg in a["axes"]}
+    shown = {aid: leg for aid, _, leg in a.axes}
     parts = []
-    for group, leg in zip(a["left"], x.type.legs):
+    for group, leg in zip(a.left, x.type.legs):
         if not group:
             parts.append(f"drop{sg} the size-1 leg {leg}")
         elif len(group) > 1:
             axes = [shown[aid] for aid in group]
             parts.append(f"split{sg} leg {leg} into {_and(axes)}" + (f" ({axes[-1]} running fastest)" if fastest else ""))
-    for group, leg in zip(a["right"], v.type.legs):
+    for group, leg in zip(a.right, v.type.legs):
         if len(group) > 1:
             axes = [shown[aid] for aid in group]
             parts.append(f"merge{sg} {_and(axes)} into one leg {leg}" + (f" ({axes[-1]} running fastest)" if fastest else ""))
-    renamed = [(leg, shown[g[0]]) for g, leg in zip(a["left"], x.type.legs) if len(g) == 1 and shown[g[0]] != leg]
+    renamed = [(leg, shown[g[0]]) for g, leg in zip(a.left, x.type.legs) if len(g) == 1 and shown[g[0]] != leg]
     for old, new in renamed:
         parts.append(f"rename{sg} leg {old} to {new}")
     return parts
@@ -472,7 +472,7 @@ def _regroup(v: V, fastest: bool = True, sg: str = "") -> list[str]:
 
 def _rearrange(r, v):
     x = v.args[0]
-    a = v.attrs
+    a = v.of(Einop)
     parts = _regroup(v)
     order = ", ".join(v.type.legs)
     if not parts:
@@ -480,9 +480,9 @@ def _rearrange(r, v):
             return Reading("reshape", "Rearrange", f"Leave the legs of {_name(x)} as they are ({order}): the same tensor.")
         title = "Transpose" if len(v.type.legs) == 2 else "Permutation"
         return Reading("reshape", title, f"Reorder the legs of {_name(x)} from ({', '.join(x.type.legs)}) to ({order}): "
-                       "the same entries, only the legs rewired (pattern '" + a["pattern"] + "').")
+                       "the same entries, only the legs rewired (pattern '" + a.pattern + "').")
     return Reading("reshape", "Rearrange", f"Regroup the legs of {_name(x)}: {_and(parts)}, giving the legs ({order}); "
-                   "the same entries, rewired (pattern '" + a["pattern"] + "').")
+                   "the same entries, rewired (pattern '" + a.pattern + "').")
 
 
 _REDUCTION_WORDS = {
@@ -496,24 +496,24 @@ _REDUCTION_WORDS = {
 
 def _einops_reduce(r, v):
     x = v.args[0]
-    a = v.attrs
-    shown = {aid: leg for aid, _, leg in a["axes"]}
-    title, words = _REDUCTION_WORDS[a["reduction"]]
-    over = [shown[aid] for aid in a["reduced"]]
-    what = _legs_of(over, r.legend) + (" and the batch legs" if a["sum_batch"] else "")
+    a = v.of(Einop)
+    shown = {aid: leg for aid, _, leg in a.axes}
+    title, words = _REDUCTION_WORDS[a.reduction]
+    over = [shown[aid] for aid in a.reduced]
+    what = _legs_of(over, r.legend) + (" and the batch legs" if a.sum_batch else "")
     each = _each(v.type.legs, r.legend)
     regroup = _regroup(v, fastest=False, sg="s")
     first = f"; the pattern first {_and(regroup)}" if regroup else ""
     rest = f", {each}" if each else ""
     return Reading("reduce", f"Reduction: {title.lower()}",
-                   f"Take {words} {what} of {_name(x)}{rest}: those legs are reduced away (pattern '{a['pattern']}'{first}).")
+                   f"Take {words} {what} of {_name(x)}{rest}: those legs are reduced away (pattern '{a.pattern}'{first}).")
 
 
 def _repeat(r, v):
     x = v.args[0]
-    a = v.attrs
-    shown = {aid: leg for aid, _, leg in a["axes"]}
-    new = [shown[aid] for aid in a["new"]]
+    a = v.of(Einop)
+    shown = {aid: leg for aid, _, leg in a.axes}
+    new = [shown[aid] for aid in a.new]
     regroup = _regroup(v, fastest=False, sg="s")
     then = f"; the pattern also {_and(regroup)}" if regroup else ""
     slices = "slice" if len(new) == 1 else "slice along them"
@@ -524,8 +524,8 @@ def _repeat(r, v):
 
 def _select(r, v):
     x = v.args[0]
-    leg = x.type.legs[v.attrs["axis"]]
-    i = v.attrs["index"]
+    leg = x.type.legs[v.attrs.axis]
+    i = v.attrs.index
     which = f"index {i}" if i >= 0 else f"index {i} (counted from the end)"
     return Reading("select", "Select",
                    f"Pick {which} of leg {leg} of {_name(x)} (a contraction with the basis vector e{subscript(i)}): the leg {leg} disappears.")
@@ -533,9 +533,9 @@ def _select(r, v):
 
 def _slice(r, v):
     x = v.args[0]
-    axis = v.attrs["axis"]
+    axis = v.attrs.axis
     leg, into = x.type.legs[axis], v.type.legs[axis]
-    start, n = v.attrs["start"], v.attrs["length"]
+    start, n = v.attrs.start, v.attrs.length
     if n <= 0:
         keep = f"Keep no index of leg {leg} of {_name(x)}: leg {into} is empty"
     elif n == 1:
@@ -571,17 +571,17 @@ READING: dict = {
     "max": _after_args(_minmax),
     "min": _after_args(_minmax),
     # element-wise with options
-    "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs['p']} and rescale the rest; the identity at evaluation.")),
+    "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs.p} and rescale the rest; the identity at evaluation.")),
     "detach": _after_args(lambda r, v: Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")),
-    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs['min'], '−∞', v, 'min')}, {_bound(v.attrs['max'], '∞', v, 'max')}].")),
+    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs.min, '−∞', v, 'min')}, {_bound(v.attrs.max, '∞', v, 'max')}].")),
     "where": _after_args(lambda r, v: Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")),
     # masks
     "causal": _after_args(_causal),
     "block_causal": _after_args(_block_causal),
     # indexing and shapes
     "gather": _after_args(lambda r, v: Reading("lookup", "Lookup", f"Pick the rows of {_name(v.args[0])} named by the ids in {_name(v.args[1])}: an embedding lookup.")),
-    "split": _after_args(lambda r, v: Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.attrs['sizes']))}.")),
-    "concat": _after_args(lambda r, v: Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.attrs['axis']]}.")),
+    "split": _after_args(lambda r, v: Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.attrs.sizes))}.")),
+    "concat": _after_args(lambda r, v: Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.attrs.axis]}.")),
     "flatten": _after_args(_flatten),
     "unflatten": _after_args(_unflatten),
     "rope": _after_args(_rope),
@@ -603,5 +603,5 @@ def _bound(x, infinite: str, v=None, key=None) -> str:
 
 def _written(v, key: str) -> str:
     """A keyword's value as the diagram writes it (`min=-alpha`: -alpha), else the number."""
-    text = v.attrs.get("shown_text", {}).get(key)
-    return text if text is not None else _fmt(v.attrs[key])
+    shown = v.attrs.written(key)
+    return shown.text if shown is not None else _fmt(v.attrs.keyword(key))

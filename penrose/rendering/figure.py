@@ -66,9 +66,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from penrose import ir, ops
+from penrose.attrs import Axis, BinOp, BlockCall, Clamp, Const, DimSize, Einop, Einsum, Flatten, Num, Ref, Rope, Select, Slice
 from penrose.checked import Checked, V
 from penrose.errors import PenroseRenderError, Span
-from penrose.ops import key as op_key
 from penrose.stack import deep, too_deep
 from penrose.views import NOT_READ, statements, uses
 from penrose.views import legend as index_legend  # the name tests and the gallery know
@@ -193,17 +193,17 @@ def _leg_of(v: V, axis: int) -> str:
 
 
 def _over(name: str):
-    return lambda v: [name, f"over {_leg_of(v, v.attrs['axis'])}"]
+    return lambda v: [name, f"over {_leg_of(v, v.attrs.axis)}"]
 
 
 def _written(v: V, key: str) -> str:
     """A keyword's value as the diagram writes it: by its consts and dims (`min=-alpha`), else the number."""
-    shown = v.attrs.get("shown", {}).get(key)
-    return _scalar_text(shown) if shown is not None else _fmt(v.attrs[key])
+    shown = v.attrs.written(key)
+    return _scalar_text(shown.value) if shown is not None else _fmt(v.attrs.keyword(key))
 
 
 def _clamp_lines(v: V) -> list[str]:
-    lo, hi = v.attrs["min"], v.attrs["max"]
+    lo, hi = v.of(Clamp).min, v.of(Clamp).max
     return ["clamp", f"[{'−∞' if lo is None else _written(v, 'min')}, {'∞' if hi is None else _written(v, 'max')}]"]
 
 
@@ -220,12 +220,12 @@ def _block_causal_lines(v: V) -> list[str]:
 
 def _flatten_lines(v: V) -> list[str]:
     x = v.args[0]
-    a, b = v.attrs["start"], v.attrs["end"]
+    a, b = v.of(Flatten).start, v.of(Flatten).end
     return ["flatten", f"{', '.join(x.type.legs[a:b + 1])} → {v.type.legs[a]}"]
 
 
 def _unflatten_lines(v: V) -> list[str]:
-    axis = v.attrs["axis"]
+    axis = v.of(Axis).axis
     n = len(v.type.legs) - len(v.args[0].type.legs) + 1
     return ["unflatten", f"{_leg_of(v, axis)} → {', '.join(v.type.legs[axis:axis + n])}"]
 
@@ -235,20 +235,20 @@ _REDUCTION_NAME = {"sum": "Σ", "prod": "Π", "mean": "mean", "max": "max", "min
 
 def _einop_axes(v: V) -> dict:
     """axis id -> (size class, the leg name it is drawn with)."""
-    return {aid: (cls, leg) for aid, cls, leg in v.attrs["axes"]}
+    return {aid: (cls, leg) for aid, cls, leg in v.of(Einop).axes}
 
 
 def _einop_lines(v: V) -> list[str]:
-    a = v.attrs
+    a = v.of(Einop)
     axes = _einop_axes(v)
-    if a["kind"] == "reduce":
-        over = ", ".join(axes[aid][1] for aid in a["reduced"]) or "no leg"
-        if a["sum_batch"]:
+    if a.kind == "reduce":
+        over = ", ".join(axes[aid][1] for aid in a.reduced) or "no leg"
+        if a.sum_batch:
             over += " and the batch legs"
-        return [_REDUCTION_NAME[a["reduction"]], f"over {over}"]
-    if a["kind"] == "repeat":
-        return ["repeat", f"copy along {', '.join(axes[aid][1] for aid in a['new'])}"]
-    return ["rearrange", a["pattern"]]
+        return [_REDUCTION_NAME[a.reduction or "sum"], f"over {over}"]
+    if a.kind == "repeat":
+        return ["repeat", f"copy along {', '.join(axes[aid][1] for aid in a.new)}"]
+    return ["rearrange", a.pattern]
 
 
 def subscript(n: int) -> str:
@@ -257,12 +257,12 @@ def subscript(n: int) -> str:
 
 
 def _select_lines(v: V) -> list[str]:
-    return [f"e{subscript(v.attrs['index'])}"]
+    return [f"e{subscript(v.of(Select).index)}"]
 
 
 def slice_range(v: V) -> str:
     """The indices a slice keeps: '1…4' (both ends kept), '2' for one, '∅' for none."""
-    start, n = v.attrs["start"], v.attrs["length"]
+    start, n = v.of(Slice).start, v.of(Slice).length
     if n <= 0:
         return "∅"
     return str(start) if n == 1 else f"{start}…{start + n - 1}"
@@ -273,7 +273,7 @@ def _slice_lines(v: V) -> list[str]:
 
 
 def _rope_lines(v: V) -> list[str]:
-    return ["RoPE", f"{_leg_of(v, v.attrs['axis'])} by position {_leg_of(v, v.attrs['pos'])}"]
+    return ["RoPE", f"{_leg_of(v, v.of(Axis).axis)} by position {_leg_of(v, v.of(Rope).pos)}"]
 
 
 def _sqrt_text(parts: list[str]) -> str:
@@ -323,15 +323,15 @@ FIGURE: dict[str, Drawing] = {
     "!=": _arith("≠"),
     "neg": _box("−", scalar=lambda parts: f"−{parts[0]}"),
     # the contraction: wires, junctions and Σ (the label is the spec, in tooltips)
-    "einsum": Drawing("contraction", "Σ", lambda v: ["einsum", v.attrs["spec"]]),
+    "einsum": Drawing("contraction", "Σ", lambda v: ["einsum", v.attrs.spec]),
     # over one leg
     "softmax": _box("softmax", _over("softmax")),
     "log_softmax": _box("log-softmax", _over("log-softmax")),
     "layernorm": _box("layer norm", _over("layer norm")),
     "rmsnorm": _box("RMS norm", _over("RMS norm")),
-    "topk": _box("top-k", lambda v: ["top-k", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs['axis'])}"]),
-    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs['axis'])}"], kind="mask"),
-    "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs['axis'])}"]),
+    "topk": _box("top-k", lambda v: ["top-k", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs.axis)}"]),
+    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs.axis)}"], kind="mask"),
+    "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs.axis)}"]),
     "mean": _box("mean", _over("mean")),
     "max": _box("max", _minmax_lines("max")),
     "min": _box("min", _minmax_lines("min")),
@@ -345,8 +345,8 @@ FIGURE: dict[str, Drawing] = {
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
     # indexing and shapes
     "gather": _box("gather", lambda v: ["gather", f"rows of {_short(v.args[0])}"]),
-    "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.attrs['axis'])} → {' + '.join(str(s) for s in v.attrs['sizes'])}"]),
-    "concat": _box("concat", lambda v: ["concat", f"→ {v.type.legs[v.attrs['axis']]}"]),
+    "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.attrs.axis)} → {' + '.join(str(s) for s in v.attrs.sizes)}"]),
+    "concat": _box("concat", lambda v: ["concat", f"→ {v.type.legs[v.attrs.axis]}"]),
     "flatten": _box("flatten", _flatten_lines),
     "unflatten": _box("unflatten", _unflatten_lines),
     "rope": _box("RoPE", _rope_lines),
@@ -601,7 +601,7 @@ class _Builder:
             self.fig.notes = self.notes()
         if top and body.is_block:  # the block view: what the block returns is its result
             for i, (val, v) in enumerate(zip(returned, _return_values(body))):
-                name = v.attrs["name"] if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
+                name = v.attrs.name if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
                 self.result_node(val, name)
         return returned
 
@@ -701,7 +701,7 @@ class _Builder:
         self.span = st.span
         if isinstance(st, ir.Return):
             vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
-            names = [v.attrs["name"] if v.op == "ref" else "out" for v in s.value.args]
+            names = [v.attrs.name if v.op == "ref" else "out" for v in s.value.args]
         else:
             v = s.value
             vals = self.expr(scope, v, einsum_use=False, multi=True) if v.outs else [self.expr(scope, v, einsum_use=False)]
@@ -711,7 +711,7 @@ class _Builder:
 
     # -- expressions
     def expr(self, scope: "_Scope", v: V, einsum_use: bool, multi: bool = False):
-        key = op_key(v)
+        key = v.key
         if key is None:  # not an operation: a tensor, a block call, or a plain number
             if v.op == "ref":
                 return self.ref(scope, v, einsum_use)
@@ -724,7 +724,7 @@ class _Builder:
         return getattr(self, rule.draw)(scope, v, rule, multi)
 
     def ref(self, scope: "_Scope", v: V, einsum_use: bool) -> _Val:
-        name = v.attrs["name"]
+        name = v.of(Ref).name
         val = scope.lookup(self, name, v)
         key = val.key
         reads = scope.uses.get(key, NOT_READ) if key else NOT_READ
@@ -763,7 +763,7 @@ class _Builder:
         return _Val([cid] * len(val.legs), val.legs, val.cls, cid, val.key, val.deps, val.kind, name, val.spine)
 
     def contraction(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
-        terms, out = v.attrs["terms"], v.attrs["out"]
+        terms, out = v.of(Einsum).terms, v.of(Einsum).out
         vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
         self.n_contraction += 1
         number = self.n_contraction
@@ -885,9 +885,9 @@ class _Builder:
                     node = self.add_node("neg", "op", "−", _box_html(["−"]), tooltip=_op_tooltip(t))
                     self.inputs_to(node, vals[i])
                     vals[i] = self.box_result(node, t, [vals[i]])
-            return self.operator_node(v, FIGURE["+"] if op_key(v) in ("+", "-") else rule, vals)
+            return self.operator_node(v, FIGURE["+"] if v.key in ("+", "-") else rule, vals)
         a, b = v.args
-        op = v.attrs["op"]
+        op = v.of(BinOp).op
         va, vb = self.expr(scope, a, False), self.expr(scope, b, False)
         sym = rule.glyph
         if va is None or vb is None:  # tensor ∘ number: a box showing the number
@@ -904,7 +904,7 @@ class _Builder:
     def operator_node(self, v: V, rule: Drawing, vals: list) -> _Val:
         """A small circle showing the operator, every operand's legs running into it."""
         stream = 0 if self.is_residual(v, vals[0], vals[1:]) else None
-        if stream is None and op_key(v) == "+":  # f(x) + x: the stream is a later term
+        if stream is None and v.key == "+":  # f(x) + x: the stream is a later term
             stream = next((i for i in range(1, len(vals)) if vals[i] is not None
                            and self.is_residual(v, vals[i], vals[:i] + vals[i + 1:])), None)
         residual = stream is not None
@@ -920,7 +920,7 @@ class _Builder:
 
     def is_residual(self, v: V, first: _Val, others: list) -> bool:
         """`Z = Z ± h`, or `x + f(x)`: the first operand is the stream, another reads it."""
-        if op_key(v) not in ("+", "-") or not first.legs or first.legs != tuple(v.type.legs):
+        if v.key not in ("+", "-") or not first.legs or first.legs != tuple(v.type.legs):
             return False
         if first.key is None:
             return False
@@ -949,7 +949,7 @@ class _Builder:
     def box(self, scope, v: V, rule: Drawing, multi=False):
         vals = [self.expr(scope, a, False) for a in v.args]
         lines = rule.label(v)
-        node = self.add_node(op_key(v), rule.kind, "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
+        node = self.add_node(v.key, rule.kind, "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
         for val in vals:
             self.inputs_to(node, val)
         if multi and v.outs:
@@ -975,13 +975,13 @@ class _Builder:
         triangle that its axes leave; a reduction or a repeat is a box every axis runs
         through (the new legs of a repeat leave it); each result leg a group merges leaves a
         merge triangle its axes run into. Plain legs are only rewired."""
-        a = v.attrs
+        a = v.of(Einop)
         val = self.expr(scope, v.args[0], False)
         axes = _einop_axes(v)
         deps = val.deps | ({val.key} if val.key else set())
         made: list[str] = []
         port: dict = {}  # axis id -> the node its leg dangles from
-        for group, p, leg, cl in zip(a["left"], val.ports, val.legs, val.cls):
+        for group, p, leg, cl in zip(a.left, val.ports, val.legs, val.cls):
             if len(group) == 1:
                 port[group[0]] = p
                 continue
@@ -995,18 +995,18 @@ class _Builder:
             self.wire(p, node, leg, cl)
             made.append(node)
         box = None
-        if a["kind"] in ("reduce", "repeat"):
+        if a.kind in ("reduce", "repeat"):
             lines = rule.label(v)
-            box = self.add_node(a["kind"], "op", "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
+            box = self.add_node(a.kind, "op", "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
             if not made:
                 self.after(box, val)
-            for aid in dict.fromkeys(aid for group in a["left"] for aid in group):
+            for aid in dict.fromkeys(aid for group in a.left for aid in group):
                 self.wire(port[aid], box, axes[aid][1], axes[aid][0])
-            for aid in list(port) + list(a["new"]):
+            for aid in list(port) + list(a.new):
                 port[aid] = box
             made.append(box)
         out_ports = []
-        for j, group in enumerate(a["right"]):
+        for j, group in enumerate(a.right):
             if len(group) == 1:
                 out_ports.append(port[group[0]])
                 continue
@@ -1024,7 +1024,7 @@ class _Builder:
     def select(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         """select(x, t, i): the leg t ends in the basis vector e_i (a contraction picks index i)."""
         val = self.expr(scope, v.args[0], False)
-        axis, i = v.attrs["axis"], v.attrs["index"]
+        axis, i = v.of(Axis).axis, v.of(Select).index
         leg = val.legs[axis]
         text = rule.label(v)[0]
         node = self.add_node("basis", "basis", text, tooltip=f"basis vector e{subscript(i)} on leg {leg}: picks index {i}")
@@ -1038,7 +1038,7 @@ class _Builder:
     def slice(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         """slice(x, t, start, k): the leg t passes a selection matrix onto the smaller leg k."""
         val = self.expr(scope, v.args[0], False)
-        axis = v.attrs["axis"]
+        axis = v.of(Axis).axis
         leg, into = val.legs[axis], v.type.legs[axis]
         lines = rule.label(v)
         keeps = slice_range(v)
@@ -1052,7 +1052,7 @@ class _Builder:
         return _Val(ports, tuple(v.type.legs), tuple(v.type.cls), None, deps=deps, hidden=tuple(val.hidden))
 
     def block(self, scope, v: V, multi=False):
-        name, inst, rep = v.attrs["block"], v.attrs["instance"], v.attrs["repeat"]
+        name, inst, rep = v.of(BlockCall).block, v.of(BlockCall).instance, v.of(BlockCall).repeat
         vals = [self.expr(scope, a, False) for a in v.args]
         blk = self.top.blocks[name]
         deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
@@ -1119,7 +1119,7 @@ class _Scope:
             return self.env[name]
         decl = self.body.decls.get(name)
         legs = tuple(v.type.legs)
-        if decl is not None and v.attrs.get("kind") != "local":
+        if decl is not None and not (isinstance(v.attrs, Ref) and v.attrs.kind == "local"):
             kind = decl.tensor.kind
         else:
             kind = "value"
@@ -1171,12 +1171,12 @@ def _chain(v: V) -> list:
     """The terms of a + b - c ... (or the factors of a * b * c ...) between tensors, walking the
     left spine without recursion, each with its operator ('+' for the first): [(a, '+'),
     (b, '+'), (c, '-')]. A plain binary operation gives its two operands."""
-    key = op_key(v)
+    key = v.key
     group = ("+", "-") if key in ("+", "-") else ("*",) if key == "*" else ()
     rights = []
     node = v
-    while op_key(node) in group and node.op == "binop" and all(x.type.dtype != "scalar" for x in node.args):
-        rights.append((node.args[1], op_key(node)))
+    while node.key in group and node.op == "binop" and all(x.type.dtype != "scalar" for x in node.args):
+        rights.append((node.args[1], node.key))
         node = node.args[0]
     if not rights:
         return [(x, "+") for x in v.args]
@@ -1191,7 +1191,7 @@ def _scalar_text(v: V) -> str:
     """A plain number as a label writes it: 2, √e, 1/√e."""
     op = v.op
     if op == "num":
-        x = v.attrs["value"]
+        x = v.of(Num).value
         if x == math.inf:
             return "∞"
         if x == -math.inf:
@@ -1200,8 +1200,8 @@ def _scalar_text(v: V) -> str:
             return str(x)
         return repr(x).replace("-", "−")
     if op in ("dimsize", "const"):  # a dim's size, a named const: by its name, never its value
-        return v.attrs["name"]
-    key = op_key(v)
+        return v.of(DimSize).name if op == "dimsize" else v.of(Const).name
+    key = v.key
     if key is None:
         return "·"
     return FIGURE[key].scalar_text([_scalar_text(a) for a in v.args])
@@ -1217,12 +1217,12 @@ def _fmt(x) -> str:
 
 def _short(v: V) -> str:
     if v.op == "ref":
-        return v.attrs["name"]
+        return v.of(Ref).name
     return v.op
 
 
 def _op_tooltip(v: V) -> str:
-    return f"{op_key(v) or v.op} → [{', '.join(v.type.legs)}]"
+    return f"{v.key or v.op} → [{', '.join(v.type.legs)}]"
 
 
 def _name_html(name: str) -> str:
