@@ -999,6 +999,13 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
     >>> [(cls, span.line, source.splitlines()[a - 1:b]) for cls, span, a, b in lines]
     [('Diagram', 3, ['        # y = x * 2', '        y = x * 2  # [..., e]'])]
     """
+    tree = module_tree(checked, standalone, fuse_attention, entries)
+    source = P.print_module(tree)  # the printer writes each statement's lines into the tree
+    return (source, _source_map(tree)) if with_map else source
+
+
+def module_tree(checked: Checked, standalone: bool = True, fuse_attention: bool = True, entries: dict | None = None) -> ast.Module:
+    """The generated module as one `ast.Module` (generate_source prints it)."""
     classes = _classes(checked, dict(entries or {}), fuse_attention)
     # the file name goes inside a docstring: no backslash escapes, no closing quotes
     shown = _comment(os.path.basename(checked.diagram.file)).replace("\\", "/").replace('"', "'")
@@ -1014,9 +1021,7 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
         body.append(P.import_from("penrose.runtime", _RUNTIME_NAMES))
     body.extend(_class_def(name, members) for name, members in classes)
     body.append(P.spaced(P.assign("Model", P.name(classes[-1][0])), 2))
-    tree = P.module(body)
-    source = P.print_module(tree)  # the printer writes each statement's lines into the tree
-    return (source, _source_map(tree)) if with_map else source
+    return P.module(body)
 
 
 def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
