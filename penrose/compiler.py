@@ -52,7 +52,6 @@ _RUNTIME_NAMES = tuple(
 )
 
 
-
 def _camel(name: str) -> str:
     parts = re.split(r"[^A-Za-z0-9]+", name)
     text = "".join(p[:1].upper() + p[1:] for p in parts if p)
@@ -102,10 +101,12 @@ def _fixed_number(S, v: V):
 
 
 class _Emitter:
-    """Generates the source of one module class (the diagram or one block).
+    """Builds one member of a module class (the diagram, an entry or one block) as `ast` nodes.
 
     Every expression is built as a Python `ast` tree (penrose.pyast) by the lowering of its
-    operation in LOWER and printed with `ast.unparse`; deep trees are cut into temporaries.
+    operation in LOWER; deep trees are cut into temporaries. Its statements, its method
+    (`forward_def`) and its part of the class (`spec_nodes`, `own_nodes`, `instance_nodes`) are
+    nodes too, which `_class_def` joins and `generate_source` prints as one module.
     """
 
     def __init__(self, c: Checked, class_name: str, block_classes: dict, top: bool, fuse_attention: bool = True,
@@ -127,7 +128,6 @@ class _Emitter:
         self.fused = find_attention(c, self.read) if fuse_attention else {}
         self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
         self.hoister = P.Hoister("_")
-        self.source_map: list = []  # (statement span, first line, last line) within forward, filled by forward_lines
 
     # -- sizes
     def size_node(self, cls: int, span: Span):
@@ -488,7 +488,7 @@ class _Emitter:
         if self.top and len(c.outputs) > 1:
             names = tuple(n for n, _ in c.outputs)
             type_name = self.cls_name + ("" if self.method == "forward" else _camel(self.method)) + "Outputs"
-            nodes.append(P.assign(self.outputs_attr, P.call(P.path("collections.namedtuple"), P.const(type_name), P.const(names))))
+            nodes.append(P.assign(self.outputs_attr, P.call(P.path("collections.namedtuple"), P.const(type_name), P.literal(names))))
         if self.top:
             spec = []
             for d in c.inputs:
@@ -498,7 +498,7 @@ class _Emitter:
                     for cl in d.type.cls
                 )
                 spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
-            nodes.append(P.assign(self.inputs_attr, P.const(tuple(spec))))
+            nodes.append(P.assign(self.inputs_attr, P.literal(tuple(spec))))
         return nodes
 
     def own_nodes(self) -> dict:
@@ -992,7 +992,9 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
     code, in source order, `(class_name, statement_span, first_line, last_line)`, its lines of
     the source (1-based, both included; the class is the diagram's or its block's). A statement
     fused into a later one keeps its comment line; a split cut into narrowed pieces spans them
-    all.
+    all. The map is read from the module's tree (`module_tree`): the printer writes each
+    statement's line numbers into it, and every statement made from a diagram statement is
+    tagged with that statement's span.
 
     >>> c = load("dim e = 2\\ninput x[e]\\ny = x * 2\\noutput y")
     >>> source, lines = generate_source(c, with_map=True)
@@ -1177,7 +1179,7 @@ def _class_def(name: str, members: list) -> ast.stmt:
         doc += f"; also {', '.join(others)}"
     eqs = tuple(_comment(format_stmt(s.stmt)) for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)))
     # the docstring carries the diagram's name: a plain string, printed with repr
-    body = [P.expr_stmt(P.const(_comment(doc) + ".")), P.assign("_EQUATIONS", P.const(eqs))]
+    body = [P.expr_stmt(P.const(_comment(doc) + ".")), P.assign("_EQUATIONS", P.literal(eqs))]
     attrs = {unquote(d.tensor.name) for em in members for d in em.c.params + em.c.buffers}
     attrs |= {unquote(inst.name.split(".")[0]) for em in members for inst in em.c.instances.values()}
     for em in members:  # a param named Outputs keeps its state-dict name: the named tuple's attribute moves
@@ -1189,7 +1191,9 @@ def _class_def(name: str, members: list) -> ast.stmt:
     for em in members:
         for key, found in em.own_nodes().items():
             prev = own.setdefault(key, found)
-            texts = [tuple(P.statement_text(n) for n in f[:2]) for f in (prev, found)]
+            if prev is found:
+                continue
+            texts = [tuple(P.statement_text(n) for n in f[:2]) for f in (prev, found)]  # declaration, init
             if texts[0] != texts[1]:
                 raise PenroseCompileError(
                     f"{key!r} is declared differently in two entries of one module ({texts[0][0]} / {texts[1][0]}); "
@@ -1207,11 +1211,11 @@ def _class_def(name: str, members: list) -> ast.stmt:
     body.append(P.function("__init__", P.arguments(["self"]), init))
     reset = [P.docstring("Initialise every parameter and buffer as the diagram says (deterministic under a generator).")]
     if own:
-        reset.append(P.if_(ast.UnaryOp(ast.Not(), P.call(P.name("_on_meta"), me)), [fill for _, fill, _ in own.values()]))
+        reset.append(P.if_(P.not_(P.call(P.name("_on_meta"), me)), [fill for _, fill, _ in own.values()]))
     if insts:
-        each = P.for_("sub", ast.IfExp(P.call(P.name("isinstance"), P.name("module"), P.path("torch.nn.ModuleList")),
-                                       P.name("module"), P.list_([P.name("module")])),
-                      [P.expr_stmt(P.method(P.name("sub"), "reset_parameters", P.name("generator")))])
+        module = P.name("module")
+        copies = P.if_exp(P.call(P.name("isinstance"), module, P.path("torch.nn.ModuleList")), module, P.list_([module]))
+        each = P.for_("sub", copies, [P.expr_stmt(P.method(P.name("sub"), "reset_parameters", P.name("generator")))])
         reset.append(P.if_(P.name("recurse"), [P.for_("module", P.method(me, "children"), [each])]))
     if not own and not insts:
         reset.append(P.pass_())

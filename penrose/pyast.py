@@ -35,6 +35,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import Any, cast
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -89,6 +90,20 @@ def const(value) -> ast.expr:
     raise TypeError(f"no constant for {value!r}")  # pragma: no cover - internal
 
 
+def literal(value: tuple) -> ast.expr:
+    """A tuple of strings, integers and such tuples as one constant (ast.unparse writes it
+    item by item with repr, as Python's constant folder would hold it): quick to print."""
+
+    def plain(v) -> bool:
+        if isinstance(v, tuple):
+            return all(plain(x) for x in v)
+        return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+
+    if not isinstance(value, tuple) or not plain(value):
+        raise TypeError(f"not a literal of strings and integers: {value!r}")  # pragma: no cover - internal
+    return ast.Constant(cast(Any, value))  # a tuple constant: CPython's own (typeshed lists scalars only)
+
+
 def call(func: ast.expr, *args, **kwargs) -> ast.expr:
     return ast.Call(func, [_node(a) for a in args], [ast.keyword(_ident(k), _node(v)) for k, v in kwargs.items()])
 
@@ -107,6 +122,15 @@ def compare(op: str, a: ast.expr, b: ast.expr) -> ast.expr:
 
 def neg(a: ast.expr) -> ast.expr:
     return ast.UnaryOp(ast.USub(), _node(a))
+
+
+def not_(a: ast.expr) -> ast.expr:
+    return ast.UnaryOp(ast.Not(), _node(a))
+
+
+def if_exp(test: ast.expr, body, orelse) -> ast.expr:
+    """`body if test else orelse`."""
+    return ast.IfExp(_node(test), _node(body), _node(orelse))
 
 
 def subscript(obj: ast.expr, index) -> ast.expr:
@@ -387,21 +411,21 @@ def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
             raise ValueError(f"a comment must be comment_text's: {node.text!r}")
         out.append(f"{pad}# {node.text}")
     elif isinstance(node, ast.ClassDef):
-        bases = ", ".join(unparse(b) for b in node.bases)
+        bases = ", ".join(_expr(b) for b in node.bases)
         out.append(f"{pad}class {node.name}({bases}):" if bases else f"{pad}class {node.name}:")
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.FunctionDef):
-        out.append(f"{pad}def {node.name}({unparse(node.args)}):")
+        out.append(f"{pad}def {node.name}({_expr(node.args)}):")
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.If):
         if node.orelse:  # pragma: no cover - the compiler writes none
             raise ValueError("the printer writes no else branch")
-        out.append(f"{pad}if {unparse(node.test)}:")
+        out.append(f"{pad}if {_expr(node.test)}:")
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.For):
         # a conditional iterable reads better in brackets (they never change its meaning)
-        iterable = unparse(node.iter)
-        out.append(f"{pad}for {unparse(node.target)} in {f'({iterable})' if isinstance(node.iter, ast.IfExp) else iterable}:")
+        iterable = _expr(node.iter)
+        out.append(f"{pad}for {_expr(node.target)} in {f'({iterable})' if isinstance(node.iter, ast.IfExp) else iterable}:")
         _print_body(node.body, depth + 1, out)
     else:
         line = pad + _simple(node)
@@ -414,23 +438,31 @@ def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
     node.end_lineno, node.end_col_offset = len(out), len(out[-1])
 
 
+def _expr(node: ast.AST) -> str:
+    """An expression (or a signature) as ast.unparse prints it; unlike a statement it needs no
+    line numbers (ast.unparse reads them only for statements' type comments)."""
+    if isinstance(node, ast.Name):  # the commonest piece: a target, an argument
+        return node.id
+    return ast.unparse(node)
+
+
 def _target(node: ast.expr) -> str:
     if isinstance(node, ast.Tuple):  # `a, b = ...` and `a, = ...`, without brackets
         return ", ".join(_target(e) for e in node.elts) + ("," if len(node.elts) == 1 else "")
-    return unparse(node)
+    return _expr(node)
 
 
 def _simple(node: ast.stmt) -> str:
     if isinstance(node, ast.Assign):
-        return " = ".join(_target(t) for t in node.targets) + " = " + unparse(node.value)
+        return " = ".join(_target(t) for t in node.targets) + " = " + _expr(node.value)
     if isinstance(node, ast.Expr):
         if getattr(node, _TRIPLE, False):
             text = node.value.value if isinstance(node.value, ast.Constant) else None
             assert isinstance(text, str), "a docstring node holds a string"
             return f'"""{text}"""'
-        return unparse(node.value)
+        return _expr(node.value)
     if isinstance(node, ast.Return):
-        return "return" if node.value is None else f"return {unparse(node.value)}"
+        return "return" if node.value is None else f"return {_expr(node.value)}"
     if isinstance(node, ast.Pass):
         return "pass"
     if isinstance(node, ast.Import):
