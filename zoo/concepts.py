@@ -236,6 +236,11 @@ class ConceptModel(ZooModel):
 
     def concept_loss(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """Σ_k w_k · mean BCE_k / k, w = `concept_weights` (the mean BCE when every w_k is 1)."""
+        scores = self.concept_scores(out)
+        if type(self).concept_loss_terms is ConceptModel.concept_loss_terms:
+            # the mean over examples and concepts of w_k · BCE: one operation, one autograd node
+            return F.binary_cross_entropy_with_logits(scores, c_true.to(scores.dtype),
+                                                      weight=self.concept_weights.to(scores.dtype))
         terms = self.concept_loss_terms(out, c_true)
         per_concept = terms.reshape(-1, terms.shape[-1]).mean(0)
         return (per_concept * self.concept_weights.to(per_concept.dtype)).mean()
