@@ -34,10 +34,12 @@ CONCEPT_MODELS = {
     "concept_bottleneck_hybrid": dict(f=6, k=4, j=3, r=3),
     "concept_bottleneck_typed": dict(f=6, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
     "concept_embedding": dict(f=6, k=4, e=3, r=3),
+    "concept_embedding_typed": dict(f=6, e=3, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
     "prototype_concepts": dict(f=6, p=2, k=4, r=3),
     "concept_graph": dict(f=6, k=4, r=3, parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
     "concept_whitening": dict(f=6, k=4, r=3),
     "mixture_of_linear_models": dict(f=6, k=4, m=2, r=3),
+    "mixture_typed": dict(f=6, m=2, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
 }
 
 

@@ -154,7 +154,7 @@ class ConceptModel(ZooModel):
         its `c_true` with probability `p_int` (training-time interventions)."""
         x = self.features(x)
         if do is None and c_true is not None and self.training and self.p_int > 0:
-            do = torch.rand(c_true.shape, device=c_true.device) < self.p_int
+            do = self.random_do(c_true)
         if do is None:
             do = self._no_do
         if c_true is None:
@@ -173,6 +173,10 @@ class ConceptModel(ZooModel):
                 if not ok:
                     raise PenroseShapeError(f"input {name!r} has batch shape {tb} but input 'x' has {xb}")
         return self.diagram(x=x, c_true=c_true, do=do)
+
+    def random_do(self, c_true: torch.Tensor) -> torch.Tensor:
+        """RandInt's mask: each concept set with probability `p_int` (one draw per column here)."""
+        return torch.rand(c_true.shape, device=c_true.device) < self.p_int
 
     def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
