@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from penrose import PenroseShapeError
 from penrose_zoo.core import InterventionError, ZooModel, task_loss
 
-__all__ = ["BACKBONE_MODES", "ConceptModel"]
+__all__ = ["BACKBONE_MODES", "ConceptModel", "resolve_concept"]
 
 #: how a backbone in front of a concept model trains
 BACKBONE_MODES = ("finetune", "frozen", "cached")
@@ -180,24 +180,7 @@ class ConceptModel(ZooModel):
 
     def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
-        k = self.sizes["k"]
-        if isinstance(concept, str):
-            if concept not in self.concept_names:
-                raise InterventionError(
-                    f"intervention concepts[{position}] = {concept!r} is not a concept name; "
-                    f"the names are {', '.join(self.concept_names)}"
-                )
-            return self.concept_names.index(concept)
-        if isinstance(concept, torch.Tensor) and concept.numel() == 1 and not concept.is_floating_point():
-            concept = int(concept)
-        if not isinstance(concept, int) or isinstance(concept, bool):
-            raise InterventionError(f"intervention concepts[{position}] must be an int id or a name, got {concept!r}")
-        if not 0 <= concept < k:
-            raise InterventionError(
-                f"intervention concepts[{position}] = {concept} is out of range: the model has k = {k} "
-                f"concepts (ids 0..{k - 1})"
-            )
-        return concept
+        return resolve_concept(self.concept_names, concept, position)
 
     def intervention(self, concepts: Sequence | int | str, values: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(c_true, do) that set `concepts` (ids or names) to `values` (a number, one per concept,
@@ -366,3 +349,27 @@ class ConceptModel(ZooModel):
             "c_true": (torch.rand(batch, k, generator=generator) < 0.5).float(),
             "do": torch.rand(batch, k, generator=generator) < 0.3,
         }
+
+
+def resolve_concept(names: Sequence[str], concept: Any, position: int = 0) -> int:
+    """The id of `concept` (an id, or one of `names`) among len(names) concepts; a name that is
+    not one, an id out of range or anything else raises InterventionError naming `position` (the
+    concept's place in the caller's list)."""
+    k = len(names)
+    if isinstance(concept, str):
+        if concept not in names:
+            raise InterventionError(
+                f"intervention concepts[{position}] = {concept!r} is not a concept name; "
+                f"the names are {', '.join(names)}"
+            )
+        return list(names).index(concept)
+    if isinstance(concept, torch.Tensor) and concept.numel() == 1 and not concept.is_floating_point():
+        concept = int(concept)
+    if not isinstance(concept, int) or isinstance(concept, bool):
+        raise InterventionError(f"intervention concepts[{position}] must be an int id or a name, got {concept!r}")
+    if not 0 <= concept < k:
+        raise InterventionError(
+            f"intervention concepts[{position}] = {concept} is out of range: the model has k = {k} "
+            f"concepts (ids 0..{k - 1})"
+        )
+    return concept

@@ -42,8 +42,9 @@ set whole, when its best-ranked column's turn comes.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     from penrose_zoo.concepts import ConceptModel
 
 __all__ = [
+    "InterventionTarget",
     "Policy",
     "RandomPolicy",
     "UncertaintyPolicy",
@@ -73,11 +75,57 @@ __all__ = [
 DEFAULT_FRACTIONS = tuple(i / 10 for i in range(11))
 
 
+class InterventionTarget(torch.nn.Module):
+    """What the policies, strategies and curves use of a model, for models outside the zoo's
+    concept diagrams (an adapter: `penrose_zoo.steerling.interventions.KnownConcepts` for
+    Steerling's known concepts). A subclass sets `concept_names` and `sizes = {"k": …}` and
+    implements `forward(x, c_true=None, do=None)` -> outputs with `y` (task logits), `c` (the
+    bottleneck after interventions) and `c_logit` (concept logits before them); `do` [n, k]
+    sets the concepts to `c_true` where True. The defaults: one column per concept, a
+    probability bottleneck (labels are the values), no backbone."""
+
+    task = "multiclass"
+    concept_names: tuple[str, ...] = ()
+    sizes: dict = {}
+
+    def features(self, x: Any) -> Any:
+        return x
+
+    @contextmanager
+    def given_features(self) -> Iterator["InterventionTarget"]:
+        yield self
+
+    def concept_units(self) -> list[tuple[int, ...]]:
+        return [(i,) for i in range(self.sizes["k"])]
+
+    def concept_index(self, concept: Any, position: int = 0) -> int:
+        from penrose_zoo.concepts import resolve_concept
+
+        return resolve_concept(self.concept_names, concept, position)
+
+    def bottleneck(self, out: Any) -> torch.Tensor:
+        return out.c
+
+    def bottleneck_values(self, c: torch.Tensor) -> torch.Tensor:
+        return c
+
+    def concept_scores(self, out: Any) -> torch.Tensor:
+        return out.c_logit
+
+    def concept_probabilities(self, out: Any) -> torch.Tensor:
+        return torch.sigmoid(self.concept_scores(out))
+
+    @property
+    def _all_do(self) -> torch.Tensor:
+        return torch.ones(self.sizes["k"], dtype=torch.bool)
+
+
 def _check_model(model):
     from penrose_zoo.concepts import ConceptModel
 
-    if not isinstance(model, ConceptModel):
-        raise TypeError(f"interventions need a concept model (a penrose_zoo ConceptModel), got {type(model).__name__}")
+    if not isinstance(model, (ConceptModel, InterventionTarget)):
+        raise TypeError(f"interventions need a concept model (a penrose_zoo ConceptModel or an InterventionTarget), "
+                        f"got {type(model).__name__}")
 
 
 # ---- policies ---------------------------------------------------------------------------------
@@ -276,7 +324,7 @@ def _unit_scores(policy: Policy, model, x, c, out, units: Sequence[Sequence[int]
     return -torch.stack([position[..., list(u)].min(-1).values for u in units], -1).to(torch.float64)
 
 
-def sequential_intervention_masks(model: ConceptModel, x: torch.Tensor, c: torch.Tensor, policy: Policy,
+def sequential_intervention_masks(model: ConceptModel | InterventionTarget, x: torch.Tensor, c: torch.Tensor, policy: Policy,
                                   values: torch.Tensor, steps: int | None = None) -> list[torch.Tensor]:
     """do masks [n, k] after 0, 1, …, `steps` (default: every concept) sequential interventions:
     at each step the policy ranks the concepts on the model's outputs under the interventions so
@@ -337,7 +385,7 @@ def intervention_score(curve: InterventionCurve | Sequence[float], fractions: Se
 
 
 @torch.no_grad()
-def intervention_curve(model: ConceptModel, data: Any, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
                        strategy: Strategy | None = None, label: str = "", sequential: bool = False) -> InterventionCurve:
     """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
     ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy
