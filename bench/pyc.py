@@ -23,7 +23,9 @@ the way its documentation trains, with a Lightning Trainer (`--pyc-loop lightnin
 
 Measured on the test split: task accuracy, concept accuracy (threshold 0.5), the intervention
 curve (random policy, ground truth, one more concept each step; the same per-example orders for
-both) and its score (area under the curve), and the training time (the loop alone, wall clock).
+both) and its score (area under the curve), and the training time (the loop alone, as the CPU time of
+this process: on a shared machine other jobs inflate wall-clock time by different amounts for
+each run; with one torch thread, the CPU time is the wall time an idle machine would show).
 """
 
 from __future__ import annotations
@@ -73,9 +75,9 @@ def zoo_model(kind: str, f: int, k: int, seed: int):
 
 def run_zoo(kind, data, seed, epochs, fractions):
     model = zoo_model(kind, data.x_train.shape[1], data.c_train.shape[1], seed)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     model.fit(data.train_tuple(), epochs=epochs, batch_size=BATCH, lr=LR, seed=seed, progress=False)
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     curve = intervention_curve(model, data.test_tuple(), RandomPolicy(seed), fractions)
     return {"acc": curve.accuracy[0], "concept_acc": curve.concept_accuracy, "curve": curve.accuracy,
             "score": curve.score, "seconds": seconds}
@@ -157,12 +159,12 @@ def run_pyc(kind, data, seed, epochs, fractions, loop="plain"):
     model = pyc_model(kind, data.x_train.shape[1], names, lightning=(loop == "lightning"))
     x, c, y = data.train_tuple()
     target = torch.cat([c, y[:, None].float()], 1)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     if loop == "lightning":
         _train_lightning(model, model.concept_annotations, x, target, seed, epochs)
     else:
         _train_plain(model, x, target, seed, epochs)
-    seconds = time.perf_counter() - t0
+    seconds = time.process_time() - t0
     model.eval()
     xt, ct, yt = data.test_tuple()
     with torch.no_grad():
@@ -193,7 +195,7 @@ def run_torch(data, seed, epochs):
     opt = torch.optim.Adam([*encoder.parameters(), *head.parameters()], lr=LR, fused=True)
     x, c, y = data.train_tuple()
     g = torch.Generator().manual_seed(seed)
-    t0 = time.perf_counter()
+    t0 = time.process_time()
     for _ in range(epochs):
         order = torch.randperm(len(x), generator=g)
         xs, cs, ys = x[order], c[order], y[order]
@@ -204,7 +206,7 @@ def run_torch(data, seed, epochs):
                     + k * torch.nn.functional.binary_cross_entropy_with_logits(logits, cs[i:i + BATCH]))
             loss.backward()
             opt.step()
-    return time.perf_counter() - t0
+    return time.process_time() - t0
 
 
 def warm_up(pyc: bool, loop: str) -> None:

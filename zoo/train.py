@@ -300,7 +300,7 @@ def fit(
                 model.train()
                 order = torch.randperm(n, generator=shuffler)
                 if gather_once:  # one gather per tensor and epoch; the batches are slices (views) of it
-                    shuffled = tuple(t[order] for t in train_tensors)
+                    shuffled = tuple(t.index_select(0, order) for t in train_tensors)
                 losses = []
                 for start in range(0, n, batch_size):
                     if gather_once:
