@@ -145,6 +145,25 @@ def test_flat_adam_matches_torch_adam(name, weight_decay):
     assert all(p.grad is not None and p.grad.untyped_storage().data_ptr() not in storages for p in flat.parameters())
 
 
+def test_flat_adam_reads_a_replaced_gradient():
+    """A loss that sets the gradients to None (model.zero_grad()) makes autograd allocate new
+    ones outside the flat buffer; FlatAdam reads them back instead of stepping on zeros."""
+    x, y = torch.randn(32, 3), torch.rand(32)
+
+    def loss_fn(model, batch):
+        model.zero_grad(set_to_none=True)
+        return bce_loss(model, batch)
+
+    torch.manual_seed(0)
+    a = torch.nn.Linear(3, 1)
+    b = torch.nn.Linear(3, 1)
+    b.load_state_dict(a.state_dict())
+    fit(a, loss_fn, (x, y), epochs=2, batch_size=8, lr=0.1, progress=False)
+    fit(b, bce_loss, (x, y), epochs=2, batch_size=8, lr=0.1, progress=False)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
 def test_flat_adam_needs_one_dtype():
     params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))]
     assert not FlatAdam.supports(params) and FlatAdam.supports(params[:1])

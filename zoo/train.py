@@ -116,10 +116,12 @@ class FlatAdam:
         self.v = torch.zeros_like(self.flat)
         self.t = 0
         offset = 0
+        self.grad_views: list[torch.Tensor] = []
         with torch.no_grad():
             for p, n in zip(self.params, sizes):
                 p.data = self.flat[offset:offset + n].view_as(p)
                 p.grad = self.grad[offset:offset + n].view_as(p)
+                self.grad_views.append(p.grad)
                 offset += n
 
     @staticmethod
@@ -134,6 +136,10 @@ class FlatAdam:
 
     @torch.no_grad()
     def step(self) -> None:
+        for p, view in zip(self.params, self.grad_views):
+            if p.grad is not view:  # replaced (a zero_grad(set_to_none=True) in the loss): read it back
+                view.copy_(p.grad if p.grad is not None else torch.zeros_like(view))
+                p.grad = view
         self.t += 1
         b1, b2 = self.betas
         g = self.grad
