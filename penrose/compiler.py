@@ -12,6 +12,7 @@ in-memory module is that same source, compiled; `penrose compile FILE -o model.p
 
 from __future__ import annotations
 
+import ast
 import functools
 import keyword
 import linecache
@@ -28,7 +29,7 @@ from penrose.attrs import Aligned, Axis, BinOp, BlockCall, Clamp, DimSize, Dropo
 from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
-from penrose.tables import quoted, unquote
+from penrose.tables import init_call, quoted, unquote
 from penrose.checker import Checked, V
 from penrose.checked import CStmt
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
@@ -43,19 +44,13 @@ from penrose.views import labels_agree, read_counts
 def _runtime_text() -> str:
     """The helpers' source as standalone files carry it (penrose/runtime.py from its marker on)."""
     text = Path(__file__).with_name("runtime.py").read_text(encoding="utf-8")
-    return "\n" + text.split(_RUNTIME_MARK, 1)[1].strip("\n") + "\n"
+    return text.split(_RUNTIME_MARK, 1)[1].strip("\n")
 
 
 _RUNTIME_MARK = "# ---- inlined into standalone source from here on ----"
 _RUNTIME_NAMES = tuple(
     n for n in dir(runtime) if n.startswith("_") and not n.startswith("__") and callable(getattr(runtime, n))
 )
-
-
-_STANDALONE_ERROR = '''
-class ShapeError(ValueError):
-    """A runtime input has the wrong name, rank or size."""
-'''
 
 
 def _camel(name: str) -> str:
@@ -77,10 +72,7 @@ def _value(s: CStmt) -> V:
     return s.value
 
 
-def _comment(text: str) -> str:
-    """User text made safe for a comment: no line breaks can escape it, no NUL or lone surrogate breaks compile()."""
-    text = re.sub(r"[\x00\ud800-\udfff]", "\ufffd", text)
-    return re.sub(r"[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+", " ", text).strip()
+_comment = P.comment_text  # user text made safe for a comment (and for the docstrings that carry it)
 
 
 def _fixed_number(S, v: V):
@@ -110,10 +102,12 @@ def _fixed_number(S, v: V):
 
 
 class _Emitter:
-    """Generates the source of one module class (the diagram or one block).
+    """Builds one member of a module class (the diagram, an entry or one block) as `ast` nodes.
 
     Every expression is built as a Python `ast` tree (penrose.pyast) by the lowering of its
-    operation in LOWER and printed with `ast.unparse`; deep trees are cut into temporaries.
+    operation in LOWER; deep trees are cut into temporaries. Its statements, its method
+    (`forward_def`) and its part of the class (`spec_nodes`, `own_nodes`, `instance_nodes`) are
+    nodes too, which `_class_def` joins and `generate_source` prints as one module.
     """
 
     def __init__(self, c: Checked, class_name: str, block_classes: dict, top: bool, fuse_attention: bool = True,
@@ -135,7 +129,6 @@ class _Emitter:
         self.fused = find_attention(c, self.read) if fuse_attention else {}
         self.absorbed = {id(a) for att in self.fused.values() for a in att.absorbed}
         self.hoister = P.Hoister("_")
-        self.source_map: list = []  # (statement span, first line, last line) within forward, filled by forward_lines
 
     # -- sizes
     def size_node(self, cls: int, span: Span):
@@ -354,14 +347,17 @@ class _Emitter:
         return None
 
     # -- statements
-    def statement(self, targets: str, tree, comment: str) -> list[str]:
-        """`targets = tree  # comment`, after the temporaries a deep tree needs."""
+    def statement(self, targets: list[str], tree, comment: str) -> list[ast.stmt]:
+        """`targets = tree  # comment` (one target a name, more a tuple), after the temporaries
+        a deep tree needs."""
         temps, tree = self.hoister.flatten(tree)
-        lines = [f"        {t} = {P.unparse(e)}" for t, e in temps]
-        lines.append(f"        {targets} = {P.unparse(tree)}" + (f"  # {comment}" if comment else ""))
-        return lines
+        nodes = [P.assign(t, e) for t, e in temps]
+        nodes.append(P.commented(P.assign(targets[0] if len(targets) == 1 else targets, tree), comment))
+        return nodes
 
-    def forward_lines(self) -> list[str]:
+    def forward_def(self) -> ast.stmt:
+        """The method this member's code becomes (forward, an entry's or a block's), each
+        statement made from a diagram statement tagged with its span (the source map)."""
         c = self.c
         inputs = [d.tensor.name for d in c.inputs]
         for d in c.inputs:  # the checker refuses these; a name that slipped through is not emitted
@@ -369,99 +365,101 @@ class _Emitter:
         for s in c.stmts:
             for t in getattr(s.stmt, "targets", ()):
                 emitted_name(t, "local", s.stmt.span)
-        body: list[str] = []
+        body: list[ast.stmt] = []
         for s in c.stmts:
             st = s.stmt
-            start = len(body)
+            made: list[ast.stmt] = []
             if isinstance(st, ir.Comment):
                 text = _comment(st.text)
                 if text:
-                    body.append(f"        # {text}")
+                    body.append(P.Comment(text))
                 continue
             if isinstance(st, ir.Assign) and id(s) in self.absorbed:
-                body.append(f"        # {_statement_comment(st)}  (fused below)")
+                made.append(P.Comment(f"{_statement_comment(st)}  (fused below)"))
             elif isinstance(st, ir.Assign) and _value(s).op == "split" and id(s) not in self.fused and any(
                 (t, ver) not in self.read for t, ver in zip(st.targets, s.versions)
             ):  # pieces nobody reads are not made: narrow the others
                 kept = [i for i, (t, ver) in enumerate(zip(st.targets, s.versions)) if (t, ver) in self.read]
-                body.append(f"        # {_statement_comment(st)}")
-                body.extend(self.narrow_lines(s, kept))
+                made.append(P.Comment(_statement_comment(st)))
+                made.extend(self.narrow_nodes(s, kept))
             elif isinstance(st, ir.Assign):
                 tree = self.attention_code(self.fused[id(s)]) if id(s) in self.fused else self.expr(_value(s))
                 comment = ", ".join(self.shape_comment(t) for t in s.types)
                 note = f"  {_comment(st.note)}" if st.note else ""
-                body.append(f"        # {_statement_comment(st)}")  # the diagram's statement, above its code
-                body.extend(self.statement(", ".join(st.targets), tree, comment + note))
+                made.append(P.Comment(_statement_comment(st)))  # the diagram's statement, above its code
+                made.extend(self.statement(list(st.targets), tree, comment + note))
             elif isinstance(st, ir.Return):
                 trees = [self.expr(v) for v in _value(s).args]
                 tree = trees[0] if len(trees) == 1 else P.tuple_(trees)
                 temps, tree = self.hoister.flatten(tree)
-                body.extend(f"        {t} = {P.unparse(e)}" for t, e in temps)
-                body.append(f"        return {P.unparse(tree)}")
-            if len(body) > start:
-                self.source_map.append((st.span, start, len(body)))
+                made.extend(P.assign(t, e) for t, e in temps)
+                made.append(P.return_(tree))
+            body.extend(P.tagged(node, st.span) for node in made)
         if self.top:
             names = [n for n, _ in c.outputs]
             if len(names) == 1:
-                body.append(f"        return {names[0]}")
+                body.append(P.return_(P.name(names[0])))
             else:
-                body.append(f"        return self.{self.outputs_attr}({', '.join(names)})")
-        head = []
+                body.append(P.return_(P.method(P.name("self"), self.outputs_attr, *map(P.name, names))))
+        head: list[ast.stmt] = []
         ref = self.reference_tensor()  # inputs match its dtype and device; masks may be made where it lives
         if self.top:
-            sig = ", ".join(f"{n}=None" for n in inputs)
             # the catch-alls and every generated local start with '_', never a user's name; inputs
             # given by position are bound by _positional, so that an input given twice, missing
             # or unknown is a ShapeError, as in the interpreter (not Python's TypeError)
-            head.append(f"    def {self.method}(self, *_args{', ' if sig else ''}{sig}, **_unexpected):")
-            given = "".join(n + ", " for n in inputs)
-            head.append("        if _args:")
-            head.append(f"            {given + '= ' if given else ''}_positional(self.{self.inputs_attr}, _args, ({given}))")
-            head.append(f"        _sizes = _check_inputs(self.{self.inputs_attr}, ({given}), _unexpected{', (), ' + ref if ref else ''})")
+            args = P.arguments(["self"], vararg="_args", keyword_only=[(n, None) for n in inputs], kwarg="_unexpected")
+            spec = P.attr(P.name("self"), self.inputs_attr)
+            given = P.call(P.name("_positional"), spec, P.name("_args"), P.tuple_(map(P.name, inputs)))
+            head.append(P.if_(P.name("_args"), [P.assign(inputs, given) if inputs else P.expr_stmt(given)]))
+            checks = [P.attr(P.name("self"), self.inputs_attr), P.tuple_(map(P.name, inputs)), P.name("_unexpected")]
+            if ref is not None:
+                checks += [P.tuple_([]), ref]
+            head.append(P.assign("_sizes", P.call(P.name("_check_inputs"), *checks)))
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
-                head.append(f"        {name} = _sizes[{self.S.label[r]!r}]")
+                head.append(P.assign(name, P.subscript(P.name("_sizes"), P.const(self.S.label[r]))))
         else:
-            head.append(f"    def {self.method}(self, {', '.join(inputs)}):")
+            args = P.arguments(["self", *inputs])
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
-                head.append(f"        {name} = {self.find_binder(r)}")
+                head.append(P.assign(name, self.find_binder(r)))
         if self.uses_device:  # masks are made where the inputs (or the parameters) live
             if inputs:
-                head.append(f"        _device = {inputs[0]}.device")
+                head.append(P.assign("_device", P.attr(P.name(inputs[0]), "device")))
+            elif ref is not None:
+                head.append(P.assign("_device", P.attr(ref, "device")))
             else:
-                head.append(f"        _device = {ref}.device" if ref else "        _device = None  # the default device")
+                head.append(P.commented(P.assign("_device", P.const(None)), "the default device"))
         if self.uses_dtype:  # a where() of two plain numbers takes the model's floating dtype
             floats = [d.tensor.name for d in c.inputs if d.tensor.dtype == "float"]
-            source = floats[0] if floats else ref
-            head.append(f"        _dtype = {source}.dtype" if source else "        _dtype = torch.get_default_dtype()")
-        self.source_map = [(span, a + len(head), b + len(head)) for span, a, b in self.source_map]
-        return head + body
+            source = P.name(floats[0]) if floats else ref
+            head.append(P.assign("_dtype", P.attr(source, "dtype") if source is not None else P.call(P.path("torch.get_default_dtype"))))
+        return P.function(self.method, args, head + body)
 
-    def reference_tensor(self) -> str | None:
-        """The attribute path of the first parameter or buffer (inputs must match its dtype and device)."""
+    def reference_tensor(self):
+        """The tree of the first parameter or buffer (inputs must match its dtype and device), or None."""
 
         def find(c: Checked, node):
             own = c.params + c.buffers
             if own:
-                return P.unparse(_member(node, own[0].tensor.name))
+                return _member(node, own[0].tensor.name)
             for inst in c.instances.values():
                 sub = _instance_node(inst.name, node)
                 found = find(self.c.blocks[inst.block], P.subscript(sub, P.const(0)) if inst.repeat is not None else sub)
-                if found:
+                if found is not None:
                     return found
             return None
 
         return find(self.c, P.name("self"))
 
-    def narrow_lines(self, s, kept: list[int]) -> list[str]:
+    def narrow_nodes(self, s, kept: list[int]) -> list[ast.stmt]:
         """The read pieces of a split, each as a narrow (a view) of the split tensor."""
         v = s.value
         x = v.args[0]
         dim = self.dim_of(x, v.attrs.axis)
         starts = [sum(v.attrs.sizes[:i]) for i in range(len(v.attrs.sizes))]
-        lines = []
+        nodes: list[ast.stmt] = []
         base = self.expr(x)
         if len(kept) > 1 and not P.is_simple(base):  # computed once, however many pieces are read
-            lines.extend(self.statement("_split", base, ""))
+            nodes.extend(self.statement(["_split"], base, ""))
             base = P.name("_split")
         for i in kept:
             start, size = starts[i], v.attrs.sizes[i]
@@ -469,28 +467,29 @@ class _Emitter:
                 piece = P.subscript(base, P.slice_(start or None, start + size))
             else:
                 piece = P.method(base, "narrow", dim, start, size)
-            lines.extend(self.statement(s.stmt.targets[i], piece, self.shape_comment(s.types[i])))
-        return lines
+            nodes.extend(self.statement([s.stmt.targets[i]], piece, self.shape_comment(s.types[i])))
+        return nodes
 
-    def find_binder(self, root: int) -> str:
+    def find_binder(self, root: int) -> ast.expr:
+        """The size of a run-time leg of a block, read from an argument: `x.shape[-1]`."""
         for d in self.c.inputs:
             for j, cl in enumerate(d.type.cls):
                 if self.S.find(cl) == root:
-                    return f"{d.tensor.name}.shape[{j - len(d.type.cls)}]"
+                    return P.subscript(P.attr(P.name(d.tensor.name), "shape"), P.const(j - len(d.type.cls)))
         raise PenroseCompileError(
             f"block {self.c.name!r} uses leg {self.S.label[root]!r}, whose size is known only at run time, "
             "but none of its arguments carries it",
             Span(self.c.diagram.file),
         )
 
-    # -- the class (see _class_source, which joins the members of one class)
-    def spec_lines(self) -> list[str]:
+    # -- the class (see _class_def, which joins the members of one class)
+    def spec_nodes(self) -> list[ast.stmt]:
         """The class attributes this member's method reads: its outputs' named tuple, its inputs."""
-        c, L = self.c, []
+        c, nodes = self.c, []
         if self.top and len(c.outputs) > 1:
             names = tuple(n for n, _ in c.outputs)
             type_name = self.cls_name + ("" if self.method == "forward" else _camel(self.method)) + "Outputs"
-            L.append(f"    {self.outputs_attr} = collections.namedtuple({type_name!r}, {names!r})")
+            nodes.append(P.assign(self.outputs_attr, P.call(P.path("collections.namedtuple"), P.const(type_name), P.literal(names))))
         if self.top:
             spec = []
             for d in c.inputs:
@@ -500,66 +499,47 @@ class _Emitter:
                     for cl in d.type.cls
                 )
                 spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
-            L.append(f"    {self.inputs_attr} = {tuple(spec)!r}")
-        return L
+            nodes.append(P.assign(self.inputs_attr, P.literal(tuple(spec))))
+        return nodes
 
-    def own_lines(self) -> dict:
-        """name -> (its line in __init__, its init line, where it is declared) for params and buffers."""
+    def own_nodes(self) -> dict:
+        """name -> (its statement in __init__, its statement in reset_parameters, where it is
+        declared) for params and buffers."""
         out = {}
+        me = P.name("self")
         for d in self.c.params + self.c.buffers:
             if not quoted(d.tensor.name):  # a quoted name is registered by its text, never written as an attribute
                 emitted_name(d.tensor.name, "attribute", d.tensor.span)
-            shape = ", ".join(self.size_code(cl, d.tensor.span) for cl in d.type.cls)
-            empty = f"torch.empty({shape})" if shape else "torch.empty(())"
-            comment = f"  # {self.shape_comment(d.type)}"
+            shape = [self.size_node(cl, d.tensor.span) for cl in d.type.cls]
+            empty = P.call(P.path("torch.empty"), *(shape or [P.tuple_([])]))  # a scalar: torch.empty(())
             if d.tensor.kind == "param" and not quoted(d.tensor.name):
-                line = f"        self.{d.tensor.name} = torch.nn.Parameter({empty}){comment}"
+                made = P.assign(P.attr(me, d.tensor.name), P.call(P.path("torch.nn.Parameter"), empty))
             elif d.tensor.kind == "param":
-                line = f"        self.register_parameter({unquote(d.tensor.name)!r}, torch.nn.Parameter({empty})){comment}"
+                made = P.expr_stmt(P.method(me, "register_parameter", unquote(d.tensor.name), P.call(P.path("torch.nn.Parameter"), empty)))
             else:
-                line = f"        self.register_buffer({unquote(d.tensor.name)!r}, {empty}){comment}"
-            out[d.tensor.name] = (line, self.init_line(d), d.tensor.span)
+                made = P.expr_stmt(P.method(me, "register_buffer", unquote(d.tensor.name), empty))
+            out[d.tensor.name] = (P.commented(made, self.shape_comment(d.type)), self.init_node(d), d.tensor.span)
         return out
 
-    def instance_lines(self) -> dict:
+    def instance_nodes(self) -> dict:
         """instance name -> (the module made for it in __init__, where it is made)."""
         out = {}
         for inst in self.c.instances.values():
             head = inst.name.split(".")[0]
             if not head.isdigit() and not quoted(head):  # a number or a quoted name is a key (add_module), not an attribute
                 emitted_name(head, "attribute", inst.span)
-            cls_name = self.block_classes[inst.name]
+            made = P.call(P.name(self.block_classes[inst.name]))
             if inst.repeat is not None:
-                made = f"torch.nn.ModuleList([{cls_name}() for _ in range({inst.repeat})])"
-            else:
-                made = f"{cls_name}()"
+                made = P.call(P.path("torch.nn.ModuleList"), P.list_comp(made, "_", P.call(P.name("range"), inst.repeat)))
             out[inst.name] = (made, inst.span)
         return out
 
-    def init_line(self, d) -> str:
-        t = d.tensor
-        target = P.unparse(_member(P.name("self"), t.name))
-        init = t.init or ir.Init("normal", (("std", ir.Number(0.02)),))
-        kw = {k: v.value for k, v in init.kwargs}
-        name = init.name
-        if name == "normal":
-            return f"        torch.nn.init.normal_({target}, mean={float(kw.get('mean', 0.0))!r}, std={float(kw.get('std', 0.02))!r}, generator=generator)"
-        if name == "zeros":
-            return f"        torch.nn.init.zeros_({target})"
-        if name == "ones":
-            return f"        torch.nn.init.ones_({target})"
-        if name == "constant":
-            return f"        torch.nn.init.constant_({target}, {float(kw.get('value', 0.0))!r})"
-        if name == "uniform":
-            return f"        torch.nn.init.uniform_({target}, {float(kw.get('a', 0.0))!r}, {float(kw.get('b', 1.0))!r}, generator=generator)"
-        if name == "eye":
-            return f"        torch.nn.init.eye_({target})"
-        if name == "xavier":
-            sizes = [self.S.size(cl) or 1 for cl in d.type.cls]
-            fan_in, fan_out = (sizes[0], sizes[-1]) if sizes else (1, 1)
-            bound = float(kw.get("gain", 1.0)) * math.sqrt(6.0 / (fan_in + fan_out))
-            return f"        torch.nn.init.uniform_({target}, {-bound!r}, {bound!r}, generator=generator)"
-        raise PenroseCompileError(f"unknown init {name!r}", init.span)  # pragma: no cover
+    def init_node(self, d) -> ast.stmt:
+        """`torch.nn.init.<function>(self.W, ...)`: the init's row of penrose.tables.INITIALISERS
+        (the interpreter calls the same function with the same numbers)."""
+        row, args, kwargs = init_call(d.tensor.init, [self.S.size(cl) for cl in d.type.cls])
+        extra = {"generator": P.name("generator")} if row.random else {}
+        return P.expr_stmt(P.call(P.path("torch.nn.init." + row.function), _member(P.name("self"), d.tensor.name), *args, **kwargs, **extra))
 
 
 def emitted_name(name: str, place: str, span: Span | None = None, fail: bool = True) -> str | None:
@@ -1013,43 +993,38 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
     code, in source order, `(class_name, statement_span, first_line, last_line)`, its lines of
     the source (1-based, both included; the class is the diagram's or its block's). A statement
     fused into a later one keeps its comment line; a split cut into narrowed pieces spans them
-    all.
+    all. The map is read from the module's tree (`module_tree`): the printer writes each
+    statement's line numbers into it, and every statement made from a diagram statement is
+    tagged with that statement's span.
 
     >>> c = load("dim e = 2\\ninput x[e]\\ny = x * 2\\noutput y")
     >>> source, lines = generate_source(c, with_map=True)
     >>> [(cls, span.line, source.splitlines()[a - 1:b]) for cls, span, a, b in lines]
     [('Diagram', 3, ['        # y = x * 2', '        y = x * 2  # [..., e]'])]
     """
+    tree = module_tree(checked, standalone, fuse_attention, entries)
+    source = P.print_module(tree)  # the printer writes each statement's lines into the tree
+    return (source, _source_map(tree)) if with_map else source
+
+
+def module_tree(checked: Checked, standalone: bool = True, fuse_attention: bool = True, entries: dict | None = None) -> ast.Module:
+    """The generated module as one `ast.Module` (generate_source prints it)."""
     classes = _classes(checked, dict(entries or {}), fuse_attention)
-    parts = [_class_source(name, members) for name, members in classes]
     # the file name goes inside a docstring: no backslash escapes, no closing quotes
     shown = _comment(os.path.basename(checked.diagram.file)).replace("\\", "/").replace('"', "'")
-    header = [
-        f'"""Generated by penrose from {shown}: edit the diagram, not this file."""',
-        "",
-        "import collections",
-        "",
-        "import torch",
-        "",
+    body = [
+        P.docstring(f"Generated by penrose from {shown}: edit the diagram, not this file."),
+        P.spaced(P.import_("collections"), 1),
+        P.spaced(P.import_("torch"), 1),
     ]
     if standalone:
-        header.append(_STANDALONE_ERROR.strip("\n"))
-        header.append("")
-        helpers = _runtime_text()
+        body.append(P.spaced(P.class_("ShapeError", [P.name("ValueError")], [P.docstring("A runtime input has the wrong name, rank or size.")]), 1))
+        body.append(P.spaced(P.Verbatim(_runtime_text()), 1))
     else:  # an in-memory module imports the helpers (one copy of their constants' cache)
-        helpers = "from penrose.runtime import " + ", ".join(_RUNTIME_NAMES) + "\n"
-    prefix = "\n".join(header) + helpers + "\n\n"
-    source = prefix + "\n\n".join(text for text, _ in parts)
-    source += f"\n\nModel = {classes[-1][0]}\n"
-    if not with_map:
-        return source
-    source_map = []
-    first = prefix.count("\n") + 1  # the line each class starts on
-    for (name, _), (text, spans) in zip(classes, parts):
-        # the class's map: (span, first line, end line), 0-based within its class, end excluded
-        source_map += [(name, span, first + a, first + b - 1) for span, a, b in spans]
-        first += text.count("\n") + 2  # the text ends with a line break, then "\n\n" joins the next
-    return source, source_map
+        body.append(P.import_from("penrose.runtime", _RUNTIME_NAMES))
+    body.extend(_class_def(name, members) for name, members in classes)
+    body.append(P.spaced(P.assign("Model", P.name(classes[-1][0])), 2))
+    return P.module(body)
 
 
 def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
@@ -1171,92 +1146,105 @@ def _instance_node(name: str, node=None):
     return node
 
 
-def _instance_init(insts: dict) -> list[str]:
-    """__init__'s lines for the instances {name: (module expression, span)}: `self.name = ...`,
+def _instance_init(insts: dict) -> list[ast.stmt]:
+    """__init__'s statements for the instances {name: (module tree, span)}: `self.name = ...`,
     or for a dotted path the containers above it (_Container), each made once, then
     `container.add_module('last', ...)`."""
-    lines, made = [], set()
+    nodes: list[ast.stmt] = []
+    made = set()
     for name, (module, _) in insts.items():
         parts = name.split(".")
         if len(parts) == 1 and not parts[0].isdigit() and not quoted(parts[0]):
-            lines.append(f"        self.{name} = {module}")
+            nodes.append(P.assign(P.attr(P.name("self"), name), module))
             continue
         for k in range(1, len(parts) + 1):
             path = ".".join(parts[:k])
             if path in made:
                 continue
             made.add(path)
-            holder = P.unparse(_instance_node(".".join(parts[:k - 1])))
-            lines.append(f"        {holder}.add_module({unquote(parts[k - 1])!r}, {module if k == len(parts) else '_Container()'})")
-    return lines
+            holder = _instance_node(".".join(parts[:k - 1]))
+            made_here = module if k == len(parts) else P.call(P.name("_Container"))
+            nodes.append(P.expr_stmt(P.method(holder, "add_module", unquote(parts[k - 1]), made_here)))
+    return nodes
 
 
-def _class_source(name: str, members: list) -> tuple[str, list]:
+def _class_def(name: str, members: list) -> ast.stmt:
     """One module class: the members' parameters, buffers and instances joined by name (each
-    declared once, the same everywhere), then each member's method. Returns the text and its
-    source map (statement span, first line, end line), 0-based within the class."""
+    declared once, the same everywhere), then each member's method."""
     first = members[0]
     c = first.c
-    L = [f"class {name}(torch.nn.Module):"]
+    me = P.name("self")
     doc = f"Generated by penrose from diagram {c.name!r}" if not c.is_block else f"Block {c.name!r}"
     others = [em.method for em in members[1:]]
     if others:
         doc += f"; also {', '.join(others)}"
-    L.append(f"    {repr(_comment(doc) + '.')}")
     eqs = tuple(_comment(format_stmt(s.stmt)) for s in c.stmts if isinstance(s.stmt, (ir.Assign, ir.Return)))
-    L.append(f"    _EQUATIONS = {eqs!r}")
+    # the docstring carries the diagram's name: a plain string, printed with repr
+    body = [P.expr_stmt(P.const(_comment(doc) + ".")), P.assign("_EQUATIONS", P.literal(eqs))]
     attrs = {unquote(d.tensor.name) for em in members for d in em.c.params + em.c.buffers}
     attrs |= {unquote(inst.name.split(".")[0]) for em in members for inst in em.c.instances.values()}
     for em in members:  # a param named Outputs keeps its state-dict name: the named tuple's attribute moves
         if em.outputs_attr in attrs:
             em.outputs_attr = "_" + em.outputs_attr
-        L.extend(em.spec_lines())
+        body.extend(em.spec_nodes())
     own: dict = {}
     insts: dict = {}
     for em in members:
-        for key, found in em.own_lines().items():
+        for key, found in em.own_nodes().items():
             prev = own.setdefault(key, found)
-            if prev[:2] != found[:2]:
+            if prev is found:
+                continue
+            texts = [tuple(P.statement_text(n) for n in f[:2]) for f in (prev, found)]  # declaration, init
+            if texts[0] != texts[1]:
                 raise PenroseCompileError(
-                    f"{key!r} is declared differently in two entries of one module ({prev[0].strip()} / {found[0].strip()}); "
+                    f"{key!r} is declared differently in two entries of one module ({texts[0][0]} / {texts[1][0]}); "
                     "entries share parameters by name", found[2], notes=(("the other declaration", prev[2]),))
-        for key, found in em.instance_lines().items():
+        for key, found in em.instance_nodes().items():
             insts.setdefault(key, found)
     heads = {k.split(".")[0] for k in insts}  # an instance's attribute: its path's first part
     clash = [n for em in members[1:] for n in (em.method,) if n in own or n in heads]
     if clash:
         raise PenroseCompileError(f"method {clash[0]!r} of {name} is also a parameter or instance name; rename one", Span(c.diagram.file))
-    L.append("")
-    L.append("    def __init__(self):")
-    L.append("        super().__init__()")
-    L.extend(line for line, _, _ in own.values())
-    L.extend(_instance_init(insts))
-    L.append("        self.reset_parameters(recurse=False)  # the blocks initialised themselves")
-    L.append("")
-    L.append("    def reset_parameters(self, generator=None, recurse=True):")
-    L.append('        """Initialise every parameter and buffer as the diagram says (deterministic under a generator)."""')
-    body = []
+    init = [P.expr_stmt(P.method(P.call(P.name("super")), "__init__"))]
+    init += [made for made, _, _ in own.values()]
+    init += _instance_init(insts)
+    init.append(P.commented(P.expr_stmt(P.method(me, "reset_parameters", recurse=False)), "the blocks initialised themselves"))
+    body.append(P.function("__init__", P.arguments(["self"]), init))
+    reset = [P.docstring("Initialise every parameter and buffer as the diagram says (deterministic under a generator).")]
     if own:
-        body.append("        if not any(t.is_meta for t in self.parameters(recurse=False)) and not any(t.is_meta for t in self.buffers(recurse=False)):")
-        body.extend("    " + init for _, init, _ in own.values())
+        reset.append(P.if_(P.not_(P.call(P.name("_on_meta"), me)), [fill for _, fill, _ in own.values()]))
     if insts:
-        body.append("        if recurse:")
-        body.append("            for module in self.children():")
-        body.append("                for sub in (module if isinstance(module, torch.nn.ModuleList) else [module]):")
-        body.append("                    sub.reset_parameters(generator)")
-    if not body:
-        body.append("        pass")
-    L.extend(body)
-    L.append("")
-    L.append("    def extra_repr(self):")
-    L.append("        return '\\n'.join(self._EQUATIONS)")
-    spans = []
-    for em in members:
-        L.append("")
-        start = len(L)
-        L.extend(em.forward_lines())
-        spans += [(span, a + start, b + start) for span, a, b in em.source_map]
-    return "\n".join(L) + "\n", spans
+        module = P.name("module")
+        copies = P.if_exp(P.call(P.name("isinstance"), module, P.path("torch.nn.ModuleList")), module, P.list_([module]))
+        each = P.for_("sub", copies, [P.expr_stmt(P.method(P.name("sub"), "reset_parameters", P.name("generator")))])
+        reset.append(P.if_(P.name("recurse"), [P.for_("module", P.method(me, "children"), [each])]))
+    if not own and not insts:
+        reset.append(P.pass_())
+    body.append(P.function("reset_parameters", P.arguments(["self", "generator", "recurse"], defaults=[None, True]), reset))
+    body.append(P.function("extra_repr", P.arguments(["self"]), [P.return_(P.method(P.const("\n"), "join", P.attr(me, "_EQUATIONS")))]))
+    body.extend(em.forward_def() for em in members)
+    return P.class_(name, [P.path("torch.nn.Module")], body)
+
+
+def _source_map(tree: ast.Module) -> list:
+    """[(class name, statement span, first line, last line)] read from a printed module: the
+    lines of the statements tagged with each span, in order (a statement's nodes are adjacent)."""
+    out: list = []
+
+    def walk(body, cls: str):
+        for node in body:
+            span = P.origin(node)
+            if span is not None:
+                if out and out[-1][0] == cls and out[-1][1] == span:
+                    out[-1][3] = node.end_lineno
+                else:
+                    out.append([cls, span, node.lineno, node.end_lineno])
+            walk(getattr(node, "body", ()), cls)
+
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            walk(node.body, node.name)
+    return [tuple(entry) for entry in out]
 
 
 def _block_used(checked: Checked, name: str) -> bool:

@@ -11,7 +11,7 @@ refusal points at the characters inside the string.
     ([['t'], ['h', 'd']], [['h'], ['t'], ['d']])
 
 What the names mean (dims, sizes, which side may hold what) is the checker's part
-(penrose/checker.py); this module knows only the text. Torch-free.
+(penrose/check_einops.py); this module knows only the text. Torch-free.
 """
 
 from __future__ import annotations

@@ -45,6 +45,7 @@ from penrose import ir, ops
 from penrose.checked import Checked
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
 from penrose.loader import load, loadable
+from penrose.tables import init_call
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
@@ -154,28 +155,11 @@ def _camel(name: str) -> str:
 
 
 def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
-    init = t.init or ir.Init("normal", (("std", ir.Number(0.02)),))
-    kw = {k: float(v.value) for k, v in init.kwargs}
+    """A fresh tensor filled as its init says: the table's torch.nn.init function
+    (penrose.tables.INITIALISERS), called with the numbers the compiled module passes it."""
+    row, args, kwargs = init_call(t.init, shape)
     x = torch.empty(shape, dtype=dtype)
-    with torch.no_grad():
-        if init.name == "normal":
-            x.normal_(kw.get("mean", 0.0), kw.get("std", 0.02), generator=g)
-        elif init.name == "zeros":
-            x.zero_()
-        elif init.name == "ones":
-            x.fill_(1.0)
-        elif init.name == "constant":
-            x.fill_(kw.get("value", 0.0))
-        elif init.name == "uniform":
-            x.uniform_(kw.get("a", 0.0), kw.get("b", 1.0), generator=g)
-        elif init.name == "xavier":
-            fan_in, fan_out = (shape[0], shape[-1]) if shape else (1, 1)
-            bound = kw.get("gain", 1.0) * math.sqrt(6.0 / max(fan_in + fan_out, 1))
-            x.uniform_(-bound, bound, generator=g)
-        elif init.name == "eye":
-            x.copy_(torch.eye(shape[0], shape[1], dtype=dtype))
-        else:  # pragma: no cover - the checker knows every init
-            raise PenroseError(f"unknown init {init.name!r}", init.span)
+    getattr(torch.nn.init, row.function)(x, *args, **kwargs, **({"generator": g} if row.random else {}))
     return x
 
 

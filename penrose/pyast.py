@@ -1,8 +1,18 @@
-"""Python expression trees for generated source, printed with Python's own precedence.
+"""Python trees for generated source: expressions printed with Python's own precedence, whole
+modules printed with line numbers.
 
 The compiler builds every expression it emits as an `ast` tree and prints it with
 `ast.unparse`, which parenthesises a child exactly when its precedence is lower than its
 context requires (CPython's own levels). No emitted text depends on what stands next to it.
+
+Statements, methods, classes and the module are `ast` nodes too (`assign`, `function`,
+`class_`, `module`, ...), printed by `print_module`: one statement a line, four spaces a level,
+each expression by `ast.unparse`. The printer writes each statement's `lineno` and
+`end_lineno` into the tree as it goes, so what a statement became is read from its node (the
+compiler's source map). `ast` keeps no comments, so comments are nodes of their own (`Comment`,
+a line) or ride on a statement (`commented`, after it on its line); `Verbatim` is penrose's own
+source inlined as written, `spaced` asks for blank lines before a statement and `tagged` marks
+where a statement comes from.
 Two traps of `ast.unparse` are avoided here: a negative number is built as unary minus of a
 non-negative constant (`ast.Constant(-2) ** 2` would print as `-2 ** 2`), and infinities are
 `torch.inf` rather than `1e309`.
@@ -15,6 +25,9 @@ calls produce code that Python's parser and compiler accept.
 'torch.tanh(x) ** 2'
 >>> unparse(binop("**", const(-2), const(2)))
 '(-2) ** 2'
+>>> print(print_module(module([function("f", arguments(["x"]), [commented(return_(binop("+", name("x"), const(1))), "one more")])])), end="")
+def f(x):
+    return x + 1  # one more
 """
 
 from __future__ import annotations
@@ -22,6 +35,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+from typing import Any, cast
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -76,6 +90,20 @@ def const(value) -> ast.expr:
     raise TypeError(f"no constant for {value!r}")  # pragma: no cover - internal
 
 
+def literal(value: tuple) -> ast.expr:
+    """A tuple of strings, integers and such tuples as one constant (ast.unparse writes it
+    item by item with repr, as Python's constant folder would hold it): quick to print."""
+
+    def plain(v) -> bool:
+        if isinstance(v, tuple):
+            return all(plain(x) for x in v)
+        return isinstance(v, str) or (isinstance(v, int) and not isinstance(v, bool))
+
+    if not isinstance(value, tuple) or not plain(value):
+        raise TypeError(f"not a literal of strings and integers: {value!r}")  # pragma: no cover - internal
+    return ast.Constant(cast(Any, value))  # a tuple constant: CPython's own (typeshed lists scalars only)
+
+
 def call(func: ast.expr, *args, **kwargs) -> ast.expr:
     return ast.Call(func, [_node(a) for a in args], [ast.keyword(_ident(k), _node(v)) for k, v in kwargs.items()])
 
@@ -94,6 +122,15 @@ def compare(op: str, a: ast.expr, b: ast.expr) -> ast.expr:
 
 def neg(a: ast.expr) -> ast.expr:
     return ast.UnaryOp(ast.USub(), _node(a))
+
+
+def not_(a: ast.expr) -> ast.expr:
+    return ast.UnaryOp(ast.Not(), _node(a))
+
+
+def if_exp(test: ast.expr, body, orelse) -> ast.expr:
+    """`body if test else orelse`."""
+    return ast.IfExp(_node(test), _node(body), _node(orelse))
 
 
 def subscript(obj: ast.expr, index) -> ast.expr:
@@ -196,3 +233,240 @@ class Hoister:
                         c.value = new
                         return
         raise AssertionError("child not found")  # pragma: no cover - internal invariant
+
+
+# ---- statements, methods, classes, modules ---------------------------------------------------------
+
+_UNSAFE = re.compile(r"[\x00\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029\ud800-\udfff]")
+_COMMENT, _BLANK, _TRIPLE, _ORIGIN = "penrose_comment", "penrose_blank", "penrose_docstring", "penrose_origin"
+
+
+def comment_text(text: str) -> str:
+    """Any text made safe for a comment: no line break can end it early, no NUL or lone
+    surrogate breaks compile() (each becomes U+FFFD or a space)."""
+    text = re.sub(r"[\x00\ud800-\udfff]", "\ufffd", text)
+    return re.sub(r"[\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]+", " ", text).strip()
+
+
+class Comment(ast.stmt):
+    """A comment line among the statements (`# text`); the text must be `comment_text`'s."""
+
+    _fields = ("text",)
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+class Verbatim(ast.stmt):
+    """Lines of penrose's own source, inlined as they are written (the runtime helpers)."""
+
+    _fields = ("text",)
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+
+def commented(node: ast.stmt, text: str) -> ast.stmt:
+    """`node` with a comment after it on its (first) line; no comment for empty text."""
+    setattr(node, _COMMENT, text)
+    return node
+
+
+def spaced(node: ast.stmt, blank: int) -> ast.stmt:
+    """`node` after `blank` blank lines (by default none, one before a method, two before a
+    class or function of the module)."""
+    setattr(node, _BLANK, blank)
+    return node
+
+
+def tagged(node: ast.stmt, origin) -> ast.stmt:
+    """`node` marked as made from `origin` (the compiler: a diagram statement's span)."""
+    setattr(node, _ORIGIN, origin)
+    return node
+
+
+def origin(node: ast.AST):
+    """What `tagged` marked `node` with, or None."""
+    return getattr(node, _ORIGIN, None)
+
+
+def _store(target) -> ast.expr:
+    """An assignment target: a name, several names (a tuple, even of one), or a built
+    attribute or subscript, in store context."""
+    if isinstance(target, str):
+        return ast.Name(_ident(target), ast.Store())
+    if isinstance(target, (list, tuple)):
+        return ast.Tuple([_store(t) for t in target], ast.Store())
+    if isinstance(target, (ast.Attribute, ast.Subscript, ast.Name)):
+        target.ctx = ast.Store()
+        return target
+    raise TypeError(f"not an assignment target: {target!r}")  # pragma: no cover - internal
+
+
+def assign(target, value) -> ast.stmt:
+    """`target = value`: target a name, a list of names (`a, b = ...`; one name in a list is
+    `a, = ...`), or an attribute or subscript tree."""
+    return ast.Assign([_store(target)], _node(value))
+
+
+def expr_stmt(value: ast.expr) -> ast.stmt:
+    return ast.Expr(value)
+
+
+def docstring(text: str) -> ast.stmt:
+    """A docstring in triple double quotes: text with no backslash, no line break and no double
+    quote at its end or three in a row (an `Expr` of a plain string prints with `repr`)."""
+    if "\\" in text or '"""' in text or text.endswith('"') or _UNSAFE.search(text):
+        raise ValueError(f"not a docstring the printer writes as it is: {text!r}")
+    node = ast.Expr(ast.Constant(text))
+    setattr(node, _TRIPLE, True)
+    return node
+
+
+def return_(value: ast.expr | None = None) -> ast.stmt:
+    return ast.Return(None if value is None else _node(value))
+
+
+def pass_() -> ast.stmt:
+    return ast.Pass()
+
+
+def if_(test: ast.expr, body: list) -> ast.stmt:
+    return ast.If(_node(test), body, [])
+
+
+def for_(target, iterable: ast.expr, body: list) -> ast.stmt:
+    return ast.For(_store(target), iterable, body, [])
+
+
+def list_comp(element: ast.expr, target: str, iterable: ast.expr) -> ast.expr:
+    """`[element for target in iterable]`."""
+    return ast.ListComp(element, [ast.comprehension(_store(target), iterable, [], 0)])
+
+
+def arguments(positional=(), defaults=(), vararg: str | None = None, keyword_only=(), kwarg: str | None = None) -> ast.arguments:
+    """A signature: positional names (the last ones take `defaults`), `*vararg`, keyword-only
+    (name, default) pairs, `**kwarg`."""
+    return ast.arguments(
+        [], [ast.arg(_ident(a)) for a in positional], None if vararg is None else ast.arg(_ident(vararg)),
+        [ast.arg(_ident(k)) for k, _ in keyword_only], [_node(d) for _, d in keyword_only],
+        None if kwarg is None else ast.arg(_ident(kwarg)), [_node(d) for d in defaults],
+    )
+
+
+def function(fname: str, args: ast.arguments, body: list) -> ast.stmt:
+    return ast.FunctionDef(_ident(fname), args, body, [], None)
+
+
+def class_(cname: str, bases: list, body: list) -> ast.stmt:
+    return ast.ClassDef(_ident(cname), bases, [], body, [])
+
+
+def import_(module_name: str) -> ast.stmt:
+    return ast.Import([ast.alias(".".join(_ident(p) for p in module_name.split(".")))])
+
+
+def import_from(module_name: str, names) -> ast.stmt:
+    return ast.ImportFrom(".".join(_ident(p) for p in module_name.split(".")), [ast.alias(_ident(n)) for n in names], 0)
+
+
+def module(body: list) -> ast.Module:
+    return ast.Module(body, [])
+
+
+def print_module(tree: ast.Module) -> str:
+    """The source of a module tree; every statement's lineno, end_lineno, col_offset and
+    end_col_offset are set to where it was printed."""
+    out: list[str] = []
+    _print_body(tree.body, 0, out)
+    return "\n".join(out) + "\n"
+
+
+def statement_text(node: ast.stmt) -> str:
+    """One statement as the printer writes it, unindented (its lines joined)."""
+    out: list[str] = []
+    _print_stmt(node, 0, out)
+    return "\n".join(out)
+
+
+def _print_body(body: list, depth: int, out: list[str]) -> None:
+    for i, node in enumerate(body):
+        blank = getattr(node, _BLANK, None)
+        if blank is None:
+            blank = (1 if depth else 2) if isinstance(node, (ast.ClassDef, ast.FunctionDef)) else 0
+        if i:
+            out.extend([""] * blank)
+        _print_stmt(node, depth, out)
+
+
+def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
+    pad = "    " * depth
+    node.lineno, node.col_offset = len(out) + 1, len(pad)
+    if isinstance(node, Verbatim):
+        out.extend(pad + line if line else line for line in node.text.split("\n"))
+    elif isinstance(node, Comment):
+        if _UNSAFE.search(node.text):
+            raise ValueError(f"a comment must be comment_text's: {node.text!r}")
+        out.append(f"{pad}# {node.text}")
+    elif isinstance(node, ast.ClassDef):
+        bases = ", ".join(_expr(b) for b in node.bases)
+        out.append(f"{pad}class {node.name}({bases}):" if bases else f"{pad}class {node.name}:")
+        _print_body(node.body, depth + 1, out)
+    elif isinstance(node, ast.FunctionDef):
+        out.append(f"{pad}def {node.name}({_expr(node.args)}):")
+        _print_body(node.body, depth + 1, out)
+    elif isinstance(node, ast.If):
+        if node.orelse:  # pragma: no cover - the compiler writes none
+            raise ValueError("the printer writes no else branch")
+        out.append(f"{pad}if {_expr(node.test)}:")
+        _print_body(node.body, depth + 1, out)
+    elif isinstance(node, ast.For):
+        # a conditional iterable reads better in brackets (they never change its meaning)
+        iterable = _expr(node.iter)
+        out.append(f"{pad}for {_expr(node.target)} in {f'({iterable})' if isinstance(node.iter, ast.IfExp) else iterable}:")
+        _print_body(node.body, depth + 1, out)
+    else:
+        line = pad + _simple(node)
+        text = getattr(node, _COMMENT, "")
+        if text:
+            if _UNSAFE.search(text):
+                raise ValueError(f"a comment must be comment_text's: {text!r}")
+            line += f"  # {text}"
+        out.append(line)
+    node.end_lineno, node.end_col_offset = len(out), len(out[-1])
+
+
+def _expr(node: ast.AST) -> str:
+    """An expression (or a signature) as ast.unparse prints it; unlike a statement it needs no
+    line numbers (ast.unparse reads them only for statements' type comments)."""
+    if isinstance(node, ast.Name):  # the commonest piece: a target, an argument
+        return node.id
+    return ast.unparse(node)
+
+
+def _target(node: ast.expr) -> str:
+    if isinstance(node, ast.Tuple):  # `a, b = ...` and `a, = ...`, without brackets
+        return ", ".join(_target(e) for e in node.elts) + ("," if len(node.elts) == 1 else "")
+    return _expr(node)
+
+
+def _simple(node: ast.stmt) -> str:
+    if isinstance(node, ast.Assign):
+        return " = ".join(_target(t) for t in node.targets) + " = " + _expr(node.value)
+    if isinstance(node, ast.Expr):
+        if getattr(node, _TRIPLE, False):
+            text = node.value.value if isinstance(node.value, ast.Constant) else None
+            assert isinstance(text, str), "a docstring node holds a string"
+            return f'"""{text}"""'
+        return _expr(node.value)
+    if isinstance(node, ast.Return):
+        return "return" if node.value is None else f"return {_expr(node.value)}"
+    if isinstance(node, ast.Pass):
+        return "pass"
+    if isinstance(node, ast.Import):
+        return "import " + ", ".join(a.name for a in node.names)
+    if isinstance(node, ast.ImportFrom):
+        return f"from {node.module} import " + ", ".join(a.name for a in node.names)
+    raise TypeError(f"the printer writes no {type(node).__name__}")  # pragma: no cover - internal

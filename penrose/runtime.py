@@ -109,6 +109,12 @@ def _positional(spec, args, given):
     return tuple(values)
 
 
+def _on_meta(module):
+    """Whether one of the module's own parameters or buffers is on the meta device (it has a
+    shape but no values: there is nothing to initialise)."""
+    return any(t.is_meta for t in module.parameters(recurse=False)) or any(t.is_meta for t in module.buffers(recurse=False))
+
+
 def _autocasting(x):
     return torch.is_autocast_enabled(x.device.type)
 

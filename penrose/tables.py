@@ -9,8 +9,10 @@ use it, the way the table of operations (`penrose.ops`) keeps the functions of t
   itself uses, PEN_KEYWORDS: the keywords of `.pen`;
 - RESERVED and `reserved(name, place)`: the one table of what Python and the generated module
   reserve, which every identifier the compiler emits is checked against (`penrose.compiler`);
-- FUNCTIONS: the functions of the language (`ops.FUNCTIONS`); INITS: each initialiser's keywords
-  with their defaults and rules (`ops.RULES`); DTYPES: the tensor dtypes;
+- FUNCTIONS: the functions of the language (`ops.FUNCTIONS`); INITIALISERS: each initialiser
+  once (`Initialiser`: its keywords with their defaults and rules, `ops.RULES`, and the
+  `torch.nn.init` call the compiler emits and the interpreter runs), INITS its keywords alone;
+  DTYPES: the tensor dtypes;
 - FLOAT32_MAX, INT64_MAX: the largest numbers torch takes as a scalar;
 - LIMITS: the sizes the checker refuses as too big (`Limits`), also `penrose.checker.LIMITS`.
 
@@ -24,6 +26,7 @@ import keyword
 import math
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from penrose import ops
@@ -119,16 +122,75 @@ PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", 
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)
 FUNCTIONS = ops.FUNCTIONS
-# init -> keyword -> (default, rule); the rules are those of the table of operations (ops.RULES)
-INITS = {
-    "normal": {"mean": (0.0, "finite"), "std": (0.02, "nonneg")},
-    "zeros": {},
-    "ones": {},
-    "constant": {"value": (0.0, "finite")},
-    "uniform": {"a": (0.0, "finite"), "b": (1.0, "finite")},
-    "xavier": {"gain": (1.0, "nonneg")},
-    "eye": {},
+
+
+def _xavier_bounds(values: dict[str, float], shape: Sequence[int | None]) -> dict[str, float]:
+    """xavier's range: +-gain * sqrt(6 / (fan_in + fan_out)), the fans the first and last sizes
+    (a size 0 counts 1: the tensor is empty, the bound only has to be finite; so does a size
+    known only at run time, which the compiler refuses for a parameter before it asks)."""
+    fan_in, fan_out = (shape[0] or 1, shape[-1] or 1) if shape else (1, 1)
+    bound = values["gain"] * math.sqrt(6.0 / (fan_in + fan_out))
+    return {"a": -bound, "b": bound}
+
+
+@dataclass(frozen=True)
+class Initialiser:
+    """One initialiser of the language (`param W[d, e] ~ uniform(a=-1, b=1)`), described once for
+    the checker, the compiler and the interpreter:
+
+    - keywords: keyword -> (default, rule), the rules those of the table of operations (ops.RULES);
+    - function: the `torch.nn.init` function that fills the tensor (in place, under no_grad);
+    - positional / by_keyword: the function's arguments after the tensor, in order, named as
+      the keywords (or as `derive` names them); random: it also takes `generator=`;
+    - derive: the function's arguments from the keywords (defaults filled) and the tensor's
+      shape, where they are not the keywords themselves (xavier's bound).
+
+    The compiler emits `torch.nn.init.<function>(tensor, *positional, **by_keyword)`; the
+    interpreter calls that same function with the same numbers, so both draw the same values
+    from a seeded generator.
+    """
+
+    keywords: dict[str, tuple[float, str]]
+    function: str
+    positional: tuple[str, ...] = ()
+    by_keyword: tuple[str, ...] = ()
+    random: bool = False
+    derive: Callable[[dict[str, float], Sequence[int | None]], dict[str, float]] | None = None
+
+    def arguments(self, given: dict[str, float], shape: Sequence[int | None]) -> tuple[tuple[float, ...], dict[str, float]]:
+        """(positional, keyword) arguments of `function` after the tensor, as floats, for the
+        keywords a diagram gives (the others take their defaults) and the tensor's shape."""
+        values = {k: float(given.get(k, default)) for k, (default, _) in self.keywords.items()}
+        if self.derive is not None:
+            values = self.derive(values, shape)
+        return tuple(values[k] for k in self.positional), {k: values[k] for k in self.by_keyword}
+
+
+# the initialisers of the language; a param or buffer without `~` takes DEFAULT_INIT's defaults
+INITIALISERS = {
+    "normal": Initialiser({"mean": (0.0, "finite"), "std": (0.02, "nonneg")}, "normal_", by_keyword=("mean", "std"), random=True),
+    "zeros": Initialiser({}, "zeros_"),
+    "ones": Initialiser({}, "ones_"),
+    "constant": Initialiser({"value": (0.0, "finite")}, "constant_", positional=("value",)),
+    "uniform": Initialiser({"a": (0.0, "finite"), "b": (1.0, "finite")}, "uniform_", positional=("a", "b"), random=True),
+    "xavier": Initialiser({"gain": (1.0, "nonneg")}, "uniform_", positional=("a", "b"), random=True, derive=_xavier_bounds),
+    "eye": Initialiser({}, "eye_"),
 }
+DEFAULT_INIT = "normal"
+
+
+def init_call(init, shape: Sequence[int | None]) -> tuple[Initialiser, tuple[float, ...], dict[str, float]]:
+    """A declared init (an `ir.Init` the checker passed, its arguments numbers; None: the
+    default) as (its row, the positional and keyword arguments of the row's function)."""
+    row = INITIALISERS[DEFAULT_INIT if init is None else init.name]
+    given = {} if init is None else {k: v.value for k, v in init.kwargs}
+    args, kwargs = row.arguments(given, shape)
+    return row, args, kwargs
+
+
+# init -> keyword -> (default, rule): what the checker, the LSP and the lexer read
+INITS = {name: row.keywords for name, row in INITIALISERS.items()}
+
 DTYPES = ("float", "int", "bool")
 FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)
 INT64_MAX = 2**63 - 1

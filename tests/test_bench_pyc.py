@@ -29,5 +29,7 @@ def test_pyc_bench_runs_small():
     if importlib.util.find_spec("torch_concepts") is not None:
         assert {("cbm", "pyc"), ("cem", "pyc")} <= libs
         assert re.search(r"training speed-up over PyC: min [\d.]+×", run.stdout)
+        # the floor: the same CBM written directly in torch, timed beside PyC's
+        assert re.search(r"PyC / hand-written torch loop: [\d.]+× \([\d.]+ s\)", run.stdout)
     else:
         assert "PyC (torch_concepts) is not installed" in run.stdout

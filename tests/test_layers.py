@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("ir", ["penrose.ir"]),
     ("parse", ["penrose.parser", "penrose.fmt"]),
     ("read", ["penrose.reading"]),  # path or text, includes, sizes: what checking needs first
-    ("check", ["penrose.checker", "penrose.checker.*", "penrose.einsum_spec",
+    ("check", ["penrose.checker", "penrose.checker.*", "penrose.check_*", "penrose.einsum_spec",
                "penrose.views"]),  # views: derived views of the checked IR, shared by the back ends
     ("load", ["penrose.loader", "penrose.workspace"]),  # the one way in (read, then check), and its cache
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",

@@ -28,8 +28,8 @@ def test_entries_cover_the_issue():
     assert set(penrose_zoo.MODELS) == {
         "linear", "mlp", "self_attention", "causal_self_attention", "sparse_autoencoder",
         "topk_sparse_autoencoder", "concept_bottleneck", "concept_bottleneck_logit",
-        "concept_bottleneck_hybrid", "concept_bottleneck_typed", "concept_embedding", "concept_graph", "concept_whitening", "prototype_concepts",
-        "neural_additive", "mixture_of_linear_models", "senn", "cav_probe",
+        "concept_bottleneck_hybrid", "concept_bottleneck_typed", "concept_embedding", "concept_embedding_typed", "concept_graph",
+        "concept_whitening", "prototype_concepts", "neural_additive", "mixture_of_linear_models", "mixture_typed", "senn", "cav_probe",
     }
 
 

@@ -1,5 +1,7 @@
-"""Binary, categorical and continuous concepts (TypedConceptBottleneckModel): the column layout, the
-type-routed losses, metrics and interventions, and names and groups in explanations."""
+"""Binary, categorical and continuous concepts (the typed bottleneck, embedding model and mixture):
+the column layout, the type-routed losses, metrics and interventions, and names and groups in
+explanations. The diagrams themselves are checked against their hand-written references in
+tests/test_zoo_models.py."""
 
 from __future__ import annotations
 
@@ -8,13 +10,36 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from penrose_zoo import TypedConceptBottleneckModel
+from penrose_zoo import TypedConceptBottleneckModel, TypedConceptEmbeddingModel, TypedMixtureOfLinearModels
 from penrose_zoo.concept_bottleneck_model import ConceptSpec
 from penrose_zoo.interventions import OrderPolicy, RandomPolicy, intervention_curve, intervention_masks
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 CONCEPTS = {"first": "binary", "signs": ["--", "-+", "+-", "++"], "total": "continuous"}
+
+#: the typed concept models, each with its own sizes besides f and r
+TYPED = {
+    "bottleneck": (TypedConceptBottleneckModel, {}),
+    "embedding": (TypedConceptEmbeddingModel, {"e": 8}),
+    "mixture": (TypedMixtureOfLinearModels, {"m": 2}),
+}
+typed = pytest.mark.parametrize("kind", list(TYPED))
+
+
+def build(kind, **kwargs):
+    cls, sizes = TYPED[kind]
+    return cls(**{"f": 7, "r": 2, "concepts": CONCEPTS, **sizes, **kwargs})
+
+
+def set_scores(m, value: float) -> None:
+    """Every concept score equal to `value`, whatever the input."""
+    d = m.diagram
+    with torch.no_grad():
+        if hasattr(d, "S_pos"):  # the embedding model: the shared scoring layer
+            d.S_pos.zero_(), d.S_neg.zero_(), d.b_s.fill_(value)
+        else:
+            d.W_c.zero_(), d.b_c.fill_(value)
 
 
 def typed_data(n: int, seed: int):
@@ -53,23 +78,47 @@ def test_spec_lays_out_columns_units_and_buffers():
     assert TypedConceptBottleneckModel(f=3, k=6, concepts=CONCEPTS).sizes["k"] == 6
 
 
-def test_activations_by_type():
-    m = TypedConceptBottleneckModel(f=7, r=2, concepts=CONCEPTS).double().eval()
+@typed
+def test_activations_by_type(kind):
+    m = build(kind).double().eval()
     x = torch.randn(5, 7, dtype=torch.float64)
     out = m(x)
-    z = x @ m.diagram.W_c + m.diagram.b_c
-    torch.testing.assert_close(out.c[:, 0], torch.sigmoid(z[:, 0]))
-    torch.testing.assert_close(out.c[:, 1:5], torch.softmax(z[:, 1:5], -1))
-    torch.testing.assert_close(out.c[:, 5], z[:, 5])
-    torch.testing.assert_close(out.c[:, 1:5].sum(-1), torch.ones(5, dtype=torch.float64))
+    z, c = m.concept_scores(out), m.bottleneck(out)
+    torch.testing.assert_close(c[:, 0], torch.sigmoid(z[:, 0]))
+    torch.testing.assert_close(c[:, 1:5], torch.softmax(z[:, 1:5], -1))
+    torch.testing.assert_close(c[:, 5], z[:, 5])
+    torch.testing.assert_close(c[:, 1:5].sum(-1), torch.ones(5, dtype=torch.float64))
 
 
-def test_type_routed_loss_by_hand():
-    m = TypedConceptBottleneckModel(f=7, r=2, concepts=CONCEPTS, concept_weight={"signs": 2.0, "total": 0.5})
+@typed
+def test_group_softmax_survives_tiny_exponentials(kind):
+    """Regression: the diagrams divided by (group_sum + 1 − categorical); when every score of a
+    group was below about −16, float32 rounded group_sum + 1 to 1 and the group's columns became
+    inf (found by the typed embedding model's default-size reference test). Now (group_sum +
+    (1 − categorical)): the group's probabilities stay a softmax."""
+    m = build(kind).eval()
+    set_scores(m, -40.0)
+    c = m.bottleneck(m(torch.randn(3, 7)))
+    assert torch.isfinite(c).all(), c
+    torch.testing.assert_close(c[:, 1:5], torch.full((3, 4), 0.25))
+
+
+@typed
+def test_randint_sets_whole_concepts(kind):
+    m = build(kind, p_int=0.5)
+    _, c, _ = typed_data(400, 3)
+    do = m.random_do(c)
+    assert do.shape == c.shape and (do[:, 1:5] == do[:, 1:2]).all()  # a categorical group: all or none
+    assert 0.4 < do[:, 0].float().mean() < 0.6 and 0.4 < do[:, 1].float().mean() < 0.6
+
+
+@typed
+def test_type_routed_loss_by_hand(kind):
+    m = build(kind, concept_weight={"signs": 2.0, "total": 0.5})
     assert m.concept_weights.tolist() == [1.0, 2.0, 2.0, 2.0, 2.0, 0.5]
     x, c, _ = typed_data(16, 0)
     out = m(x)
-    z = out.c_logit
+    z = m.concept_scores(out)
     bce = F.binary_cross_entropy_with_logits(z[:, 0], c[:, 0])
     ce = F.cross_entropy(z[:, 1:5], c[:, 1:5].argmax(-1))
     mse = F.mse_loss(z[:, 5], c[:, 5])
@@ -80,9 +129,10 @@ def test_type_routed_loss_by_hand():
         TypedConceptBottleneckModel(f=7, concepts=CONCEPTS, concept_weight=[1.0] * 6)
 
 
-def test_trains_and_reports_by_type():
+@typed
+def test_trains_and_reports_by_type(kind):
     train, test = typed_data(1000, 0), typed_data(400, 1)
-    m = TypedConceptBottleneckModel(f=7, r=2, concepts=CONCEPTS, concept_weight=3.0)
+    m = build(kind, concept_weight=3.0)
     m.fit(train, epochs=30, batch_size=128, lr=2e-2, progress=False)
     report = m.concept_report(test)
     assert set(report) == {"first", "signs", "total"}
@@ -92,14 +142,18 @@ def test_trains_and_reports_by_type():
     res = m.evaluate(test, intervene_all=True)
     assert res["concept_acc"] == pytest.approx((report["first"]["accuracy"] + report["signs"]["accuracy"]) / 2)
     assert res["concept_r2"] == pytest.approx(report["total"]["r2"])
-    # the continuous concept determines the task: setting it to the truth gives (nearly) every label
-    assert res["acc_all_concepts_set"] > 0.98 and res["acc_all_concepts_set"] >= res["acc"], res
+    # the continuous concept determines the task: setting it to the truth gives (nearly) every
+    # label to the bottleneck; the embedding model and the mixture also read the input (the
+    # embeddings, the slot selector), so setting the concepts helps them less
+    floor = 0.98 if kind == "bottleneck" else 0.95
+    assert res["acc_all_concepts_set"] > floor and res["acc_all_concepts_set"] >= res["acc"] - 0.02, res
     curve = intervention_curve(m, test, OrderPolicy(["total"]), (0, 1 / 3))
-    assert curve.accuracy[1] > 0.98 and curve.accuracy[1] >= curve.accuracy[0]
+    assert curve.accuracy[1] > floor and curve.accuracy[1] >= curve.accuracy[0] - 0.02, curve
 
 
-def test_interventions_set_whole_concepts():
-    m = TypedConceptBottleneckModel(f=7, r=2, concepts=CONCEPTS).eval()
+@typed
+def test_interventions_set_whole_concepts(kind):
+    m = build(kind).eval()
     units = m.concept_units()
     ranking = torch.tensor([[3, 0, 5, 1, 2, 4], [5, 0, 1, 2, 3, 4]])
     do = intervention_masks(ranking, 1 / 3, units)  # one concept of three
@@ -113,8 +167,9 @@ def test_interventions_set_whole_concepts():
         assert half.accuracy[-1] == ((m(x, c_true=c, do=torch.ones(6, dtype=torch.bool)).y.argmax(-1) == y).double().mean().item())
 
 
-def test_explanations_carry_names_types_and_groups():
-    m = TypedConceptBottleneckModel(f=7, r=2, concepts=CONCEPTS).double()
+@typed
+def test_explanations_carry_names_types_and_groups(kind):
+    m = build(kind).double()
     x = torch.randn(3, 7, dtype=torch.float64)
     e = m.explain(x)
     assert e.names == ("first", "signs=--", "signs=-+", "signs=+-", "signs=++", "total")

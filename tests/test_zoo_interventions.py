@@ -23,6 +23,7 @@ from penrose_zoo.interventions import (
     intervention_curve,
     intervention_masks,
     intervention_score,
+    sequential_intervention_masks,
 )
 from penrose_zoo.metrics import accuracy
 
@@ -34,10 +35,12 @@ CONCEPT_MODELS = {
     "concept_bottleneck_hybrid": dict(f=6, k=4, j=3, r=3),
     "concept_bottleneck_typed": dict(f=6, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
     "concept_embedding": dict(f=6, k=4, e=3, r=3),
+    "concept_embedding_typed": dict(f=6, e=3, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
     "prototype_concepts": dict(f=6, p=2, k=4, r=3),
     "concept_graph": dict(f=6, k=4, r=3, parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
     "concept_whitening": dict(f=6, k=4, r=3),
     "mixture_of_linear_models": dict(f=6, k=4, m=2, r=3),
+    "mixture_typed": dict(f=6, m=2, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
 }
 
 
@@ -108,6 +111,72 @@ def test_uncertainty_and_gradient_policies_by_hand():
     y_hat = (p @ model.diagram.W_y + model.diagram.b_y).argmax(-1)
     by_hand = model.diagram.W_y.T[y_hat].abs() * 2 * p * (1 - p)
     torch.testing.assert_close(GradientPolicy().scores(model, x, c, out), by_hand, atol=1e-12, rtol=1e-10)
+
+
+def _sequential_by_hand(model, x, c, policy, values):
+    """Sequential intervention written per example: set, one at a time, the concept the policy
+    scores highest on the model's output under the interventions so far."""
+    n, k = c.shape
+    masks = [torch.zeros(n, k, dtype=torch.bool) for _ in range(k + 1)]
+    for i in range(n):
+        done: list[int] = []
+        for step in range(1, k + 1):
+            do = torch.zeros(1, k, dtype=torch.bool)
+            do[0, done] = True
+            out = model(x[i:i + 1], c_true=values[i:i + 1], do=do)
+            scores = policy.scores(model, x[i:i + 1], c[i:i + 1], out)[0].tolist()
+            best = max((j for j in range(k) if j not in done), key=lambda j: (scores[j], -j))
+            done.append(best)
+            masks[step][i, done] = True
+    return masks
+
+
+@pytest.mark.parametrize("name", ["concept_bottleneck", "mixture_of_linear_models", "concept_graph"])
+@pytest.mark.parametrize("policy", [GradientPolicy(), UncertaintyPolicy()], ids=["gradient", "uncertainty"])
+def test_sequential_policies_rerank_after_each_intervention(name, policy):
+    """Sequential interventions (Shin et al. 2023): the policy scores again after each concept is
+    set; the masks equal a per-example loop that does so, and (for the gradient policy, whose
+    score follows the predicted class, and the graph model, whose descendants change) they differ
+    from ranking once."""
+    model = _scaled(penrose_zoo.MODELS[name].build(**CONCEPT_MODELS[name]).double(), seed=3, scale=0.5)
+    x, c, y = _data(n=60)
+    x, c = x.double(), c.double()
+    values = GroundTruth().values(model, x, c)
+    with torch.no_grad():
+        masks = sequential_intervention_masks(model, x, c, policy, values)
+        want = _sequential_by_hand(model, x, c, policy, values)
+        for got, expected in zip(masks, want):
+            assert torch.equal(got, expected)
+        static = policy.ranking(model, x, c, model(x))
+        same = all(torch.equal(masks[s], intervention_masks(static, s / 4)) for s in range(5))
+        if isinstance(policy, GradientPolicy) or name == "concept_graph":
+            assert not same  # re-ranking changed some example's order
+        else:
+            assert same  # a CBM's and the mixture's concept probabilities do not depend on interventions
+        seq = intervention_curve(model, (x, c, y), policy, (0, 0.25, 0.5, 0.75, 1), sequential=True)
+        for s, acc in enumerate(seq.accuracy):
+            assert acc == accuracy(model(x, c_true=values, do=masks[s]).y, y)
+        assert seq.policy.endswith("sequential")
+
+
+def test_sequential_random_and_order_policies_keep_their_order():
+    model = _scaled(penrose_zoo.ConceptBottleneckModel(f=6, k=4, r=3))
+    data = _data()
+    for policy in (RandomPolicy(5), OrderPolicy([2, "c0"])):
+        once = intervention_curve(model, data, policy, (0, 0.25, 0.5, 1))
+        seq = intervention_curve(model, data, policy, (0, 0.25, 0.5, 1), sequential=True)
+        assert once.accuracy == seq.accuracy
+    with pytest.raises(InterventionError, match="0 to 4 steps, got 5"):
+        sequential_intervention_masks(model, data[0], data[1], RandomPolicy(0), data[1], steps=5)
+
+
+def test_sequential_sets_a_categorical_concept_whole():
+    model = _scaled(penrose_zoo.TypedConceptBottleneckModel(f=6, r=3, concepts={"a": "binary", "b": ["u", "v", "w"]}))
+    x, _, _ = _data(n=10)
+    c = torch.cat([(torch.rand(10, 1) > 0.5).float(), torch.eye(3)[torch.arange(10) % 3]], 1)
+    masks = sequential_intervention_masks(model, x, c, GradientPolicy(), c)
+    assert set(masks[1].sum(1).tolist()) <= {1, 3}  # one concept: the binary column or the whole group
+    assert (masks[1][:, 1:] == masks[1][:, 1:2]).all() and masks[2].all()
 
 
 def test_order_policy_by_name_and_errors():

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from penrose_zoo.data import load_tabular
 from penrose_zoo.metrics import accuracy, concept_aucs, hsic, kernel_matrix, mean_concept_auc, median_bandwidth, roc_auc
-from penrose_zoo.train import NonFiniteInputError, NonFiniteLossError, fit
+from penrose_zoo.train import FlatAdam, NonFiniteInputError, NonFiniteLossError, fit
 
 
 def bce_loss(model, batch):
@@ -117,6 +117,56 @@ def test_nonfinite_loss_names_step():
     with pytest.raises(NonFiniteLossError, match="at step 3 \\(epoch 1\\)") as err:
         fit(torch.nn.Linear(3, 1), loss_fn, (x, y), epochs=2, batch_size=8, lr=0.1, progress=False)
     assert err.value.step == 3
+
+
+@pytest.mark.parametrize("name, weight_decay", [("adam", 0.0), ("adam", 0.1), ("adamw", 0.1)])
+def test_flat_adam_matches_torch_adam(name, weight_decay):
+    """fit's 'adam' / 'adamw' update one flat buffer (FlatAdam); the trajectory is torch.optim's
+    (Adam with L2 decay, AdamW with decoupled decay), and afterwards each parameter and gradient
+    has its own storage again."""
+    data = load_tabular("wine")
+
+    def model():
+        torch.manual_seed(0)
+        return torch.nn.Sequential(torch.nn.Linear(13, 8), torch.nn.Tanh(), torch.nn.Linear(8, 3)).double()
+
+    def ce(m, batch):
+        return F.cross_entropy(m(batch[0].double()), batch[1])
+
+    flat, ref = model(), model()
+    kwargs = dict(epochs=3, batch_size=16, lr=1e-2, weight_decay=weight_decay, progress=False)
+    fit(flat, ce, (data.x_train, data.y_train), optimizer=name, **kwargs)
+    cls = torch.optim.AdamW if name == "adamw" else torch.optim.Adam
+    fit(ref, ce, (data.x_train, data.y_train), optimizer=lambda params, **kw: cls(params, **kw), **kwargs)
+    for p, q in zip(flat.parameters(), ref.parameters()):
+        assert torch.allclose(p, q, rtol=0, atol=1e-10), (p - q).abs().max()
+    storages = {p.untyped_storage().data_ptr() for p in flat.parameters()}
+    assert len(storages) == 4  # released: no parameter is a view into the flat buffer any more
+    assert all(p.grad is not None and p.grad.untyped_storage().data_ptr() not in storages for p in flat.parameters())
+
+
+def test_flat_adam_reads_a_replaced_gradient():
+    """A loss that sets the gradients to None (model.zero_grad()) makes autograd allocate new
+    ones outside the flat buffer; FlatAdam reads them back instead of stepping on zeros."""
+    x, y = torch.randn(32, 3), torch.rand(32)
+
+    def loss_fn(model, batch):
+        model.zero_grad(set_to_none=True)
+        return bce_loss(model, batch)
+
+    torch.manual_seed(0)
+    a = torch.nn.Linear(3, 1)
+    b = torch.nn.Linear(3, 1)
+    b.load_state_dict(a.state_dict())
+    fit(a, loss_fn, (x, y), epochs=2, batch_size=8, lr=0.1, progress=False)
+    fit(b, bce_loss, (x, y), epochs=2, batch_size=8, lr=0.1, progress=False)
+    for p, q in zip(a.parameters(), b.parameters()):
+        assert torch.equal(p, q)
+
+
+def test_flat_adam_needs_one_dtype():
+    params = [torch.nn.Parameter(torch.zeros(2)), torch.nn.Parameter(torch.zeros(2, dtype=torch.float64))]
+    assert not FlatAdam.supports(params) and FlatAdam.supports(params[:1])
 
 
 def test_bad_data_shapes():

@@ -25,13 +25,13 @@ from penrose_zoo.concept_bottleneck_model import (
     LogitConceptBottleneckModel,
     TypedConceptBottleneckModel,
 )
-from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel
+from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel, TypedConceptEmbeddingModel
 from penrose_zoo.concept_graph_model import ConceptGraphModel
 from penrose_zoo.concept_whitening import ConceptWhiteningModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
 from penrose_zoo.core import list_lines as _list_lines
 from penrose_zoo.linear import LinearModel
-from penrose_zoo.mixture_of_linear_models import MixtureOfLinearModels
+from penrose_zoo.mixture_of_linear_models import MixtureOfLinearModels, TypedMixtureOfLinearModels
 from penrose_zoo.mlp import MLP
 from penrose_zoo.neural_additive_model import NeuralAdditiveModel
 from penrose_zoo.prototype_concept_model import PrototypeConceptModel
@@ -60,6 +60,8 @@ _ENTRIES = [
                "concept bottleneck over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("concept_embedding", ConceptEmbeddingModel,
                "concept embedding model: ± embeddings mixed by concept probabilities, RandInt", "fortunes"),
+    ModelEntry("concept_embedding_typed", TypedConceptEmbeddingModel,
+               "concept embedding model over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("concept_graph", ConceptGraphModel,
                "graph concept bottleneck: concepts from the input and their parents in a given DAG", "checkmark"),
     ModelEntry("concept_whitening", ConceptWhiteningModel,
@@ -70,6 +72,8 @@ _ENTRIES = [
                "neural additive model: ExU per-feature networks as one einsum, feature dropout", "breast_cancer"),
     ModelEntry("mixture_of_linear_models", MixtureOfLinearModels,
                "concept memory: slot selector + a linear model over concepts per slot", "fortunes"),
+    ModelEntry("mixture_typed", TypedMixtureOfLinearModels,
+               "concept memory over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("senn", SelfExplainingNetwork,
                "self-explaining network: concepts h(x) times relevances theta(x), robustness penalty",
                "breast_cancer"),
@@ -109,11 +113,13 @@ __all__ = [
     "HybridConceptBottleneckModel",
     "TypedConceptBottleneckModel",
     "ConceptEmbeddingModel",
+    "TypedConceptEmbeddingModel",
     "ConceptGraphModel",
     "ConceptWhiteningModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",
     "MixtureOfLinearModels",
+    "TypedMixtureOfLinearModels",
     "SelfExplainingNetwork",
     "ConceptActivationVectors",
 ]

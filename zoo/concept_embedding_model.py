@@ -6,6 +6,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from penrose_zoo.concept_types import TypedConcepts
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
 
@@ -65,3 +66,22 @@ class ConceptEmbeddingModel(ConceptModel):
         return Explanation(out.y, parts, self.diagram.b_y, ("k",),
                            {"concepts": out.p, "concept_embeddings": out.c_emb, "weights": W_y},
                            names=self.concept_names)
+
+
+class TypedConceptEmbeddingModel(TypedConcepts, ConceptEmbeddingModel):
+    """Concept embedding model over binary, categorical and continuous concepts (`TypedConcepts`).
+
+    `TypedConceptEmbeddingModel(f=…, e=…, r=…, concepts={"red": "binary", "size": ["s", "m",
+    "l"], "weight": "continuous"})`: a positive and a negative embedding per concept column, a
+    shared score per column activated by type (sigmoid; softmax over a categorical concept's
+    columns; identity for a continuous one), and c_emb = u_neg + p (u_pos − u_neg) mixed by the
+    activation (a continuous value places the embedding on the line through u_neg and u_pos).
+    Losses, interventions (a categorical concept is set whole, one-hot), metrics and
+    explanations by type, as the typed bottleneck; RandInt 0.25 by default.
+
+    Index legend: f input feature, k concept column, g categorical group, e concept embedding,
+    r task output. Outputs (y, p after interventions, p_logit before, c_emb[..., k, e]).
+    """
+
+    diagram_file = "concept_embedding_typed.pen"
+    defaults = {"f": 2000, "k": 6, "g": 1, "e": 16, "r": 2}  # k, g: those of `default_concepts`

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from penrose import PenroseShapeError
 from penrose_zoo.core import InterventionError, ZooModel, task_loss
 
-__all__ = ["BACKBONE_MODES", "ConceptModel"]
+__all__ = ["BACKBONE_MODES", "ConceptModel", "resolve_concept"]
 
 #: how a backbone in front of a concept model trains
 BACKBONE_MODES = ("finetune", "frozen", "cached")
@@ -154,7 +154,7 @@ class ConceptModel(ZooModel):
         its `c_true` with probability `p_int` (training-time interventions)."""
         x = self.features(x)
         if do is None and c_true is not None and self.training and self.p_int > 0:
-            do = torch.rand(c_true.shape, device=c_true.device) < self.p_int
+            do = self.random_do(c_true)
         if do is None:
             do = self._no_do
         if c_true is None:
@@ -174,26 +174,13 @@ class ConceptModel(ZooModel):
                     raise PenroseShapeError(f"input {name!r} has batch shape {tb} but input 'x' has {xb}")
         return self.diagram(x=x, c_true=c_true, do=do)
 
+    def random_do(self, c_true: torch.Tensor) -> torch.Tensor:
+        """RandInt's mask: each concept set with probability `p_int` (one draw per column here)."""
+        return torch.rand(c_true.shape, device=c_true.device) < self.p_int
+
     def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
-        k = self.sizes["k"]
-        if isinstance(concept, str):
-            if concept not in self.concept_names:
-                raise InterventionError(
-                    f"intervention concepts[{position}] = {concept!r} is not a concept name; "
-                    f"the names are {', '.join(self.concept_names)}"
-                )
-            return self.concept_names.index(concept)
-        if isinstance(concept, torch.Tensor) and concept.numel() == 1 and not concept.is_floating_point():
-            concept = int(concept)
-        if not isinstance(concept, int) or isinstance(concept, bool):
-            raise InterventionError(f"intervention concepts[{position}] must be an int id or a name, got {concept!r}")
-        if not 0 <= concept < k:
-            raise InterventionError(
-                f"intervention concepts[{position}] = {concept} is out of range: the model has k = {k} "
-                f"concepts (ids 0..{k - 1})"
-            )
-        return concept
+        return resolve_concept(self.concept_names, concept, position)
 
     def intervention(self, concepts: Sequence | int | str, values: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(c_true, do) that set `concepts` (ids or names) to `values` (a number, one per concept,
@@ -236,6 +223,11 @@ class ConceptModel(ZooModel):
 
     def concept_loss(self, out: Any, c_true: torch.Tensor) -> torch.Tensor:
         """Σ_k w_k · mean BCE_k / k, w = `concept_weights` (the mean BCE when every w_k is 1)."""
+        scores = self.concept_scores(out)
+        if type(self).concept_loss_terms is ConceptModel.concept_loss_terms:
+            # the mean over examples and concepts of w_k · BCE: one operation, one autograd node
+            return F.binary_cross_entropy_with_logits(scores, c_true.to(scores.dtype),
+                                                      weight=self.concept_weights.to(scores.dtype))
         terms = self.concept_loss_terms(out, c_true)
         per_concept = terms.reshape(-1, terms.shape[-1]).mean(0)
         return (per_concept * self.concept_weights.to(per_concept.dtype)).mean()
@@ -357,3 +349,27 @@ class ConceptModel(ZooModel):
             "c_true": (torch.rand(batch, k, generator=generator) < 0.5).float(),
             "do": torch.rand(batch, k, generator=generator) < 0.3,
         }
+
+
+def resolve_concept(names: Sequence[str], concept: Any, position: int = 0) -> int:
+    """The id of `concept` (an id, or one of `names`) among len(names) concepts; a name that is
+    not one, an id out of range or anything else raises InterventionError naming `position` (the
+    concept's place in the caller's list)."""
+    k = len(names)
+    if isinstance(concept, str):
+        if concept not in names:
+            raise InterventionError(
+                f"intervention concepts[{position}] = {concept!r} is not a concept name; "
+                f"the names are {', '.join(names)}"
+            )
+        return list(names).index(concept)
+    if isinstance(concept, torch.Tensor) and concept.numel() == 1 and not concept.is_floating_point():
+        concept = int(concept)
+    if not isinstance(concept, int) or isinstance(concept, bool):
+        raise InterventionError(f"intervention concepts[{position}] must be an int id or a name, got {concept!r}")
+    if not 0 <= concept < k:
+        raise InterventionError(
+            f"intervention concepts[{position}] = {concept} is out of range: the model has k = {k} "
+            f"concepts (ids 0..{k - 1})"
+        )
+    return concept

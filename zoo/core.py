@@ -101,7 +101,9 @@ def task_loss(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
     """'multiclass': cross-entropy on logits y[..., r] with integer targets; 'binary': BCE on
     y[..., 1] logits with 0./1. targets; 'regression': mean squared error on y[..., 1]."""
     if task == "multiclass":
-        return F.cross_entropy(y.reshape(-1, y.shape[-1]), target.reshape(-1).long())
+        if y.dim() != 2:  # (a 2-d y goes in as it is: no view node for autograd to walk)
+            y, target = y.reshape(-1, y.shape[-1]), target.reshape(-1)
+        return F.cross_entropy(y, target if target.dtype == torch.long else target.long())
     if task == "binary":
         return F.binary_cross_entropy_with_logits(y.squeeze(-1), target.to(y.dtype))
     if task == "regression":

@@ -30,15 +30,21 @@ Strategies (what an intervened concept is set to, in the diagram's bottleneck sp
                         the q-th (label 1) or (1 − q)-th (label 0) quantile of the concept's
                         predicted bottleneck values on the training inputs
 
-Rankings are computed once, from the model's own prediction without interventions. A fraction
-counts concepts: a categorical concept (several columns, `model.concept_units()`) is set whole,
-when its best-ranked column's turn comes.
+Rankings are computed once, from the model's own prediction without interventions, unless
+`sequential=True`: then, as in the sequential intervention of Shin et al. (2023) and the
+learned-policy papers after it, the policy scores the concepts again after each one is set, on
+the model's outputs with the interventions so far (a gradient policy sees the new prediction
+and bottleneck; an uncertainty policy sees the descendants' new probabilities in a graph model),
+and the next concept is the best-scored one not yet set (`sequential_intervention_masks`). A
+fraction counts concepts: a categorical concept (several columns, `model.concept_units()`) is
+set whole, when its best-ranked column's turn comes.
 """
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
@@ -48,6 +54,7 @@ if TYPE_CHECKING:
     from penrose_zoo.concepts import ConceptModel
 
 __all__ = [
+    "InterventionTarget",
     "Policy",
     "RandomPolicy",
     "UncertaintyPolicy",
@@ -59,6 +66,7 @@ __all__ = [
     "Quantile",
     "InterventionCurve",
     "intervention_masks",
+    "sequential_intervention_masks",
     "intervention_curve",
     "intervention_score",
     "DEFAULT_FRACTIONS",
@@ -67,11 +75,57 @@ __all__ = [
 DEFAULT_FRACTIONS = tuple(i / 10 for i in range(11))
 
 
+class InterventionTarget(torch.nn.Module):
+    """What the policies, strategies and curves use of a model, for models outside the zoo's
+    concept diagrams (an adapter: `penrose_zoo.steerling.interventions.KnownConcepts` for
+    Steerling's known concepts). A subclass sets `concept_names` and `sizes = {"k": …}` and
+    implements `forward(x, c_true=None, do=None)` -> outputs with `y` (task logits), `c` (the
+    bottleneck after interventions) and `c_logit` (concept logits before them); `do` [n, k]
+    sets the concepts to `c_true` where True. The defaults: one column per concept, a
+    probability bottleneck (labels are the values), no backbone."""
+
+    task = "multiclass"
+    concept_names: tuple[str, ...] = ()
+    sizes: dict = {}
+
+    def features(self, x: Any) -> Any:
+        return x
+
+    @contextmanager
+    def given_features(self) -> Iterator["InterventionTarget"]:
+        yield self
+
+    def concept_units(self) -> list[tuple[int, ...]]:
+        return [(i,) for i in range(self.sizes["k"])]
+
+    def concept_index(self, concept: Any, position: int = 0) -> int:
+        from penrose_zoo.concepts import resolve_concept
+
+        return resolve_concept(self.concept_names, concept, position)
+
+    def bottleneck(self, out: Any) -> torch.Tensor:
+        return out.c
+
+    def bottleneck_values(self, c: torch.Tensor) -> torch.Tensor:
+        return c
+
+    def concept_scores(self, out: Any) -> torch.Tensor:
+        return out.c_logit
+
+    def concept_probabilities(self, out: Any) -> torch.Tensor:
+        return torch.sigmoid(self.concept_scores(out))
+
+    @property
+    def _all_do(self) -> torch.Tensor:
+        return torch.ones(self.sizes["k"], dtype=torch.bool)
+
+
 def _check_model(model):
     from penrose_zoo.concepts import ConceptModel
 
-    if not isinstance(model, ConceptModel):
-        raise TypeError(f"interventions need a concept model (a penrose_zoo ConceptModel), got {type(model).__name__}")
+    if not isinstance(model, (ConceptModel, InterventionTarget)):
+        raise TypeError(f"interventions need a concept model (a penrose_zoo ConceptModel or an InterventionTarget), "
+                        f"got {type(model).__name__}")
 
 
 # ---- policies ---------------------------------------------------------------------------------
@@ -263,6 +317,40 @@ def intervention_masks(ranking: torch.Tensor, fraction: float, units: Sequence[S
     return do
 
 
+def _unit_scores(policy: Policy, model, x, c, out, units: Sequence[Sequence[int]]) -> torch.Tensor:
+    """[n, concepts]: higher = set earlier; a concept stands where its best-ranked column stands
+    (from the policy's ranking, so every policy, scored or ordered, ranks the same way)."""
+    position = _positions(policy.ranking(model, x, c, out))
+    return -torch.stack([position[..., list(u)].min(-1).values for u in units], -1).to(torch.float64)
+
+
+def sequential_intervention_masks(model: ConceptModel | InterventionTarget, x: torch.Tensor, c: torch.Tensor, policy: Policy,
+                                  values: torch.Tensor, steps: int | None = None) -> list[torch.Tensor]:
+    """do masks [n, k] after 0, 1, …, `steps` (default: every concept) sequential interventions:
+    at each step the policy ranks the concepts on the model's outputs under the interventions so
+    far (`values` where set), and each example sets its best-ranked concept not yet set (a
+    categorical concept's columns together). `x` is what the diagram reads."""
+    units = model.concept_units()
+    steps = len(units) if steps is None else steps
+    if not 0 <= steps <= len(units):
+        raise InterventionError(f"sequential interventions take 0 to {len(units)} steps, got {steps}")
+    column_unit = torch.zeros(c.shape[-1], dtype=torch.long, device=c.device)
+    for j, u in enumerate(units):
+        column_unit[list(u)] = j
+    chosen = torch.zeros(c.shape[0], len(units), dtype=torch.bool, device=c.device)
+    do = torch.zeros(c.shape, dtype=torch.bool, device=c.device)
+    masks = [do]
+    for _ in range(steps):
+        out = model(x, c_true=values, do=do)
+        scores = _unit_scores(policy, model, x, c, out, units).masked_fill(chosen, float("-inf"))
+        best = scores.argmax(-1)
+        chosen = chosen.clone()
+        chosen[torch.arange(c.shape[0], device=c.device), best] = True
+        do = chosen[:, column_unit]
+        masks.append(do)
+    return masks
+
+
 @dataclass
 class InterventionCurve:
     """Task accuracy (or −MSE for regression) at each fraction of concepts intervened on."""
@@ -297,11 +385,13 @@ def intervention_score(curve: InterventionCurve | Sequence[float], fractions: Se
 
 
 @torch.no_grad()
-def intervention_curve(model: ConceptModel, data: Any, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
-                       strategy: Strategy | None = None, label: str = "") -> InterventionCurve:
+def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, policy: Policy | None = None, fractions: Sequence[float] = DEFAULT_FRACTIONS,
+                       strategy: Strategy | None = None, label: str = "", sequential: bool = False) -> InterventionCurve:
     """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
     ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy
-    RandomPolicy(0), default strategy GroundTruth(). Regression tasks report −MSE."""
+    RandomPolicy(0), default strategy GroundTruth(). Regression tasks report −MSE.
+    sequential: re-rank after each concept is set (`sequential_intervention_masks`) instead of
+    ranking once."""
     from penrose_zoo.metrics import accuracy
 
     _check_model(model)
@@ -315,11 +405,20 @@ def intervention_curve(model: ConceptModel, data: Any, policy: Policy | None = N
         feats = model.features(x)
         with model.given_features():
             out = model(feats)
-            ranking = policy.ranking(model, feats, c, out)
             values = strategy.values(model, feats, c)
-            accs = []
+            units = model.concept_units()
             for f in fractions:
-                do = intervention_masks(ranking, f, model.concept_units())
+                if not 0.0 <= f <= 1.0:
+                    raise InterventionError(f"intervention fraction must be in [0, 1], got {f}")
+            if sequential:
+                steps = [int(round(f * len(units))) for f in fractions]
+                masks = sequential_intervention_masks(model, feats, c, policy, values, max(steps, default=0))
+                chosen = [masks[n] for n in steps]
+            else:
+                ranking = policy.ranking(model, feats, c, out)
+                chosen = [intervention_masks(ranking, f, units) for f in fractions]
+            accs = []
+            for do in chosen:
                 y_hat = model(feats, c_true=values, do=do).y
                 if model.task == "regression":
                     accs.append(-float(((y_hat.squeeze(-1) - y.to(y_hat.dtype)) ** 2).mean()))
@@ -329,6 +428,7 @@ def intervention_curve(model: ConceptModel, data: Any, policy: Policy | None = N
             concept_acc = ((probs > 0.5) == (c > 0.5)).double().mean().item()
     finally:
         model.train(was)
-    return InterventionCurve(fractions, tuple(accs), getattr(policy, "name", repr(policy)),
+    name = getattr(policy, "name", repr(policy))
+    return InterventionCurve(fractions, tuple(accs), f"{name}, sequential" if sequential else name,
                              getattr(strategy, "name", repr(strategy)), label or type(model).__name__,
                              concept_acc)

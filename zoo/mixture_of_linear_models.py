@@ -7,6 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from penrose_zoo.concept_types import TypedConcepts
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
 
@@ -66,3 +67,20 @@ class MixtureOfLinearModels(ConceptModel):
             "slot_predictions": out.v,
         }
         return Explanation(out.y, parts, bias, ("m", "k"), details, names=self.concept_names)
+
+
+class TypedMixtureOfLinearModels(TypedConcepts, MixtureOfLinearModels):
+    """Mixture of linear models over binary, categorical and continuous concepts (`TypedConcepts`).
+
+    `TypedMixtureOfLinearModels(f=…, m=…, r=…, concepts={...})`: the concept predictor's columns
+    activated by type (sigmoid; softmax over a categorical concept's columns; identity for a
+    continuous one), a selector over m memory slots, in each a linear model over the columns.
+    Losses, interventions (a categorical concept is set whole), metrics and explanations by type,
+    as the typed bottleneck.
+
+    Index legend: f input feature, k concept column, g categorical group, m memory slot,
+    r task output. Outputs (y, c, c_logit, pr[..., m], v[..., m, r]).
+    """
+
+    diagram_file = "mixture_typed.pen"
+    defaults = {"f": 2000, "k": 6, "g": 1, "m": 4, "r": 2}  # k, g: those of `default_concepts`

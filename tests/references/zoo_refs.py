@@ -98,11 +98,10 @@ def concept_bottleneck_hybrid(P, x, c_true, do):
     return {"y": y, "c": c, "c_logit": c_logit, "u": u}
 
 
-def concept_bottleneck_typed(P, x, c_true, do):
-    """A CBM over typed concept columns, column by column: a binary column is σ(z_i), a continuous
-    one z_i, a categorical one the softmax of its group's logits (clamped to ±30), with the group
-    read from the 0/1 membership matrix; interventions replace chosen columns; y linear."""
-    z = x @ P["W_c"] + P["b_c"]
+def typed_activations(P, z):
+    """Column by column: a binary column is σ(z_i), a continuous one z_i, a categorical one the
+    softmax of its group's logits (clamped to ±30), with the group read from the 0/1 membership
+    matrix P["member"]."""
     zc = z.clamp(-30, 30)
     cols = []
     for i in range(z.shape[-1]):
@@ -114,8 +113,34 @@ def concept_bottleneck_typed(P, x, c_true, do):
             g = int(P["member"][i].argmax())
             group = [j for j in range(z.shape[-1]) if P["member"][j, g] > 0.5]
             cols.append(torch.softmax(zc[..., group], dim=-1)[..., group.index(i)])
-    c = torch.where(do, c_true, torch.stack(cols, dim=-1))
+    return torch.stack(cols, dim=-1)
+
+
+def concept_bottleneck_typed(P, x, c_true, do):
+    """A CBM over typed concept columns (`typed_activations`); interventions replace chosen
+    columns; y linear."""
+    z = x @ P["W_c"] + P["b_c"]
+    c = torch.where(do, c_true, typed_activations(P, z))
     return {"y": c @ P["W_y"] + P["b_y"], "c": c, "c_logit": z}
+
+
+def concept_embedding_typed(P, x, c_true, do):
+    """The CEM over typed concept columns, column by column: c⁺_i, c⁻_i and the shared score s_i
+    as in `concept_embedding`; the column's activation p_i by type (`typed_activations`: σ, the
+    group's softmax, the identity), replaced by the given value when intervened;
+    ĉ_i = p_i c⁺_i + (1 − p_i) c⁻_i; y from the concatenated ĉ."""
+    f, k, e = P["W_pos"].shape
+    s_w = torch.cat([P["S_pos"], P["S_neg"]])
+    pos, neg, logits = [], [], []
+    for i in range(k):
+        pos.append(F.leaky_relu(x @ P["W_pos"][:, i, :] + P["b_pos"][i], 0.01))
+        neg.append(F.leaky_relu(x @ P["W_neg"][:, i, :] + P["b_neg"][i], 0.01))
+        logits.append(torch.cat([pos[i], neg[i]], dim=-1) @ s_w + P["b_s"])
+    z = torch.stack(logits, -1)
+    p = torch.where(do, c_true, typed_activations(P, z))
+    embs = [p[..., i, None] * pos[i] + (1 - p[..., i, None]) * neg[i] for i in range(k)]
+    y = torch.cat(embs, dim=-1) @ P["W_y"].reshape(k * e, -1) + P["b_y"]
+    return {"y": y, "p": p, "p_logit": z, "c_emb": torch.stack(embs, dim=-2)}
 
 
 def concept_graph(P, x, c_true, do, depth: int = 1):
@@ -243,6 +268,19 @@ def mixture_of_linear_models(P, x, c_true, do):
     return {"y": y, "c": c, "c_logit": c_logit, "pr": pr, "v": v}
 
 
+def mixture_typed(P, x, c_true, do):
+    """The mixture of linear models over typed concept columns: c by `typed_activations`
+    (interventions replace chosen columns), slot probabilities softmax(x W_s + b_s), slot m
+    predicts Σ_i c_i E[i, m] + E_b[m], y = Σ_m pr_m v_m, slot by slot."""
+    k, m, r = P["E"].shape
+    z = x @ P["W_c"] + P["b_c"]
+    c = torch.where(do, c_true, typed_activations(P, z))
+    pr = torch.softmax(x @ P["W_s"] + P["b_s"], dim=-1)
+    v = torch.stack([c @ P["E"][:, j, :] + P["E_b"][j] for j in range(m)], dim=-2)
+    y = sum(pr[..., j, None] * v[..., j, :] for j in range(m))
+    return {"y": y, "c": c, "c_logit": z, "pr": pr, "v": v}
+
+
 def senn(P, x):
     """Self-explaining neural network (Alvarez-Melis & Jaakkola 2018): concepts h(x) from a one
     hidden-layer encoder (a linear decoder reconstructs x), relevances θ(x) [k, r] from a one
@@ -331,11 +369,13 @@ REFERENCES = {
     "concept_bottleneck_hybrid": concept_bottleneck_hybrid,
     "concept_bottleneck_typed": concept_bottleneck_typed,
     "concept_embedding": concept_embedding,
+    "concept_embedding_typed": concept_embedding_typed,
     "concept_graph": concept_graph,
     "concept_whitening": concept_whitening,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,
     "mixture_of_linear_models": mixture_of_linear_models,
+    "mixture_typed": mixture_typed,
     "senn": senn,
     "cav_probe": cav_probe,
 }

@@ -1,0 +1,491 @@
+"""The checker's expressions: assignments, arithmetic and alignment, calls, plain numbers, block calls.
+
+`_Exprs` is a part of `penrose.checker._Checker`; its methods read the checker's state.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, cast
+
+from penrose import ir, ops
+from penrose.check_base import _a, _describe, _names, _Scope, _State
+from penrose.check_ops import TYPE_RULES
+from penrose.checked import SCALAR, CStmt, Instance, TType, V
+from penrose.errors import PenroseCheckError, Span, suggest
+from penrose.fmt import format_expr
+from penrose.ops import OPS
+from penrose.tables import FLOAT32_MAX, FUNCTIONS, INT64_MAX, LIMITS, Limits
+
+
+class _Exprs(_State):
+    """Expressions: assignments, names, arithmetic, alignment, calls, plain-number folding, block calls."""
+
+    # -- assignments
+    def _assign(self, sc: _Scope, s: ir.Assign, step) -> CStmt:
+        for t in s.targets:
+            self._name_ok(t, s.span, "tensor", module_attr=False)
+            if t in sc.decls and sc.decls[t].tensor.kind in ("param", "buffer"):
+                raise PenroseCheckError(f"cannot assign to {sc.decls[t].tensor.kind} {t!r}", s.span)
+            if t in FUNCTIONS or t in self.block_defs:
+                raise PenroseCheckError(f"{t!r} is a {'function' if t in FUNCTIONS else 'block'} name", s.span)
+            if t in sc.instances:
+                raise PenroseCheckError(f"{t!r} is a block instance name", s.span)
+            if t in self.constants:
+                raise PenroseCheckError(f"{t!r} is a const; give the tensor another name", s.span,
+                                        notes=(("the const is declared here", self.constants[t][1]),))
+            if any(t == o[0] for o in sc.outputs):  # forward returns one value per output name
+                raise PenroseCheckError(
+                    f"{t!r} is assigned again after 'output {t}'; output its final value (move 'output' last) "
+                    "or give the new value another name",
+                    s.span,
+                    notes=(("output here", sc.output_at),) if sc.output_at is not None else (),
+                )
+        if len(set(s.targets)) != len(s.targets):
+            raise PenroseCheckError("a name appears twice among the targets", s.span)
+        sc.block_calls = []
+        stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "assign": s}
+        self._stmt_ctx: dict[str, Any] | None = stmt_ctx
+        try:
+            value = self._unambiguous(sc, self._expr(sc, s.value))  # `y = k`: the tensor or the size?
+        finally:
+            self._stmt_ctx = None
+        if s.instance is not None and len(sc.block_calls) != 1:
+            raise PenroseCheckError("'as NAME' names the one block call of a statement", s.span)
+        if s.repeat is not None and not (isinstance(s.value, ir.Call) and s.value.func in self.block_defs):
+            raise PenroseCheckError("'repeat N' applies to a statement that is one block call: Z = layer(Z) repeat N", s.span)
+        if value.outs:
+            types = value.outs
+        else:
+            types = (value.type,)
+        if len(types) != len(s.targets):
+            raise PenroseCheckError(
+                f"{len(s.targets)} target(s) but the value yields {len(types)} tensor(s)", s.span
+            )
+        versions = []
+        for t, ty in zip(s.targets, types):
+            known = t in sc.vars
+            sc.vars[t] = ty
+            sc.defined_at[t] = s.span
+            sc.versions[t] = sc.versions.get(t, 0) + 1 if known else 0
+            versions.append(sc.versions[t])
+        return CStmt(s, s.targets, value, types, step, tuple(versions))
+
+    # -- expressions
+    def _expr(self, sc: _Scope, e) -> V:
+        if isinstance(e, ir.Number):
+            self._literal_ok(e)
+            return V("num", attrs={"value": e.value}, span=e.span)
+        if isinstance(e, ir.Name):
+            if e.id == "inf":
+                return V("num", attrs={"value": math.inf}, span=e.span)
+            if e.id in self.constants:
+                return V("const", attrs={"name": e.id, "value": self.constants[e.id][0]}, span=e.span)
+            if e.id in self.dims and e.id not in sc.vars:
+                return V("dimsize", attrs={"cls": self.dims[e.id], "name": e.id}, span=e.span)
+            ty = self._lookup(sc, e.id, e.span)
+            decl = sc.decls.get(e.id)
+            kind = decl.tensor.kind if decl is not None and sc.vars[e.id] is decl.type else "local"
+            v = V("ref", attrs={"name": e.id, "kind": kind, "version": sc.versions.get(e.id, 0)}, type=ty, span=e.span)
+            if e.id in self.dims:
+                self.dim_named_refs[id(v)] = v
+            return v
+        if isinstance(e, ir.Shape):
+            ty = self._lookup(sc, e.tensor, e.span)
+            n = len(ty.legs)
+            if not -n <= e.index < n:
+                raise PenroseCheckError(f"{e.tensor!r} has {n} leg(s); shape index {e.index} is out of range", e.span)
+            c = ty.cls[e.index]
+            return V("dimsize", attrs={"cls": c, "name": ty.legs[e.index]}, span=e.span)
+        if isinstance(e, ir.String):
+            raise PenroseCheckError("a string is only allowed as an einsum spec, an einops pattern or a reduction", e.span)
+        if isinstance(e, ir.ListExpr):
+            raise PenroseCheckError("a list is only allowed as an argument of split or concat", e.span)
+        if isinstance(e, ir.Neg):
+            a = self._expr(sc, e.operand)
+            if a.op == "num":  # -inf, -2: fold into the number
+                return V("num", attrs={"value": -a.attrs["value"]}, span=e.span)
+            self._numeric(self._unambiguous(sc, a), cast("ir.Expr", e.operand).span, "negate")
+            return self._evaluated(V("neg", (a,), type=a.type, span=e.span))
+        if isinstance(e, ir.BinOp):
+            return self._evaluated(self._binop(sc, e))
+        if isinstance(e, ir.Call):
+            v = self._call(sc, e)
+            if v.op == "unary":
+                self._unambiguous(sc, v.args[0])
+            return self._evaluated(v)
+        raise PenroseCheckError(f"unsupported expression {type(e).__name__}", getattr(e, "span", Span(self.file)))
+
+    def _literal_ok(self, e: ir.Number, finite: bool = False):
+        """A number torch accepts as a scalar: an int64, a float within float32's range, or inf."""
+        v = e.value
+        if isinstance(v, int) and abs(v) > INT64_MAX:
+            raise PenroseCheckError(f"the integer {v} does not fit in 64 bits; write it as a float ({v:.4g})", e.span)
+        if isinstance(v, float) and math.isfinite(v) and abs(v) > FLOAT32_MAX:
+            raise PenroseCheckError(f"the number {v:g} is beyond float32's range ({FLOAT32_MAX:.4g}); write inf for infinity", e.span)
+        if finite and not math.isfinite(v):
+            raise PenroseCheckError(f"the number {v} must be finite here", e.span)
+
+    def _const(self, v: V):
+        """(value, ((dim, size), ...)) of a plain-number value known at the declared sizes, else None."""
+        if v.op == "num":
+            return v.attrs["value"], ()
+        if v.op == "const":
+            return v.attrs["value"], ((v.attrs["name"], v.attrs["value"]),)
+        if v.op == "dimsize":
+            n = self.S.size(v.attrs["cls"])
+            return None if n is None else (n, ((v.attrs["name"], n),))
+        hit = self.consts.get(id(v))
+        return hit[1:] if hit is not None and hit[0] is v else None
+
+    def _evaluated(self, v: V) -> V:
+        """Evaluate a plain-number value (as the generated Python will) and refuse what torch cannot take."""
+        if v.type.dtype != "scalar" or v.op not in ("neg", "sbin", "sfunc"):
+            return v
+        args = [self._const(a) for a in v.args]
+        if any(a is None for a in args):
+            return v  # a size known only at run time
+        vals = [a[0] for a in args]
+        dims = tuple(dict.fromkeys(d for a in args for d in a[1]))[:3]
+        at = f" at {', '.join(f'{n} = {size}' for n, size in dims)}" if dims else ""
+        value = _evaluate(v, vals, at)
+        if isinstance(value, int) and abs(value) > INT64_MAX:
+            raise PenroseCheckError(f"this number is {value:.4g}{at}, which does not fit in 64 bits", v.span)
+        if isinstance(value, float):
+            if math.isnan(value):
+                raise PenroseCheckError(f"this expression is nan (not a number){at}", v.span)
+            if math.isfinite(value) and abs(value) > FLOAT32_MAX:
+                raise PenroseCheckError(f"this number is {value:.4g}{at}, beyond float32's range ({FLOAT32_MAX:.4g})", v.span)
+        self.consts[id(v)] = (v, value, dims)
+        return v
+
+    def _numeric(self, v: V, span: Span, what: str):
+        if v.type.dtype in ("int", "bool"):
+            raise PenroseCheckError(f"cannot {what} {_a(v.type.dtype)} tensor", span)
+
+    def _binop(self, sc, e: ir.BinOp) -> V:
+        a, b = self._unambiguous(sc, self._expr(sc, e.left)), self._unambiguous(sc, self._expr(sc, e.right))
+        compare = e.op in ("<", "<=", ">", ">=", "==", "!=")
+        for v, sub in ((a, e.left), (b, e.right)):
+            if v.type.dtype == "bool" and not compare:
+                raise PenroseCheckError(f"arithmetic on the bool mask {_describe(sub)}; use where(mask, a, b)", cast("ir.Expr", sub).span)
+        if a.type.dtype == "scalar" and b.type.dtype == "scalar":
+            if compare:
+                raise PenroseCheckError("comparing two plain numbers; compare a tensor", e.span)
+            return V("sbin", (a, b), {"op": e.op}, SCALAR, span=e.span)
+        legs, cls, align = self._align([a, b], [e.left, e.right], e.span, f"'{e.op}'")
+        dtype = "bool" if compare else "float"
+        batched = a.type.batched or b.type.batched
+        return V("binop", (a, b), {"op": e.op, "align": align}, TType(legs, cls, dtype, batched), span=e.span)
+
+    def _align(self, vals, exprs, span, what):
+        """Result legs of an element-wise op and, per operand, how its legs map onto them."""
+        tensors = [(i, v) for i, v in enumerate(vals) if v.type.dtype != "scalar"]
+        if not tensors:
+            return (), (), [None] * len(vals)
+        # the operand with the most legs (leftmost on ties) sets the result's order
+        li, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
+        legs, cls = lead.type.legs, lead.type.cls
+        unique = len(set(legs)) == len(legs)
+        align = []
+        for v, ex in zip(vals, exprs):
+            if v.type.dtype == "scalar":
+                align.append(None)
+                continue
+            vl = v.type.legs
+            if unique and len(set(vl)) == len(vl) and set(vl) <= set(legs):
+                for leg, c in zip(vl, v.type.cls):
+                    j = legs.index(leg)
+                    self.S.unify(c, cls[j], (f"{what}: leg {leg!r}", span))
+                align.append(tuple(vl.index(l) if l in vl else None for l in legs))
+            elif len(vl) == len(legs):
+                for j, c in enumerate(v.type.cls):
+                    if vl[j] != legs[j]:
+                        self._by_position(ex, vl[j], c, exprs[li], legs[j], cls[j], span, what)
+                    self.S.unify(c, cls[j], (f"{what}: leg {vl[j]!r} of {_describe(ex)} against leg {legs[j]!r}", span))
+                align.append(tuple(range(len(legs))))
+            else:
+                raise PenroseCheckError(
+                    f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}; "
+                    "legs align by name when one set contains the other, else by position when the counts match"
+                    " (write an outer product as an einsum)",
+                    getattr(ex, "span", span),
+                )
+        return legs, cls, align
+
+    def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what):
+        """Two legs of different names aligned by position (docs/language.md, element-wise
+        arithmetic): allowed, with a warning, only when the sizes are already known and equal
+        (then nothing is guessed); a leg of unknown size is never bound this way."""
+        S = self.S
+        a, b = S.size(c), S.size(oc)
+        shown = f"leg {leg!r} of {_describe(ex)} with leg {other!r} of {_describe(lead_ex)}"
+        outer = "product" if what == "'*'" else "sum" if what in ("'+'", "'-'") else "combination"
+        fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) give the other operand leg "
+               f"{leg!r} too, by name: repeat(..., '... {other} -> ... {other} {leg}'), or write an einsum")
+        if S.find(c) != S.find(oc) and (a is None or b is None):
+            unknown = leg if a is None else other
+            raise PenroseCheckError(
+                f"{what} would align {shown} by position and so fix the size of {unknown!r}, which is not known; {fix}",
+                getattr(ex, "span", span))
+        self.warnings.append((f"{what} aligns {shown} by position (sizes {a} and {b}); {fix}", getattr(ex, "span", span)))
+
+    def _leg_arg(self, v: V, arg, call: ir.Call, what="leg") -> int:
+        """Position (among the non-batch legs) of a leg given by name or dim=±i."""
+        n = len(v.legs)
+        if isinstance(arg, ir.Name):
+            if arg.id not in v.legs:
+                raise PenroseCheckError(
+                    f"{call.func}: the tensor has no leg {arg.id!r}{suggest(arg.id, v.legs)}; its legs are [{', '.join(v.legs)}]",
+                    arg.span,
+                )
+            if v.legs.count(arg.id) > 1:
+                raise PenroseCheckError(f"{call.func}: leg {arg.id!r} appears twice; use dim=i", arg.span)
+            return v.legs.index(arg.id)
+        if isinstance(arg, ir.Number) and isinstance(arg.value, int):
+            i = arg.value
+            if not -n <= i < n:
+                raise PenroseCheckError(f"{call.func}: dim={i} is out of range for a tensor with {n} leg(s)", arg.span)
+            return i % n
+        raise PenroseCheckError(f"{call.func}: the {what} is a leg name or dim=i", getattr(arg, "span", call.span))
+
+    def _call(self, sc, e: ir.Call) -> V:
+        f = e.func
+        if f in self.block_defs:
+            return self._block_call(sc, e)
+        if f not in FUNCTIONS:
+            pool = list(FUNCTIONS) + list(self.block_defs)
+            hint = suggest(f, pool)
+            if f in sc.vars:
+                hint = f"; {f!r} is a tensor, not a function"
+            raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
+        self._arity(e)  # arity and keywords as the table of operations says
+        v = self._builtin(sc, e)
+        written = list(e.kwargs)
+        if OPS[f].rule == "elementwise":  # keywords given by position (clamp_min(x, alpha))
+            written += [(k.name, node) for k, node in zip(OPS[f].keywords, e.args[1:])]
+        shown = {k: self._expr(self._static_scope, node) for k, node in written
+                 if (kw := OPS[f].keyword(k)) is not None and kw.kind in ops.NUMERIC and _names(node)}
+        if shown:  # keyword values written with consts or dims: figures and equations show the names
+            v.attrs["shown"] = shown
+            v.attrs["shown_text"] = {k: format_expr(node) for k, node in written if k in shown}
+        return v
+
+    def _builtin(self, sc, e: ir.Call) -> V:
+        rule = OPS[e.func].rule  # the row names its type rule (an operator has none, and is no call)
+        assert rule is not None
+        return TYPE_RULES[rule](self, sc, e)
+
+    def _arity(self, e: ir.Call):
+        """Positional count and keyword names against the table of operations (ops.OPS)."""
+        op = OPS[e.func]
+        lo, hi, kws = op.min_args, op.max_args, op.keyword_names
+        n = len(e.args)
+        if n < lo or (hi is not None and n > hi):
+            want = f"{lo}" if lo == hi else f"{lo} to {hi}" if hi is not None else f"at least {lo}"
+            raise PenroseCheckError(f"{e.func} takes {want} positional argument(s), got {n}", e.span)
+        seen = set()
+        for k, v in e.kwargs:
+            if op.axis_lengths and k not in seen:  # einops' NAME=size (and reduce's reduction=): _einop reads them
+                seen.add(k)
+                continue
+            if k not in kws:
+                allowed = ", ".join(kws) or "no keyword arguments"
+                raise PenroseCheckError(f"{e.func} takes {allowed}, not {k!r}", v.span)
+            if k in seen:
+                raise PenroseCheckError(f"{e.func}: keyword argument {k!r} is given twice", v.span)
+            seen.add(k)
+
+    def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",), v: V | None = None) -> V:
+        v = self._expr(sc, e.args[i]) if v is None else v
+        if v.type.dtype == "scalar":
+            raise PenroseCheckError(f"{e.func}: argument {i + 1} must be a tensor", e.args[i].span)
+        if v.type.dtype not in allow:
+            raise PenroseCheckError(f"{e.func}: argument {i + 1} is {_a(v.type.dtype)} tensor; expected {' or '.join(allow)}", e.args[i].span)
+        return v
+
+    def _number_kw(self, e: ir.Call, key, default=None, node=None):
+        """A number keyword as its row says: its default when not given (or `default`, a value
+        given by position), whole or not, a dim allowed or not, within its rule."""
+        spec = OPS[e.func].keyword(key)
+        assert spec is not None, f"{e.func} has no keyword {key!r} in the table"
+        node = node if node is not None else e.kwarg(key)
+        if node is None:
+            return default if default is not None else spec.default
+        value = self._number_kw_value(e, key, node, spec.integer, spec.allows_dim, spec.infinite_ok)
+        if value is not None and not spec.ok(value):
+            raise PenroseCheckError(f"{e.func}: {key} must be {spec.rule_text}, got {value:g}", node.span)
+        return value
+
+    def _number_kw_value(self, e: ir.Call, key, v, integer, allow_dim, bound):
+        if not bound and any(isinstance(n, ir.Name) and n.id == "inf" for n in (v, getattr(v, "operand", None))):
+            raise PenroseCheckError(f"{e.func}: {key} must be finite", v.span)
+        if isinstance(v, ir.Neg) and isinstance(v.operand, ir.Name) and v.operand.id == "inf":
+            return -math.inf
+        if isinstance(v, ir.Name) and v.id == "inf":
+            return math.inf
+        sign, node = (-1, v.operand) if isinstance(v, ir.Neg) else (1, v)
+        if allow_dim and isinstance(node, ir.Name) and node.id in self.dims:
+            size = self.S.size(self.dims[node.id])
+            if size is None:
+                raise PenroseCheckError(f"{e.func}: dim {node.id!r} has no size", node.span)
+            return sign * size
+        names = _names(v)
+        if names and all(n in self.constants or (allow_dim and n in self.dims) for n in names):
+            return self._static(v, f"{e.func}: {key}", integer=integer)  # consts (and dims where allowed)
+        if not isinstance(v, ir.Number) or (integer and not isinstance(v.value, int)):
+            kind = "a whole number" if integer else "a number"
+            raise PenroseCheckError(f"{e.func}: {key} must be {kind}{' or a dim' if allow_dim else ''}", v.span)
+        self._literal_ok(v, finite=not bound)
+        return v.value
+
+    # blocks ---------------------------------------------------------------------------------------
+    def _block_call(self, sc, e: ir.Call) -> V:
+        blk = self.blocks[e.func]
+        blk_def = self.block_defs[e.func][0]
+        ctx = getattr(self, "_stmt_ctx", None)
+        if e.kwargs:
+            raise PenroseCheckError("block arguments are positional", e.kwargs[0][1].span)
+        formals = blk_def.formals
+        if len(e.args) != len(formals):
+            raise PenroseCheckError(f"block {e.func!r} takes {len(formals)} argument(s), got {len(e.args)}", e.span)
+        args = [self._expr(sc, a) for a in e.args]
+        for f, v, a in zip(formals, args, e.args):
+            if v.type.dtype == "scalar":
+                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} must be a tensor", a.span)
+            if v.type.dtype != f.dtype:
+                raise PenroseCheckError(f"block {e.func!r}: argument {f.name!r} is {f.dtype}, got {_a(v.type.dtype)} tensor", a.span)
+            if len(v.legs) != len(f.legs):
+                raise PenroseCheckError(
+                    f"block {e.func!r}: argument {f.name!r} has legs [{', '.join(f.legs)}] but {_describe(a)} has [{', '.join(v.legs)}]",
+                    a.span,
+                )
+            for leg, c in zip(f.legs, v.type.cls):
+                self.S.unify(self.dims[leg], c, (f"block {e.func!r} argument {f.name!r} leg {leg!r}", a.span))
+        instance = e.func
+        repeat = None
+        if ctx is not None and ctx["assign"] is not None and ctx["assign"].value is e:
+            instance = ctx["instance"] or e.func
+            if ctx["repeat"] is not None:
+                repeat = self._repeat_count(ctx["repeat"])
+                if not args or len(blk.outputs) != 1:
+                    raise PenroseCheckError(
+                        "'repeat' chains a block with one result, fed back into its first argument "
+                        "(the others reach every copy unchanged)", e.span)
+                fin, fout = blk_def.formals[0], blk.outputs[0][1]
+                if tuple(fin.legs) != tuple(fout.legs):
+                    raise PenroseCheckError(
+                        f"'repeat' feeds block {e.func!r}'s result [{', '.join(fout.legs)}] back into its argument [{', '.join(fin.legs)}]; their legs must match",
+                        e.span,
+                    )
+        elif ctx is not None and ctx["instance"] is not None:
+            instance = ctx["instance"]
+        parts = instance.split(".")  # a dotted path (net.0, encoder.layer.3): the submodule's state-dict path
+        for part in parts:
+            if not part.isdigit():
+                self._name_ok(part, e.span, "instance")
+        head = parts[0]
+        if head in sc.decls or (head in sc.vars and head not in sc.instances):
+            raise PenroseCheckError(f"instance name {head!r} is already a tensor; name it with 'as NAME'", e.span)
+        nested = next((o for o in sc.instances if o != instance and (o.startswith(instance + ".") or instance.startswith(o + "."))), None)
+        if nested is not None:
+            outer, inner = sorted((nested, instance), key=len)
+            raise PenroseCheckError(
+                f"instance {instance!r}: {outer!r} is a block instance and cannot also hold {inner!r} (a path's parts "
+                "above its last are containers)", e.span, notes=(("the other instance", sc.instances[nested].span),))
+        prev = sc.instances.get(instance)
+        if prev is not None and (prev.block != e.func or prev.repeat != repeat):
+            raise PenroseCheckError(
+                f"instance {instance!r} is already a {'repeated ' if prev.repeat else ''}{prev.block!r} block; name this one with 'as NAME'",
+                e.span,
+                notes=(("first used here", prev.span),),
+            )
+        if prev is None:
+            sc.instances[instance] = Instance(instance, e.func, repeat, e.span)
+        sc.block_calls.append(instance)
+        # results: a leg whose class is one of the formals' classes maps to the argument's class
+        outs = []
+        for _, t in blk.outputs:
+            # batch legs come only from the arguments (a block body has no inputs of its own)
+            outs.append(TType(t.legs, t.cls, t.dtype, t.batched and any(v.type.batched for v in args)))
+        ty = outs[0] if len(outs) == 1 else TType((), (), "float", False)
+        return V(
+            "block",
+            tuple(args),
+            {"block": e.func, "instance": instance, "repeat": repeat},
+            ty,
+            outs=tuple(outs) if len(outs) > 1 else (),
+            span=e.span,
+        )
+
+    def _repeat_count(self, node) -> int:
+        """1 to LIMITS.repeat: the compiled module builds that many copies of the block."""
+        n: int | None
+        if isinstance(node, ir.Number) and isinstance(node.value, int):
+            n, what = node.value, f"repeat count {node.value:,}"
+        elif isinstance(node, ir.Name) and node.id in self.dims:
+            n = self.S.size(self.dims[node.id])
+            if n is None:
+                raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1", node.span)
+            what = f"repeat count {node.id!r} (size {n:,})"
+        else:
+            raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)
+        if n < 1:
+            raise PenroseCheckError(f"{what} must be at least 1", node.span)
+        limit = LIMITS.value("repeat")
+        if n > limit:
+            raise PenroseCheckError(f"{what} is beyond the limit of {limit:,}; {Limits.how_to_raise('repeat')}", node.span)
+        return n
+
+
+
+def _evaluate(v: V, vals: list, at: str):
+    """The value of a plain-number operation, as Python computes it in the generated module.
+
+    `at` (' at d = 4') names the sizes the value was computed at, for the message."""
+    span = v.span
+    if v.op == "neg":
+        return -vals[0]
+    if v.op == "sfunc":
+        (a,), name = vals, v.attrs["name"]
+        if name == "sqrt":
+            if a < 0:
+                raise PenroseCheckError(f"sqrt of a negative number ({a:g}{at}); the result would not be real", span)
+            return a**0.5  # the emitter's spelling of sqrt on a plain number
+        if name == "log":
+            if a == 0:
+                raise PenroseCheckError(f"log of zero{at}; the result would be -inf", span)
+            if a < 0:
+                raise PenroseCheckError(f"log of a negative number ({a:g}{at}); the result would not be real", span)
+        try:
+            return OPS[name].call(a, ops.SCALAR)  # the row's form on a plain number
+        except OverflowError:
+            raise PenroseCheckError(f"{name}({a:g}){at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
+    a, b = vals
+    op = v.attrs["op"]
+    if op in ("/", "//") and b == 0:
+        raise PenroseCheckError(f"division by zero{at}", span)
+    if op == "**":
+        if a == 0 and b < 0:
+            raise PenroseCheckError(f"zero to the negative power {b:g}{at} is a division by zero", span)
+        if a < 0 and math.isfinite(b) and b != int(b):
+            raise PenroseCheckError(f"a negative number ({a:g}) to the fractional power {b:g}{at}; the result would not be real", span)
+        if isinstance(a, int) and isinstance(b, int) and b > 0 and abs(a) > 1 and b * math.log2(abs(a)) > 64:
+            raise PenroseCheckError(f"{a} ** {b}{at} does not fit in 64 bits", span)  # refused before Python computes it
+    try:
+        value = _ARITHMETIC[op](a, b)
+    except OverflowError:
+        raise PenroseCheckError(f"this number{at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
+    if isinstance(value, complex):  # pragma: no cover - every complex case is refused above
+        raise PenroseCheckError(f"this number{at} would not be real", span)
+    return value
+
+
+_ARITHMETIC = {
+    "+": lambda a, b: a + b,
+    "-": lambda a, b: a - b,
+    "*": lambda a, b: a * b,
+    "/": lambda a, b: a / b,
+    "//": lambda a, b: a // b,
+    "**": lambda a, b: a**b,
+}
