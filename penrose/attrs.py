@@ -53,21 +53,6 @@ class Attrs:
         """Keyword `key` as written with consts and dims, or None (a number literal, or absent)."""
         return next((s for s in self.shown if s.key == key), None)
 
-    # TEMPORARY (migration): string access, removed once every reader uses attributes
-    def __getitem__(self, key: str) -> Any:
-        return getattr(self, key)
-
-    def get(self, key: str, default: Any = None) -> Any:
-        return getattr(self, key, default)
-
-    def __setitem__(self, key: str, value: Any) -> None:
-        if key == "shown":
-            object.__setattr__(self, "shown", tuple(Shown(k, v, "") for k, v in value.items()))
-        elif key == "shown_text":
-            object.__setattr__(self, "shown", tuple(Shown(s.key, s.value, value[s.key]) for s in self.shown))
-        else:
-            raise KeyError(key)
-
 
 # atoms --------------------------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
@@ -317,24 +302,3 @@ class Folded:
     value: Number
     reads: tuple[tuple[str, Number], ...] = ()
     classes: tuple[int, ...] = ()
-
-
-# TEMPORARY (migration): the checker's dicts read into records
-_BY_CODE: dict[str, type[Attrs]] = {
-    "num": Num, "const": Const, "dimsize": DimSize, "ref": Ref, "neg": NoAttrs, "sbin": BinOp, "binop": BinOp,
-    "einsum": Einsum, "softmax": Softmax, "log_softmax": Softmax, "layernorm": LayerNorm, "rmsnorm": RMSNorm,
-    "topk": TopK, "topk_mask": TopK, "reduce": Reduce, "pair": Pair, "dropout": Dropout, "detach": NoAttrs,
-    "clamp": Clamp, "where": Where, "mask": Mask, "gather": NoAttrs, "split": Split, "concat": Concat,
-    "flatten": Flatten, "unflatten": Unflatten, "rope": Rope, "einop": Einop, "select": Select, "slice": Slice,
-    "block": BlockCall, "return": NoAttrs,
-}
-
-
-def from_dict(op: str, d: dict[str, Any]) -> Attrs:
-    d = dict(d)
-    if "align" in d:
-        d["align"] = tuple(d["align"])
-    if op in ("unary", "sfunc"):
-        name = d.pop("name")
-        return Unary(name, tuple((k, v) for k, v in d.items()))
-    return _BY_CODE[op](**d)

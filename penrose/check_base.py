@@ -32,7 +32,6 @@ class _State:
     warnings: list
     including: list[str]  # the include chain, real paths
     at: Span  # the statement being checked, for an error without a better place
-    consts: dict[int, tuple]  # id(V) -> (V, value, ((dim, size), ...)) of plain-number values
     dim_named_refs: dict[int, V]  # id(V) -> V: reads of a computed tensor named like a dim
     constants: dict[str, tuple]  # const name -> (value, declaration span)
     _static_scope: _Scope  # no tensors: where a const's value is read

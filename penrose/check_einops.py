@@ -11,6 +11,7 @@ import math
 from penrose import ir
 from penrose.check_base import _describe, _prod, _product_of, _State
 from penrose.checked import TType, V
+from penrose.attrs import Einop
 from penrose.einops_pattern import REDUCTIONS
 from penrose.einops_pattern import parse as parse_pattern
 from penrose.einsum_spec import spec_span
@@ -54,12 +55,12 @@ class _Einops(_State):
         sum_batch = kind == "reduce" and left.ellipsis is not None and right.ellipsis is None and x.type.batched
         dtype = "float" if kind == "reduce" else x.type.dtype
         ty = TType(tuple(out_legs), tuple(out_cls), dtype, x.type.batched and not sum_batch)
-        attrs = {
-            "kind": kind, "pattern": node.value, "reduction": reduction,
-            "left": tuple(left_groups), "right": tuple(right_groups),
-            "axes": tuple((a, c, leg) for a, (c, leg) in axes.items()), "new": tuple(new), "reduced": tuple(reduced),
-            "sum_batch": sum_batch,
-        }
+        attrs = Einop(
+            kind=kind, pattern=node.value, reduction=reduction,
+            left=tuple(left_groups), right=tuple(right_groups),
+            axes=tuple((a, c, leg) for a, (c, leg) in axes.items()), new=tuple(new), reduced=tuple(reduced),
+            sum_batch=sum_batch,
+        )
         return V("einop", (x,), attrs, ty, span=e.span)
 
     def _reduction(self, e: ir.Call) -> str:

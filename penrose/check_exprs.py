@@ -8,10 +8,13 @@ from __future__ import annotations
 import math
 from typing import Any, cast
 
+from dataclasses import replace
+
 from penrose import ir, ops
 from penrose.check_base import _a, _describe, _names, _Scope, _State
 from penrose.check_ops import TYPE_RULES
 from penrose.checked import SCALAR, CStmt, Instance, TType, V
+from penrose.attrs import BinOp, BlockCall, Const, DimSize, Folded, Num, Ref, Shown, Unary
 from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.fmt import format_expr
 from penrose.ops import OPS
@@ -75,18 +78,19 @@ class _Exprs(_State):
     def _expr(self, sc: _Scope, e) -> V:
         if isinstance(e, ir.Number):
             self._literal_ok(e)
-            return V("num", attrs={"value": e.value}, span=e.span)
+            return V("num", attrs=Num(e.value), span=e.span, const=Folded(e.value))
         if isinstance(e, ir.Name):
             if e.id == "inf":
-                return V("num", attrs={"value": math.inf}, span=e.span)
+                return V("num", attrs=Num(math.inf), span=e.span, const=Folded(math.inf))
             if e.id in self.constants:
-                return V("const", attrs={"name": e.id, "value": self.constants[e.id][0]}, span=e.span)
+                value = self.constants[e.id][0]
+                return V("const", attrs=Const(value=value, name=e.id), span=e.span, const=Folded(value, ((e.id, value),)))
             if e.id in self.dims and e.id not in sc.vars:
-                return V("dimsize", attrs={"cls": self.dims[e.id], "name": e.id}, span=e.span)
+                return self._dimsize(self.dims[e.id], e.id, e.span)
             ty = self._lookup(sc, e.id, e.span)
             decl = sc.decls.get(e.id)
             kind = decl.tensor.kind if decl is not None and sc.vars[e.id] is decl.type else "local"
-            v = V("ref", attrs={"name": e.id, "kind": kind, "version": sc.versions.get(e.id, 0)}, type=ty, span=e.span)
+            v = V("ref", attrs=Ref(e.id, kind, sc.versions.get(e.id, 0)), type=ty, span=e.span)
             if e.id in self.dims:
                 self.dim_named_refs[id(v)] = v
             return v
@@ -96,7 +100,7 @@ class _Exprs(_State):
             if not -n <= e.index < n:
                 raise PenroseCheckError(f"{e.tensor!r} has {n} leg(s); shape index {e.index} is out of range", e.span)
             c = ty.cls[e.index]
-            return V("dimsize", attrs={"cls": c, "name": ty.legs[e.index]}, span=e.span)
+            return self._dimsize(c, ty.legs[e.index], e.span)
         if isinstance(e, ir.String):
             raise PenroseCheckError("a string is only allowed as an einsum spec, an einops pattern or a reduction", e.span)
         if isinstance(e, ir.ListExpr):
@@ -104,7 +108,8 @@ class _Exprs(_State):
         if isinstance(e, ir.Neg):
             a = self._expr(sc, e.operand)
             if a.op == "num":  # -inf, -2: fold into the number
-                return V("num", attrs={"value": -a.attrs["value"]}, span=e.span)
+                value = -a.of(Num).value
+                return V("num", attrs=Num(value), span=e.span, const=Folded(value))
             self._numeric(self._unambiguous(sc, a), cast("ir.Expr", e.operand).span, "negate")
             return self._evaluated(V("neg", (a,), type=a.type, span=e.span))
         if isinstance(e, ir.BinOp):
@@ -126,28 +131,23 @@ class _Exprs(_State):
         if finite and not math.isfinite(v):
             raise PenroseCheckError(f"the number {v} must be finite here", e.span)
 
-    def _const(self, v: V):
-        """(value, ((dim, size), ...)) of a plain-number value known at the declared sizes, else None."""
-        if v.op == "num":
-            return v.attrs["value"], ()
-        if v.op == "const":
-            return v.attrs["value"], ((v.attrs["name"], v.attrs["value"]),)
-        if v.op == "dimsize":
-            n = self.S.size(v.attrs["cls"])
-            return None if n is None else (n, ((v.attrs["name"], n),))
-        hit = self.consts.get(id(v))
-        return hit[1:] if hit is not None and hit[0] is v else None
+    def _dimsize(self, cls: int, name: str, span: Span) -> V:
+        """The size of a dim as a plain number: folded where the size is known when checking."""
+        n = self.S.size(cls)
+        return V("dimsize", attrs=DimSize(cls, name), span=span, const=None if n is None else Folded(n, ((name, n),), (cls,)))
 
     def _evaluated(self, v: V) -> V:
         """Evaluate a plain-number value (as the generated Python will) and refuse what torch cannot take."""
         if v.type.dtype != "scalar" or v.op not in ("neg", "sbin", "sfunc"):
             return v
-        args = [self._const(a) for a in v.args]
+        args = [a.const for a in v.args]
         if any(a is None for a in args):
             return v  # a size known only at run time
-        vals = [a[0] for a in args]
-        dims = tuple(dict.fromkeys(d for a in args for d in a[1]))[:3]
-        at = f" at {', '.join(f'{n} = {size}' for n, size in dims)}" if dims else ""
+        folded = [a for a in args if a is not None]
+        vals = [a.value for a in folded]
+        reads = tuple(dict.fromkeys(d for a in folded for d in a.reads))
+        classes = tuple(dict.fromkeys(c for a in folded for c in a.classes))
+        at = f" at {', '.join(f'{n} = {size}' for n, size in reads[:3])}" if reads else ""
         value = _evaluate(v, vals, at)
         if isinstance(value, int) and abs(value) > INT64_MAX:
             raise PenroseCheckError(f"this number is {value:.4g}{at}, which does not fit in 64 bits", v.span)
@@ -156,8 +156,7 @@ class _Exprs(_State):
                 raise PenroseCheckError(f"this expression is nan (not a number){at}", v.span)
             if math.isfinite(value) and abs(value) > FLOAT32_MAX:
                 raise PenroseCheckError(f"this number is {value:.4g}{at}, beyond float32's range ({FLOAT32_MAX:.4g})", v.span)
-        self.consts[id(v)] = (v, value, dims)
-        return v
+        return replace(v, const=Folded(value, reads, classes))
 
     def _numeric(self, v: V, span: Span, what: str):
         if v.type.dtype in ("int", "bool"):
@@ -172,17 +171,17 @@ class _Exprs(_State):
         if a.type.dtype == "scalar" and b.type.dtype == "scalar":
             if compare:
                 raise PenroseCheckError("comparing two plain numbers; compare a tensor", e.span)
-            return V("sbin", (a, b), {"op": e.op}, SCALAR, span=e.span)
+            return V("sbin", (a, b), BinOp(op=e.op), SCALAR, span=e.span)
         legs, cls, align = self._align([a, b], [e.left, e.right], e.span, f"'{e.op}'")
         dtype = "bool" if compare else "float"
         batched = a.type.batched or b.type.batched
-        return V("binop", (a, b), {"op": e.op, "align": align}, TType(legs, cls, dtype, batched), span=e.span)
+        return V("binop", (a, b), BinOp(op=e.op, align=align), TType(legs, cls, dtype, batched), span=e.span)
 
     def _align(self, vals, exprs, span, what):
         """Result legs of an element-wise op and, per operand, how its legs map onto them."""
         tensors = [(i, v) for i, v in enumerate(vals) if v.type.dtype != "scalar"]
         if not tensors:
-            return (), (), [None] * len(vals)
+            return (), (), (None,) * len(vals)
         # the operand with the most legs (leftmost on ties) sets the result's order
         li, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
         legs, cls = lead.type.legs, lead.type.cls
@@ -211,7 +210,7 @@ class _Exprs(_State):
                     " (write an outer product as an einsum)",
                     getattr(ex, "span", span),
                 )
-        return legs, cls, align
+        return legs, cls, tuple(align)
 
     def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what):
         """Two legs of different names aligned by position (docs/language.md, element-wise
@@ -267,8 +266,8 @@ class _Exprs(_State):
         shown = {k: self._expr(self._static_scope, node) for k, node in written
                  if (kw := OPS[f].keyword(k)) is not None and kw.kind in ops.NUMERIC and _names(node)}
         if shown:  # keyword values written with consts or dims: figures and equations show the names
-            v.attrs["shown"] = shown
-            v.attrs["shown_text"] = {k: format_expr(node) for k, node in written if k in shown}
+            texts = {k: format_expr(node) for k, node in written if k in shown}
+            v = replace(v, attrs=replace(v.attrs, shown=tuple(Shown(k, x, texts[k]) for k, x in shown.items())))
         return v
 
     def _builtin(self, sc, e: ir.Call) -> V:
@@ -412,7 +411,7 @@ class _Exprs(_State):
         return V(
             "block",
             tuple(args),
-            {"block": e.func, "instance": instance, "repeat": repeat},
+            BlockCall(block=e.func, instance=instance, repeat=repeat),
             ty,
             outs=tuple(outs) if len(outs) > 1 else (),
             span=e.span,
@@ -447,11 +446,11 @@ def _evaluate(v: V, vals: list, at: str):
     if v.op == "neg":
         return -vals[0]
     if v.op == "sfunc":
-        (a,), name = vals, v.attrs["name"]
+        (a,), name = vals, v.of(Unary).name
         if name == "sqrt":
             if a < 0:
                 raise PenroseCheckError(f"sqrt of a negative number ({a:g}{at}); the result would not be real", span)
-            return a**0.5  # the emitter's spelling of sqrt on a plain number
+            return OPS[name].call(a, ops.SCALAR)  # the row's form: what the generated code reads
         if name == "log":
             if a == 0:
                 raise PenroseCheckError(f"log of zero{at}; the result would be -inf", span)
@@ -462,7 +461,7 @@ def _evaluate(v: V, vals: list, at: str):
         except OverflowError:
             raise PenroseCheckError(f"{name}({a:g}){at} is beyond float32's range ({FLOAT32_MAX:.4g})", span) from None
     a, b = vals
-    op = v.attrs["op"]
+    op = v.of(BinOp).op
     if op in ("/", "//") and b == 0:
         raise PenroseCheckError(f"division by zero{at}", span)
     if op == "**":

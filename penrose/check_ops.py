@@ -12,6 +12,7 @@ from penrose import ir
 from penrose.check_base import _a, _describe, _State
 from penrose.check_einops import _Einops
 from penrose.checked import SCALAR, TType, V
+from penrose.attrs import Clamp, Concat, Dropout, Einsum, Flatten, LayerNorm, Mask, NONE, Pair, RMSNorm, Reduce, Rope, Select, Slice, Softmax, Split, TopK, Unary, Unflatten, Where
 from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
 from penrose.einsum_spec import parse as parse_einsum
 from penrose.errors import PenroseCheckError, suggest
@@ -28,18 +29,18 @@ class _Ops(_State):
         a = self._expr(sc, e.args[0])
         if a.type.dtype == "scalar":
             if row.scalar:
-                return V("sfunc", (a,), {"name": f}, SCALAR, span=e.span)
+                return V("sfunc", (a,), Unary(f), SCALAR, span=e.span)
             raise PenroseCheckError(f"{f} of a plain number; apply it to a tensor", e.span)
         self._numeric(a, e.args[0].span, f"apply {f} to")
-        attrs: dict[str, object] = {"name": f}
+        keywords: list[tuple[str, float]] = []
         for kw, node in zip(row.keywords, [*e.args[1:], *[None] * len(row.keywords)]):
             if node is not None and e.kwarg(kw.name) is not None:
                 raise PenroseCheckError(f"{f}: {kw.name} is given twice, by position and as {kw.name}=", e.kwarg(kw.name).span)
             value = self._number_kw(e, kw.name, node=node)
             if value is None:
                 raise PenroseCheckError(f"{f} needs {kw.name}, as {f}(x, {kw.name}=0)", e.span)
-            attrs[kw.name] = float(value)
-        return V("unary", (a,), attrs, a.type, span=e.span)
+            keywords.append((kw.name, float(value)))
+        return V("unary", (a,), Unary(f, tuple(keywords)), a.type, span=e.span)
 
     # einsum ------------------------------------------------------------------------------------
     def _fn_einsum(self, sc, e: ir.Call) -> V:
@@ -108,7 +109,7 @@ class _Ops(_State):
         legs = tuple(label_leg[l] if is_ellipsis_label(l) else l for l in ein.out)
         batched = any(v.type.batched for v in operands) and not ein.sum_batch
         ty = TType(legs, tuple(label_cls[l] for l in ein.out), "float", batched)
-        attrs = {"terms": ein.terms, "out": ein.out, "sum_batch": ein.sum_batch, "spec": spec_node.value}
+        attrs = Einsum(terms=ein.terms, out=ein.out, sum_batch=ein.sum_batch, spec=spec_node.value)
         return V("einsum", tuple(operands), attrs, ty, span=e.span)
 
     # one-tensor functions over a leg ---------------------------------------------------------------
@@ -129,7 +130,7 @@ class _Ops(_State):
 
     def _fn_softmax(self, sc, e):
         v, axis = self._over_leg(sc, e, default_last=False)
-        return V(e.func, (v,), {"axis": axis}, v.type, span=e.span)
+        return V(e.func, (v,), Softmax(axis), v.type, span=e.span)
 
     def _norm_param(self, sc, e, key, v, axis):
         node = e.kwarg(key)
@@ -151,13 +152,13 @@ class _Ops(_State):
         w = self._norm_param(sc, e, "weight", v, axis)
         b = self._norm_param(sc, e, "bias", v, axis)
         eps = self._number_kw(e, "eps")
-        return V("layernorm", (v,), {"axis": axis, "weight": w, "bias": b, "eps": eps}, v.type, span=e.span)
+        return V("layernorm", (v,), LayerNorm(axis=axis, weight=w, bias=b, eps=eps), v.type, span=e.span)
 
     def _fn_rmsnorm(self, sc, e):
         v, axis = self._over_leg(sc, e)
         w = self._norm_param(sc, e, "weight", v, axis)
         eps = self._number_kw(e, "eps")
-        return V("rmsnorm", (v,), {"axis": axis, "weight": w, "eps": eps}, v.type, span=e.span)
+        return V("rmsnorm", (v,), RMSNorm(axis=axis, weight=w, eps=eps), v.type, span=e.span)
 
     def _fn_topk(self, sc, e):
         v, axis = self._over_leg(sc, e)
@@ -168,7 +169,7 @@ class _Ops(_State):
         if k <= 0 or (n is not None and k > n):
             raise PenroseCheckError(f"topk: k={k} must be between 1 and the size of leg {v.legs[axis]!r} ({n})", e.span)
         self._baked(v.type.cls[axis])
-        return V("topk", (v,), {"axis": axis, "k": k}, v.type, span=e.span)
+        return V("topk", (v,), TopK(axis=axis, k=k), v.type, span=e.span)
 
     def _fn_topk_mask(self, sc, e):
         t = self._fn_topk(sc, e)
@@ -181,7 +182,7 @@ class _Ops(_State):
             raise PenroseCheckError(f"{e.func} over leg {v.legs[axis]!r}, which has size 0: there are no entries to reduce", e.span)
         legs = v.legs[:axis] + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
-        return V("reduce", (v,), {"name": e.func, "axis": axis}, TType(legs, cls, "float", v.type.batched), span=e.span)
+        return V("reduce", (v,), Reduce(axis=axis, name=e.func), TType(legs, cls, "float", v.type.batched), span=e.span)
 
     def _fn_minmax(self, sc, e):
         """max(x, k) and min(x, k) over a leg of x (or dim=i); max(a, b) and min(a, b) of two
@@ -204,7 +205,7 @@ class _Ops(_State):
             raise PenroseCheckError(f"{e.func} of two plain numbers; apply it to a tensor", e.span)
         legs, cls, align = self._align([a, b], [e.args[0], second], e.span, e.func)
         ty = TType(legs, cls, "float", a.type.batched or b.type.batched)
-        return V("pair", (a, b), {"name": e.func, "align": align}, ty, span=e.span)
+        return V("pair", (a, b), Pair(name=e.func, align=align), ty, span=e.span)
 
     def _fn_dropout(self, sc, e):
         v = self._tensor_arg(sc, e, 0)
@@ -218,11 +219,11 @@ class _Ops(_State):
             p = self._number_kw(e, "p")
         if not 0 <= p < 1:
             raise PenroseCheckError(f"dropout: p={p} must be in [0, 1)", e.span)
-        return V("dropout", (v,), {"p": p}, v.type, span=e.span)
+        return V("dropout", (v,), Dropout(p), v.type, span=e.span)
 
     def _fn_detach(self, sc, e):
         v = self._tensor_arg(sc, e, 0)
-        return V("detach", (v,), {}, v.type, span=e.span)
+        return V("detach", (v,), NONE, v.type, span=e.span)
 
     def _fn_clamp(self, sc, e):
         v = self._tensor_arg(sc, e, 0)
@@ -244,7 +245,7 @@ class _Ops(_State):
             raise PenroseCheckError("clamp needs min= or max=", e.span)
         if lo is not None and hi is not None and lo > hi:
             raise PenroseCheckError(f"clamp: min={lo} is above max={hi}", e.span)
-        return V("clamp", (v,), {"min": lo, "max": hi}, v.type, span=e.span)
+        return V("clamp", (v,), Clamp(min=lo, max=hi), v.type, span=e.span)
 
     def _fn_where(self, sc, e):
         m = self._expr(sc, e.args[0])
@@ -256,7 +257,7 @@ class _Ops(_State):
                 raise PenroseCheckError(f"where: {_describe(x)} must be a float tensor or a number", x.span)
         legs, cls, align = self._align([m, a, b], list(e.args), e.span, "where")
         batched = any(v.type.batched for v in (m, a, b))
-        return V("where", (m, a, b), {"align": align}, TType(legs, cls, "float", batched), span=e.span)
+        return V("where", (m, a, b), Where(align=align), TType(legs, cls, "float", batched), span=e.span)
 
     def _mask(self, sc, e, block):
         legs = []
@@ -276,7 +277,7 @@ class _Ops(_State):
             if size is None or size <= 0:
                 raise PenroseCheckError("block_causal needs block=N with N > 0", e.span)
         cls = tuple(self.dims[l] for l in legs)
-        return V("mask", (), {"kind": e.func, "block": size}, TType(tuple(legs), cls, "bool", False), span=e.span)
+        return V("mask", (), Mask(e.func, size), TType(tuple(legs), cls, "bool", False), span=e.span)
 
     def _fn_causal(self, sc, e):
         return self._mask(sc, e, False)
@@ -293,7 +294,7 @@ class _Ops(_State):
             raise PenroseCheckError("gather: the table needs a leg to pick from", e.args[0].span)
         legs = ids.legs + table.legs[1:]
         cls = ids.type.cls + table.type.cls[1:]
-        return V("gather", (table, ids), {}, TType(legs, cls, "float", ids.type.batched), span=e.span)
+        return V("gather", (table, ids), NONE, TType(legs, cls, "float", ids.type.batched), span=e.span)
 
     def _leg_list(self, node, e, what):
         if not isinstance(node, ir.ListExpr) or not node.items or not all(isinstance(i, ir.Name) for i in node.items):
@@ -329,7 +330,7 @@ class _Ops(_State):
             cls = v.type.cls[:axis] + (self.dims[p],) + v.type.cls[axis + 1 :]
             outs.append(TType(legs, cls, v.type.dtype, v.type.batched))
         self._baked(v.type.cls[axis], *(self.dims[p] for p in parts))
-        return V("split", (v,), {"axis": axis, "sizes": tuple(sizes)}, outs[0], outs=tuple(outs), span=e.span)
+        return V("split", (v,), Split(axis=axis, sizes=tuple(sizes)), outs[0], outs=tuple(outs), span=e.span)
 
     def _fn_concat(self, sc, e):
         if not isinstance(e.args[0], ir.ListExpr) or len(e.args[0].items) < 2:
@@ -360,7 +361,7 @@ class _Ops(_State):
         cls = first.type.cls[:axis] + (c_into,) + first.type.cls[axis + 1 :]
         batched = any(p.type.batched for p in parts)
         self._baked(c_into, *(p.type.cls[axis] for p in parts))
-        return V("concat", tuple(parts), {"axis": axis}, TType(legs, cls, first.type.dtype, batched), span=e.span)
+        return V("concat", tuple(parts), Concat(axis), TType(legs, cls, first.type.dtype, batched), span=e.span)
 
     def _fn_unflatten(self, sc, e):
         v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
@@ -377,7 +378,7 @@ class _Ops(_State):
         legs = v.legs[:axis] + tuple(parts) + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + tuple(self.dims[p] for p in parts) + v.type.cls[axis + 1 :]
         self._baked(v.type.cls[axis], *(self.dims[p] for p in parts))
-        return V("unflatten", (v,), {"axis": axis, "sizes": tuple(sizes)}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+        return V("unflatten", (v,), Unflatten(axis=axis, sizes=tuple(sizes)), TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
     def _fn_flatten(self, sc, e):
         v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
@@ -398,7 +399,7 @@ class _Ops(_State):
         legs = v.legs[:a] + (into.id,) + v.legs[b:]
         cls = v.type.cls[:a] + (c_into,) + v.type.cls[b:]
         self._baked(c_into, *(v.type.cls[i] for i in parts))
-        return V("flatten", (v,), {"start": a, "end": b - 1}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+        return V("flatten", (v,), Flatten(start=a, end=b - 1), TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
     def _fn_rope(self, sc, e):
         v = self._tensor_arg(sc, e, 0)
@@ -411,7 +412,7 @@ class _Ops(_State):
             raise PenroseCheckError(f"rope: leg {v.legs[axis]!r} has odd size {n}; rotate-half needs an even size", e.span)
         base = self._number_kw(e, "base")
         self._baked(v.type.cls[axis])
-        return V("rope", (v,), {"pos": pos, "axis": axis, "base": float(base)}, v.type, span=e.span)
+        return V("rope", (v,), Rope(axis=axis, pos=pos, base=float(base)), v.type, span=e.span)
 
     # select and slice ------------------------------------------------------------------------------
     def _fn_select(self, sc, e):
@@ -423,7 +424,7 @@ class _Ops(_State):
             raise PenroseCheckError(f"select: index {i} is out of range for leg {v.legs[axis]!r} of size {n}", e.args[2].span)
         legs = v.legs[:axis] + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + v.type.cls[axis + 1 :]
-        return V("select", (v,), {"axis": axis, "index": i}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+        return V("select", (v,), Select(axis=axis, index=i), TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
     def _fn_slice(self, sc, e):
         v = self._tensor_arg(sc, e, 0, allow=("float", "int", "bool"))
@@ -472,7 +473,7 @@ class _Ops(_State):
         self._baked(self.dims[into_name])
         legs = v.legs[:axis] + (into_name,) + v.legs[axis + 1 :]
         cls = v.type.cls[:axis] + (self.dims[into_name],) + v.type.cls[axis + 1 :]
-        return V("slice", (v,), {"axis": axis, "start": start, "length": length}, TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
+        return V("slice", (v,), Slice(axis=axis, start=start, length=length), TType(legs, cls, v.type.dtype, v.type.batched), span=e.span)
 
 
 

@@ -16,10 +16,19 @@ A few small records, torch-free. Their invariants, all established by the checke
   tensor; an output reads the last version of its name.
 - **Values are trees compared by identity.** `V` is frozen with `eq=False`: `id(v)` is a key,
   and a value read twice is two `ref`s. `V.op` is one of the checker's op codes — atoms `num`,
-  `dimsize`, `ref`; plain-number arithmetic `neg`, `sbin`, `sfunc`; the operations of
-  `penrose.ops` (`unary`, `binop`, `einsum`, `softmax`, ... refined to table names by
-  `ops.key`); `block` (a call of a block instance) and `return`. Its `attrs` carry what the
-  op needs (leg positions already resolved to axes, keyword values already validated).
+  `const`, `dimsize`, `ref`; plain-number arithmetic `neg`, `sbin`, `sfunc`; the operations of
+  `penrose.ops` (`unary`, `binop`, `einsum`, `softmax`, ...); `block` (a call of a block
+  instance) and `return`. `V.key` is the table's name for it (`ops.key_of`, set once: `gelu`
+  for a `unary`, `+` for a `binop`, `rearrange` for an `einop`; None for atoms and statements).
+- **Attributes are typed records.** `V.attrs` is one frozen record of `penrose.attrs`, the one
+  the row names (`ops.OPS[v.key].attrs`): leg positions already resolved to axes, keyword
+  values already validated and defaulted. Read them as attributes, `v.of(Softmax).axis` (a
+  TypeError names the op where the record is another), never by a string key.
+- **Plain numbers are folded once.** A plain-number value the checker can compute at the
+  declared sizes carries it in `V.const` (a `Folded`: the value, the dims and consts it reads,
+  their size classes); `fixed(v, sizes)` is that value where no size it reads is free (read
+  from the inputs at run time). The compiler, the interpreter and the language server read it
+  instead of evaluating again; `Checked.constants` holds each const's value.
 - **Types.** `TType.legs` and `TType.cls` are parallel: each leg's name and size class. `dtype`
   is float, int, bool, or `scalar` for a plain number (then legs are empty: `SCALAR`). `batched`
   means the tensor may carry leading batch dims at run time (an input's `...`). A value that
@@ -31,8 +40,11 @@ A few small records, torch-free. Their invariants, all established by the checke
 >>> from penrose.checker import check
 >>> from penrose.parser import parse
 >>> c = check(parse("dim e = 3\\ninput x[e]\\ny = x * 2\\ny = y + x\\noutput y"))
->>> [(s.targets, s.versions, s.value.op) for s in c.stmts if s.value is not None]
-[(('y',), (0,), 'binop'), (('y',), (1,), 'binop')]
+>>> [(s.targets, s.versions, s.value.op, s.value.key) for s in c.stmts if s.value is not None]
+[(('y',), (0,), 'binop', '*'), (('y',), (1,), 'binop', '+')]
+>>> y0 = next(s.value for s in c.stmts if s.value is not None)
+>>> y0.args[1].attrs, y0.args[1].const
+(Num(shown=(), value=2), Folded(value=2, reads=(), classes=()))
 """
 
 from __future__ import annotations
@@ -43,7 +55,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from penrose import ir, ops
-from penrose.attrs import NONE, Attrs, Folded, from_dict
+from penrose.attrs import NONE, Attrs, Folded
 from penrose.errors import Span
 from penrose.sizes import Sizes
 
@@ -75,8 +87,6 @@ class V:
     key: str | None = field(init=False, default=None)  # the table's name (ops.key_of), set once
 
     def __post_init__(self) -> None:
-        if isinstance(self.attrs, dict):  # TEMPORARY (migration)
-            object.__setattr__(self, "attrs", from_dict(self.op, self.attrs))
         object.__setattr__(self, "key", ops.key_of(self.op, self.attrs))
 
     @property
@@ -89,6 +99,15 @@ class V:
         if not isinstance(a, kind):
             raise TypeError(f"{self.key or self.op} carries {type(a).__name__}, not {kind.__name__}")
         return a
+
+
+def fixed(v: V, sizes: Sizes) -> int | float | None:
+    """The plain number `v` comes to as the checker folded it (`V.const`), where no size it reads
+    comes from the inputs at run time; else None (the generated code computes it then)."""
+    f = v.const
+    if f is None or any(sizes.is_free(c) for c in f.classes):
+        return None
+    return f.value
 
 
 @dataclass
@@ -132,6 +151,7 @@ class Checked:
     warnings: list[tuple[str, Span]]
     is_block: bool = False
     captions: dict[int, str] = field(default_factory=dict)  # step -> text
+    constants: dict[str, int | float] = field(default_factory=dict)  # const name -> its value, folded once
 
     @property
     def inputs(self) -> list[Decl]:

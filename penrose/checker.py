@@ -58,6 +58,7 @@ from penrose.check_einops import _Einops
 from penrose.check_exprs import _Exprs
 from penrose.check_ops import TYPE_RULES, _Ops
 from penrose.checked import SCALAR, Checked, CStmt, Decl, Instance, TType, V
+from penrose.attrs import Ref
 from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.sizes import Sizes
 from penrose.stack import deep, too_deep
@@ -173,7 +174,6 @@ class _Checker(_Exprs, _Ops, _Einops):
         self.warnings: list = []
         self.including: list[str] = []
         self.at = Span(self.file)  # the statement being checked, for an error without a better place
-        self.consts: dict[int, tuple] = {}  # id(V) -> (V, value, ((dim, size), ...)) of plain-number values
         self.dim_named_refs: dict[int, V] = {}  # id(V) -> V: reads of a computed tensor named like a dim
         self.constants: dict[str, tuple] = {}  # const name -> (value, declaration span)
         self._static_scope = _Scope(self, "<const>", False)  # no tensors: where a const's value is read
@@ -396,10 +396,10 @@ class _Checker(_Exprs, _Ops, _Einops):
         v = self._expr(self._static_scope, node)
         if v.type.dtype != "scalar":  # pragma: no cover - only names of dims and consts are read
             raise PenroseCheckError(f"{what} must be a number", getattr(node, "span", self.at))
-        known = self._const(v)
+        known = v.const
         if known is None:
             raise PenroseCheckError(f"{what} reads a size known only at run time; give the dim a size", getattr(node, "span", self.at))
-        value = known[0]
+        value = known.value
         if integer:
             if isinstance(value, float) and value.is_integer():
                 value = int(value)
@@ -515,6 +515,7 @@ class _Checker(_Exprs, _Ops, _Einops):
             [],
             is_block,
             sc.captions,
+            {n: value for n, (value, _) in self.constants.items()},
         )
 
     def _declare_tensor(self, sc: _Scope, t: ir.Tensor):
@@ -603,7 +604,7 @@ class _Checker(_Exprs, _Ops, _Einops):
         only where a tensor is expected; where a number could stand (x * k) it is refused."""
         hit = self.dim_named_refs.get(id(v))
         if hit is v:
-            name = v.attrs["name"]
+            name = v.of(Ref).name
             raise PenroseCheckError(
                 f"{name!r} here could be the tensor {name!r} or the size of dim {name!r}; rename the tensor, "
                 f"or write the size as T.shape[i]",

@@ -25,13 +25,13 @@ from typing import Any
 
 import torch
 
-from penrose.attrs import Aligned, Axis, BinOp, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
+from penrose.attrs import Aligned, Axis, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
 from penrose import ir, ops
 from penrose import pyast as P
 from penrose import runtime
 from penrose.tables import init_call, quoted, unquote
 from penrose.checker import Checked, V
-from penrose.checked import CStmt
+from penrose.checked import CStmt, fixed
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
 from penrose.fmt import format_stmt
 from penrose.fuse import find_attention
@@ -73,32 +73,6 @@ def _value(s: CStmt) -> V:
 
 
 _comment = P.comment_text  # user text made safe for a comment (and for the docstrings that carry it)
-
-
-def _fixed_number(S, v: V):
-    """The value of a scalar expression known when compiling, or None (it reads a run-time size)."""
-    op = v.op
-    if op in ("num", "const"):
-        return v.of(Num).value
-    if op == "dimsize":
-        return None if S.is_free(v.of(DimSize).cls) else S.size(v.of(DimSize).cls)
-    if op == "sbin":
-        a, b = (_fixed_number(S, x) for x in v.args)
-        if a is None or b is None:
-            return None
-        try:
-            return {"+": a + b, "-": a - b, "*": a * b, "/": a / b, "//": a // b, "**": a ** b}[v.of(BinOp).op]
-        except (ZeroDivisionError, OverflowError):
-            return None
-    if op == "sfunc":
-        a = _fixed_number(S, v.args[0])
-        if a is None:
-            return None
-        try:
-            return ops.OPS[v.of(Unary).name].call(a, ops.SCALAR)
-        except (ValueError, OverflowError):
-            return None
-    return None
 
 
 class _Emitter:
@@ -454,15 +428,15 @@ class _Emitter:
         """The read pieces of a split, each as a narrow (a view) of the split tensor."""
         v = s.value
         x = v.args[0]
-        dim = self.dim_of(x, v.attrs.axis)
-        starts = [sum(v.attrs.sizes[:i]) for i in range(len(v.attrs.sizes))]
+        dim = self.dim_of(x, v.of(Axis).axis)
+        starts = [sum(v.of(Split).sizes[:i]) for i in range(len(v.of(Split).sizes))]
         nodes: list[ast.stmt] = []
         base = self.expr(x)
         if len(kept) > 1 and not P.is_simple(base):  # computed once, however many pieces are read
             nodes.extend(self.statement(["_split"], base, ""))
             base = P.name("_split")
         for i in kept:
-            start, size = starts[i], v.attrs.sizes[i]
+            start, size = starts[i], v.of(Split).sizes[i]
             if not x.type.batched and dim == -len(x.legs):  # the first axis: a plain slice
                 piece = P.subscript(base, P.slice_(start or None, start + size))
             else:
@@ -648,7 +622,7 @@ def _lower_unary(em: _Emitter, v: V):
 
 def _lower_scalar_func(em: _Emitter, v: V):
     name = v.of(Unary).name
-    known = _fixed_number(em.S, v)
+    known = fixed(v, em.S)
     if known is not None:
         return P.const(known)
     a = em.expr(v.args[0])
@@ -663,7 +637,7 @@ def _lower_binop(op: str):
     def lower(em: _Emitter, v: V):
         a, b = v.args
         if v.op == "sbin":
-            known = _fixed_number(em.S, v)
+            known = fixed(v, em.S)
             if known is not None and isinstance(known, (int, float)) and math.isfinite(known):
                 return P.const(known)
             ta, tb = em.expr(a), em.expr(b)

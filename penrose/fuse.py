@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from penrose.attrs import Einsum, Ref
+from penrose.attrs import Aligned, Axis, BinOp, Einsum, Mask, Num, Ref
 from penrose import ir
 from penrose.checked import Checked, V
 from penrose.views import labels_agree, read_counts
@@ -95,19 +95,19 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     mask, kind = None, ""
     if x.op == "where":
         m, a, b = x.args
-        if b.op != "num" or b.attrs.value != -math.inf or x.attrs.align[0] is None:
+        if b.op != "num" or b.of(Num).value != -math.inf or x.of(Aligned).align[0] is None:
             return None
-        if any(al is not None and al != tuple(range(len(al))) for al in x.attrs.align[1:2]):
+        if any(al is not None and al != tuple(range(len(al))) for al in x.of(Aligned).align[1:2]):
             return None
-        if m.op == "mask" and m.attrs.kind == "causal":
+        if m.op == "mask" and m.of(Mask).kind == "causal":
             kind = "causal"
         else:
             kind = "bool"
         mask = m
-        x_mask_align = x.attrs.align[0]
+        x_mask_align = x.of(Aligned).align[0]
         x = resolve(a, absorbed)
-    elif x.op == "binop" and x.attrs.op == "+" and x.args[1].type.dtype == "float" and x.args[1].type.legs:
-        al = x.attrs.align
+    elif x.op == "binop" and x.of(BinOp).op == "+" and x.args[1].type.dtype == "float" and x.args[1].type.legs:
+        al = x.of(Aligned).align
         if al[0] != tuple(range(len(x.type.legs))):
             return None
         mask, kind = x.args[1], "additive"
@@ -116,16 +116,16 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     else:
         x_mask_align = None
     scale_op, scale_value = "", 1.0
-    if x.op == "binop" and x.attrs.op in ("/", "*") and x.args[1].type.dtype == "scalar":
-        scale_op, scale_value = x.attrs.op, x.args[1]
+    if x.op == "binop" and x.of(BinOp).op in ("/", "*") and x.args[1].type.dtype == "scalar":
+        scale_op, scale_value = x.of(BinOp).op, x.args[1]
         x = resolve(x.args[0], absorbed)
     if x.op != "einsum" or len(x.args) != 2 or _sums_batch(x) or _sums_batch(final):
         return None
-    (q_legs, k_legs), score_legs = x.attrs.terms, x.attrs.out
+    (q_legs, k_legs), score_legs = x.of(Einsum).terms, x.of(Einsum).out
     # the score's letters as the softmax and final einsum see them
     if tuple(score_legs) != tuple(score_legs_actual) or len(p_legs) != len(score_legs):
         return None
-    s_pos = probs.attrs.axis
+    s_pos = probs.of(Axis).axis
     s = score_legs[s_pos]
     contracted = [l for l in q_legs if l in k_legs and l not in score_legs]
     if len(contracted) != 1 or len(set(q_legs)) != len(q_legs) or len(set(k_legs)) != len(k_legs):

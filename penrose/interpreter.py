@@ -40,9 +40,9 @@ from typing import Any
 
 import torch
 
-from penrose.attrs import Einop
+from penrose.attrs import Aligned, Axis, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unflatten
 from penrose import ir, ops
-from penrose.checked import Checked
+from penrose.checked import Checked, fixed
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
 from penrose.loader import load, loadable
 from penrose.tables import init_call
@@ -329,6 +329,9 @@ class _Frame:
             v, ready = stack.pop()
             if id(v) in done:
                 continue
+            if v.const is not None and (known := fixed(v, self.body.sizes)) is not None:
+                done[id(v)] = known  # a plain number the checker folded: read, not computed again
+                continue
             if not ready:
                 stack.append((v, True))
                 stack.extend((a, False) for a in reversed(v.args) if id(a) not in done)
@@ -410,7 +413,7 @@ def _operator(fn):
     scalar = _scalar_safe(fn)
 
     def evaluate(fr, v, args):
-        align = v.attrs.align
+        align = v.of(Aligned).align
         if align is None:  # two plain numbers
             return scalar(v, *args)
         a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, align))
@@ -448,8 +451,8 @@ def _minmax(reduce, pair):
 
     def evaluate(fr, v, args):
         if v.op == "reduce":
-            return reduce(args[0], _axis(v.args[0], v.attrs.axis))
-        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs.align))
+            return reduce(args[0], _axis(v.args[0], v.of(Axis).axis))
+        a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.of(Aligned).align))
         if not isinstance(a, torch.Tensor):
             a, b = b, a
         if not isinstance(b, torch.Tensor):
@@ -460,18 +463,18 @@ def _minmax(reduce, pair):
 
 
 def _num(fr, v, args):
-    return v.attrs.value
+    return v.of(Num).value
 
 
 def _dimsize(fr, v, args):
-    return fr.size(v.attrs.cls, v.span)
+    return fr.size(v.of(DimSize).cls, v.span)
 
 
 def _ref(fr, v, args):
-    name, kind = v.attrs.name, v.attrs.kind
+    name, kind = v.of(Ref).name, v.of(Ref).kind
     if kind in ("param", "buffer"):
         return fr.param(name, v.span)
-    return fr.env[(name, v.attrs.version)]
+    return fr.env[(name, v.of(Ref).version)]
 
 
 def _neg(fr, v, args):
@@ -484,9 +487,9 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 def _einsum(fr, v, args):
     """torch.einsum with one letter per distinct label (labels are names, possibly synthetic
     '...0' ones); '...' on batched operands, and in the output unless the batch is summed."""
-    terms, out = v.attrs.terms, tuple(v.attrs.out)
+    terms, out = v.of(Einsum).terms, tuple(v.of(Einsum).out)
     batched = [x.type.batched for x in v.args]
-    keep_batch = any(batched) and not v.attrs.sum_batch
+    keep_batch = any(batched) and not v.of(Einsum).sum_batch
     labels = list(dict.fromkeys([l for t in terms for l in t] + list(out)))
     if len(labels) > len(_LETTERS):
         return _contract_wide(terms, out, batched, keep_batch, args)
@@ -547,11 +550,11 @@ def _spread(x, term, labels):
 
 
 def _softmax(fr, v, args):
-    return torch.softmax(args[0], dim=_axis(v.args[0], v.attrs.axis))
+    return torch.softmax(args[0], dim=_axis(v.args[0], v.of(Axis).axis))
 
 
 def _log_softmax(fr, v, args):
-    return torch.log_softmax(args[0], dim=_axis(v.args[0], v.attrs.axis))
+    return torch.log_softmax(args[0], dim=_axis(v.args[0], v.of(Axis).axis))
 
 
 def _along(w, dim: int):
@@ -561,14 +564,14 @@ def _along(w, dim: int):
 
 def _layernorm(fr, v, args):
     (x,) = args
-    dim = _axis(v.args[0], v.attrs.axis)
+    dim = _axis(v.args[0], v.of(Axis).axis)
     mean = x.mean(dim, keepdim=True)
     var = (x - mean).pow(2).mean(dim, keepdim=True)
-    y = (x - mean) / torch.sqrt(var + v.attrs.eps)
-    if v.attrs.weight:
-        y = y * _along(fr.param(v.attrs.weight, v.span), dim)
-    if v.attrs.bias:
-        y = y + _along(fr.param(v.attrs.bias, v.span), dim)
+    y = (x - mean) / torch.sqrt(var + v.of(LayerNorm).eps)
+    if v.of(LayerNorm).weight:
+        y = y * _along(fr.param(v.of(LayerNorm).weight, v.span), dim)
+    if v.of(LayerNorm).bias:
+        y = y + _along(fr.param(v.of(LayerNorm).bias, v.span), dim)
     return y
 
 
@@ -580,12 +583,12 @@ def _wide(dtype):
 def _rmsnorm(fr, v, args):
     """RMSNorm over one leg, in float32 (float64 in a float64 model: the language says so), cast back."""
     (x,) = args
-    dim = _axis(v.args[0], v.attrs.axis)
+    dim = _axis(v.args[0], v.of(Axis).axis)
     wide = _wide(x.dtype)
     xf = x.to(wide)
-    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.attrs.eps)
-    if v.attrs.weight:
-        y = y * _along(fr.param(v.attrs.weight, v.span).to(wide), dim)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.of(RMSNorm).eps)
+    if v.of(RMSNorm).weight:
+        y = y * _along(fr.param(v.of(RMSNorm).weight, v.span).to(wide), dim)
     return y.to(x.dtype)
 
 
@@ -597,23 +600,23 @@ def _kept(x, k, dim):
 
 def _topk(fr, v, args):
     (x,) = args
-    keep = _kept(x, v.attrs.k, _axis(v.args[0], v.attrs.axis))
+    keep = _kept(x, v.of(TopK).k, _axis(v.args[0], v.of(Axis).axis))
     return torch.where(keep, x, torch.zeros((), dtype=x.dtype, device=x.device))
 
 
 def _topk_mask(fr, v, args):
-    return _kept(args[0], v.attrs.k, _axis(v.args[0], v.attrs.axis))
+    return _kept(args[0], v.of(TopK).k, _axis(v.args[0], v.of(Axis).axis))
 
 
 def _reduce(fn):
     def evaluate(fr, v, args):
-        return fn(args[0], _axis(v.args[0], v.attrs.axis))
+        return fn(args[0], _axis(v.args[0], v.of(Axis).axis))
 
     return evaluate
 
 
 def _dropout(fr, v, args):
-    return torch.nn.functional.dropout(args[0], v.attrs.p, fr.interp.training)
+    return torch.nn.functional.dropout(args[0], v.of(Dropout).p, fr.interp.training)
 
 
 def _detach(fr, v, args):
@@ -621,11 +624,11 @@ def _detach(fr, v, args):
 
 
 def _clamp(fr, v, args):
-    return torch.clamp(args[0], min=v.attrs.min, max=v.attrs.max)
+    return torch.clamp(args[0], min=v.of(Clamp).min, max=v.of(Clamp).max)
 
 
 def _where(fr, v, args):
-    m, a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.attrs.align))
+    m, a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, v.of(Aligned).align))
     if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):  # two numbers: a float tensor
         a = torch.tensor(a, dtype=fr.dtype, device=m.device)
     return torch.where(m, a, b)
@@ -636,8 +639,8 @@ def _mask(fr, v, args):
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
-    if v.attrs.kind == "block_causal":
-        t, p = t // v.attrs.block, p // v.attrs.block
+    if v.of(Mask).kind == "block_causal":
+        t, p = t // v.of(Mask).block, p // v.of(Mask).block
     return p[None, :] <= t[:, None]
 
 
@@ -646,8 +649,8 @@ def _gather(fr, v, args):
     n = table.shape[table.dim() - len(v.args[0].legs)]
     src, what = v.args[1], "the ids"
     if src.op == "ref":
-        what = f"input {src.attrs.name!r}"
-    tab = repr(v.args[0].attrs.name) if v.args[0].op == "ref" else "the table"
+        what = f"input {src.of(Ref).name!r}"
+    tab = repr(v.args[0].of(Ref).name) if v.args[0].op == "ref" else "the table"
     label = f"gather: {what} indexes leg {v.args[0].legs[0]!r} of {tab}"
     if ids.dtype not in _ID_DTYPES:  # a uint8 or bool tensor would index as a mask
         raise PenroseShapeError(f"{label}: ids must be torch.int64 or torch.int32, got {ids.dtype}", v.span)
@@ -660,9 +663,9 @@ def _gather(fr, v, args):
 
 def _split(fr, v, args):
     (x,) = args
-    dim = _axis(v.args[0], v.attrs.axis)
+    dim = _axis(v.args[0], v.of(Axis).axis)
     parts, start = [], 0
-    for n in v.attrs.sizes:
+    for n in v.of(Split).sizes:
         parts.append(x.narrow(dim, start, n))
         start += n
     if start != x.shape[dim]:
@@ -675,19 +678,19 @@ def _concat(fr, v, args):
     n = len(v.legs)
     lead = torch.broadcast_shapes(*(x.shape[: x.dim() - n] for x in args))
     parts = [x.expand(*lead, *x.shape[x.dim() - n :]) for x in args]
-    return torch.cat(parts, dim=_axis(v, v.attrs.axis))
+    return torch.cat(parts, dim=_axis(v, v.of(Axis).axis))
 
 
 def _unflatten(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
-    return x.reshape(*x.shape[:dim], *v.attrs.sizes, *x.shape[dim + 1 :])
+    dim = x.dim() + _axis(v.args[0], v.of(Axis).axis)
+    return x.reshape(*x.shape[:dim], *v.of(Unflatten).sizes, *x.shape[dim + 1 :])
 
 
 def _flatten(fr, v, args):
     (x,) = args
     n = len(v.args[0].legs)
-    a, b = x.dim() - n + v.attrs.start, x.dim() - n + v.attrs.end
+    a, b = x.dim() - n + v.of(Flatten).start, x.dim() - n + v.of(Flatten).end
     return x.reshape(*x.shape[:a], -1 if x.numel() else math.prod(x.shape[a : b + 1]), *x.shape[b + 1 :])
 
 
@@ -733,9 +736,9 @@ def _einop(fr, v, args):
 
 def _select(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
-    _inside(x, dim, v.attrs.index, 1, f"select of leg {v.args[0].legs[v.attrs.axis]!r}", v.span)
-    return x[(slice(None),) * dim + (v.attrs.index,)]
+    dim = x.dim() + _axis(v.args[0], v.of(Axis).axis)
+    _inside(x, dim, v.of(Select).index, 1, f"select of leg {v.args[0].legs[v.of(Axis).axis]!r}", v.span)
+    return x[(slice(None),) * dim + (v.of(Select).index,)]
 
 
 def _inside(x, dim, start, length, what, span):
@@ -749,9 +752,9 @@ def _inside(x, dim, start, length, what, span):
 
 def _slice(fr, v, args):
     (x,) = args
-    dim = x.dim() + _axis(v.args[0], v.attrs.axis)
-    start, length = v.attrs.start, v.attrs.length
-    _inside(x, dim, start, length, f"slice of leg {v.args[0].legs[v.attrs.axis]!r}", v.span)
+    dim = x.dim() + _axis(v.args[0], v.of(Axis).axis)
+    start, length = v.of(Slice).start, v.of(Slice).length
+    _inside(x, dim, start, length, f"slice of leg {v.args[0].legs[v.of(Axis).axis]!r}", v.span)
     start = start + x.shape[dim] if start < 0 else start
     return x[(slice(None),) * dim + (slice(start, start + length),)]
 
@@ -762,10 +765,10 @@ def _rope(fr, v, args):
     (x,) = args
     src = v.args[0]
     legs = len(src.legs)
-    pos, axis = v.attrs.pos, v.attrs.axis
+    pos, axis = v.of(Rope).pos, v.of(Axis).axis
     n, length = x.shape[_axis(src, axis)], x.shape[_axis(src, pos)]
     wide = _wide(x.dtype)
-    inv_freq = 1.0 / (v.attrs.base ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
+    inv_freq = 1.0 / (v.of(Rope).base ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
     angle = torch.arange(length, device=x.device, dtype=wide)[:, None] * inv_freq[None, :]
     angle = torch.cat([angle, angle], dim=-1)  # (position, rotated)
     if pos > axis:
@@ -781,13 +784,13 @@ def _rope(fr, v, args):
 
 
 def _block(fr, v, args):
-    blk = fr.body.blocks[v.attrs.block]
-    inst = v.attrs.instance
-    if v.attrs.repeat is None:
+    blk = fr.body.blocks[v.of(BlockCall).block]
+    inst = v.of(BlockCall).instance
+    if v.of(BlockCall).repeat is None:
         outs = _call_block(fr, blk, f"{fr.prefix}{inst}.", args)
     else:
         x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
-        for i in range(v.attrs.repeat):
+        for i in range(v.of(BlockCall).repeat):
             (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)

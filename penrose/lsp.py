@@ -34,10 +34,10 @@ import functools
 import os
 import re
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from penrose.attrs import Einsum, Ref
 from penrose import ir
 from penrose.errors import PenroseError, Span
 from penrose.reading import file_key
@@ -515,7 +515,8 @@ class Analyzer:
 
             assert isinstance(d.node, ir.Const), "a const's Def holds its statement"
             text = f"**const** `{d.name}` = `{format_expr(d.node.value)}`"
-            value = _const_value(res, d.node.value)
+            here = _norm(d.file) == _norm(res.path)  # an included const: as its includer was checked
+            value = c.constants.get(d.name) if c is not None and (not here or res.fresh(d.range.line)) else None
             if value is not None and not isinstance(d.node.value, ir.Number):
                 text += f" = {value:g}" if isinstance(value, float) else f" = {value:,}"
             return text + _where(res, d)
@@ -637,7 +638,7 @@ class Analyzer:
         v, vr, s = best
         if not all(res.fresh(i) for i in range(vr.line, vr.end_line + 1)):
             return None
-        lines = [f"**einsum** `'{v.attrs.spec}'`", "", "```", _einsum_text(v, s), "```"]
+        lines = [f"**einsum** `'{v.of(Einsum).spec}'`", "", "```", _einsum_text(v, s), "```"]
         try:
             plan = einsum_plan(c, v)
         except PenroseError as e:
@@ -871,44 +872,6 @@ def _where(res: Result, d: Def) -> str:
     return f"\n\n*{place}line {d.range.line + 1}{scope}*"
 
 
-def _const_value(res: Result, expr, depth: int = 0):
-    """The number a const's expression comes to at the diagram's sizes (None where it cannot tell)."""
-    import math
-
-    if depth > 50:
-        return None
-    if isinstance(expr, ir.Number):
-        return expr.value
-    if isinstance(expr, ir.Name):
-        if expr.id == "inf":
-            return math.inf
-        for d in res.defs:
-            if d.name == expr.id and d.kind == "const":
-                return _const_value(res, d.node.value, depth + 1)
-        return _dim_size(res.checked, expr.id)
-    if isinstance(expr, ir.Neg):
-        v = _const_value(res, expr.operand, depth + 1)
-        return None if v is None else -v
-    if isinstance(expr, ir.BinOp):
-        a, b = _const_value(res, expr.left, depth + 1), _const_value(res, expr.right, depth + 1)
-        if a is None or b is None:
-            return None
-        ops = {"+": lambda: a + b, "-": lambda: a - b, "*": lambda: a * b, "/": lambda: a / b, "//": lambda: a // b,
-               "**": lambda: a**b}
-        try:
-            return ops[expr.op]() if expr.op in ops else None
-        except (ArithmeticError, ValueError, TypeError):
-            return None
-    if isinstance(expr, ir.Call) and len(expr.args) == 1 and expr.func in ("sqrt", "exp", "log", "abs"):
-        v = _const_value(res, expr.args[0], depth + 1)
-        funcs: dict[str, Callable[[float], float]] = {"sqrt": math.sqrt, "exp": math.exp, "log": math.log, "abs": abs}
-        try:
-            return None if v is None else funcs[expr.func](v)
-        except (ArithmeticError, ValueError):
-            return None
-    return None
-
-
 def _clip(text: str, n: int = 120) -> str:
     return text if len(text) <= n else text[: n - 1] + "…"
 
@@ -925,7 +888,7 @@ def _describe_op(op) -> str:
 
 def _einsum_text(v, s) -> str:
     """`q[t, e] = Σ_d Z[t, d] · W_q[d, e]`: the einsum as an index equation, in plain text."""
-    terms, out = v.attrs.terms, v.attrs.out
+    terms, out = v.of(Einsum).terms, v.of(Einsum).out
     from penrose.fmt import format_expr
 
     exprs = s.stmt.values if isinstance(s.stmt, ir.Return) else (getattr(s.stmt, "value", None),)
@@ -934,7 +897,7 @@ def _einsum_text(v, s) -> str:
     names = []
     for i, a in enumerate(v.args):
         if getattr(a, "op", None) == "ref":
-            names.append(a.attrs.name)
+            names.append(a.of(Ref).name)
         elif call is not None and i + 1 < len(call.args):
             names.append(f"({_clip(format_expr(call.args[i + 1]), 40)})")
         else:

@@ -2,7 +2,8 @@
 
 Each row says what a user may write — positional arguments, keywords with their kinds,
 defaults and validity rules — what the result's legs are, which type rule of the checker
-types it (`Op.rule`, a key of `penrose.checker.TYPE_RULES`), and one line of documentation. An
+types it (`Op.rule`, a key of `penrose.checker.TYPE_RULES`), which record of `penrose.attrs`
+its checked value carries (`Op.attrs`), and one line of documentation. An
 element-wise function's row also says what it computes and how it is shown:
 
     torch    the PyTorch callable the compiler emits, a dotted name ("torch.nn.functional.gelu")

@@ -7,7 +7,7 @@ of the block: each call, times its `repeat` count, times the runs of the body th
 
 from __future__ import annotations
 
-from penrose.attrs import Einsum
+from penrose.attrs import BlockCall, Einsum
 from penrose import ir
 from penrose.checker import Checked, V
 from penrose.fmt import format_stmt
@@ -53,7 +53,7 @@ def _calls(body: Checked) -> list[tuple[str, int]]:
     calls = []
     for s in body.stmts:
         if s.value is not None:
-            calls += [(x.attrs.block, x.attrs.repeat or 1) for x in _values(s.value) if x.op == "block"]
+            calls += [(x.of(BlockCall).block, x.of(BlockCall).repeat or 1) for x in _values(s.value) if x.op == "block"]
     return calls
 
 

@@ -238,7 +238,7 @@ def values(v):
 
 def refs(v) -> set[str]:
     """The names a value reads."""
-    return {x.attrs.name for x in values(v) if x.op == "ref"}
+    return {x.of(Ref).name for x in values(v) if x.op == "ref"}
 
 
 def labels_agree(sizes, v: V) -> bool:

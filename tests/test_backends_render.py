@@ -116,6 +116,25 @@ def test_the_diagram_uses_every_operation(every):
     assert set(found) == set(NAMES)
 
 
+def test_every_checked_value_carries_the_record_its_row_names(every):
+    """The typed IR: an operation's attributes are a record its row declares (ops.Op.attrs), an
+    atom's the record of its kind, and a plain number the checker can compute is folded once."""
+    from penrose import attrs as A
+    from penrose.ops import OPS
+
+    c, _ = every
+    atoms = {"num": A.Num, "const": A.Const, "dimsize": A.DimSize, "ref": A.Ref, "block": A.BlockCall, "return": A.NoAttrs}
+    seen = 0
+    for s in statements(c):
+        for v in values(s.value):
+            want = OPS[v.key].attrs if v.key is not None else (atoms[v.op],)
+            assert type(v.attrs) in want, f"{v.key or v.op} carries {type(v.attrs).__name__}, its row names {want}"
+            if v.op in ("num", "sbin", "sfunc", "neg") and all(a.const is not None for a in v.args):
+                assert v.const is not None, f"{v.key or v.op}: a plain number of known numbers is folded"
+            seen += 1
+    assert seen > 100
+
+
 @pytest.mark.parametrize("name", sorted(NAMES))
 def test_every_operation_has_a_label_an_equation_and_a_reading(every, name):
     c, found = every

@@ -201,3 +201,33 @@ def test_the_new_functions_compile_interpret_and_pass_gradcheck_in_float64():
     torch.testing.assert_close(interpret(NEW_FUNCTIONS, x, params={"W": W}), want, rtol=1e-12, atol=1e-12)
     assert torch.autograd.gradcheck(lambda x: model(x), (x,))
     assert torch.autograd.gradcheck(lambda x, W: interpret(NEW_FUNCTIONS, x, params={"W": W}), (x, W))
+
+
+def test_plain_numbers_are_folded_once_and_read_where_no_size_is_free():
+    """The checker folds a plain number once (V.const); `fixed` gives it where every size it
+    reads is built in, and None where one comes from the inputs at run time."""
+    from penrose.checked import fixed
+
+    text = "dim t = 3, e = 4\nconst k = 2\ninput x[t, e]\nparam w[e]\ny = x * w * (sqrt(e) * k) + x / t\noutput y"
+    c = penrose.load(text)
+    y = next(s.value for s in c.stmts if s.value is not None)
+    scale = y.args[0].args[1]  # sqrt(e) * k: e is built in (the param w carries it)
+    assert scale.op == "sbin" and scale.const is not None
+    assert (scale.const.value, scale.const.reads) == (4.0, (("e", 4), ("k", 2)))
+    assert fixed(scale, c.sizes) == 4.0
+    t = y.args[1].args[1]  # t: the inputs carry it, so the generated code reads it
+    assert t.op == "dimsize" and t.const is not None and fixed(t, c.sizes) is None
+    assert c.constants == {"k": 2}
+    assert "y = x * self.w * 4.0 + x / _t" in penrose.source(text)  # folded; t read from the inputs
+
+
+def test_no_backend_reads_attributes_by_a_string_key():
+    """Attributes are typed records (penrose.attrs): `v.attrs["axis"]` would pass no type check."""
+    import pathlib
+    import re
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    pattern = re.compile(r"\.attrs\[|\.attrs\.get\(")
+    hits = [f"{p.relative_to(root)}:{n}" for folder in ("penrose", "zoo") for p in sorted((root / folder).rglob("*.py"))
+            for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
+    assert not hits, "string reads of attributes: " + ", ".join(hits)

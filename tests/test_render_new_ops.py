@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 import penrose
+from penrose.attrs import BinOp, Const, Ref
 from penrose.checked import TType, V
 from penrose.rendering import dot_source, render
 from penrose.rendering.equations import latex_to_svg, to_latex, value_entry
@@ -219,10 +220,10 @@ output s, m, r, q
 
 
 def test_a_const_built_by_hand_is_its_name_and_greek_names_are_letters():
-    x = V("ref", attrs={"name": "x", "kind": "input", "version": 0}, type=TType(("e",), (0,)))
+    x = V("ref", attrs=Ref("x", "input", 0), type=TType(("e",), (0,)))
     for name, tex in (("alpha", r"\alpha"), ("beta", r"\beta"), ("lamda", r"\lambda"), ("scale", r"\mathrm{scale}")):
-        const = V("const", attrs={"name": name, "value": 8})
-        prod = V("binop", (x, const), {"op": "*", "align": [(0,), None]}, TType(("e",), (0,)))
+        const = V("const", attrs=Const(value=8, name=name))
+        prod = V("binop", (x, const), BinOp(op="*", align=((0,), None)), TType(("e",), (0,)))
         assert to_latex(value_entry(prod, ("e",))) == rf"x_{{e}} \, {tex}"
         assert _scalar_text(const) == name  # the figure's label: the name, not 8
         assert "8" not in to_latex(value_entry(prod, ("e",)))

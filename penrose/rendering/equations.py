@@ -22,7 +22,7 @@ from collections.abc import Iterable
 import sympy
 from sympy.printing.latex import LatexPrinter, greek_letters_set, translate
 
-from penrose.attrs import BinOp, Einop, Pair, Where
+from penrose.attrs import Axis, BinOp, BlockCall, Clamp, Const, DimSize, Einop, Einsum, Flatten, Num, Pair, Ref, Rope, Select, Slice, Where
 from penrose import ops
 from penrose.rendering.readings import ELLIPSIS, Contraction
 
@@ -279,16 +279,16 @@ def value_entry(v, names: tuple) -> sympy.Expr:
 
 def _atom(v, names: tuple) -> sympy.Expr:
     if v.op == "ref":
-        return tensor_entry(v.attrs.name, names)
+        return tensor_entry(v.of(Ref).name, names)
     if v.op == "num":
-        return number(v.attrs.value)
+        return number(v.of(Num).value)
     if v.op == "dimsize":
-        return dim_size(v.attrs.name)
+        return dim_size(v.of(DimSize).name)
     if v.op == "const":  # a named const: its name (alpha prints α), never its value
-        return const_symbol(v.attrs.name)
+        return const_symbol(v.of(Const).name)
     if v.op == "block":
-        name = v.attrs.block
-        latex = _roman(name) + (rf"^{{\times {v.attrs.repeat}}}" if v.attrs.repeat else "")
+        name = v.of(BlockCall).block
+        latex = _roman(name) + (rf"^{{\times {v.of(BlockCall).repeat}}}" if v.of(BlockCall).repeat else "")
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
 
@@ -396,19 +396,19 @@ def _relation(op: str):
 
 def _over_leg(name: str):
     """softmax_p(x), LayerNorm_e(x) ...: the function, subscripted with the leg it acts along."""
-    return lambda v, names: apply_function(name, _same(v, names), names[v.attrs.axis])
+    return lambda v, names: apply_function(name, _same(v, names), names[v.of(Axis).axis])
 
 
 def _topk_mask(v, names):
     """rank_u(x) ≤ k: true at the k largest entries along the leg (rank 1 is the largest)."""
-    rank = apply_function("rank", _same(v, names), names[v.attrs.axis])
+    rank = apply_function("rank", _same(v, names), names[v.of(Axis).axis])
     return sympy.LessThan(rank, keyword_number(v, "k"), evaluate=False)
 
 
 def _reduce(v, names):
     """sum_k x, mean_k x, max_k x: the reduced leg gets an index of its own."""
     x = v.args[0]
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     leg = fresh(x.type.legs[axis], set(names))
     inner = names[:axis] + (leg,) + names[axis:]
     return apply_function(v.key, value_entry(x, inner), leg)
@@ -424,9 +424,9 @@ def _minmax(v, names):
 def _clamp(v, names):
     """clamp(x, lo, hi) = min(max(x, lo), hi)."""
     out = _same(v, names)
-    if v.attrs.min is not None:
+    if v.of(Clamp).min is not None:
         out = call(r"\max", out, keyword_number(v, "min"))
-    if v.attrs.max is not None:
+    if v.of(Clamp).max is not None:
         out = call(r"\min", out, keyword_number(v, "max"))
     return out
 
@@ -453,12 +453,12 @@ def _gather(v, names):
     n_ids = len(ids.type.legs)
     idx = value_entry(ids, names[:n_ids])
     rest = [leg_symbol(n) for n in names[n_ids:]]
-    return sympy.IndexedBase(table.attrs.name if table.op == "ref" else "E")[(idx, *rest)]
+    return sympy.IndexedBase(table.of(Ref).name if table.op == "ref" else "E")[(idx, *rest)]
 
 
 def _parts(v, names):
     """split and concat: each part keeps its own index along the axis."""
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
 
     def at(x):
         own = list(names)
@@ -475,7 +475,7 @@ def _leg_size(leg: str) -> sympy.Symbol:
 def _flatten(v, names):
     """flatten(x, [h, d], e): y_{te} = x_{t, ⌊e/n_d⌋, e mod n_d}, the joined index split back."""
     x = v.args[0]
-    a, b = v.attrs.start, v.attrs.end
+    a, b = v.of(Flatten).start, v.of(Flatten).end
     legs = x.type.legs[a:b + 1]
     joined = leg_symbol(names[a])
     parts = []
@@ -489,7 +489,7 @@ def _flatten(v, names):
 def _unflatten(v, names):
     """unflatten(x, e, [h, d]): y_{thd} = x_{t, h·n_d + d}, the new indices joined back."""
     x = v.args[0]
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     n = len(v.type.legs) - len(x.type.legs) + 1
     new_legs = v.type.legs[axis:axis + n]
     joined = None
@@ -525,9 +525,9 @@ class _Paren(sympy.Function):
 def einop_names(v) -> tuple:
     """The index names of an einops result, a merged leg written as the group of its axes
     ((h d) for `-> t (h d)`): what the left side of its statement shows."""
-    shown = {aid: leg for aid, _, leg in v.attrs.axes}
+    shown = {aid: leg for aid, _, leg in v.of(Einop).axes}
     return tuple(Group(*(leg_symbol(shown[aid]) for aid in group)) if len(group) > 1 else leg
-                 for group, leg in zip(v.attrs.right, v.type.legs))
+                 for group, leg in zip(v.of(Einop).right, v.type.legs))
 
 
 # operations whose equation indexes their one tensor operand with their own index names
@@ -595,32 +595,32 @@ def _einop(v, names):
 
 def _select(v, names):
     """select(x, t, 0): y_{e} = x_{0,e}, the leg's index fixed."""
-    axis = v.attrs.axis
-    return value_entry(v.args[0], names[:axis] + (sympy.Integer(v.attrs.index),) + names[axis:])
+    axis = v.of(Axis).axis
+    return value_entry(v.args[0], names[:axis] + (sympy.Integer(v.of(Select).index),) + names[axis:])
 
 
 def _slice_index(v, name):
     """The operand's index along a sliced leg: start + k (k itself from 0)."""
-    start = v.attrs.start
+    start = v.of(Slice).start
     k = leg_symbol(name)
     return k if start == 0 else _Paren(sympy.Add(sympy.Integer(start), k, evaluate=False))
 
 
 def _slice(v, names):
     """slice(x, t, 1, k): y_{ke} = x_{(1 + k),e}, the new leg's index shifted by the start."""
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     return value_entry(v.args[0], names[:axis] + (_slice_index(v, names[axis]),) + names[axis + 1:])
 
 
 def basis_contraction(v, names):
     """select and slice written as the contraction they are: Σ_t x_{te} δ_{t,0} (the basis
     vector e_0), Σ_t x_{te} δ_{t,(1 + k)} (a selection matrix)."""
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     x = v.args[0]
     taken = {n for n in names if isinstance(n, str)}
     t = fresh(x.type.legs[axis], taken)
     if v.key == "select":
-        inner, at = names[:axis] + (t,) + names[axis:], sympy.Integer(v.attrs.index)
+        inner, at = names[:axis] + (t,) + names[axis:], sympy.Integer(v.of(Select).index)
     else:
         inner, at = names[:axis] + (t,) + names[axis + 1:], _slice_index(v, names[axis])
     delta = sympy.IndexedBase("delta")[(leg_symbol(t), at)]
@@ -642,7 +642,7 @@ def _rope(v, names):
     """rope(x, t, d): x cos(t ω_d) + rot_d(x) sin(t ω_d), the rotate-half convention: rot_d pairs
     entry i of leg d with entry i + n/2 (as (−x_{i+n/2}, x_i)), ω_i = base^(−2i/n)."""
     x = _same(v, names)
-    t, d = leg_symbol(names[v.attrs.pos]), names[v.attrs.axis]
+    t, d = leg_symbol(names[v.of(Rope).pos]), names[v.of(Axis).axis]
     angle = sympy.Mul(t, tensor_entry("omega", (d,)), evaluate=False)
     return sympy.Add(
         sympy.Mul(x, sympy.cos(angle, evaluate=False), evaluate=False),
@@ -653,7 +653,7 @@ def _rope(v, names):
 
 def _einsum(v, names):
     """The index equation: the operands' entries multiplied, summed over the dropped letters."""
-    terms, out = v.attrs.terms, v.attrs.out
+    terms, out = v.of(Einsum).terms, v.of(Einsum).out
     mapping = dict(zip(out, names))
     taken = set(names)
     for term in terms:

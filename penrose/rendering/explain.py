@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import sympy
 
-from penrose.attrs import Axis, Einop, Einsum, Num, Ref
+from penrose.attrs import Axis, BlockCall, Clamp, Dropout, Einop, Einsum, Flatten, Mask, Num, Ref, Rope, Select, Slice, Split, TopK, Unflatten
 from penrose import ir
 from penrose.checker import Checked, CStmt, V
 from penrose.ops import ELEMENTWISE, OPS
@@ -164,11 +164,11 @@ class _Reader:
         if key is None:
             if v.op == "block":
                 self.args(v)
-                rep = v.attrs.repeat
+                rep = v.of(BlockCall).repeat
                 more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
                 if rep and len(v.args) > 1:
                     more += " and the same further arguments"
-                self.add(Reading("block", "Block", f"Apply block {v.attrs.block}{more}."))
+                self.add(Reading("block", "Block", f"Apply block {v.of(BlockCall).block}{more}."))
             return  # a tensor
         READING[key](self, v, target)
 
@@ -381,12 +381,12 @@ def _norm(r, v):
 
 
 def _topk(r, v):
-    return Reading("topk", "Top-k filter", f"Along {_over(v)}, keep the {v.attrs.k} largest entries; the others are filtered out (set to zero).")
+    return Reading("topk", "Top-k filter", f"Along {_over(v)}, keep the {v.of(TopK).k} largest entries; the others are filtered out (set to zero).")
 
 
 def _topk_mask(r, v):
     leg = _over(v)
-    return Reading("mask", "Top-k mask", f"Along {leg}, mark the {v.attrs.k} largest entries: a bool mask, true where an entry ranks among the top {v.attrs.k} of its {leg}-slice.")
+    return Reading("mask", "Top-k mask", f"Along {leg}, mark the {v.of(TopK).k} largest entries: a bool mask, true where an entry ranks among the top {v.of(TopK).k} of its {leg}-slice.")
 
 
 def _reduce(r, v):
@@ -410,7 +410,7 @@ def _causal(r, v):
 
 def _block_causal(r, v):
     t, p = v.type.legs
-    b = v.attrs.block
+    b = v.of(Mask).block
     return Reading("mask", "Block-causal mask",
                    f"True where ⌊{p}/{b}⌋ ≤ ⌊{t}/{b}⌋: positions are grouped into blocks of {b}; within a block every position "
                    f"sees every other (bidirectional), and across blocks {t} sees only the blocks at or before its own (causal).")
@@ -418,7 +418,7 @@ def _block_causal(r, v):
 
 def _flatten(r, v):
     x = v.args[0]
-    a, b = v.attrs.start, v.attrs.end
+    a, b = v.of(Flatten).start, v.of(Flatten).end
     legs = x.type.legs[a:b + 1]
     return Reading("reshape", "Flatten", f"Merge the adjacent legs {_and(legs)} of {_name(x)} into one leg {v.type.legs[a]}: the same entries, "
                    f"{legs[-1]} running fastest (row-major).")
@@ -426,19 +426,19 @@ def _flatten(r, v):
 
 def _unflatten(r, v):
     x = v.args[0]
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     n = len(v.type.legs) - len(x.type.legs) + 1
     legs = v.type.legs[axis:axis + n]
     return Reading("reshape", "Unflatten", f"Split leg {x.type.legs[axis]} of {_name(x)} into the legs {_and(legs)} "
-                   f"(sizes {' × '.join(map(str, v.attrs.sizes))}): the same entries, {legs[-1]} running fastest.")
+                   f"(sizes {' × '.join(map(str, v.of(Unflatten).sizes))}): the same entries, {legs[-1]} running fastest.")
 
 
 def _rope(r, v):
     x = v.args[0]
-    d, t = x.type.legs[v.attrs.axis], x.type.legs[v.attrs.pos]
+    d, t = x.type.legs[v.of(Axis).axis], x.type.legs[v.of(Rope).pos]
     return Reading("rope", "Rotary position embedding",
                    f"Rotate {_name(x)} by its position: along {d}, entry i and entry i + n/2 form a pair (n the size of {d}), "
-                   f"turned by the angle {t}·ω_i with ω_i = {v.attrs.base:g}^(−2i/n), so the dot product of two rotated "
+                   f"turned by the angle {t}·ω_i with ω_i = {v.of(Rope).base:g}^(−2i/n), so the dot product of two rotated "
                    f"vectors depends on how far apart their positions {t} are.")
 
 
@@ -524,8 +524,8 @@ def _repeat(r, v):
 
 def _select(r, v):
     x = v.args[0]
-    leg = x.type.legs[v.attrs.axis]
-    i = v.attrs.index
+    leg = x.type.legs[v.of(Axis).axis]
+    i = v.of(Select).index
     which = f"index {i}" if i >= 0 else f"index {i} (counted from the end)"
     return Reading("select", "Select",
                    f"Pick {which} of leg {leg} of {_name(x)} (a contraction with the basis vector e{subscript(i)}): the leg {leg} disappears.")
@@ -533,9 +533,9 @@ def _select(r, v):
 
 def _slice(r, v):
     x = v.args[0]
-    axis = v.attrs.axis
+    axis = v.of(Axis).axis
     leg, into = x.type.legs[axis], v.type.legs[axis]
-    start, n = v.attrs.start, v.attrs.length
+    start, n = v.of(Slice).start, v.of(Slice).length
     if n <= 0:
         keep = f"Keep no index of leg {leg} of {_name(x)}: leg {into} is empty"
     elif n == 1:
@@ -571,17 +571,17 @@ READING: dict = {
     "max": _after_args(_minmax),
     "min": _after_args(_minmax),
     # element-wise with options
-    "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.attrs.p} and rescale the rest; the identity at evaluation.")),
+    "dropout": _after_args(lambda r, v: Reading("dropout", "Dropout", f"During training, zero each entry with probability {v.of(Dropout).p} and rescale the rest; the identity at evaluation.")),
     "detach": _after_args(lambda r, v: Reading("detach", "Stop gradient", "The same values, but no gradient flows back through this copy.")),
-    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.attrs.min, '−∞', v, 'min')}, {_bound(v.attrs.max, '∞', v, 'max')}].")),
+    "clamp": _after_args(lambda r, v: Reading("clamp", "Clamp", f"Clip every entry into the range [{_bound(v.of(Clamp).min, '−∞', v, 'min')}, {_bound(v.of(Clamp).max, '∞', v, 'max')}].")),
     "where": _after_args(lambda r, v: Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")),
     # masks
     "causal": _after_args(_causal),
     "block_causal": _after_args(_block_causal),
     # indexing and shapes
     "gather": _after_args(lambda r, v: Reading("lookup", "Lookup", f"Pick the rows of {_name(v.args[0])} named by the ids in {_name(v.args[1])}: an embedding lookup.")),
-    "split": _after_args(lambda r, v: Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.attrs.sizes))}.")),
-    "concat": _after_args(lambda r, v: Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.attrs.axis]}.")),
+    "split": _after_args(lambda r, v: Reading("split", "Split", f"Cut leg {_over(v)} into parts of sizes {', '.join(map(str, v.of(Split).sizes))}.")),
+    "concat": _after_args(lambda r, v: Reading("concat", "Concatenate", f"Join the parts along leg {v.type.legs[v.of(Axis).axis]}.")),
     "flatten": _after_args(_flatten),
     "unflatten": _after_args(_unflatten),
     "rope": _after_args(_rope),

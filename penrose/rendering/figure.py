@@ -66,7 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from penrose import ir, ops
-from penrose.attrs import Axis, BinOp, BlockCall, Clamp, Const, DimSize, Einop, Einsum, Flatten, Num, Ref, Rope, Select, Slice
+from penrose.attrs import Axis, BinOp, BlockCall, Clamp, Const, DimSize, Einop, Einsum, Flatten, Num, Ref, Rope, Select, Slice, Split
 from penrose.checked import Checked, V
 from penrose.errors import PenroseRenderError, Span
 from penrose.stack import deep, too_deep
@@ -193,7 +193,7 @@ def _leg_of(v: V, axis: int) -> str:
 
 
 def _over(name: str):
-    return lambda v: [name, f"over {_leg_of(v, v.attrs.axis)}"]
+    return lambda v: [name, f"over {_leg_of(v, v.of(Axis).axis)}"]
 
 
 def _written(v: V, key: str) -> str:
@@ -323,15 +323,15 @@ FIGURE: dict[str, Drawing] = {
     "!=": _arith("≠"),
     "neg": _box("−", scalar=lambda parts: f"−{parts[0]}"),
     # the contraction: wires, junctions and Σ (the label is the spec, in tooltips)
-    "einsum": Drawing("contraction", "Σ", lambda v: ["einsum", v.attrs.spec]),
+    "einsum": Drawing("contraction", "Σ", lambda v: ["einsum", v.of(Einsum).spec]),
     # over one leg
     "softmax": _box("softmax", _over("softmax")),
     "log_softmax": _box("log-softmax", _over("log-softmax")),
     "layernorm": _box("layer norm", _over("layer norm")),
     "rmsnorm": _box("RMS norm", _over("RMS norm")),
-    "topk": _box("top-k", lambda v: ["top-k", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs.axis)}"]),
-    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.attrs.axis)}"], kind="mask"),
-    "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.attrs.axis)}"]),
+    "topk": _box("top-k", lambda v: ["top-k", f"k={_written(v, 'k')} over {_leg_of(v, v.of(Axis).axis)}"]),
+    "topk_mask": _box("top-k mask", lambda v: ["top-k mask", f"k={_written(v, 'k')} over {_leg_of(v, v.of(Axis).axis)}"], kind="mask"),
+    "sum": _box("Σ", lambda v: [f"Σ {_leg_of(v, v.of(Axis).axis)}"]),
     "mean": _box("mean", _over("mean")),
     "max": _box("max", _minmax_lines("max")),
     "min": _box("min", _minmax_lines("min")),
@@ -345,8 +345,8 @@ FIGURE: dict[str, Drawing] = {
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
     # indexing and shapes
     "gather": _box("gather", lambda v: ["gather", f"rows of {_short(v.args[0])}"]),
-    "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.attrs.axis)} → {' + '.join(str(s) for s in v.attrs.sizes)}"]),
-    "concat": _box("concat", lambda v: ["concat", f"→ {v.type.legs[v.attrs.axis]}"]),
+    "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.of(Axis).axis)} → {' + '.join(str(s) for s in v.of(Split).sizes)}"]),
+    "concat": _box("concat", lambda v: ["concat", f"→ {v.type.legs[v.of(Axis).axis]}"]),
     "flatten": _box("flatten", _flatten_lines),
     "unflatten": _box("unflatten", _unflatten_lines),
     "rope": _box("RoPE", _rope_lines),
@@ -601,7 +601,7 @@ class _Builder:
             self.fig.notes = self.notes()
         if top and body.is_block:  # the block view: what the block returns is its result
             for i, (val, v) in enumerate(zip(returned, _return_values(body))):
-                name = v.attrs.name if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
+                name = v.of(Ref).name if v.op == "ref" else f"out{i}" if len(returned) > 1 else "out"
                 self.result_node(val, name)
         return returned
 
@@ -701,7 +701,7 @@ class _Builder:
         self.span = st.span
         if isinstance(st, ir.Return):
             vals = [self.expr(scope, v, einsum_use=False) for v in s.value.args]
-            names = [v.attrs.name if v.op == "ref" else "out" for v in s.value.args]
+            names = [v.of(Ref).name if v.op == "ref" else "out" for v in s.value.args]
         else:
             v = s.value
             vals = self.expr(scope, v, einsum_use=False, multi=True) if v.outs else [self.expr(scope, v, einsum_use=False)]

@@ -952,10 +952,10 @@ def attribute_sizes(module) -> dict:
     out: dict[str, dict[int, str]] = {k: {} for k in SIZE_ATTRS}
     for m in module.modules():
         for owner in (m, getattr(m, "config", None)):
-            attrs = vars(owner) if owner is not None and hasattr(owner, "__dict__") else {}
+            fields = vars(owner) if owner is not None and hasattr(owner, "__dict__") else {}
             for letter, keys in SIZE_ATTRS.items():
                 for k in keys:
-                    v = attrs.get(k)
+                    v = fields.get(k)
                     if isinstance(v, int) and not isinstance(v, bool) and v > 1:
                         out[letter].setdefault(v, k)
     return out
