@@ -50,6 +50,7 @@ A few small records, torch-free. Their invariants, all established by the checke
 from __future__ import annotations
 
 import builtins
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -84,10 +85,11 @@ class V:
     outs: tuple[TType, ...] = ()  # result types when the op yields several (split, block calls)
     span: Span = field(default_factory=Span)
     const: Folded | None = None  # a plain number known when checking: its value, computed once
-    key: str | None = field(init=False, default=None)  # the table's name (ops.key_of), set once
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "key", ops.key_of(self.op, self.attrs))
+    @functools.cached_property
+    def key(self) -> str | None:
+        """The table's name for this value (`ops.key_of`): computed once, when first read."""
+        return ops.key_of(self.op, self.attrs)
 
     @property
     def legs(self) -> tuple[str, ...]:
