@@ -4,8 +4,10 @@ A checked value (`penrose.checked.V`) carries what its operation needs in `V.att
 records below; each row of the table of operations (`penrose.ops.OPS`) names its record
 (`Op.attrs`), and a test asserts that what the checker builds is an instance of it. Leg
 positions are already resolved to axes (counted among the operand's non-batch legs) and keyword
-values already validated and defaulted: a backend reads `v.attrs.axis`, never a string key, so
-the type checker sees every read.
+values already validated and defaulted: a backend reads `v.of(Softmax).axis` (the record, or a
+TypeError naming the op), never a string key, so the type checker sees every read. `Axis` and
+`Aligned` are the bases of the records of operations along one axis and of element-wise
+operations whose operands align by leg.
 
 Keyword values written with the names of consts and dims (`clamp(x, min=-alpha)`) are kept as
 written in `shown` (the keyword's checked value and its text), so figures and equations show
