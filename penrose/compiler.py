@@ -516,7 +516,8 @@ class _Emitter:
             elif d.tensor.kind == "param":
                 line = f"        self.register_parameter({unquote(d.tensor.name)!r}, torch.nn.Parameter({empty})){comment}"
             else:
-                line = f"        self.register_buffer({unquote(d.tensor.name)!r}, {empty}){comment}"
+                unsaved = "" if d.tensor.saved else ", persistent=False"  # `unsaved`: made from its init, not in the state dict
+                line = f"        self.register_buffer({unquote(d.tensor.name)!r}, {empty}{unsaved}){comment}"
             out[d.tensor.name] = (line, self.init_line(d), d.tensor.span)
         return out
 
@@ -553,6 +554,9 @@ class _Emitter:
             return f"        torch.nn.init.uniform_({target}, {float(kw.get('a', 0.0))!r}, {float(kw.get('b', 1.0))!r}, generator=generator)"
         if name == "eye":
             return f"        torch.nn.init.eye_({target})"
+        if name in ("causal", "arange", "rotary"):  # what a module computes for itself, as the interpreter does
+            args = f"{name!r}, {target}.shape" + (f", {float(kw.get('base', 10000.0))!r}" if name == "rotary" else "")
+            return f"        {target}.copy_(_made_buffer({args}))"
         if name == "xavier":
             sizes = [self.S.size(cl) or 1 for cl in d.type.cls]
             fan_in, fan_out = (sizes[0], sizes[-1]) if sizes else (1, 1)

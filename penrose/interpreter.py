@@ -44,6 +44,7 @@ from penrose import ir, ops
 from penrose.checked import Checked
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
 from penrose.loader import load, loadable
+from penrose.runtime import _made_buffer
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
@@ -173,6 +174,8 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
             x.uniform_(-bound, bound, generator=g)
         elif init.name == "eye":
             x.copy_(torch.eye(shape[0], shape[1], dtype=dtype))
+        elif init.name in ("causal", "arange", "rotary"):
+            x.copy_(_made_buffer(init.name, shape, kw.get("base", 10000.0)))
         else:  # pragma: no cover - the checker knows every init
             raise PenroseError(f"unknown init {init.name!r}", init.span)
     return x
@@ -296,11 +299,13 @@ class _Frame:
     def param(self, name: str, span=None) -> torch.Tensor:
         key = self.prefix + name
         params = self.interp.params
+        decl = self.body.decls[name]
+        want = tuple(self.size(c) for c in decl.type.cls)
+        if key not in params and not decl.tensor.saved:  # an `unsaved` buffer: not in a state dict, made from its init
+            params[key] = _initialised(decl.tensor, want, torch.Generator().manual_seed(0), torch.float32)
         if key not in params:
             raise PenroseShapeError(f"no tensor {key!r} among the params ({len(params)} given)", span)
         x = params[key]
-        decl = self.body.decls[name]
-        want = tuple(self.size(c) for c in decl.type.cls)
         if tuple(x.shape) != want:
             raise PenroseShapeError(f"{decl.tensor.kind} {key!r} has shape {list(x.shape)}, the diagram says {list(want)}", span)
         if self.dtype is not None and x.is_floating_point() and x.dtype != self.dtype:

@@ -115,7 +115,7 @@ def reserved(name: str, place: str) -> str | None:
 # names the checker refuses for a tensor, a const or a block: the table's (its builtins are the
 # language's functions, refused as such), and a few more kept free for readers of the code
 GENERATED = RESERVED["module"] | frozenset({"self", "super", "math", "None", "True", "False", "inf"})
-PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
+PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat", "unsaved"})
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)
 FUNCTIONS = ops.FUNCTIONS
@@ -128,6 +128,9 @@ INITS = {
     "uniform": {"a": (0.0, "finite"), "b": (1.0, "finite")},
     "xavier": {"gain": (1.0, "nonneg")},
     "eye": {},
+    "causal": {},  # what a module computes for itself (an `unsaved` buffer's usual init): penrose.interpreter.made_buffer
+    "arange": {},
+    "rotary": {"base": (10000.0, "positive")},
 }
 DTYPES = ("float", "int", "bool")
 FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)

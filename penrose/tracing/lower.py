@@ -372,6 +372,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if region is None:
             self.fail(f"{'parameter' if kind == 'PARAMETER' else 'buffer'} {target!r} is used outside the call of its "
                       f"module {owner or '(top)'!r}; a block's params are reachable only inside its own calls")
+        ids = self.made_ids(target, kind, node)
+        if ids is not None:
+            return ids
         p = region.params.get(target)
         if p is None:
             tensor = self.tensors.get(target)
@@ -384,6 +387,22 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.masks[key] = self.map_expr(v, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
             return self.masks[key]
         return v
+
+    def made_ids(self, target, kind, node):
+        """A non-persistent integer buffer the module made for itself: position ids (0 .. n-1 along
+        its last axis, Hugging Face BERT's `position_ids`) as positions, ("arange", ...); one id
+        everywhere (BERT's `token_type_ids`, zeros) as ("ids_fill", id, node); None otherwise."""
+        tensor = self.tensors.get(target)
+        if kind != "BUFFER" or target in self.persistent or not isinstance(tensor, torch.Tensor) or not tensor.numel() \
+                or tensor.is_floating_point() or tensor.dtype == torch.bool or tensor.dim() == 0:
+            return None
+        n = tensor.shape[-1]
+        if all(s == 1 for s in tensor.shape[:-1]) and torch.equal(tensor.reshape(n).cpu(), torch.arange(n)):
+            return ("arange", 0, n, 1, node)
+        first = int(tensor.reshape(-1)[0])
+        if bool((tensor == first).all()):
+            return ("ids_fill", first, node)
+        return None
 
     def declare_state(self, region, target, local, kind, tensor) -> PVal:
         """The param (or buffer) `target` of `region`, declared with a leg per axis."""
@@ -543,9 +562,27 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         `+ past` (a number), `unsqueeze(0)`, `expand(B, -1)`, casts and copies; None otherwise.
         (Hugging Face's `position_ids = torch.arange(T) + past_seen_tokens` then `.unsqueeze(0)`.)"""
         src = self.values.get(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+        if isinstance(src, tuple) and src and src[0] == "state":  # a buffer the module made: position ids, a fill of ids
+            src = self.made_ids(src[2], src[1], src[3])
+        if isinstance(src, tuple) and src and src[0] == "ids_fill":  # one id everywhere, whatever its shape
+            if packet in ("unsqueeze", "expand", "view", "reshape", "slice", "gather") or packet in IDENTITY:
+                return src
+            return None
         if not (isinstance(src, tuple) and src and src[0] == "arange"):
             return None
         _, start, end, step, made = src
+        if packet == "slice" and step == 1:  # position_ids[:, a:b]: a leading axis whole, or the positions a..b
+            a = self.args(node)
+            dim, lo, hi = a.get("dim", 0), a.get("start") or 0, a.get("end")
+            shape = list(node.args[0].meta["val"].shape) if "val" in node.args[0].meta else None
+            if shape is None or any(hasattr(v, "op") for v in (lo, hi)):
+                return None
+            n = end - start
+            hi = n if hi is None or hi >= n else hi
+            if dim % len(shape) != len(shape) - 1:
+                return src if shape[dim] == 1 else None
+            lo, hi = (lo + n if lo < 0 else lo), (hi + n if hi < 0 else hi)
+            return ("arange", start + lo, start + max(lo, hi), 1, made)
         if packet == "add" and len(node.args) > 1 and isinstance(node.args[1], int) and not isinstance(node.args[1], bool):
             return ("arange", start + node.args[1], end + node.args[1], step, made)
         leading = self.out_shape() or []

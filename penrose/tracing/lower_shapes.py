@@ -401,6 +401,12 @@ class Shapes:
             if step != 1 or not isinstance(w, View):
                 self.unsupported(why="an embedding of positions with a step")
             return self.narrow(self.materialize(w), 0, start, end)
+        if isinstance(ids, tuple) and ids and ids[0] == "ids_fill":  # one id everywhere: that row, broadcast
+            if not isinstance(w, View) or w.batched or len(w.axes) != 2:
+                self.unsupported(why="an embedding needs a two-axis table and integer ids")
+            row = self.select(self.materialize(w), 0, ids[1])
+            shape = self.out_shape() or []
+            return View(row.pval, [None] * (len(shape) - 1) + row.axes, False)
         ids = self.view_arg(indices)
         if not isinstance(w, View) or w.batched or len(w.axes) != 2 or not isinstance(ids, View) or ids.pval.dtype != "int":
             self.unsupported(why="an embedding needs a two-axis table and integer ids")

@@ -41,6 +41,41 @@ ROLE_LETTERS = {
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def made_init(value) -> ir.Init | None:
+    """The init that makes a non-persistent buffer's values exactly (penrose.runtime._made_buffer:
+    zeros, ones, `causal` for torch.tril of ones, `arange` for position ids, `rotary(base=B)` for
+    rotary inverse frequencies), or None: then the diagram declares it as a saved buffer."""
+    import torch
+
+    from penrose.runtime import _made_buffer
+
+    if value is None or not value.numel():
+        return None
+    shape, x = tuple(value.shape), value.detach().cpu().to(torch.float64)
+    candidates = [ir.Init("zeros"), ir.Init("ones"), ir.Init("arange")]
+    first = float(x.reshape(-1)[0])
+    if math.isfinite(first) and bool((x == first).all()):
+        candidates.append(ir.Init("constant", (("value", ir.Number(first)),)))
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        candidates.append(ir.Init("causal"))
+    n = shape[-1] if shape else 1
+    if n >= 2 and 0 < float(x.reshape(-1, n)[0, 1]) < 1:  # entry 1 is base ** (-1 / n)
+        base = float(x.reshape(-1, n)[0, 1]) ** -n
+        for nice in (round(base), float(f"{base:.6g}")):
+            if nice > 0:
+                candidates.append(ir.Init("rotary", (("base", ir.Number(nice if nice == int(nice) else float(nice))),)))
+    for init in candidates:
+        if init.name in ("zeros", "ones", "constant"):
+            fill = float(init.kwargs[0][1].value) if init.kwargs else 0.0 if init.name == "zeros" else 1.0
+            want = torch.full(shape, fill, dtype=torch.float32).to(value.dtype).to(torch.float64)
+        else:
+            base = float(init.kwargs[0][1].value) if init.kwargs else 10000.0
+            want = _made_buffer(init.name, shape, base).to(value.dtype).to(torch.float64)
+        if torch.equal(want, x):
+            return init
+    return None
+
+
 def pen_name_ok(name: str, module_attr: bool = True) -> bool:
     """The checker's rule for a param, buffer or instance name (penrose.checker._name_ok)."""
     return (bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name)
@@ -536,13 +571,14 @@ class Writer:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
                                         "even quoted", p.span or self.where(region))
-            init = None
-            if p.value is not None and p.value.numel():
+            made = None if p.persistent else made_init(p.value)  # persistent=False: an `unsaved` buffer made from its init
+            init = made
+            if made is None and p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
                     init = ir.Init("ones")
                 elif bool((p.value == 0).all()):
                     init = ir.Init("zeros")
-            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init))
+            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init, saved=made is None))
         noted = None
         for it in b.kept:
             instance = repeat = None
