@@ -554,8 +554,8 @@ class _Emitter:
             return f"        torch.nn.init.uniform_({target}, {float(kw.get('a', 0.0))!r}, {float(kw.get('b', 1.0))!r}, generator=generator)"
         if name == "eye":
             return f"        torch.nn.init.eye_({target})"
-        if name in ("causal", "arange", "rotary"):  # what a module computes for itself, as the interpreter does
-            args = f"{name!r}, {target}.shape" + (f", {float(kw.get('base', 10000.0))!r}" if name == "rotary" else "")
+        if name in ("causal", "arange", "rotary", "rotary_cos", "rotary_sin"):  # what a module computes for itself
+            args = f"{name!r}, {target}.shape" + (f", {float(kw.get('base', 10000.0))!r}" if name.startswith("rotary") else "")
             return f"        {target}.copy_(_made_buffer({args}))"
         if name == "xavier":
             sizes = [self.S.size(cl) or 1 for cl in d.type.cls]

@@ -174,7 +174,7 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
             x.uniform_(-bound, bound, generator=g)
         elif init.name == "eye":
             x.copy_(torch.eye(shape[0], shape[1], dtype=dtype))
-        elif init.name in ("causal", "arange", "rotary"):
+        elif init.name in ("causal", "arange", "rotary", "rotary_cos", "rotary_sin"):
             x.copy_(_made_buffer(init.name, shape, kw.get("base", 10000.0)))
         else:  # pragma: no cover - the checker knows every init
             raise PenroseError(f"unknown init {init.name!r}", init.span)

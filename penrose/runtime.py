@@ -200,7 +200,9 @@ def _made_buffer(name: str, shape, base: float = 10000.0) -> torch.Tensor:
     """The float32 values of the inits a module computes for itself: `causal` (ones on and below
     the diagonal of the last two legs: torch.tril of ones), `arange` (each entry its index along
     the last leg: position ids), `rotary` (1 / base ** (i / n) along the last leg of size n: the
-    inverse frequencies of rotary embeddings, computed as Hugging Face and lit-gpt compute them).
+    inverse frequencies of rotary embeddings, computed as Hugging Face and lit-gpt compute them),
+    `rotary_cos`, `rotary_sin` (the last two legs positions by head dim: cos and sin of position i
+    times those frequencies, the frequencies twice over, as Hugging Face's rotary embedding makes them).
     The interpreter and the generated module both run it.
 
     >>> _made_buffer("causal", (2, 2)).tolist(), _made_buffer("arange", (1, 3)).tolist()
@@ -212,8 +214,13 @@ def _made_buffer(name: str, shape, base: float = 10000.0) -> torch.Tensor:
         x = torch.ones(shape[-2:]).tril()
     elif name == "arange":
         x = torch.arange(n).float()
-    else:  # rotary: 1.0 / (base ** (torch.arange(0, 2n, 2).float() / 2n)), the same quotients as i / n
+    elif name == "rotary":  # 1.0 / (base ** (torch.arange(0, 2n, 2).float() / 2n)), the same quotients as i / n
         x = 1.0 / (base ** (torch.arange(n).float() / n))
+    else:  # rotary_cos, rotary_sin: row i the cos (sin) of i times the frequencies, twice over (Hugging Face's cos, sin)
+        half = n // 2
+        freqs = torch.arange(shape[-2]).float()[:, None] * (1.0 / (base ** (torch.arange(half).float() / half)))[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x = emb.cos() if name == "rotary_cos" else emb.sin()
     return x.expand(shape).clone()
 
 

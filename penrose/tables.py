@@ -131,6 +131,8 @@ INITS = {
     "causal": {},  # what a module computes for itself (an `unsaved` buffer's usual init): penrose.interpreter.made_buffer
     "arange": {},
     "rotary": {"base": (10000.0, "positive")},
+    "rotary_cos": {"base": (10000.0, "positive")},
+    "rotary_sin": {"base": (10000.0, "positive")},
 }
 DTYPES = ("float", "int", "bool")
 FLOAT32_MAX = 3.4028234663852886e38  # a larger literal overflows torch's scalar conversion (write inf)

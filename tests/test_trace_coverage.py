@@ -487,3 +487,25 @@ def test_geglu_int_mask_triu_buffer_and_baddbmm():
     round_trip(IntMaskAttention(), torch.randn(2, 5, 8), mask, tol=1e-6)  # the module's float32 softmax rounds
     round_trip(TriuBoolBuffer(), torch.randn(2, 5, 4))
     round_trip(BaddbmmScores(), torch.randn(2, 5, 4), torch.randn(2, 6, 4))
+
+
+class PaddedEmbedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(7, 4, padding_idx=2)
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.out(self.emb(ids))
+
+
+@pytest.mark.parametrize("pad", [0, 2, 6])
+def test_regression_embedding_padding_row_takes_no_gradient(pad):
+    """nn.Embedding(padding_idx=p) (Hugging Face BERT's word embeddings, p = 0): the trace was a
+    plain gather, so row p of the twin's table took a gradient the original's does not (found on
+    BertModel when an id 0 occurred). The table is read with row p detached."""
+    m = PaddedEmbedding()
+    m.emb.padding_idx = pad
+    ids = torch.tensor([[pad, 1, 3, pad], [5, pad, 0, 6]])
+    text = round_trip(m, ids)  # gradients of the table compared, row p's included
+    assert "detach(" in text

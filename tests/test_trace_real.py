@@ -28,7 +28,7 @@ import timm.layers  # noqa: E402 - after the torchvision stand-in
 from timm.models.mlp_mixer import MixerBlock  # noqa: E402
 from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
 from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
-from transformers import BertConfig, GPT2Config, LlamaConfig, MistralConfig, ViTConfig  # noqa: E402
+from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ViTConfig  # noqa: E402
 from transformers.models.bert import modeling_bert as bert  # noqa: E402
 from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
 from transformers.models.llama import modeling_llama as llama  # noqa: E402
@@ -142,12 +142,12 @@ def round_trip(module, inputs, dtype):
     with torch.no_grad():  # away from the initialisation, so that ones and zeros are not special
         for p in module.parameters():
             p.add_(torch.randn_like(p) * 0.1)
-    inputs = [x.to(dtype) for x in inputs]
+    inputs = [x.to(dtype) if x.is_floating_point() else x for x in inputs]  # token ids stay integers
     text = traced(module, *inputs)  # and readable
     twin = penrose.compile(text).to(dtype).eval()
     twin.load_state_dict(module.state_dict(), strict=True)  # the module's own names, every one
-    a = [x.clone().requires_grad_() for x in inputs]
-    b = [x.clone().requires_grad_() for x in inputs]
+    a = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
+    b = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
     want, got = module(*a), twin(*b)
     tol = TOL[dtype]
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
@@ -155,7 +155,8 @@ def round_trip(module, inputs, dtype):
     want.backward(cot)
     got.backward(cot)
     for x, y in zip(a, b):
-        torch.testing.assert_close(y.grad, x.grad, rtol=10 * tol, atol=10 * tol)
+        if x.requires_grad:
+            torch.testing.assert_close(y.grad, x.grad, rtol=10 * tol, atol=10 * tol)
     theirs = dict(module.named_parameters())
     for name, p in twin.state_dict(keep_vars=True).items():
         if isinstance(p, nn.Parameter):
@@ -187,6 +188,72 @@ def test_transformers_sdpa_attention_round_trips(name, dtype):
 def test_timm_modules_round_trip(name, dtype):
     module, inputs = _timm(name)
     round_trip(module, inputs, dtype)
+
+
+# ---- whole models: token ids in, the last hidden state out --------------------------------------------------
+
+
+class LastHidden(nn.Module):
+    """A Hugging Face model called on token ids alone (its masks, positions and rotary tables made
+    in its own forward), its last hidden state the output."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids):
+        return self.model(input_ids=input_ids).last_hidden_state
+
+
+def _whole(name, attention="eager"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        small = {"hidden_size": WIDTH, "intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 11}
+        configs = {
+            "gpt2": lambda: GPT2Model(_eager(attention=attention, config=GPT2Config(
+                n_embd=WIDTH, n_head=4, n_layer=2, n_positions=8, vocab_size=11, bos_token_id=0, eos_token_id=0,
+                attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0))),
+            "llama": lambda: LlamaModel(_eager(attention=attention, config=LlamaConfig(
+                **small, num_key_value_heads=2, max_position_embeddings=16))),
+            "mistral": lambda: MistralModel(_eager(attention=attention, config=MistralConfig(
+                **small, num_key_value_heads=2, max_position_embeddings=16, sliding_window=None))),
+            "bert": lambda: BertModel(_eager(attention=attention, config=BertConfig(
+                **small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)), add_pooling_layer=False),
+        }
+        return LastHidden(configs[name]()), (torch.randint(0, 11, (2, T)),)
+
+
+WHOLE = ["gpt2", "llama", "mistral", "bert"]
+
+
+@DTYPES
+@pytest.mark.parametrize("name", WHOLE)
+def test_whole_transformers_models_round_trip(name, dtype):
+    """GPT2Model, LlamaModel, MistralModel, BertModel from token ids: the causal mask their forward
+    builds from torch.arange is `causal(t, s)`, positions are rows of the position table, LLaMA's
+    and Mistral's rotary cos and sin are `unsaved` buffers `~ rotary_cos`, `~ rotary_sin`, BERT's
+    position and token-type ids rows of their tables; strict loading from the state dict alone."""
+    module, inputs = _whole(name)
+    text = round_trip(module, inputs, dtype)
+    if name in ("gpt2", "llama", "mistral"):
+        assert "causal(t, s)" in text
+    if name in ("llama", "mistral"):
+        assert "~ rotary_cos(base=10000) unsaved" in text and "~ rotary_sin(base=10000) unsaved" in text
+
+
+def test_whole_model_runs_another_batch():
+    """The traced LLaMA takes any batch (axis 0 stays the implicit batch: the mask its forward
+    expands over the batch is one causal(t, s)); its token count is the example's, which the
+    slices of its rotary tables fix (docs/trace.md, "Other limits")."""
+    module, inputs = _whole("llama")
+    module.eval()
+    text = penrose.trace(module, *inputs)
+    assert "# Axis 0 of the inputs is their batch" in text
+    twin = penrose.compile(text).eval()
+    twin.load_state_dict(module.state_dict(), strict=True)
+    ids = torch.randint(0, 11, (3, T))
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids), module(ids), rtol=2e-5, atol=2e-5)
 
 
 def test_bert_keeps_its_reserved_state_dict_names():

@@ -571,7 +571,7 @@ class Writer:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
                                         "even quoted", p.span or self.where(region))
-            made = None if p.persistent else made_init(p.value)  # persistent=False: an `unsaved` buffer made from its init
+            made = p.made or (None if p.persistent else made_init(p.value))  # persistent=False: `unsaved`, made from its init
             init = made
             if made is None and p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
