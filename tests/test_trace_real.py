@@ -28,6 +28,7 @@ import timm.layers  # noqa: E402 - after the torchvision stand-in
 from timm.models.mlp_mixer import MixerBlock  # noqa: E402
 from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
 from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
+from timm.models.vision_transformer import VisionTransformer  # noqa: E402
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ViTConfig  # noqa: E402
 from transformers.models.bert import modeling_bert as bert  # noqa: E402
 from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
@@ -254,6 +255,51 @@ def test_whole_model_runs_another_batch():
     ids = torch.randint(0, 11, (3, T))
     with torch.no_grad():
         torch.testing.assert_close(twin(ids), module(ids), rtol=2e-5, atol=2e-5)
+
+
+class LinearPatchEmbed(nn.Module):
+    """timm's `embed_layer`: patches cut by a reshape and embedded by a linear layer (the
+    convolution with stride = kernel that timm's PatchEmbed is, written as a matmul)."""
+
+    def __init__(self, img_size=8, patch_size=4, in_chans=3, embed_dim=WIDTH, **kwargs):
+        super().__init__()
+        self.patch_size = patch_size
+        self.grid_size = (img_size // patch_size,) * 2
+        self.num_patches = self.grid_size[0] * self.grid_size[1]
+        self.dynamic_img_pad = False
+        self.proj = nn.Linear(in_chans * patch_size * patch_size, embed_dim)
+
+    def feat_ratio(self, as_scalar=True):
+        return self.patch_size
+
+    def forward(self, x):
+        B, C, H, W = x.shape
+        p = self.patch_size
+        x = x.reshape(B, C, H // p, p, W // p, p).permute(0, 2, 4, 1, 3, 5)
+        return self.proj(x.reshape(B, (H // p) * (W // p), C * p * p))
+
+
+def _vit(embed_layer=LinearPatchEmbed):
+    model = VisionTransformer(img_size=8, patch_size=4, embed_dim=WIDTH, depth=2, num_heads=4, num_classes=3,
+                              embed_layer=embed_layer)
+    return model, (torch.randn(2, 3, 8, 8),)
+
+
+@DTYPES
+def test_timm_vision_transformer_with_a_linear_patch_embed_round_trips(dtype):
+    """The whole VisionTransformer (class token, position embedding, blocks, norm, head on the
+    class token) with the patch embedding written as a linear layer."""
+    module, inputs = _vit()
+    text = round_trip(module, inputs, dtype)
+    assert "repeat 2 as blocks" in text and "as head" in text
+
+
+def test_timm_vision_transformer_patch_convolution_is_refused_at_its_line():
+    module, inputs = _vit(timm.layers.PatchEmbed)
+    with pytest.raises(penrose.PenroseError, match=r"patch_embed.py:\d+:\d+: error: torch.conv2d cannot be expressed in "
+                                                  r"\.pen: a convolution") as err:
+        penrose.trace(module.eval(), *inputs)
+    assert "x = self.proj(x)" in str(err.value)
 
 
 def test_bert_keeps_its_reserved_state_dict_names():

@@ -463,6 +463,13 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             if bool((t == first).all()):
                 return ("ids_fill", int(first), node)
         if bool((t == first).all()):
+            user = self.node
+            others = [a.meta.get("val") for a in user.args if hasattr(a, "meta") and a is not node] if user is not None else []
+            shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
+            out = self.out_shape(user) if user is not None else None
+            if t.numel() != 1 and (out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != list(out)):
+                self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
+                                     "(a number broadcasts only where the other operands carry every axis)")
             return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
         lead = t.dim() - 2
         square = t

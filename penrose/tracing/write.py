@@ -64,6 +64,18 @@ def made_init(value) -> ir.Init | None:
         for nice in (round(base), float(f"{base:.6g}")):
             if nice > 0:
                 candidates.append(ir.Init("rotary", (("base", ir.Number(nice if nice == int(nice) else float(nice))),)))
+    tables = []  # rotary cos and sin caches (lit-gpt's): their base read back from the second frequency
+    if len(shape) >= 2 and n >= 4 and n % 2 == 0 and shape[-2] >= 2:
+        row = x.reshape(-1, shape[-2], n)[0, 1]
+        for name, inverse in (("rotary_cos", math.acos), ("rotary_sin", math.asin)):
+            if -1 <= float(row[1]) <= 1 and 0 < inverse(float(row[1])) < 1:
+                guess = inverse(float(row[1])) ** -(n // 2)  # near: acos is ill-conditioned near 1
+                for base in dict.fromkeys([10000, 500000, 1000000, 100000, round(guess), float(f"{guess:.2g}"), float(f"{guess:.3g}")]):
+                    tables.append(ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),)))
+    for init in tables:
+        want = _made_buffer(init.name, shape, float(init.kwargs[0][1].value)).to(value.dtype).to(torch.float64)
+        if torch.equal(want, x):
+            return init
     for init in candidates:
         if init.name in ("zeros", "ones", "constant"):
             fill = float(init.kwargs[0][1].value) if init.kwargs else 0.0 if init.name == "zeros" else 1.0
@@ -728,9 +740,12 @@ class Writer:
                 return assign(r, next(n for n in pool if ok_name(n) and n not in taken and n not in holders), want)
             if r.pref and r.pref not in taken and r.pref not in exclusive and r.pref not in merge_of:
                 if r.pref not in holders or (size_of[r.pref] == r.size and free_of(r.pref, r)):
-                    return assign(r, r.pref, None)
-            letter = attr_letter(r)  # one letter, one axis: a name is never shared by two axes of one size
-            if letter and letter not in taken and letter not in holders:
+                    return assign(r, r.pref, None)  # the user's own letter (an einsum's, a pattern's): one meaning
+            # the module's attribute names an axis: axes of one attribute (the head dim of q and k, and
+            # of v) share its letter where they never meet; otherwise one letter, one axis
+            letter = attr_letter(r)
+            if letter and letter not in taken and (letter not in holders or (
+                    letter in self.meaning and size_of[letter] == r.size and letter not in merge_of and free_of(letter, r))):
                 self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
             role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
