@@ -718,6 +718,9 @@ class Writer:
                 return "r"
             if r.role.startswith("in_") and (r.merge or r.size in sizes_of["e"]) and r.role != "in_other":
                 return "e"  # the model width: one name through the diagram, even where a view splits it
+            if r.merge and len(r.merge) == 2 and r.size in sizes_of["e"] and C.find(r.merge[0]).size in sizes_of["h"] \
+                    and C.find(r.merge[1]).size in sizes_of["d"]:
+                return "e"  # heads times head dim, the width (a whole model's, whose input is token ids)
             return None
 
         def name(r):
