@@ -44,7 +44,6 @@ from penrose import ir, ops
 from penrose.checked import Checked
 from penrose.errors import PenroseArgumentError, PenroseError, PenroseShapeError, seed_value
 from penrose.loader import load, loadable
-from penrose.runtime import _made_buffer
 
 __all__ = ["ATOMS", "OPERATIONS", "Interpreter", "init_params", "interpret"]
 
@@ -147,6 +146,26 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
     return out
 
 
+def _made_values(name: str, shape: tuple, base: float) -> torch.Tensor:
+    """The values of the inits a module computes for itself (docs/language.md), written here
+    apart from the compiler's runtime: the interpreter shares no code with it."""
+    n = shape[-1] if shape else 1
+    if name == "causal":
+        rows, cols = torch.meshgrid(torch.arange(shape[-2]), torch.arange(n), indexing="ij")
+        made = (cols <= rows).to(torch.float32)
+    elif name == "arange":
+        made = torch.arange(n, dtype=torch.float32)
+    else:
+        half = n if name == "rotary" else n // 2
+        inverse = torch.pow(torch.tensor(float(base), dtype=torch.float32), torch.arange(half, dtype=torch.float32) / half).reciprocal()
+        if name == "rotary":
+            made = inverse
+        else:
+            angles = torch.arange(shape[-2], dtype=torch.float32).unsqueeze(1) * inverse.repeat(2).unsqueeze(0)
+            made = torch.cos(angles) if name == "rotary_cos" else torch.sin(angles)
+    return made.expand(shape)
+
+
 def _camel(name: str) -> str:
     words = [w for w in re.split(r"[^A-Za-z0-9]+", name) if w]
     text = "".join(w[:1].upper() + w[1:] for w in words)
@@ -175,7 +194,7 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
         elif init.name == "eye":
             x.copy_(torch.eye(shape[0], shape[1], dtype=dtype))
         elif init.name in ("causal", "arange", "rotary", "rotary_cos", "rotary_sin"):
-            x.copy_(_made_buffer(init.name, shape, kw.get("base", 10000.0)))
+            x.copy_(_made_values(init.name, tuple(shape), kw.get("base", 10000.0)))
         else:  # pragma: no cover - the checker knows every init
             raise PenroseError(f"unknown init {init.name!r}", init.span)
     return x

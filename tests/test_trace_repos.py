@@ -1,10 +1,11 @@
-"""penrose.trace on modules written the way public repositories write them (issue 25): minGPT's
-causal self-attention, lit-gpt's rotary attention with a non-persistent cos/sin cache, DiT's
+"""penrose.trace on modules written the way public repositories write them (issue 25): lit-gpt's
+rotary attention with a non-persistent cos/sin cache, DiT's
 adaLN-Zero block, a Perceiver cross-attention written with einops, the Set Transformer's MAB
 (heads split into the batch), an FT-Transformer (rtdl) feature tokenizer with a class token,
 NAM's feature nets and loralib's Linear. Each is this file's own code in its repository's style
 (none is copied), and round-trips as tests/test_trace.py's round_trip does: strict loading from
-`module.state_dict()` alone, values and gradients in float64, readability checked.
+`module.state_dict()` alone, values and gradients in float64, readability checked. (minGPT's and
+nanoGPT's causal self-attention, one code, is tests/test_trace.py's CausalSelfAttention.)
 """
 
 from __future__ import annotations
@@ -17,32 +18,6 @@ import torch.nn.functional as F
 from einops import rearrange
 from test_trace import round_trip
 from torch import nn
-
-
-class MinGPTSelfAttention(nn.Module):
-    """minGPT: one fused c_attn, the causal mask a float `bias` buffer (persistent) of ones and zeros."""
-
-    def __init__(self, n_embd=16, n_head=4, block_size=8):
-        super().__init__()
-        self.c_attn = nn.Linear(n_embd, 3 * n_embd)
-        self.c_proj = nn.Linear(n_embd, n_embd)
-        self.attn_dropout = nn.Dropout(0.0)
-        self.resid_dropout = nn.Dropout(0.0)
-        self.register_buffer("bias", torch.tril(torch.ones(block_size, block_size)).view(1, 1, block_size, block_size))
-        self.n_head, self.n_embd = n_head, n_embd
-
-    def forward(self, x):
-        B, T, C = x.size()
-        q, k, v = self.c_attn(x).split(self.n_embd, dim=2)
-        k = k.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        q = q.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        v = v.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-        att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        att = att.masked_fill(self.bias[:, :, :T, :T] == 0, float("-inf"))
-        att = F.softmax(att, dim=-1)
-        y = self.attn_dropout(att) @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
 
 
 def build_rope_cache(seq_len, n_elem, base=10000):
@@ -227,7 +202,6 @@ def _perceiver_inputs():
 
 
 MODULES = {
-    "minGPT attention": (MinGPTSelfAttention, lambda: (torch.randn(2, 5, 16),)),
     "lit-gpt rotary attention": (LitRotaryAttention, lambda: (torch.randn(2, 5, 16),)),
     "DiT block": (DiTBlock, lambda: (torch.randn(2, 5, 16), torch.randn(2, 16))),
     "Perceiver cross-attention": (PerceiverCrossAttention, _perceiver_inputs),

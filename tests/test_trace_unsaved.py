@@ -152,3 +152,17 @@ def test_regression_integer_position_and_token_type_buffers_are_rows_of_their_ta
     text = round_trip(m, ids)  # strict: module.state_dict() alone
     assert "position_ids" not in text.split("index legend")[1] and "token_type_ids" not in text
     assert "slice(weight" in text and "select(weight" in text
+
+
+def test_rotary_tables_compiled_and_interpreted_agree_with_hugging_face():
+    """`rotary_cos`, `rotary_sin`: cos and sin of position times frequency, the frequencies twice
+    over, as Hugging Face's rotary embedding computes them (independently written here)."""
+    text = "dim p = 6, d = 4, t = 6\nbuffer c[p, d] ~ rotary_cos(base=500) unsaved\nbuffer s[p, d] ~ rotary_sin(base=500) unsaved\n" \
+           "input x[t, d]\ny = x * c + x * s\noutput y\n"
+    inv = 1.0 / (500 ** (torch.arange(0, 4, 2, dtype=torch.int64).float() / 4))
+    emb = torch.cat([torch.arange(6).float()[:, None] * inv[None], torch.arange(6).float()[:, None] * inv[None]], dim=-1)
+    m = penrose.compile(text)
+    torch.testing.assert_close(m.c, emb.cos(), rtol=0, atol=0)
+    torch.testing.assert_close(m.s, emb.sin(), rtol=0, atol=0)
+    x = torch.randn(6, 4)
+    torch.testing.assert_close(penrose.interpret(text, x, params={}), m(x), rtol=0, atol=0)
