@@ -29,6 +29,7 @@ from timm.models.mlp_mixer import MixerBlock  # noqa: E402
 from timm.models.vision_transformer import Attention as TimmAttention  # noqa: E402
 from timm.models.vision_transformer import Block as TimmBlock  # noqa: E402
 from timm.models.vision_transformer import VisionTransformer  # noqa: E402
+import transformers  # noqa: E402
 from transformers import BertConfig, BertModel, GPT2Config, GPT2Model, LlamaConfig, LlamaModel, MistralConfig, MistralModel, ViTConfig  # noqa: E402
 from transformers.models.bert import modeling_bert as bert  # noqa: E402
 from transformers.models.gpt2 import modeling_gpt2 as gpt2  # noqa: E402
@@ -221,10 +222,30 @@ def _whole(name, attention="eager"):
             "bert": lambda: BertModel(_eager(attention=attention, config=BertConfig(
                 **small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)), add_pooling_layer=False),
         }
-        return LastHidden(configs[name]()), (torch.randint(0, 11, (2, T)),)
+        more = {
+            "qwen2": lambda: transformers.Qwen2Model(_eager(attention=attention, config=transformers.Qwen2Config(
+                **small, num_key_value_heads=2, max_position_embeddings=16))),
+            # rotary over half of each head (the rest passes): tables of 2 columns, frequencies all ones
+            "gpt-neox": lambda: transformers.GPTNeoXModel(_eager(attention=attention, config=transformers.GPTNeoXConfig(
+                **small, rotary_pct=0.5, max_position_embeddings=16, hidden_dropout=0.0, attention_dropout=0.0))),
+            # rotary over the whole head: `q[..., rotary_dim:]` is empty, and the cat that rejoins it
+            "phi3": lambda: transformers.Phi3Model(_eager(attention=attention, config=transformers.Phi3Config(
+                **small, num_key_value_heads=2, max_position_embeddings=16, pad_token_id=0))),
+            # a 0-dim non-persistent buffer (the embedding's normalizer, sqrt of the width)
+            "gemma": lambda: transformers.GemmaModel(_eager(attention=attention, config=transformers.GemmaConfig(
+                **small, num_key_value_heads=2, head_dim=4, max_position_embeddings=16))),
+            "opt": lambda: transformers.OPTModel(_eager(attention=attention, config=transformers.OPTConfig(
+                hidden_size=WIDTH, ffn_dim=24, num_attention_heads=4, num_hidden_layers=2, vocab_size=11,
+                max_position_embeddings=16, word_embed_proj_dim=WIDTH, dropout=0.0))),
+            "distilbert": lambda: transformers.DistilBertModel(_eager(attention=attention, config=transformers.DistilBertConfig(
+                dim=WIDTH, hidden_dim=24, n_heads=4, n_layers=2, vocab_size=11, max_position_embeddings=16, dropout=0.0,
+                attention_dropout=0.0))),
+        }
+        return LastHidden({**configs, **more}[name]()), (torch.randint(0, 11, (2, T)),)
 
 
 WHOLE = ["gpt2", "llama", "mistral", "bert"]
+MORE = ["qwen2", "gpt-neox", "phi3", "gemma", "opt", "distilbert"]
 
 
 @DTYPES
@@ -240,6 +261,25 @@ def test_whole_transformers_models_round_trip(name, dtype):
         assert "causal(t, s)" in text
     if name in ("llama", "mistral"):
         assert "~ rotary_cos(base=10000) unsaved" in text and "~ rotary_sin(base=10000) unsaved" in text
+
+
+@DTYPES
+@pytest.mark.parametrize("name", MORE)
+def test_more_whole_transformers_models_round_trip(name, dtype):
+    """Models this file was not written against: Qwen2, GPT-NeoX (partial rotary), Phi-3 (an empty
+    pass-through slice), Gemma (a 0-dim non-persistent buffer), OPT (learned positions with an
+    offset), DistilBERT."""
+    module, inputs = _whole(name)
+    round_trip(module, inputs, dtype)
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_whole_models_with_their_default_sdpa_attention_round_trip(name, dtype):
+    """The default attention of transformers (SDPA): the causal mask folded, BERT's mask that keeps
+    every key (True everywhere) no mask at all."""
+    module, inputs = _whole(name, attention="sdpa")
+    round_trip(module, inputs, dtype)
 
 
 def test_whole_model_runs_another_batch():

@@ -11,6 +11,10 @@ from penrose.tracing.common import INT64_MAX, BatchAxis, _describe, _overload, t
 from penrose.tracing.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
 
 
+def _is_cat(node) -> bool:
+    return getattr(node, "op", None) == "call_function" and "cat" in str(getattr(node, "target", ""))
+
+
 class Shapes:
     """Handlers of `Lowerer` (shapes); the table in `penrose.tracing.aten` names them."""
 
@@ -296,7 +300,8 @@ class Shapes:
     def op_cat(self, node):
         a = self.args(node)
         # an empty constant (Hugging Face's fresh key-value cache, torch.tensor([])) adds nothing
-        parts = [t for t in a["tensors"] if not (self.empty_constant(t))]
+        parts = [t for t in a["tensors"] if not (self.empty_constant(t))
+                 and not (isinstance(self.values.get(t), tuple) and self.values[t][:1] == ("empty",))]
         tensors = [self.view_arg(t) for t in parts]
         tensors = [t for t in tensors if not (isinstance(t, View) and any(c is not None and c.size == 0 for c in t.axes))]
         if len(tensors) == 1:
@@ -356,6 +361,8 @@ class Shapes:
             return x
         if e is BATCH:
             raise BatchAxis
+        if e is not None and end <= start and self.node is not None and any(_is_cat(u) for u in self.node.users):
+            return ("empty", self.node)  # Phi-3's `q[..., rotary_dim:]` of a rotation over the whole head: the cat drops it
         if e is None or end <= start:
             self.unsupported(why="an empty slice")
         j = self.axis(x, dim)

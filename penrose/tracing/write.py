@@ -52,14 +52,14 @@ def made_init(value) -> ir.Init | None:
     if value is None or not value.numel():
         return None
     shape, x = tuple(value.shape), value.detach().cpu().to(torch.float64)
-    candidates = [ir.Init("zeros"), ir.Init("ones"), ir.Init("arange")]
+    candidates = [ir.Init("zeros"), ir.Init("ones")] + ([ir.Init("arange")] if shape else [])
     first = float(x.reshape(-1)[0])
     if math.isfinite(first) and bool((x == first).all()):
         candidates.append(ir.Init("constant", (("value", ir.Number(first)),)))
     if len(shape) >= 2 and shape[-1] == shape[-2]:
         candidates.append(ir.Init("causal"))
     n = shape[-1] if shape else 1
-    if n >= 2 and 0 < float(x.reshape(-1, n)[0, 1]) < 1:  # entry 1 is base ** (-1 / n)
+    if shape and n >= 2 and 0 < float(x.reshape(-1, n)[0, 1]) < 1:  # entry 1 is base ** (-1 / n)
         base = float(x.reshape(-1, n)[0, 1]) ** -n
         for nice in (round(base), float(f"{base:.6g}")):
             if nice > 0:
