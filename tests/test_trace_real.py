@@ -123,6 +123,9 @@ def _timm(name):
         "timm-mixer-block": lambda: MixerBlock(dim=WIDTH, seq_len=T, mlp_ratio=(0.5, 2.0)),
         "timm-mlp": lambda: timm.layers.Mlp(WIDTH, 32),
         "timm-swiglu": lambda: timm.layers.SwiGLU(WIDTH, 32),
+        "timm-layerscale-block": lambda: TimmBlock(dim=WIDTH, num_heads=4, init_values=1e-5, qkv_bias=True),
+        "timm-glu-mlp": lambda: timm.layers.GluMlp(WIDTH, 32),
+        "timm-attention-pool": lambda: timm.layers.AttentionPoolLatent(WIDTH, num_heads=4),
     }
     return makers[name](), (torch.randn(2, T, WIDTH),)
 
@@ -130,7 +133,8 @@ def _timm(name):
 HF = ["gpt2-attention", "gpt2-mlp", "gpt2-block", "llama-attention", "llama-mlp", "llama-decoder-layer",
       "mistral-attention", "mistral-mlp", "mistral-decoder-layer", "bert-attention", "bert-intermediate", "bert-layer",
       "vit-attention", "vit-layer"]
-TIMM = ["timm-vit-block", "timm-vit-attention", "timm-mixer-block", "timm-mlp", "timm-swiglu"]
+TIMM = ["timm-vit-block", "timm-vit-attention", "timm-mixer-block", "timm-mlp", "timm-swiglu", "timm-layerscale-block",
+        "timm-glu-mlp", "timm-attention-pool"]
 
 
 # ---- the round trip ---------------------------------------------------------------------------------------
