@@ -509,3 +509,22 @@ def test_regression_embedding_padding_row_takes_no_gradient(pad):
     ids = torch.tensor([[pad, 1, 3, pad], [5, pad, 0, 6]])
     text = round_trip(m, ids)  # gradients of the table compared, row p's included
     assert "detach(" in text
+
+
+class IntegerMask(nn.Module):
+    """An attention mask given as integers (1 keep, 0 pad), as tokenizers return it, made bool."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, attention_mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        keep = attention_mask.to(torch.bool)[:, None, :]
+        return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ x
+
+
+def test_integer_mask_made_bool_is_a_comparison():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    text = round_trip(IntegerMask(), torch.randn(2, 4, 4), mask)
+    assert "!= 0" in text
