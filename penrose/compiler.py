@@ -555,14 +555,30 @@ class _Emitter:
         if name == "eye":
             return f"        torch.nn.init.eye_({target})"
         if name in ("causal", "arange", "rotary", "rotary_cos", "rotary_sin"):  # what a module computes for itself
-            args = f"{name!r}, {target}.shape" + (f", {float(kw.get('base', 10000.0))!r}" if name.startswith("rotary") else "")
-            return f"        {target}.copy_(_made_buffer({args}))"
+            return f"        {target}.copy_({_made_code(name, target, float(kw.get('base', 10000.0)))})"
         if name == "xavier":
             sizes = [self.S.size(cl) or 1 for cl in d.type.cls]
             fan_in, fan_out = (sizes[0], sizes[-1]) if sizes else (1, 1)
             bound = float(kw.get("gain", 1.0)) * math.sqrt(6.0 / (fan_in + fan_out))
             return f"        torch.nn.init.uniform_({target}, {-bound!r}, {bound!r}, generator=generator)"
         raise PenroseCompileError(f"unknown init {name!r}", init.span)  # pragma: no cover
+
+
+def _made_code(name: str, t: str, base: float) -> str:
+    """The torch expression of an init a module computes for itself (docs/language.md): `causal`
+    (torch.tril of ones), `arange`, `rotary` (1 / base ** (i / n)), `rotary_cos`, `rotary_sin`
+    (cos, sin of position times those frequencies, twice over), in float32, expanded to `t`."""
+    if name == "causal":
+        made = f"torch.ones({t}.shape[-2:]).tril()"
+    elif name == "arange":
+        made = f"torch.arange({t}.shape[-1]).float()"
+    elif name == "rotary":
+        made = f"1.0 / ({base!r} ** (torch.arange({t}.shape[-1]).float() / {t}.shape[-1]))"
+    else:
+        inv = f"1.0 / ({base!r} ** (torch.arange({t}.shape[-1] // 2).float() / ({t}.shape[-1] // 2)))"
+        freqs = f"torch.arange({t}.shape[-2]).float()[:, None] * ({inv})[None, :]"
+        made = f"torch.cat([{freqs}] * 2, dim=-1).{name[len('rotary_'):]}()"
+    return f"({made}).expand({t}.shape)"
 
 
 def emitted_name(name: str, place: str, span: Span | None = None, fail: bool = True) -> str | None:

@@ -502,14 +502,14 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         """Hugging Face's rotary cos and sin, made in forward from the inverse frequencies the module
         made for itself and positions 0 .. T-1: the first T rows of an `unsaved` buffer `~ rotary_cos`
         (`rotary_sin`) as long as the module's position limit; None for other values."""
-        from penrose.runtime import _made_buffer
+        from penrose.tracing.common import made_values
 
         T, D = square.shape
         if not square.is_floating_point() or D % 2:
             return None
         for base in dict.fromkeys(self.bases + [10000.0]):  # frequencies of one entry are ones, whatever the base
             for name in ("rotary_cos", "rotary_sin"):
-                want = _made_buffer(name, (T, D), base)
+                want = made_values(name, (T, D), base)
                 if not torch.allclose(square.detach().cpu().double(), want.double(), rtol=1e-6, atol=1e-6):
                     continue
                 limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in self.module.modules()]

@@ -47,7 +47,7 @@ def made_init(value) -> ir.Init | None:
     rotary inverse frequencies), or None: then the diagram declares it as a saved buffer."""
     import torch
 
-    from penrose.runtime import _made_buffer
+    from penrose.tracing.common import made_values
 
     if value is None or not value.numel():
         return None
@@ -73,7 +73,7 @@ def made_init(value) -> ir.Init | None:
                 for base in dict.fromkeys([10000, 500000, 1000000, 100000, round(guess), float(f"{guess:.2g}"), float(f"{guess:.3g}")]):
                     tables.append(ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),)))
     for init in tables:
-        want = _made_buffer(init.name, shape, float(init.kwargs[0][1].value)).to(value.dtype).to(torch.float64)
+        want = made_values(init.name, shape, float(init.kwargs[0][1].value)).to(value.dtype).to(torch.float64)
         if torch.equal(want, x):
             return init
     for init in candidates:
@@ -82,7 +82,7 @@ def made_init(value) -> ir.Init | None:
             want = torch.full(shape, fill, dtype=torch.float32).to(value.dtype).to(torch.float64)
         else:
             base = float(init.kwargs[0][1].value) if init.kwargs else 10000.0
-            want = _made_buffer(init.name, shape, base).to(value.dtype).to(torch.float64)
+            want = made_values(init.name, shape, base).to(value.dtype).to(torch.float64)
         if torch.equal(want, x):
             return init
     return None
