@@ -322,12 +322,20 @@ class CumSum(nn.Module):
         return x.cumsum(-1) * 2
 
 
+class Ramp(nn.Module):
+    """A tensor made from constants that is neither a mask, a number, positions nor a rotary table."""
+
+    def forward(self, x):
+        return x * torch.linspace(0.0, 1.0, x.shape[-1])
+
+
 @pytest.mark.parametrize("make, code, cause", [
     (IntCast, "x.long()", "converts torch.float32 to torch.int64"),
+    (Ramp, "torch.linspace(", "a tensor forward makes from constants"),
     (WideFill, "torch.ones(3, 4)", "a filled tensor of shape (3, 4)"),
     (Conv, "self.proj(", "torch.conv1d cannot be expressed in .pen: a convolution"),
     (CumSum, "x.cumsum(-1)", "Tensor.cumsum cannot be expressed in .pen: a cumulative op"),
-], ids=["float-to-int", "fill-with-new-axes", "conv", "cumsum"])
+], ids=["float-to-int", "made-from-constants", "fill-with-new-axes", "conv", "cumsum"])
 def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
     with pytest.raises(PenroseTraceError) as e:
         penrose.trace(make(), torch.randn(2, 4) if make is not Conv else torch.randn(4, 6))
