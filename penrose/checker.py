@@ -584,6 +584,8 @@ class _Checker(_Exprs, _Ops, _Einops):
                 raise PenroseCheckError(f"uniform: the range from a={a:g} to b={b:g} is wider than float32 holds", at)
         if init.name == "eye" and len(t.legs) != 2:
             raise PenroseCheckError("eye initialises a tensor with two legs", init.span)
+        if init.name in ("causal", "rotary_cos", "rotary_sin") and len(t.legs) < 2:
+            raise PenroseCheckError(f"{init.name} initialises a tensor with two legs or more", init.span)
         return replace(init, kwargs=tuple(resolved))
 
     def _not_a_dim(self, name: str, span: Span):

@@ -491,7 +491,8 @@ class _Emitter:
             elif d.tensor.kind == "param":
                 made = P.expr_stmt(P.method(me, "register_parameter", unquote(d.tensor.name), P.call(P.path("torch.nn.Parameter"), empty)))
             else:
-                made = P.expr_stmt(P.method(me, "register_buffer", unquote(d.tensor.name), empty))
+                unsaved = {} if d.tensor.saved else {"persistent": False}  # `unsaved`: made from its init, not in the state dict
+                made = P.expr_stmt(P.method(me, "register_buffer", unquote(d.tensor.name), empty, **unsaved))
             out[d.tensor.name] = (P.commented(made, self.shape_comment(d.type)), self.init_node(d), d.tensor.span)
         return out
 
@@ -512,8 +513,34 @@ class _Emitter:
         """`torch.nn.init.<function>(self.W, ...)`: the init's row of penrose.tables.INITIALISERS
         (the interpreter calls the same function with the same numbers)."""
         row, args, kwargs = init_call(d.tensor.init, [self.S.size(cl) for cl in d.type.cls])
+        target = _member(P.name("self"), d.tensor.name)
+        if row.made:  # values the module computes for itself: `self.M.copy_(<values>)`
+            return P.expr_stmt(P.method(target, "copy_", _made_node(d.tensor.init.name, target, kwargs.get("base", 10000.0))))
         extra = {"generator": P.name("generator")} if row.random else {}
         return P.expr_stmt(P.call(P.path("torch.nn.init." + row.function), _member(P.name("self"), d.tensor.name), *args, **kwargs, **extra))
+
+
+def _made_node(name: str, t: ast.expr, base: float) -> ast.expr:
+    """The torch expression of an init a module computes for itself (docs/language.md), as a tree:
+    `causal` (torch.tril of ones), `arange`, `rotary` (1 / base ** (i / n)), `rotary_cos`,
+    `rotary_sin` (cos, sin of position times those frequencies, twice over), in float32,
+    expanded to the tensor `t`'s shape."""
+    shape = P.attr(t, "shape")
+    last, rows = P.subscript(shape, -1), P.subscript(shape, -2)
+    if name == "causal":
+        made = P.method(P.call(P.path("torch.ones"), P.subscript(shape, P.slice_(-2))), "tril")
+    elif name == "arange":
+        made = P.method(P.call(P.path("torch.arange"), last), "float")
+    else:
+        n = last if name == "rotary" else P.binop("//", last, P.const(2))
+        inverse = P.binop("/", P.const(1.0), P.binop("**", P.const(float(base)), P.binop("/", P.method(P.call(P.path("torch.arange"), n), "float"), n)))
+        if name == "rotary":
+            made = inverse
+        else:
+            positions = P.subscript(P.method(P.call(P.path("torch.arange"), rows), "float"), P.index_tuple([P.slice_(), None]))
+            freqs = P.binop("*", positions, P.subscript(inverse, P.index_tuple([None, P.slice_()])))
+            made = P.method(P.call(P.path("torch.cat"), P.binop("*", P.list_([freqs]), P.const(2)), dim=P.const(-1)), name[len("rotary_"):])
+    return P.method(made, "expand", shape)
 
 
 def emitted_name(name: str, place: str, span: Span | None = None, fail: bool = True) -> str | None:

@@ -254,7 +254,7 @@ def _code(s) -> str:
         return f"const {_dim_item(s)}"
     if isinstance(s, ir.Tensor):
         dtype = f" : {s.dtype}" if s.dtype != "float" else ""
-        return f"{s.kind} {s.name}{_legs(s)}{dtype}{_init(s.init)}"
+        return f"{s.kind} {s.name}{_legs(s)}{dtype}{_init(s.init)}{'' if s.saved else ' unsaved'}"
     if isinstance(s, ir.Assign):
         text = f"{', '.join(s.targets)} = {_expr(s.value, 0)}"
         if s.repeat is not None:

@@ -148,6 +148,26 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
     return out
 
 
+def _made_values(name: str, shape: tuple, base: float) -> torch.Tensor:
+    """The values of the inits a module computes for itself (docs/language.md), written here
+    apart from the compiler's runtime: the interpreter shares no code with it."""
+    n = shape[-1] if shape else 1
+    if name == "causal":
+        rows, cols = torch.meshgrid(torch.arange(shape[-2]), torch.arange(n), indexing="ij")
+        made = (cols <= rows).to(torch.float32)
+    elif name == "arange":
+        made = torch.arange(n, dtype=torch.float32)
+    else:
+        half = n if name == "rotary" else n // 2
+        inverse = torch.pow(torch.tensor(float(base), dtype=torch.float32), torch.arange(half, dtype=torch.float32) / half).reciprocal()
+        if name == "rotary":
+            made = inverse
+        else:
+            angles = torch.arange(shape[-2], dtype=torch.float32).unsqueeze(1) * inverse.repeat(2).unsqueeze(0)
+            made = torch.cos(angles) if name == "rotary_cos" else torch.sin(angles)
+    return made.expand(shape)
+
+
 def _camel(name: str) -> str:
     words = [w for w in re.split(r"[^A-Za-z0-9]+", name) if w]
     text = "".join(w[:1].upper() + w[1:] for w in words)
@@ -159,7 +179,10 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
     (penrose.tables.INITIALISERS), called with the numbers the compiled module passes it."""
     row, args, kwargs = init_call(t.init, shape)
     x = torch.empty(shape, dtype=dtype)
-    getattr(torch.nn.init, row.function)(x, *args, **kwargs, **({"generator": g} if row.random else {}))
+    if row.made:
+        x.copy_(_made_values(t.init.name, tuple(shape), kwargs.get("base", 10000.0)))
+    else:
+        getattr(torch.nn.init, row.function)(x, *args, **kwargs, **({"generator": g} if row.random else {}))
     return x
 
 
@@ -281,11 +304,13 @@ class _Frame:
     def param(self, name: str, span=None) -> torch.Tensor:
         key = self.prefix + name
         params = self.interp.params
+        decl = self.body.decls[name]
+        want = tuple(self.size(c) for c in decl.type.cls)
+        if key not in params and not decl.tensor.saved:  # an `unsaved` buffer: not in a state dict, made from its init
+            params[key] = _initialised(decl.tensor, want, torch.Generator().manual_seed(0), torch.float32)
         if key not in params:
             raise PenroseShapeError(f"no tensor {key!r} among the params ({len(params)} given)", span)
         x = params[key]
-        decl = self.body.decls[name]
-        want = tuple(self.size(c) for c in decl.type.cls)
         if tuple(x.shape) != want:
             raise PenroseShapeError(f"{decl.tensor.kind} {key!r} has shape {list(x.shape)}, the diagram says {list(want)}", span)
         if self.dtype is not None and x.is_floating_point() and x.dtype != self.dtype:

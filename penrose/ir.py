@@ -214,6 +214,9 @@ class Tensor:
     # where each leg is written, parallel to `legs` (a leading '...' has none); like `span`, not
     # part of equality. Empty for a Tensor built by hand: `leg_span` then falls back to `span`.
     leg_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
+    # False for a buffer written `unsaved`: the module makes it from its init and leaves it out
+    # of its state dict (torch's register_buffer(..., persistent=False))
+    saved: bool = field(default=True, kw_only=True)
 
     def leg_span(self, i: int) -> Span:
         """Where leg `i` is written, or the whole declaration when that is not known."""

@@ -330,8 +330,12 @@ class _Fast:
         elif kind in ("param", "buffer") and self.k[self.i] == "~":
             self.i += 1
             init, end = self.init()
+        saved = True
+        if kind == "buffer" and self.k[self.i] == "NAME" and self.v[self.i] == "unsaved":  # persistent=False
+            saved, end = False, self.end(self.i)
+            self.i += 1
         span = self.span_from(first, end)
-        return ir.Tensor(kind, self.v[n], legs, dtype, init, batched, span=span, leg_spans=leg_spans)
+        return ir.Tensor(kind, self.v[n], legs, dtype, init, batched, span=span, leg_spans=leg_spans, saved=saved)
 
     def legs(self):
         """`[leg, ...]` → (legs, batched, leg spans, end); a '...' only first."""
@@ -786,9 +790,10 @@ class _ToIR:
             kws.append((a[1], self._expr(a[2])))
         return ir.Init(str(ch[0]), tuple(kws), span=self.L.span(meta))
 
-    def _tensor(self, kind, meta, ch, dtype=None, init=None):
+    def _tensor(self, kind, meta, ch, dtype=None, init=None, saved=True):
         legs, batched, leg_spans = ch[1]
-        return ir.Tensor(kind, str(ch[0]), legs, dtype or "float", init, batched, span=self.L.span(meta), leg_spans=leg_spans)
+        return ir.Tensor(kind, str(ch[0]), legs, dtype or "float", init, batched, span=self.L.span(meta), leg_spans=leg_spans,
+                         saved=saved)
 
     def input_decl(self, meta, ch):
         return self._tensor("input", meta, ch, dtype=str(ch[2]) if ch[2] is not None else None)
@@ -800,7 +805,7 @@ class _ToIR:
         return self._tensor("param", meta, ch, init=ch[2])
 
     def buffer_decl(self, meta, ch):
-        return self._tensor("buffer", meta, ch, init=ch[2])
+        return self._tensor("buffer", meta, ch, init=ch[2], saved=ch[3] is None)
 
     def targets(self, meta, ch):
         return tuple(str(c) for c in ch)

@@ -118,7 +118,7 @@ def reserved(name: str, place: str) -> str | None:
 # names the checker refuses for a tensor, a const or a block: the table's (its builtins are the
 # language's functions, refused as such), and a few more kept free for readers of the code
 GENERATED = RESERVED["module"] | frozenset({"self", "super", "math", "None", "True", "False", "inf"})
-PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat"})
+PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat", "unsaved"})
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)
 FUNCTIONS = ops.FUNCTIONS
@@ -142,6 +142,8 @@ class Initialiser:
     - function: the `torch.nn.init` function that fills the tensor (in place, under no_grad);
     - positional / by_keyword: the function's arguments after the tensor, in order, named as
       the keywords (or as `derive` names them); random: it also takes `generator=`;
+    - made: no torch.nn.init function: the values a module computes for itself (`causal`,
+      `arange`, `rotary`...); each backend computes them in its own way from `by_keyword`;
     - derive: the function's arguments from the keywords (defaults filled) and the tensor's
       shape, where they are not the keywords themselves (xavier's bound).
 
@@ -155,6 +157,7 @@ class Initialiser:
     positional: tuple[str, ...] = ()
     by_keyword: tuple[str, ...] = ()
     random: bool = False
+    made: bool = False  # values a module computes for itself (causal, arange, rotary...), not a torch.nn.init call
     derive: Callable[[dict[str, float], Sequence[int | None]], dict[str, float]] | None = None
 
     def arguments(self, given: dict[str, float], shape: Sequence[int | None]) -> tuple[tuple[float, ...], dict[str, float]]:
@@ -175,6 +178,14 @@ INITIALISERS = {
     "uniform": Initialiser({"a": (0.0, "finite"), "b": (1.0, "finite")}, "uniform_", positional=("a", "b"), random=True),
     "xavier": Initialiser({"gain": (1.0, "nonneg")}, "uniform_", positional=("a", "b"), random=True, derive=_xavier_bounds),
     "eye": Initialiser({}, "eye_"),
+    # what a module computes for itself (an `unsaved` buffer's usual init): no torch.nn.init
+    # function; the compiler emits the values' expression (compiler._made_node) and the
+    # interpreter computes them its own way (interpreter._made_values)
+    "causal": Initialiser({}, "", made=True),
+    "arange": Initialiser({}, "", made=True),
+    "rotary": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
+    "rotary_cos": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
+    "rotary_sin": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
 }
 DEFAULT_INIT = "normal"
 

@@ -132,6 +132,9 @@ CASES = [
     "input s[]",
     "param W[e] ~ normal()",
     "buffer B[e, e] ~ eye",
+    "buffer M[t, t] ~ causal unsaved",  # persistent=False
+    "buffer P[t] unsaved  # note",
+    "buffer unsaved[t] ~ rotary(base=10000) unsaved",
     "param W[e, f] ~ uniform(a=-0.1, b=0.1)  # note",
     "block f(a[t, e], b[t] : bool) { return a }",  # a one-line block
     "block f(a[t]) {\n  block g(b[t]) {\n    return b\n  }}\n",  # '}}'
@@ -213,7 +216,8 @@ def test_the_fast_path_knows_every_keyword_and_operator_of_the_grammar():
     terminals = {t.name: t.pattern for t in _parser().terminals}
     literals = {p.value for p in terminals.values() if p.type == "str"}
     words = {w for w in literals if w.isidentifier()}
-    assert words == _KEYWORDS | {"as", "repeat"}  # statement keywords; 'as' and 'repeat' after an assignment
+    # statement keywords; 'as' and 'repeat' after an assignment, 'unsaved' after a buffer
+    assert words == _KEYWORDS | {"as", "repeat", "unsaved"}
     compare = terminals["COMPARE"].to_regexp()
     assert {op for op in ("<", "<=", ">", ">=", "==", "!=", "=<", "<>", "=") if re.fullmatch(compare, op)} == _COMPARE
     for op in (literals - words) | _COMPARE:

@@ -322,12 +322,20 @@ class CumSum(nn.Module):
         return x.cumsum(-1) * 2
 
 
+class Ramp(nn.Module):
+    """A tensor made from constants that is neither a mask, a number, positions nor a rotary table."""
+
+    def forward(self, x):
+        return x * torch.linspace(0.0, 1.0, x.shape[-1])
+
+
 @pytest.mark.parametrize("make, code, cause", [
     (IntCast, "x.long()", "converts torch.float32 to torch.int64"),
+    (Ramp, "torch.linspace(", "a tensor forward makes from constants"),
     (WideFill, "torch.ones(3, 4)", "a filled tensor of shape (3, 4)"),
     (Conv, "self.proj(", "torch.conv1d cannot be expressed in .pen: a convolution"),
     (CumSum, "x.cumsum(-1)", "Tensor.cumsum cannot be expressed in .pen: a cumulative op"),
-], ids=["float-to-int", "fill-with-new-axes", "conv", "cumsum"])
+], ids=["float-to-int", "made-from-constants", "fill-with-new-axes", "conv", "cumsum"])
 def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
     with pytest.raises(PenroseTraceError) as e:
         penrose.trace(make(), torch.randn(2, 4) if make is not Conv else torch.randn(4, 6))
@@ -487,3 +495,44 @@ def test_geglu_int_mask_triu_buffer_and_baddbmm():
     round_trip(IntMaskAttention(), torch.randn(2, 5, 8), mask, tol=1e-6)  # the module's float32 softmax rounds
     round_trip(TriuBoolBuffer(), torch.randn(2, 5, 4))
     round_trip(BaddbmmScores(), torch.randn(2, 5, 4), torch.randn(2, 6, 4))
+
+
+class PaddedEmbedding(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(7, 4, padding_idx=2)
+        self.out = nn.Linear(4, 3)
+
+    def forward(self, ids):
+        return self.out(self.emb(ids))
+
+
+@pytest.mark.parametrize("pad", [0, 2, 6])
+def test_regression_embedding_padding_row_takes_no_gradient(pad):
+    """nn.Embedding(padding_idx=p) (Hugging Face BERT's word embeddings, p = 0): the trace was a
+    plain gather, so row p of the twin's table took a gradient the original's does not (found on
+    BertModel when an id 0 occurred). The table is read with row p detached."""
+    m = PaddedEmbedding()
+    m.emb.padding_idx = pad
+    ids = torch.tensor([[pad, 1, 3, pad], [5, pad, 0, 6]])
+    text = round_trip(m, ids)  # gradients of the table compared, row p's included
+    assert "detach(" in text
+
+
+class IntegerMask(nn.Module):
+    """An attention mask given as integers (1 keep, 0 pad), as tokenizers return it, made bool."""
+
+    def __init__(self, d=4):
+        super().__init__()
+        self.q = nn.Linear(d, d)
+
+    def forward(self, x, attention_mask):
+        scores = self.q(x) @ x.transpose(-1, -2)
+        keep = attention_mask.to(torch.bool)[:, None, :]
+        return scores.masked_fill(~keep, float("-inf")).softmax(-1) @ x
+
+
+def test_integer_mask_made_bool_is_a_comparison():
+    mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    text = round_trip(IntegerMask(), torch.randn(2, 4, 4), mask)
+    assert "!= 0" in text

@@ -28,8 +28,13 @@ def call_depth(code: str) -> int:
 def check_readable(text: str, writer) -> None:
     deep = [line for line in text.splitlines() if call_depth(line) > MAX_DEPTH]
     assert not deep, f"statements nesting more than {MAX_DEPTH} calls: {deep}"
+    # a product (bt = b * t) is one meaning; so is a letter the module's attribute gives (head_dim: the head
+    # dim of q and k, and of v) or the user's own pattern writes (`h d` in two rearranges), where the axes
+    # are of one size and never meet
+    prefs = {n: {getattr(r, "pref", None) for r in rs} for n, rs in writer.dim_holders.items()}
     shared = {n: len({id(r) for r in rs}) for n, rs in writer.dim_holders.items()
-              if len({id(r) for r in rs}) > 1 and n not in writer.dim_merge}  # a product (bt = b * t) is one meaning
+              if len({id(r) for r in rs}) > 1 and n not in writer.dim_merge
+              and not (len({r.size for r in rs}) == 1 and (n in writer.meaning or prefs[n] == {n}))}
     assert not shared, f"dim letters that stand for more than one axis: {shared}"
     legend = {m.group(1) for m in re.finditer(r"^#\s+(\w+)\s{2}\S", text, re.MULTILINE)}
     dims = set(writer.dim_sizes)

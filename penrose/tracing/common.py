@@ -148,3 +148,32 @@ def _forward_range(mod):
         rng = None
     _RANGES[cls] = rng
     return rng
+
+
+def made_values(name: str, shape, base: float = 10000.0) -> torch.Tensor:
+    """The float32 values of the inits a module computes for itself: `causal` (ones on and below
+    the diagonal of the last two legs: torch.tril of ones), `arange` (each entry its index along
+    the last leg: position ids), `rotary` (1 / base ** (i / n) along the last leg of size n: the
+    inverse frequencies of rotary embeddings, computed as Hugging Face and lit-gpt compute them),
+    `rotary_cos`, `rotary_sin` (the last two legs positions by head dim: cos and sin of position i
+    times those frequencies, the frequencies twice over, as Hugging Face's rotary embedding makes them).
+    What the generated module (penrose.compiler) and the interpreter make, each with its own code;
+    the tracer matches a module's buffers and constants against it.
+
+    >>> made_values("causal", (2, 2)).tolist(), made_values("arange", (1, 3)).tolist()
+    ([[1.0, 0.0], [1.0, 1.0]], [[0.0, 1.0, 2.0]])
+    """
+    shape = tuple(int(n) for n in shape)
+    n = shape[-1] if shape else 1
+    if name == "causal":
+        x = torch.ones(shape[-2:]).tril()
+    elif name == "arange":
+        x = torch.arange(n).float()
+    elif name == "rotary":  # 1.0 / (base ** (torch.arange(0, 2n, 2).float() / 2n)), the same quotients as i / n
+        x = 1.0 / (base ** (torch.arange(n).float() / n))
+    else:  # rotary_cos, rotary_sin: row i the cos (sin) of i times the frequencies, twice over (Hugging Face's cos, sin)
+        half = n // 2
+        freqs = torch.arange(shape[-2]).float()[:, None] * (1.0 / (base ** (torch.arange(half).float() / half)))[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        x = emb.cos() if name == "rotary_cos" else emb.sin()
+    return x.expand(shape).clone()

@@ -16,6 +16,7 @@ import operator
 
 import torch
 
+from penrose import ir
 from penrose.tracing.aten import ATEN, IDENTITY
 from penrose.tracing.common import (
     CAUSES, INPLACE_KEEP, SKIP, VIEW_OPS, BatchAxis, _base, _dtype, _forward_range, _in_torch, _is_block, _packet,
@@ -27,7 +28,7 @@ from penrose.tracing.lower_elementwise import Elementwise
 from penrose.tracing.lower_legs import Reductions
 from penrose.tracing.lower_shapes import Shapes
 from penrose.tracing.model import (
-    BinOp, Call, CallStmt, Classes, Cls, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
+    BinOp, Call, CallStmt, Classes, Cls, Leg, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
 )
 
 
@@ -130,6 +131,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             self.placeholders[spec.arg.name] = (spec.kind.name, spec.target)
         user = 0
         self.scan_containers(list(self.ep.graph.nodes))
+        self.fold_constants(list(self.ep.graph.nodes))
         for node in self.ep.graph.nodes:
             self.node = node
             if node.op == "placeholder":
@@ -140,11 +142,19 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                     user += 1
                 else:
                     self.values[node] = ("state", kind, target, node)
+            elif node.op == "call_function" and node in self.pure:
+                self.values[node] = ("const", self.consts[node], node)  # read where a tensor of the diagram meets it
             elif node.op == "call_function":
                 self.enter(node)
                 try:
                     self.values[node] = self.lower(node)
-                except (PenroseTraceError, BatchAxis):
+                except PenroseTraceError:
+                    if node not in self.consts:
+                        raise
+                    # made from constants alone (Hugging Face's masks from torch.arange): its values,
+                    # read where a tensor of the diagram meets them (a causal mask, a number, positions)
+                    self.values[node] = ("const", self.consts[node], node)
+                except BatchAxis:
                     raise
                 except Exception as e:  # noqa: BLE001 - a bug of the tracer, still shown at the user's line
                     self.fail(f"{torch_name(node)}: the tracer failed on this op ({type(e).__name__}: {e})")
@@ -346,6 +356,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             v = self.values.get(x)
             if isinstance(v, tuple) and v and v[0] == "state":
                 return self.state_view(v)
+            if isinstance(v, tuple) and v and v[0] == "const":
+                return self.const_view(v)
             if isinstance(v, View):
                 return self.lift(v, self.cur)
             return v
@@ -372,6 +384,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if region is None:
             self.fail(f"{'parameter' if kind == 'PARAMETER' else 'buffer'} {target!r} is used outside the call of its "
                       f"module {owner or '(top)'!r}; a block's params are reachable only inside its own calls")
+        ids = self.made_ids(target, kind, node)
+        if ids is not None:
+            return ids
         p = region.params.get(target)
         if p is None:
             tensor = self.tensors.get(target)
@@ -384,6 +399,147 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.masks[key] = self.map_expr(v, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
             return self.masks[key]
         return v
+
+    def fold_constants(self, nodes):
+        """The values of the nodes forward computes from constants alone (no input, parameter or
+        buffer reaches them: `torch.arange(T)`, and what masking code makes of it), evaluated
+        here on their example shapes. A node the ordinary lowering refuses is read from these."""
+        from penrose.tracing.write import made_init
+
+        self.consts: dict = {}
+        self.pure: set = set()  # of those, the ones no placeholder reaches (torch.arange, torch.ones and what is made of them)
+        self.bases: list = []  # rotary bases of the inverse frequencies the module made for itself
+        for node in nodes:
+            kind, target = self.placeholders.get(node.name, (None, None)) if node.op == "placeholder" else (None, None)
+            if kind == "BUFFER" and target not in self.persistent:  # a buffer the module made for itself, as an init does
+                tensor = self.tensors.get(target)
+                init = made_init(tensor) if isinstance(tensor, torch.Tensor) else None
+                if init is not None:
+                    self.consts[node] = tensor.detach()
+                    if init.name == "rotary":
+                        self.bases.append(float(init.kwargs[0][1].value))
+            if kind == "CONSTANT_TENSOR" and isinstance(self.ep.constants.get(target), torch.Tensor):
+                self.consts[node] = self.ep.constants[target].detach()  # torch.tensor([]): a fresh key-value cache
+            if node.op != "call_function":
+                continue
+            args = [a for a in node.all_input_nodes]
+            if any(a not in self.consts for a in args) or node.target is torch.ops.higher_order.cond:
+                continue
+
+            def concrete(a):
+                return self.consts[a] if hasattr(a, "op") else a
+
+            try:
+                with torch.no_grad():
+                    value = node.target(*torch.fx.node.map_aggregate(node.args, concrete),
+                                        **torch.fx.node.map_aggregate(node.kwargs, concrete))
+            except Exception:  # noqa: BLE001, S112 - not foldable: the ordinary lowering decides
+                continue
+            self.consts[node] = value
+            if all(a in self.pure for a in args):
+                self.pure.add(node)
+
+    def const_view(self, entry):
+        """A tensor made from constants, as the diagram can say it: a number (every entry one
+        value), positions (integers 0 .. n-1 along the last axis: an embedding's rows), one id
+        everywhere, or a causal mask (`causal(t, s)`; a float mask as `where(causal(t, s), a, b)`),
+        constant along its leading axes."""
+        _, t, node = entry
+        if not isinstance(t, torch.Tensor):
+            return t
+        key = ("const", node, self.cur.id if hasattr(self.cur, "id") else id(self.cur))
+        if key in self.masks:
+            return self.masks[key]
+        why = "a tensor forward makes from constants (torch.arange, torch.ones, ...) whose values the diagram cannot say"
+        if not t.numel():
+            self.unsupported(why=why)
+        first = t.reshape(-1)[0]
+        integral = not t.is_floating_point() and t.dtype != torch.bool
+        if integral and t.dim():
+            n = t.shape[-1]
+            rows = t.reshape(-1, n)
+            if bool((rows == rows[0]).all()) and torch.equal(rows[0] - rows[0, 0], torch.arange(n)) and n > 1:
+                return ("arange", int(rows[0, 0]), int(rows[0, 0]) + n, 1, node)
+            if bool((t == first).all()):
+                return ("ids_fill", int(first), node)
+        if bool((t == first).all()):
+            user = self.node
+            others = [a.meta.get("val") for a in user.args if hasattr(a, "meta") and a is not node] if user is not None else []
+            shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
+            out = self.out_shape(user) if user is not None else None
+            if t.numel() != 1 and (out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != list(out)):
+                self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
+                                     "(a number broadcasts only where the other operands carry every axis)")
+            return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
+        lead = t.dim() - 2
+        square = t
+        while square.dim() > 2 and bool((square == square[:1]).all()):
+            square = square[0]
+        if square.dim() != 2 or integral:
+            self.unsupported(why=why)
+        T, S = square.shape
+        table = self.rotary_table(square, t.dim() - 2, node)
+        if table is not None:
+            self.masks[key] = table
+            return table
+        tril = torch.ones(T, S, dtype=torch.bool).tril()
+        if t.dtype == torch.bool and not torch.equal(square, tril):
+            self.unsupported(why=why + " (a mask other than causal)")
+        if t.dtype != torch.bool:
+            inside, outside = square[tril], square[~tril]
+            if not (bool((inside == inside[0]).all()) and bool((outside == outside[0]).all())):
+                self.unsupported(why=why)
+        q = self.C.new(T, role="feat", origin="the queries of a causal mask forward makes")
+        k = self.C.new(S, role="feat", origin="the keys of a causal mask forward makes")
+        p = self.emit(Call("causal", [Leg(q), Leg(k)]), [q, k], False, "bool")
+        v = View(p, [None] * lead + [q, k], False)
+        if t.dtype != torch.bool:
+            v = self.where_(v, float(inside[0]), float(outside[0]))
+        self.masks[key] = v
+        return v
+
+    def rotary_table(self, square, lead, node):
+        """Hugging Face's rotary cos and sin, made in forward from the inverse frequencies the module
+        made for itself and positions 0 .. T-1: the first T rows of an `unsaved` buffer `~ rotary_cos`
+        (`rotary_sin`) as long as the module's position limit; None for other values."""
+        from penrose.tracing.common import made_values
+
+        T, D = square.shape
+        if not square.is_floating_point() or D % 2:
+            return None
+        for base in dict.fromkeys(self.bases + [10000.0]):  # frequencies of one entry are ones, whatever the base
+            for name in ("rotary_cos", "rotary_sin"):
+                want = made_values(name, (T, D), base)
+                if not torch.allclose(square.detach().cpu().double(), want.double(), rtol=1e-6, atol=1e-6):
+                    continue
+                limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in self.module.modules()]
+                P = max([T] + [n for n in limits if isinstance(n, int)])
+                rows = self.C.new(P, role="feat", origin=f"positions of the rotary {name[7:]} table")
+                dim = self.C.new(D, role="feat", origin=f"the head dim of the rotary {name[7:]} table")
+                local = f"{name[7:]}_table"
+                pv = PVal([rows, dim], False, "float", self.cur, "buffer", param=local, hint=local)
+                pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
+                self.C.register(pv)
+                self.cur.params[f"{self.cur.fqn}.{local}" if self.cur.fqn else local] = pv
+                v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
+                return View(v.pval, [None] * lead + list(v.axes), False)
+        return None
+
+    def made_ids(self, target, kind, node):
+        """A non-persistent integer buffer the module made for itself: position ids (0 .. n-1 along
+        its last axis, Hugging Face BERT's `position_ids`) as positions, ("arange", ...); one id
+        everywhere (BERT's `token_type_ids`, zeros) as ("ids_fill", id, node); None otherwise."""
+        tensor = self.tensors.get(target)
+        if kind != "BUFFER" or target in self.persistent or not isinstance(tensor, torch.Tensor) or not tensor.numel() \
+                or tensor.is_floating_point() or tensor.dtype == torch.bool or tensor.dim() == 0:
+            return None
+        n = tensor.shape[-1]
+        if all(s == 1 for s in tensor.shape[:-1]) and torch.equal(tensor.reshape(n).cpu(), torch.arange(n)):
+            return ("arange", 0, n, 1, node)
+        first = int(tensor.reshape(-1)[0])
+        if bool((tensor == first).all()):
+            return ("ids_fill", first, node)
+        return None
 
     def declare_state(self, region, target, local, kind, tensor) -> PVal:
         """The param (or buffer) `target` of `region`, declared with a leg per axis."""
@@ -543,9 +699,27 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         `+ past` (a number), `unsqueeze(0)`, `expand(B, -1)`, casts and copies; None otherwise.
         (Hugging Face's `position_ids = torch.arange(T) + past_seen_tokens` then `.unsqueeze(0)`.)"""
         src = self.values.get(node.args[0]) if node.args and hasattr(node.args[0], "op") else None
+        if isinstance(src, tuple) and src and src[0] == "state":  # a buffer the module made: position ids, a fill of ids
+            src = self.made_ids(src[2], src[1], src[3])
+        if isinstance(src, tuple) and src and src[0] == "ids_fill":  # one id everywhere, whatever its shape
+            if packet in ("unsqueeze", "expand", "view", "reshape", "slice", "gather") or packet in IDENTITY:
+                return src
+            return None
         if not (isinstance(src, tuple) and src and src[0] == "arange"):
             return None
         _, start, end, step, made = src
+        if packet == "slice" and step == 1:  # position_ids[:, a:b]: a leading axis whole, or the positions a..b
+            a = self.args(node)
+            dim, lo, hi = a.get("dim", 0), a.get("start") or 0, a.get("end")
+            shape = list(node.args[0].meta["val"].shape) if "val" in node.args[0].meta else None
+            if shape is None or any(hasattr(v, "op") for v in (lo, hi)):
+                return None
+            n = end - start
+            hi = n if hi is None or hi >= n else hi
+            if dim % len(shape) != len(shape) - 1:
+                return src if shape[dim] == 1 else None
+            lo, hi = (lo + n if lo < 0 else lo), (hi + n if hi < 0 else hi)
+            return ("arange", start + lo, start + max(lo, hi), 1, made)
         if packet == "add" and len(node.args) > 1 and isinstance(node.args[1], int) and not isinstance(node.args[1], bool):
             return ("arange", start + node.args[1], end + node.args[1], step, made)
         leading = self.out_shape() or []

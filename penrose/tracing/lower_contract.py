@@ -244,7 +244,7 @@ class Contractions:
             p_ = self.emit(Call("where", [Call("causal", [Leg(t_cls), Leg(s_cls)]), Ref(scores.pval), Num(float("-inf"))]),
                            scores.pval.legs, scores.batched, hint="scores", inline_ok=False)
             scores = View(p_, list(scores.axes), scores.batched)
-        elif mask is not None:
+        elif mask is not None and self.get(mask) is not True and self.get(mask) != 0.0:  # True, 0: a mask made from constants keeping every key
             m = self.view_arg(mask)
             if not isinstance(m, View):
                 self.unsupported(why="a plain-number mask")

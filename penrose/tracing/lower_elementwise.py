@@ -41,8 +41,10 @@ class Elementwise:
             return self.as_number(x)
         if _dtype(src.dtype) == _dtype(want):
             return x
-        self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers "
-                             "and one float dtype to another")
+        if want == torch.bool and x.pval.dtype == "int":  # an integer mask (Hugging Face's attention_mask) as a bool one
+            return self.map_expr(x, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
+        self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers, "
+                             "integer masks to bool and one float dtype to another")
 
     def op_detach(self, node):
         x = self.view_arg(node.args[0])

@@ -5,8 +5,14 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from penrose.tracing.common import INT64_MAX, BatchAxis, _describe, _overload, torch_name
 from penrose.tracing.model import BATCH, Call, Cls, Leg, LegList, Num, Pattern, Ref, TensorList, View
+
+
+def _is_cat(node) -> bool:
+    return getattr(node, "op", None) == "call_function" and "cat" in str(getattr(node, "target", ""))
 
 
 class Shapes:
@@ -293,12 +299,19 @@ class Shapes:
 
     def op_cat(self, node):
         a = self.args(node)
-        tensors = [self.view_arg(t) for t in a["tensors"]]
+        # an empty constant (Hugging Face's fresh key-value cache, torch.tensor([])) adds nothing
+        parts = [t for t in a["tensors"] if not (self.empty_constant(t))
+                 and not (isinstance(self.values.get(t), tuple) and self.values[t][:1] == ("empty",))]
+        tensors = [self.view_arg(t) for t in parts]
         tensors = [t for t in tensors if not (isinstance(t, View) and any(c is not None and c.size == 0 for c in t.axes))]
         if len(tensors) == 1:
             return tensors[0]
         return self.concat(tensors, a.get("dim", 0))
 
+
+    def empty_constant(self, x) -> bool:
+        value = self.consts.get(x) if hasattr(x, "op") else None
+        return isinstance(value, torch.Tensor) and value.numel() == 0
 
     def op_stack(self, node):
         a = self.args(node)
@@ -348,6 +361,8 @@ class Shapes:
             return x
         if e is BATCH:
             raise BatchAxis
+        if e is not None and end <= start and self.node is not None and any(_is_cat(u) for u in self.node.users):
+            return ("empty", self.node)  # Phi-3's `q[..., rotary_dim:]` of a rotation over the whole head: the cat drops it
         if e is None or end <= start:
             self.unsupported(why="an empty slice")
         j = self.axis(x, dim)
@@ -392,15 +407,30 @@ class Shapes:
 
     def op_embedding(self, node):
         a = self.args(node)
-        return self.gather_rows(a["weight"], a["indices"])
+        pad = a.get("padding_idx")
+        return self.gather_rows(a["weight"], a["indices"], pad if isinstance(pad, int) and pad >= 0 else None)
 
-    def gather_rows(self, weight, indices):
+    def gather_rows(self, weight, indices, pad=None):
         w, ids = self.view_arg(weight), self.get(indices)
+        if pad is not None and isinstance(w, View) and not w.batched and len(w.axes) == 2 and w.axes[0] is not None:
+            # nn.Embedding(padding_idx=p): row p takes no gradient, the table read with that row detached
+            n = w.axes[0].size
+            parts = [self.narrow(w, 0, 0, pad)] if pad > 0 else []
+            parts.append(self.unary_call("detach", self.narrow(w, 0, pad, pad + 1)))
+            if pad + 1 < n:
+                parts.append(self.narrow(w, 0, pad + 1, n))
+            w = self.concat(parts, 0)
         if isinstance(ids, tuple) and ids and ids[0] == "arange":  # rows start..end of the table
             _, start, end, step, _n = ids
             if step != 1 or not isinstance(w, View):
                 self.unsupported(why="an embedding of positions with a step")
             return self.narrow(self.materialize(w), 0, start, end)
+        if isinstance(ids, tuple) and ids and ids[0] == "ids_fill":  # one id everywhere: that row, broadcast
+            if not isinstance(w, View) or w.batched or len(w.axes) != 2:
+                self.unsupported(why="an embedding needs a two-axis table and integer ids")
+            row = self.select(self.materialize(w), 0, ids[1])
+            shape = self.out_shape() or []
+            return View(row.pval, [None] * (len(shape) - 1) + row.axes, False)
         ids = self.view_arg(indices)
         if not isinstance(w, View) or w.batched or len(w.axes) != 2 or not isinstance(ids, View) or ids.pval.dtype != "int":
             self.unsupported(why="an embedding needs a two-axis table and integer ids")

@@ -134,7 +134,7 @@ class PVal:
     """A penrose tensor: legs in its own order; how it is made (`stmt`) or declared (`kind`)."""
 
     __slots__ = ("id", "legs", "batched", "dtype", "region", "kind", "param", "stmt", "src", "hint", "node", "value", "span",
-                 "persistent")
+                 "persistent", "made")
 
     def __init__(self, legs, batched, dtype, region, kind, *, param=None, src=None, hint=None, node=None):
         self.id = next(_pval_ids)
@@ -151,6 +151,7 @@ class PVal:
         self.value = None  # a param's tensor (for `~ ones` / `~ zeros`)
         self.span = None  # where the user's code first reads a param or buffer
         self.persistent = True  # a buffer registered with persistent=False is not in the state dict
+        self.made = None  # the init of an `unsaved` buffer the tracer makes (a rotary table forward computes)
 
     def __repr__(self) -> str:
         return f"PVal#{self.id}({self.kind}, {self.legs})"

@@ -13,7 +13,7 @@ import torch
 from penrose.errors import PenroseError, PenroseWarning
 from penrose.tracing.errors import PenroseTraceError, span_at
 from penrose.tracing.lower import BatchAxis, Lowerer, _in_torch
-from penrose.tracing.write import Writer, ok_name
+from penrose.tracing.write import Writer, made_init, ok_name
 
 
 @contextmanager
@@ -153,8 +153,9 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
         warnings.warn(f"penrose.trace: {shown} belong to submodules that forward never calls, so they are not in the "
                       "diagram: load the module's state dict with strict=False", PenroseWarning, stacklevel=3)
-    transient = sorted(t for r in low.regions.values() for t, p in r.params.items() if not p.persistent)
-    if transient:  # registered with persistent=False: the diagram's buffers, not in module.state_dict()
+    transient = sorted(t for r in low.regions.values() for t, p in r.params.items() if not p.persistent and p.made is None
+                       and made_init(p.value) is None)
+    if transient:  # registered with persistent=False, values no init makes: saved buffers of the diagram, not in module.state_dict()
         shown = ", ".join(transient[:6]) + (f" ... ({len(transient)} in all)" if len(transient) > 6 else "")
         header.append(f"# Buffers registered with persistent=False: {shown}; load them with the state dict: "
                       "{**module.state_dict(), **dict(module.named_buffers())}.")

@@ -41,6 +41,53 @@ ROLE_LETTERS = {
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
+def made_init(value) -> ir.Init | None:
+    """The init that makes a non-persistent buffer's values exactly (penrose.runtime._made_buffer:
+    zeros, ones, `causal` for torch.tril of ones, `arange` for position ids, `rotary(base=B)` for
+    rotary inverse frequencies), or None: then the diagram declares it as a saved buffer."""
+    import torch
+
+    from penrose.tracing.common import made_values
+
+    if value is None or not value.numel():
+        return None
+    shape, x = tuple(value.shape), value.detach().cpu().to(torch.float64)
+    candidates = [ir.Init("zeros"), ir.Init("ones")] + ([ir.Init("arange")] if shape else [])
+    first = float(x.reshape(-1)[0])
+    if math.isfinite(first) and bool((x == first).all()):
+        candidates.append(ir.Init("constant", (("value", ir.Number(first)),)))
+    if len(shape) >= 2 and shape[-1] == shape[-2]:
+        candidates.append(ir.Init("causal"))
+    n = shape[-1] if shape else 1
+    if shape and n >= 2 and 0 < float(x.reshape(-1, n)[0, 1]) < 1:  # entry 1 is base ** (-1 / n)
+        base = float(x.reshape(-1, n)[0, 1]) ** -n
+        for nice in (round(base), float(f"{base:.6g}")):
+            if nice > 0:
+                candidates.append(ir.Init("rotary", (("base", ir.Number(nice if nice == int(nice) else float(nice))),)))
+    tables = []  # rotary cos and sin caches (lit-gpt's): their base read back from the second frequency
+    if len(shape) >= 2 and n >= 4 and n % 2 == 0 and shape[-2] >= 2:
+        row = x.reshape(-1, shape[-2], n)[0, 1]
+        for name, inverse in (("rotary_cos", math.acos), ("rotary_sin", math.asin)):
+            if -1 <= float(row[1]) <= 1 and 0 < inverse(float(row[1])) < 1:
+                guess = inverse(float(row[1])) ** -(n // 2)  # near: acos is ill-conditioned near 1
+                for base in dict.fromkeys([10000, 500000, 1000000, 100000, round(guess), float(f"{guess:.2g}"), float(f"{guess:.3g}")]):
+                    tables.append(ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),)))
+    for init in tables:
+        want = made_values(init.name, shape, float(init.kwargs[0][1].value)).to(value.dtype).to(torch.float64)
+        if torch.equal(want, x):
+            return init
+    for init in candidates:
+        if init.name in ("zeros", "ones", "constant"):
+            fill = float(init.kwargs[0][1].value) if init.kwargs else 0.0 if init.name == "zeros" else 1.0
+            want = torch.full(shape, fill, dtype=torch.float32).to(value.dtype).to(torch.float64)
+        else:
+            base = float(init.kwargs[0][1].value) if init.kwargs else 10000.0
+            want = made_values(init.name, shape, base).to(value.dtype).to(torch.float64)
+        if torch.equal(want, x):
+            return init
+    return None
+
+
 def pen_name_ok(name: str, module_attr: bool = True) -> bool:
     """The checker's rule for a param, buffer or instance name (penrose.checker._name_ok)."""
     return (bool(IDENT.match(name)) and not keyword.iskeyword(name) and not keyword.issoftkeyword(name)
@@ -536,13 +583,14 @@ class Writer:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
                                         "even quoted", p.span or self.where(region))
-            init = None
-            if p.value is not None and p.value.numel():
+            made = p.made or (None if p.persistent else made_init(p.value))  # persistent=False: `unsaved`, made from its init
+            init = made
+            if made is None and p.value is not None and p.value.numel():
                 if bool((p.value == 1).all()):
                     init = ir.Init("ones")
                 elif bool((p.value == 0).all()):
                     init = ir.Init("zeros")
-            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init))
+            stmts.append(ir.Tensor(p.kind, val(p), tuple(leg(c) for c in p.legs), init=init, saved=made is None))
         noted = None
         for it in b.kept:
             instance = repeat = None
@@ -670,6 +718,9 @@ class Writer:
                 return "r"
             if r.role.startswith("in_") and (r.merge or r.size in sizes_of["e"]) and r.role != "in_other":
                 return "e"  # the model width: one name through the diagram, even where a view splits it
+            if r.merge and len(r.merge) == 2 and r.size in sizes_of["e"] and C.find(r.merge[0]).size in sizes_of["h"] \
+                    and C.find(r.merge[1]).size in sizes_of["d"]:
+                return "e"  # heads times head dim, the width (a whole model's, whose input is token ids)
             return None
 
         def name(r):
@@ -692,9 +743,12 @@ class Writer:
                 return assign(r, next(n for n in pool if ok_name(n) and n not in taken and n not in holders), want)
             if r.pref and r.pref not in taken and r.pref not in exclusive and r.pref not in merge_of:
                 if r.pref not in holders or (size_of[r.pref] == r.size and free_of(r.pref, r)):
-                    return assign(r, r.pref, None)
-            letter = attr_letter(r)  # one letter, one axis: a name is never shared by two axes of one size
-            if letter and letter not in taken and letter not in holders:
+                    return assign(r, r.pref, None)  # the user's own letter (an einsum's, a pattern's): one meaning
+            # the module's attribute names an axis: axes of one attribute (the head dim of q and k, and
+            # of v) share its letter where they never meet; otherwise one letter, one axis
+            letter = attr_letter(r)
+            if letter and letter not in taken and (letter not in holders or (
+                    letter in self.meaning and size_of[letter] == r.size and letter not in merge_of and free_of(letter, r))):
                 self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
             role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
