@@ -514,8 +514,9 @@ class _Emitter:
         (the interpreter calls the same function with the same numbers)."""
         row, args, kwargs = init_call(d.tensor.init, [self.S.size(cl) for cl in d.type.cls])
         target = _member(P.name("self"), d.tensor.name)
-        if row.made:  # values the module computes for itself: `self.M.copy_(<values>)`
-            return P.expr_stmt(P.method(target, "copy_", _made_node(d.tensor.init.name, target, kwargs.get("base", 10000.0))))
+        if row.made:  # values the module computes for itself: `self.M.copy_(<values>)` (a param's under no_grad)
+            copy = P.expr_stmt(P.method(target, "copy_", _made_node(d.tensor.init.name, target, kwargs.get("base", 10000.0))))
+            return copy if d.tensor.kind == "buffer" else P.with_(P.call(P.path("torch.no_grad")), [copy])
         extra = {"generator": P.name("generator")} if row.random else {}
         return P.expr_stmt(P.call(P.path("torch.nn.init." + row.function), _member(P.name("self"), d.tensor.name), *args, **kwargs, **extra))
 

@@ -337,6 +337,11 @@ def if_(test: ast.expr, body: list) -> ast.stmt:
     return ast.If(_node(test), body, [])
 
 
+def with_(context: ast.expr, body: list) -> ast.stmt:
+    """`with context: body`."""
+    return ast.With([ast.withitem(_node(context))], body)
+
+
 def for_(target, iterable: ast.expr, body: list) -> ast.stmt:
     return ast.For(_store(target), iterable, body, [])
 
@@ -421,6 +426,9 @@ def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
         if node.orelse:  # pragma: no cover - the compiler writes none
             raise ValueError("the printer writes no else branch")
         out.append(f"{pad}if {_expr(node.test)}:")
+        _print_body(node.body, depth + 1, out)
+    elif isinstance(node, ast.With):
+        out.append(f"{pad}with {', '.join(_expr(item.context_expr) for item in node.items)}:")
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.For):
         # a conditional iterable reads better in brackets (they never change its meaning)
