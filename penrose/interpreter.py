@@ -179,7 +179,7 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
     (penrose.tables.INITIALISERS), called with the numbers the compiled module passes it."""
     row, args, kwargs = init_call(t.init, shape)
     x = torch.empty(shape, dtype=dtype)
-    if row.made:
+    if row.made and t.init is not None:  # a made init is always written (the default is normal)
         x.copy_(_made_values(t.init.name, tuple(shape), kwargs.get("base", 10000.0)))
     else:
         getattr(torch.nn.init, row.function)(x, *args, **kwargs, **({"generator": g} if row.random else {}))
