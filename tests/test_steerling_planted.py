@@ -130,6 +130,42 @@ def test_release_form_known_embeddings_learn_only_with_the_bottleneck_loss():
                                            + 0.1 * parts["rec"], rel=1e-6)
 
 
+def test_release_form_teacher_forcing_reaches_the_bottleneck_loss():
+    """Regression: teacher forcing (--teacher-forcing-steps) mixed k̂_gt only into what the LM head
+    reads, which with ε on is h whatever k̂ is, so in the release form it did nothing, and the
+    h̄ loss trained K_c only where the presence loss happened to fire c (for 3 of 7 planted
+    concepts not before their words: K_c promoted determiners, and injecting c lowered the rate
+    of its words). The h̄ loss now reads α k̂_gt + (1 − α) k̂: with every known weight at 0.5,
+    K_2 (a concept no chunk carries) gets a gradient from the predicted k̂, and none under full
+    teacher forcing (α = 1 at step 0), where only the labelled K_0, K_1 learn."""
+    from penrose_zoo.steerling.train import TrainConfig, batch_loss, make_model
+
+    cfg = TrainConfig(preset="tiny", epsilon=True, lambda_indep=0.0, lambda_rec=0.0, lambda_bottleneck=1.0,
+                      seq_len=16, batch_size=2).resolved()
+    model = make_model(cfg, 3, 260, 259)
+    g = torch.Generator().manual_seed(0)
+    ids = torch.randint(0, 256, (2, 16), generator=g)
+    cidx = torch.zeros(2, 16, dtype=torch.long)
+    cidx[1] = 1
+    batch = LMBatch(ids, cidx, torch.tensor([[1.0, 0, 0], [0, 1.0, 0]]), torch.arange(2), 256)
+    with torch.no_grad():  # every known logit 0: every weight σ(0) = 0.5 (top-4 of 3 keeps all)
+        for n, p in model.net.named_parameters():
+            if "known" in n and "predictor" in n:
+                p.zero_()
+    K = model.net.get_parameter([n for n, _ in model.net.named_parameters() if "known" in n and "embedding" in n][0])
+
+    def grad_rows(teacher_forcing_steps):
+        c = TrainConfig(**{**cfg.__dict__, "teacher_forcing_steps": teacher_forcing_steps}).resolved()
+        model.zero_grad(set_to_none=True)
+        loss, _ = batch_loss(model, batch, c, step=0, noise_seed=0)
+        loss.backward()
+        return (K.grad if K.grad is not None else torch.zeros_like(K)).abs().sum(-1)
+
+    assert float(grad_rows(0)[2]) > 1e-4  # predicted k̂: the unlabelled concept's embedding moves
+    rows = grad_rows(100)
+    assert float(rows[0]) > 1e-4 and float(rows[1]) > 1e-4 and float(rows[2]) < 1e-9
+
+
 @pytest.mark.slow
 def test_known_answer_end_to_end(tmp_path, capsys):
     """`planted` → `train` → `known-answer` at a tiny size: every measure is reported; the
