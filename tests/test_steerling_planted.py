@@ -271,3 +271,37 @@ def test_format_report_without_suppression_prompts():
          "unknown_recovery": {}}
     out = format_report(r)
     assert "suppress — (no validation chunk carries it)" in out and "x2.00" in out and "ε held" in out
+
+
+def test_sample_steered_injects_and_masks():
+    """What the steering measurement guarantees by construction, on a random tiny model (ε on): a
+    known concept whose embedding is a token's unembedding, its weight set with ε held, makes that
+    token the one sampled (its logit rises by w K_c·W_y); the same concept's relu logit mask (the
+    release's unlearning, strength · relu(W K_c)) keeps it from being sampled at all, while the
+    attribution still records the model's own logits exactly; equal seeds draw equal samples."""
+    from penrose_zoo.steerling.known_answer import sample_steered
+    from penrose_zoo.steerling.steer import SteeringConfig, prepare_steering
+    from tests.test_steerling_train import tiny
+
+    model = tiny(True, True).eval()
+    tok = ByteTokenizer()
+    y = ord("q")
+    K = model.net.get_parameter([n for n, _ in model.net.named_parameters() if "known" in n and "embedding" in n][0])
+    with torch.no_grad():
+        W = model.lm_head_weight()
+        K[1] = W[y] * (10.0 / float(W[y] @ W[y]))  # w_1 = 1 adds 10 to the logit of y
+    prompts = [tok.prompt_ids("ta ro ne")] * 6
+
+    def rate(res):
+        ids = [t for g in res["generated"] for t in g]
+        return sum(t == y for t in ids) / max(len(ids), 1)
+
+    plain = sample_steered(model, tok, prompts, 6, seed=3)
+    again = sample_steered(model, tok, prompts, 6, seed=3)
+    assert plain["generated"] == again["generated"] and rate(plain) < 0.2
+    injected = sample_steered(model, tok, prompts, 6, seed=3, intervene={1: 2.0})
+    assert rate(injected) > 0.9 and injected["attribution"].verify().passed
+    mask = prepare_steering(model, SteeringConfig(relu_logit_mask={1: 20.0})).relu_suppression
+    assert float(mask[y]) == pytest.approx(20.0 * 10.0, rel=1e-4)
+    masked = sample_steered(model, tok, prompts, 6, seed=3, intervene={1: 2.0}, logit_mask=mask)
+    assert rate(masked) == 0.0 and masked["attribution"].verify().passed

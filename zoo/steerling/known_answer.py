@@ -17,7 +17,9 @@ the lexicon of each concept. Measured on the same packed validation rows trainin
                    concatenated), fit on training chunks: the best a linear read-out of h does.
                    Also the token-level AUC of σ(z_t) against the planted spans.
   logit share      measure.logit_share on validation rows: (|K| + |U|) / (|K| + |U| + |ε|) and
-                   |K| / (...) of each argmax logit (K, U, ε the known, unknown, ε parts).
+                   |K| / (...) of each argmax logit (K, U, ε the known, unknown, ε parts), over
+                   every position, and |K| / (...) over the positions where some known concept's
+                   weight is above 0.5 (with the fraction of positions that are such).
   steering         per labelled concept c, `samples` seeded generations of `new_tokens` tokens
                    (temperature 1, top-p 1), one forward pass per token, stopped at <|eoc|>:
                    injection: from neutral prompts (a filler sentence), with c's post-top-k
@@ -315,10 +317,15 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
 
     # logit share, held-out attribution precision, attribution error
     shares, errors, hits, chance, counted = [], [], 0, [], 0
+    active_known: list[torch.Tensor] = []
+    active_frac: list[tuple[int, int]] = []
     for batch, _ in va_b:
         out = forward_ids(model, batch.input_ids)
         ls = measure.logit_share(model, out, valid=batch.valid)
         shares.append((ls["mean_share_concept"], ls["mean_share_known"]))
+        active = batch.valid & (out.known_weights.float().amax(-1) > 0.5)  # some known concept on
+        active_known.append(ls["share_known"][..., 0][active])
+        active_frac.append((int(active.sum()), int(batch.valid.sum())))
         targets = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], 1)
         attr = concept_attribution(model, out, targets)
         errors.append(attr.error)
@@ -339,7 +346,10 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             chance.append(float(labels.sum()) / n)
     attribution: dict[str, Any] = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
                    "heldout_chunks": counted, "max_error": float(max(errors))}
-    share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares]))}
+    act = torch.cat(active_known)
+    share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares])),
+             "known_where_active": float(act.mean()) if act.numel() else None,
+             "active_fraction": sum(a for a, _ in active_frac) / max(sum(b for _, b in active_frac), 1)}
 
     # unknown concepts vs the withheld ones
     recovery = {}
@@ -480,7 +490,11 @@ def format_report(r: dict) -> str:
              f"{f(s['probe_auc_mean'])}  token-level {f(r['detection']['token_auc_mean'])}"]
     for name, d in r["detection"]["per_concept"].items():
         lines.append(f"  {name:>10}: module {f(d['module_auc'])}  probe {f(d['probe_auc'])}  token {f(d['token_auc'])}")
-    lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}")
+    ls = r.get("logit_share", {})
+    lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}"
+                 + ("" if ls.get("known_where_active") is None else
+                    f"  known where a known concept is on {f(ls['known_where_active'])} "
+                    f"({ls['active_fraction']:.1%} of positions)"))
     lines.append(f"steering ({r['samples']} samples x {r['new_tokens']} tokens, strength {r['strength']}, "
                  f"{'ε switched off' if r.get('epsilon_off') else 'ε held'}): "
                  "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model; "
