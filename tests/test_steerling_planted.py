@@ -195,6 +195,10 @@ def test_known_answer_end_to_end(tmp_path, capsys):
                 "unknown_recovery_auc"):
         assert s[key] is not None and 0.0 <= s[key] <= 1.0, key
     assert r["detection"]["val_chunks"] > 10
+    assert 0.0 <= r["logit_share"]["active_fraction"] <= 1.0
+    for st in r["steering"].values():  # the release's unlearning beside the clamp, on the same prompts
+        assert (st["unlearn"] is None) == (st["suppress"] is None)
+        assert st["unlearn"] is None or st["nll"]["unlearned"] > 0
     if not REDUCED:  # learnt: detection well above chance, credit on a planted concept well above chance
         assert s["detection_auc_mean"] > 0.8
         assert r["attribution"]["heldout_precision"] > r["attribution"]["heldout_chance"] + 0.2
