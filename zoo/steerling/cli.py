@@ -157,7 +157,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="with --epsilon: also the token loss of h̄ = k̂ + û (the post's L_token), weighted; "
                         "without it the release form gives the known embeddings no gradient")
     t.add_argument("--negative-weight", type=ascii_float, default=1.0, help="weight of unannotated concepts as negatives")
-    t.add_argument("--teacher-forcing-steps", type=ascii_int, default=0, help="anneal teacher forcing 1 → 0 over N steps")
+    t.add_argument("--teacher-forcing-steps", type=ascii_int, default=0, help="anneal teacher forcing 1 → 0 over N steps (with --epsilon it acts through the h̄ loss of --lambda-bottleneck)")
     t.add_argument("--tokenizer", default="byte", choices=["byte", "bpe"])
     t.add_argument("--bpe-vocab", type=ascii_int, default=1024)
     t.add_argument("--seq-len", type=ascii_int, default=None)
@@ -256,6 +256,8 @@ def _parser() -> argparse.ArgumentParser:
     ka.add_argument("--epsilon-off", action="store_true",
                     help="steer as the release's intervene_known does: ε switched off (the head reads k̂ + û); "
                          "default: the weight edited with ε held (steer.edit_keeping_epsilon)")
+    ka.add_argument("--unlearn-strength", type=ascii_float, default=20.0,
+                    help="strength of the release's relu logit mask in the unlearning measurement (0: skip it)")
     ka.add_argument("--steer", default=None, metavar="A,B", help="the labelled concepts steered (default all)")
     ka.add_argument("--threads", type=ascii_int, default=None)
     ka.add_argument("--json", action="store_true")
@@ -757,7 +759,7 @@ def _known_answer(args) -> int:
     r = known_answer(args.checkpoint, samples=args.samples, new_tokens=args.new_tokens, strength=args.strength,
                      max_batches=args.max_batches, seed=args.seed,
                      concepts=[c for c in args.steer.split(",") if c] if args.steer else None,
-                     epsilon_off=args.epsilon_off)
+                     epsilon_off=args.epsilon_off, unlearn_strength=args.unlearn_strength)
     print(json.dumps(r, indent=1) if args.json else format_report(r))
     return 0
 

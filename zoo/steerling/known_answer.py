@@ -17,7 +17,9 @@ the lexicon of each concept. Measured on the same packed validation rows trainin
                    concatenated), fit on training chunks: the best a linear read-out of h does.
                    Also the token-level AUC of σ(z_t) against the planted spans.
   logit share      measure.logit_share on validation rows: (|K| + |U|) / (|K| + |U| + |ε|) and
-                   |K| / (...) of each argmax logit (K, U, ε the known, unknown, ε parts).
+                   |K| / (...) of each argmax logit (K, U, ε the known, unknown, ε parts), over
+                   every position, and |K| / (...) over the positions where some known concept's
+                   weight is above 0.5 (with the fraction of positions that are such).
   steering         per labelled concept c, `samples` seeded generations of `new_tokens` tokens
                    (temperature 1, top-p 1), one forward pass per token, stopped at <|eoc|>:
                    injection: from neutral prompts (a filler sentence), with c's post-top-k
@@ -29,7 +31,10 @@ the lexicon of each concept. Measured on the same packed validation rows trainin
                      the fraction of generated words in c's lexicon (numbers for the pattern
                      concept);
                    suppression: from prompts that express c (one of its sentences from a
-                     validation chunk), c's weight set to 0 against no intervention;
+                     validation chunk), c's weight set to 0 against no intervention (the post's
+                     clamp); unlearning: the same plus the release's relu logit mask
+                     (SteeringConfig.injection_relu's: strength · relu(W K_c) subtracted from the
+                     sampling logits, strength `unlearn_strength`);
                    ratio = mean rate with / without, with a 95% bootstrap interval over samples
                    (paired by seed); fluency = the mean negative log-likelihood of the generated
                    tokens under the unsteered model (read in the same forward passes).
@@ -137,13 +142,15 @@ def bootstrap_ratio(a, b, *, n: int = 2000, seed: int = 0) -> dict:
 
 @torch.no_grad()
 def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, seed: int, intervene: dict | None = None,
-                   attribute: bool = True, epsilon_off: bool = False) -> dict:
+                   attribute: bool = True, epsilon_off: bool = False, logit_mask: torch.Tensor | None = None) -> dict:
     """One sample per prompt (prompts of one length; row i draws with a generator seeded seed + i),
     each continued for up to new_tokens tokens, one forward pass per token (the block-causal variant predicts an
     appended [MASK]); `intervene` {concept: weight} at every position (with epsilon_off a weight
     None keeps the concept's current one: a null edit), ε held
     (steer.edit_keeping_epsilon), or, with epsilon_off, the model's own intervention (the
-    release's: ε switched off, the head reads k̂ + û). Returns the generated ids
+    release's: ε switched off, the head reads k̂ + û). logit_mask (v,): subtracted from the
+    logits tokens are sampled from (the release's relu_logit_mask, steer.prepare_steering's
+    relu_suppression); the attribution records the model's logits before it. Returns the generated ids
     per sample (cut after <|eoc|>), the unsteered model's log-likelihood of each generated token,
     and, with attribute, the known contribution per concept summed over each sample's tokens
     plus a GenerationAttribution of every sampled logit."""
@@ -180,6 +187,8 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
         else:
             out = edit_keeping_epsilon(model, plain, kw["intervene_known"])
         logits = out.logits[:, -1].float().clone()
+        if logit_mask is not None:
+            logits -= logit_mask.to(logits.device, logits.dtype)
         logits[:, banned] = -math.inf
         probs = torch.softmax(logits, -1).cpu()
         nxt = torch.stack([torch.multinomial(probs[i], 1, generator=gens[i])[0] for i in range(n)]).to(device)
@@ -238,9 +247,11 @@ def _rate(ids, tok, corpus, concept: str) -> float:
 
 
 def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strength: float = 1.0, max_batches: int = 32,
-                 seed: int = 0, concepts: list[str] | None = None, epsilon_off: bool = False) -> dict:
+                 seed: int = 0, concepts: list[str] | None = None, epsilon_off: bool = False,
+                 unlearn_strength: float = 20.0) -> dict:
     """Every measurement of the module doc on a training checkpoint (a dict; format_report prints it).
-    concepts: the labelled concepts steered (default all)."""
+    concepts: the labelled concepts steered (default all); unlearn_strength: the relu logit mask's
+    strength of the release's unlearning recipe (0: not measured)."""
     import random
 
     from penrose.errors import PenroseError
@@ -248,6 +259,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     from penrose_zoo.steerling.attribution import concept_attribution, forward_ids
     from penrose_zoo.steerling.checkpoints import load_checkpoint
     from penrose_zoo.steerling.planted import MANIFEST, load_planted, packed_token_labels
+    from penrose_zoo.steerling.steer import SteeringConfig, prepare_steering
     from penrose_zoo.steerling.train import TrainConfig, batch_of, data_dir, load_corpus, packed
 
     model, tok, names, state = load_checkpoint(checkpoint)
@@ -305,10 +317,15 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
 
     # logit share, held-out attribution precision, attribution error
     shares, errors, hits, chance, counted = [], [], 0, [], 0
+    active_known: list[torch.Tensor] = []
+    active_frac: list[tuple[int, int]] = []
     for batch, _ in va_b:
         out = forward_ids(model, batch.input_ids)
         ls = measure.logit_share(model, out, valid=batch.valid)
         shares.append((ls["mean_share_concept"], ls["mean_share_known"]))
+        active = batch.valid & (out.known_weights.float().amax(-1) > 0.5)  # some known concept on
+        active_known.append(ls["share_known"][..., 0][active])
+        active_frac.append((int(active.sum()), int(batch.valid.sum())))
         targets = torch.cat([batch.input_ids[:, 1:], batch.input_ids[:, -1:]], 1)
         attr = concept_attribution(model, out, targets)
         errors.append(attr.error)
@@ -329,7 +346,10 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             chance.append(float(labels.sum()) / n)
     attribution: dict[str, Any] = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
                    "heldout_chunks": counted, "max_error": float(max(errors))}
-    share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares]))}
+    act = torch.cat(active_known)
+    share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares])),
+             "known_where_active": float(act.mean()) if act.numel() else None,
+             "active_fraction": sum(a for a, _ in active_frac) / max(sum(b for _, b in active_frac), 1)}
 
     # unknown concepts vs the withheld ones
     recovery = {}
@@ -358,10 +378,11 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
 
     neutral_prompts = one_length(neutral() for _ in range(400))
 
-    def run(prompts, intervene):
+    def run(prompts, intervene, logit_mask=None):
         """Every prompt `per` times, as one batch (seeds fixed by position, so conditions pair up)."""
         rows = [p for p in prompts for _ in range(per)]
-        r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene, epsilon_off=epsilon_off)
+        r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene, epsilon_off=epsilon_off,
+                           logit_mask=logit_mask)
         return {"generated": r["generated"], "nll": r["nll"], "tokens": r["tokens"], "credit": r["credit"],
                 "att": [r["attribution"].verify()]}
 
@@ -405,14 +426,23 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         sup_prompts = one_length(sentences)  # none when no validation chunk carries the concept
         sup = run(sup_prompts, {cid: 0.0}) if sup_prompts else None
         keep = run(sup_prompts, null) if sup_prompts else None
+        # the release's unlearning (SteeringConfig.injection_relu): the relu logit mask of the concept,
+        # strength · relu(W K_c), subtracted from the sampling logits, with the weight clamped to 0
+        unl = None
+        if sup_prompts and unlearn_strength:
+            mask = prepare_steering(model, SteeringConfig(relu_logit_mask={cid: float(unlearn_strength)})).relu_suppression
+            unl = run(sup_prompts, {cid: 0.0}, logit_mask=mask)
+        rates_keep = None if keep is None else [_rate(g, tok, planted, cname) for g in keep["generated"]]
         steering[cname] = {
             "inject": bootstrap_ratio(r_inj, r_base, seed=seed),
-            "suppress": None if sup is None or keep is None else bootstrap_ratio(
-                [_rate(g, tok, planted, cname) for g in sup["generated"]],
-                [_rate(g, tok, planted, cname) for g in keep["generated"]], seed=seed),
+            "suppress": None if sup is None or rates_keep is None else bootstrap_ratio(
+                [_rate(g, tok, planted, cname) for g in sup["generated"]], rates_keep, seed=seed),
+            "unlearn": None if unl is None or rates_keep is None else bootstrap_ratio(
+                [_rate(g, tok, planted, cname) for g in unl["generated"]], rates_keep, seed=seed),
             "nll": {"unsteered": float(np.mean(base["nll"])), "injected": float(np.mean(inj["nll"])),
                     "suppress_prompts": None if keep is None else float(np.mean(keep["nll"])),
-                    "suppressed": None if sup is None else float(np.mean(sup["nll"]))},
+                    "suppressed": None if sup is None else float(np.mean(sup["nll"])),
+                    "unlearned": None if unl is None else float(np.mean(unl["nll"]))},
             "generated_tokens_mean": float(np.mean(inj["tokens"])),
             "injected_attribution_precision": ip["precision"],
         }
@@ -422,12 +452,13 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     attribution["generated"] = gen_attr
     ratios = [s["inject"]["ratio"] for s in steering.values() if s["inject"]["ratio"] is not None]
     sratios = [s["suppress"]["ratio"] for s in steering.values() if s["suppress"] and s["suppress"]["ratio"] is not None]
+    uratios = [s["unlearn"]["ratio"] for s in steering.values() if s["unlearn"] and s["unlearn"]["ratio"] is not None]
     return {
         "checkpoint": str(checkpoint), "step": state["step"], "variant": cfg.variant, "epsilon": cfg.epsilon,
         "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
         "known_concepts": list(names), "withheld": withheld,
         "detection": detection, "logit_share": share, "attribution": attribution, "unknown_recovery": recovery,
-        "steering": steering, "strength": strength, "epsilon_off": epsilon_off, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
+        "steering": steering, "strength": strength, "unlearn_strength": unlearn_strength, "epsilon_off": epsilon_off, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
         "summary": {
             "detection_auc_mean": detection["module_auc_mean"], "probe_auc_mean": detection["probe_auc_mean"],
             "known_logit_share": share["known"], "concept_logit_share": share["concept"],
@@ -435,6 +466,8 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             "inject_ratio_min": float(min(ratios)) if ratios else None,
             "suppress_ratio_median": float(np.median(sratios)) if sratios else None,
             "suppress_ratio_max": float(max(sratios)) if sratios else None,
+            "unlearn_ratio_median": float(np.median(uratios)) if uratios else None,
+            "unlearn_ratio_max": float(max(uratios)) if uratios else None,
             "heldout_attribution_precision": attribution["heldout_precision"],
             "generated_attribution_precision": gen_attr["injected"]["precision"],
             "attribution_verified": gen_attr["verified"],
@@ -457,14 +490,21 @@ def format_report(r: dict) -> str:
              f"{f(s['probe_auc_mean'])}  token-level {f(r['detection']['token_auc_mean'])}"]
     for name, d in r["detection"]["per_concept"].items():
         lines.append(f"  {name:>10}: module {f(d['module_auc'])}  probe {f(d['probe_auc'])}  token {f(d['token_auc'])}")
-    lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}")
+    ls = r.get("logit_share", {})
+    lines.append(f"logit share: concepts {f(s['concept_logit_share'])}  known {f(s['known_logit_share'])}"
+                 + ("" if ls.get("known_where_active") is None else
+                    f"  known where a known concept is on {f(ls['known_where_active'])} "
+                    f"({ls['active_fraction']:.1%} of positions)"))
     lines.append(f"steering ({r['samples']} samples x {r['new_tokens']} tokens, strength {r['strength']}, "
                  f"{'ε switched off' if r.get('epsilon_off') else 'ε held'}): "
-                 "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model")
+                 "rate of the concept's words, with / without [95% CI of the ratio]; NLL under the unsteered model; "
+                 f"unlearn: weight 0 and the relu logit mask of strength {r.get('unlearn_strength')}")
     for name, st in r["steering"].items():
-        i, p = st["inject"], st["suppress"]
+        i, p, u = st["inject"], st["suppress"], st.get("unlearn")
         sup = ("suppress — (no validation chunk carries it)  " if p is None else
                f"suppress {p['with']:.3f}/{p['without']:.3f} x{f(p['ratio'], '.2f')} [{ci(p['ratio_ci95'])}]  ")
+        if u is not None:
+            sup += f"unlearn x{f(u['ratio'], '.2f')} [{ci(u['ratio_ci95'])}] NLL {f(st['nll']['unlearned'], '.2f')}  "
         lines.append(f"  {name:>10}: inject {i['with']:.3f}/{i['without']:.3f} x{f(i['ratio'], '.2f')} [{ci(i['ratio_ci95'])}]"
                      f"  {sup}NLL {st['nll']['unsteered']:.2f} -> {st['nll']['injected']:.2f} (inject)"
                      + ("" if p is None else f", {st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)"))

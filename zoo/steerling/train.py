@@ -29,7 +29,9 @@ the block-causal one. --epsilon keeps the
 release's residual ε (the LM head reads h; the concept module is then a side branch); without
 it the model is the pure bottleneck of the post (the head reads k̂ + û). Teacher forcing
 (--teacher-forcing-steps N): the LM head reads α k̂_gt + (1 − α) k̂, α annealed 1 → 0 over N
-steps (only has an effect with ε off).
+steps; with ε on the LM head reads h whatever k̂ is, so there it acts through the h̄ loss
+(--lambda-bottleneck), whose h̄ = α k̂_gt + (1 − α) k̂ + û: K_c learns what chunks labelled c make
+likely (its own words), not only what follows wherever the presence loss fires c.
 """
 
 from __future__ import annotations
@@ -196,8 +198,11 @@ class TrainForward(torch.nn.Module):
         res = {"logits": out.logits, "hidden": out.hidden, "known_logits": out.known_logits,
                "known_features": out.known_features, "unknown_features": out.unknown_features,
                "known_gt": kgt.detach()}
-        if self.bottleneck:
-            h_bar = out.known_features + out.unknown_features
+        if self.bottleneck:  # h̄ = k̂ + û, k̂ teacher forced as the LM head reads it with ε off
+            from penrose_zoo.steerling.losses import teacher_forced_features
+
+            k_read = teacher_forced_features(out.known_features, kgt, teacher_forcing) if teacher_forcing > 0 else out.known_features
+            h_bar = k_read + out.unknown_features
             res["bottleneck_logits"] = h_bar @ self.model.lm_head_weight().t()
         return res
 
