@@ -3,6 +3,7 @@
     python bench/pyc.py                        # 4 sets × 3 seeds, 100 epochs (several minutes on one CPU thread)
     python bench/pyc.py --quick                # 1 seed, 30 epochs, fewer rows (PENROSE_REDUCED=1 does the same)
     python bench/pyc.py --sets trigonometry --seeds 0 1 2 --epochs 100
+    python bench/pyc.py --sets dot xor --models cbm_int cem --randint example
 
 Set-up: PyC is an optional dependency, imported only here: `pip install --pre pytorch-concepts`
 (1.0.0a7 at the time of writing; it keeps the installed torch). Without it the script still runs
@@ -11,13 +12,20 @@ the zoo's side and says that PyC is missing.
 Both libraries get the same rows (`penrose_zoo.data.toy_concepts(name, n, seed)`, which gives PyC's
 own rows and split for XOR, trigonometry and checkmark, and the CEM authors' dot), the same
 seeds, the same optimiser (Adam, lr 1e-2, batch 256, the same number of epochs) and the same
-loss: PyC trains on the mean binary cross-entropy over the k concept columns and the task column,
-i.e. task loss + the sum of the concept losses, which is the zoo's `concept_weight = k` up to a
-constant factor. Models: the concept bottleneck (linear concept encoder on the input, sigmoid
+loss: PyC trains on the mean binary cross-entropy over the k concept columns and the task column
+(one task logit), i.e. task loss + the sum of the concept losses, which is the zoo's
+`concept_weight = k` with a binary task (`task='binary'`, r = 1: one logit, BCE) up to a constant
+factor. Models: the concept bottleneck (linear concept encoder on the input, sigmoid
 probabilities, linear task predictor), the same trained with RandInt 0.25 (`cbm_int`: training-
 time interventions, PyC's teacher-forcing `p_int`) and the concept embedding model (embedding size
 8, RandInt 0.25); the zoo's hybrid bottleneck (8 extra units) has no PyC
-counterpart and is printed for reference. PyC trains either in a plain-PyTorch loop
+counterpart and is printed for reference. RandInt replaces the predicted concept probabilities
+(what the task predictor reads) by the 0/1 labels during training only; the concept loss still
+sees every prediction. PyC draws once per variable, and by default its homogeneous concepts are
+one plate variable, so it forces all of an example's concepts together; `--randint concept` (the
+default) builds PyC's model with one variable per concept (`plate=False`), which draws per
+concept and example as the CEM paper's RandInt and the zoo's default do; `--randint example`
+keeps PyC's default layout and trains the zoo with `randint='example'`. PyC trains either in a plain-PyTorch loop
 (`--pyc-loop plain`, the default and the fastest way it offers: `model(query=..., input=x)`) or
 the way its documentation trains, with a Lightning Trainer (`--pyc-loop lightning`).
 
@@ -48,6 +56,8 @@ from penrose_zoo.data import TOY_SETS, toy_concepts  # noqa: E402
 from penrose_zoo.interventions import RandomPolicy, intervention_curve, intervention_masks, intervention_score  # noqa: E402
 
 BATCH, LR = 256, 1e-2
+P_INT = 0.25  # RandInt's rate (cbm_int, cem)
+MODELS = ("cbm", "cbm_int", "cem", "hybrid")
 
 
 def have_pyc() -> bool:
@@ -61,20 +71,24 @@ def have_pyc() -> bool:
 # ---- the zoo ----------------------------------------------------------------------------------
 
 
-def zoo_model(kind: str, f: int, k: int, seed: int):
+def zoo_model(kind: str, f: int, k: int, seed: int, randint: str = "concept"):
+    """The zoo's side: one task logit trained with BCE (`task='binary'`, r = 1), as PyC's models
+    have; the concept loss weighs the k concepts against the task as PyC's mean BCE does.
+    randint: RandInt's draw per concept and example, or per example (see `pyc_model`)."""
+    common = dict(f=f, k=k, r=1, task="binary", concept_weight=float(k), seed=seed)
     if kind == "cbm":
-        return penrose_zoo.ConceptBottleneckModel(f=f, k=k, r=2, concept_weight=float(k), seed=seed)
+        return penrose_zoo.ConceptBottleneckModel(**common)
     if kind == "cbm_int":
-        return penrose_zoo.ConceptBottleneckModel(f=f, k=k, r=2, concept_weight=float(k), p_int=0.25, seed=seed)
+        return penrose_zoo.ConceptBottleneckModel(**common, p_int=P_INT, randint=randint)
     if kind == "cem":
-        return penrose_zoo.ConceptEmbeddingModel(f=f, k=k, e=8, r=2, concept_weight=float(k), p_int=0.25, seed=seed)
+        return penrose_zoo.ConceptEmbeddingModel(e=8, p_int=P_INT, randint=randint, **common)
     if kind == "hybrid":
-        return penrose_zoo.HybridConceptBottleneckModel(f=f, k=k, j=8, r=2, concept_weight=float(k), seed=seed)
+        return penrose_zoo.HybridConceptBottleneckModel(j=8, **common)
     raise ValueError(kind)
 
 
-def run_zoo(kind, data, seed, epochs, fractions):
-    model = zoo_model(kind, data.x_train.shape[1], data.c_train.shape[1], seed)
+def run_zoo(kind, data, seed, epochs, fractions, randint="concept"):
+    model = zoo_model(kind, data.x_train.shape[1], data.c_train.shape[1], seed, randint)
     t0 = time.process_time()
     model.fit(data.train_tuple(), epochs=epochs, batch_size=BATCH, lr=LR, seed=seed, progress=False)
     seconds = time.process_time() - t0
@@ -86,23 +100,29 @@ def run_zoo(kind, data, seed, epochs, fractions):
 # ---- PyC --------------------------------------------------------------------------------------
 
 
-def pyc_model(kind: str, f: int, names: list[str], lightning: bool = False):
+def pyc_model(kind: str, f: int, names: list[str], lightning: bool = False, randint: str = "concept"):
+    """PyC's model of `kind`. RandInt (`cbm_int`, `cem`): PyC forces each *variable* to its label
+    with probability p_int, and by default it gathers homogeneous concepts into one plate
+    variable, so all of an example's concepts are forced together (one draw per example).
+    randint='concept' (the default here) builds one variable per concept (`plate=False`), which
+    gives RandInt as the CEM paper defines it and as the zoo trains: one draw per concept and
+    example; randint='example' keeps PyC's default layout."""
     from torch_concepts.annotations import Annotations
     from torch_concepts.nn import ConceptBottleneckModel, ConceptEmbeddingModel, ConceptLoss
 
     ann = Annotations(labels=names, cardinalities=[1] * len(names), types=["binary"] * len(names))
-    extra = {}
+    extra: dict = {}
     if lightning:
         extra = dict(lightning=True, loss=ConceptLoss(binary=torch.nn.BCEWithLogitsLoss()),
                      optim_class=torch.optim.Adam, optim_kwargs={"lr": LR})
-    if kind == "cbm":
+    if kind != "cbm":
+        extra["train_inference_kwargs"] = {"p_int": P_INT}
+        if randint == "concept":
+            extra["plate"] = False
+    if kind in ("cbm", "cbm_int"):
         return ConceptBottleneckModel(input_size=f, annotations=ann, task_names=[names[-1]], **extra)
-    if kind == "cbm_int":
-        return ConceptBottleneckModel(input_size=f, annotations=ann, task_names=[names[-1]],
-                                      train_inference_kwargs={"p_int": 0.25}, **extra)
     if kind == "cem":
-        return ConceptEmbeddingModel(input_size=f, annotations=ann, task_names=[names[-1]], embedding_size=8,
-                                     train_inference_kwargs={"p_int": 0.25}, **extra)
+        return ConceptEmbeddingModel(input_size=f, annotations=ann, task_names=[names[-1]], embedding_size=8, **extra)
     raise ValueError(kind)
 
 
@@ -152,11 +172,11 @@ def _train_lightning(model, ann, x, target, seed, epochs):
     trainer.fit(model, loader)
 
 
-def run_pyc(kind, data, seed, epochs, fractions, loop="plain"):
+def run_pyc(kind, data, seed, epochs, fractions, loop="plain", randint="concept"):
     k = data.c_train.shape[1]
     names = list(data.concept_names) + [data.task_names[0]]
     torch.manual_seed(seed)
-    model = pyc_model(kind, data.x_train.shape[1], names, lightning=(loop == "lightning"))
+    model = pyc_model(kind, data.x_train.shape[1], names, lightning=(loop == "lightning"), randint=randint)
     x, c, y = data.train_tuple()
     target = torch.cat([c, y[:, None].float()], 1)
     t0 = time.process_time()
@@ -175,7 +195,8 @@ def run_pyc(kind, data, seed, epochs, fractions, loop="plain"):
         curve = []
         for fraction in fractions:
             do = intervention_masks(ranking, fraction)
-            evidence = {"concepts": torch.where(do, ct, probs)}
+            values = torch.where(do, ct, probs)
+            evidence = {n: values[:, i:i + 1] for i, n in enumerate(names[:k])}
             y_logit = _logits(model(query=[names[-1]], evidence=evidence, input=xt))[:, -1]
             curve.append(((y_logit > 0).long() == yt).double().mean().item())
     return {"acc": curve[0], "concept_acc": concept_acc, "curve": tuple(curve),
@@ -232,6 +253,10 @@ def main(argv=None):
     ap.add_argument("--rows", type=int, default=None, help="rows generated per set (default 3000; 70 %% train)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=MODELS)
+    ap.add_argument("--randint", choices=("concept", "example"), default="concept",
+                    help="RandInt's draw, on both sides: per concept and example (the CEM paper's; PyC "
+                         "with plate=False), or per example (PyC's default plate layout)")
     ap.add_argument("--pyc-loop", choices=("plain", "lightning"), default="plain",
                     help="train PyC in a hand-written loop (default) or with its Lightning Trainer")
     args = ap.parse_args(argv)
@@ -242,7 +267,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     pyc = have_pyc()
     print(f"PyC vs penrose zoo on the toy concept sets: {rows} rows (70/10/20 train/val/test), seeds {seeds}, "
-          f"{epochs} epochs, Adam lr {LR}, batch {BATCH}; {threads_note()}")
+          f"{epochs} epochs, Adam lr {LR}, batch {BATCH}, RandInt {P_INT} per {args.randint}; {threads_note()}")
     if not pyc:
         print("PyC (torch_concepts) is not installed: `pip install --pre pytorch-concepts`; zoo side only")
     if pyc:
@@ -253,15 +278,15 @@ def main(argv=None):
     print(head)
     ratios, floor_ratios = [], []
     for name in args.sets:
-        for kind in ("cbm", "cbm_int", "cem", "hybrid"):
+        for kind in args.models:
             results = {"penrose": [], "pyc": []}
             for seed in seeds:
                 data = toy_concepts(name, n=rows, seed=seed)
                 k = data.c_train.shape[1]
                 fractions = tuple(i / k for i in range(k + 1))
-                results["penrose"].append(run_zoo(kind, data, seed, epochs, fractions))
+                results["penrose"].append(run_zoo(kind, data, seed, epochs, fractions, args.randint))
                 if pyc and kind != "hybrid":
-                    results["pyc"].append(run_pyc(kind, data, seed, epochs, fractions, args.pyc_loop))
+                    results["pyc"].append(run_pyc(kind, data, seed, epochs, fractions, args.pyc_loop, args.randint))
             for lib, rs in results.items():
                 if not rs:
                     continue

@@ -325,3 +325,112 @@ def test_hybrid_solves_what_the_concepts_miss():
     assert hybrid.concept_accuracy > 0.97 and cbm.concept_accuracy > 0.97
     assert hybrid.accuracy[0] > 0.95 and hybrid.accuracy[0] > cbm.accuracy[0] + 0.07, (cbm, hybrid)
     assert hybrid.accuracy[1] > hybrid.accuracy[0] - 0.02  # setting its concepts does not cost it
+
+
+# ---- RandInt's granularity and the binary task head (the side by side with PyC, bench/pyc.py) ----
+
+
+@pytest.mark.parametrize("name", ["concept_bottleneck", "concept_embedding", "concept_bottleneck_typed"])
+def test_randint_per_example_sets_all_concepts_together(name):
+    """`randint='example'` (PyC's default, where the concepts are one plate variable): one draw
+    per example, for all its concepts; the default draws per concept and example."""
+    torch.manual_seed(0)
+    c = (torch.rand(2000, 4) > 0.5).float()
+    whole = penrose_zoo.MODELS[name].build(**CONCEPT_MODELS[name], p_int=0.25, randint="example").random_do(c)
+    assert whole.shape == c.shape and (whole == whole[:, :1]).all()
+    assert 0.2 < whole[:, 0].float().mean() < 0.3
+    per_concept = penrose_zoo.MODELS[name].build(**CONCEPT_MODELS[name], p_int=0.25).random_do(c)
+    mixed = per_concept.any(1) & ~per_concept.all(1)
+    assert mixed.float().mean() > 0.4 and 0.2 < per_concept.float().mean() < 0.3
+
+
+def test_randint_granularity_is_checked():
+    with pytest.raises(ValueError, match="randint must be one of"):
+        penrose_zoo.ConceptBottleneckModel(f=3, k=2, randint="batch")
+
+
+def test_randint_per_example_trains_the_task_head_on_whole_true_examples():
+    """In training, a forced example reads all its true concepts; in eval nothing is forced."""
+    torch.manual_seed(0)
+    m = penrose_zoo.ConceptBottleneckModel(f=3, k=4, r=2, p_int=0.5, randint="example").train()
+    x, c = torch.randn(500, 3), (torch.rand(500, 4) > 0.5).float()
+    seen = m(x, c_true=c).c
+    forced = (seen == c).all(1)
+    assert 0.4 < forced.float().mean() < 0.6
+    assert not (seen[~forced] == c[~forced]).all(1).any()
+    assert not (m.eval()(x, c_true=c).c == c).all(1).any()
+
+
+@pytest.mark.parametrize("name", sorted(CONCEPT_MODELS))
+def test_concept_models_take_a_binary_task(name):
+    """Regression: concept models refused task='binary', so the PyC side by side trained the zoo
+    with two softmax logits against PyC's one BCE logit (dot cbm_int 0.389 vs 0.456). With
+    r = 1 and BCE the models train, intervene and report accuracy from the one logit."""
+    sizes = {**CONCEPT_MODELS[name], "r": 1}
+    data = toy_concepts("checkmark", n=600, seed=0)
+    k = data.c_train.shape[1]
+    if "concepts" in sizes:
+        sizes["concepts"] = {n: "binary" for n in data.concept_names}
+    elif "parents" in sizes:
+        sizes.update(k=k, parents={"c2": ["c0"]})
+    else:
+        sizes["k"] = k
+    sizes["f"] = data.x_train.shape[1]
+    model = penrose_zoo.MODELS[name].build(**sizes, task="binary", seed=0)
+    model.fit(data.train_tuple(), epochs=60, batch_size=64, lr=1e-2, progress=False)
+    x, c, y = data.test_tuple()
+    assert model(x).y.shape == (len(x), 1)
+    curve = intervention_curve(model, (x, c, y), GradientPolicy(), (0.0, 1.0))
+    assert curve.accuracy[0] > 0.8, (name, curve)
+    assert curve.accuracy[0] == accuracy(model.eval()(x).y, y)
+
+
+def test_pyc_bench_draws_randint_alike_on_both_sides(monkeypatch):
+    """Regression: bench/pyc.py compared the zoo's RandInt (a draw per concept and example) with
+    PyC's default, whose concepts share one plate variable and are forced together (a draw per
+    example): dot cbm_int 0.389 vs 0.456. Each `--randint` now sets both sides alike: the share of
+    training examples whose concepts are forced only in part is > 0 per concept, 0 per example."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    spec = importlib.util.spec_from_file_location("bench_pyc", root / "bench" / "pyc.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.path.insert(0, str(root / "bench"))
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(root / "bench"))
+    torch.manual_seed(0)
+    x, c = torch.randn(2000, 5), (torch.rand(2000, 3) > 0.5).float()
+
+    def partial_share(forced):  # examples with some but not all concepts forced
+        return (forced.any(1) & ~forced.all(1)).float().mean().item()
+
+    for randint, partial in (("concept", True), ("example", False)):
+        zoo = bench.zoo_model("cbm_int", 5, 3, 0, randint).train()
+        assert zoo.task == "binary" and zoo.sizes["r"] == 1
+        assert (partial_share((zoo(x, c_true=c).c == c)) > 0.2) is partial, randint
+        if importlib.util.find_spec("torch_concepts") is None:
+            continue
+        names = ["a", "b", "d", "y"]
+        pyc = bench.pyc_model("cbm_int", 5, names, randint=randint).train()
+        target = torch.cat([c, (torch.rand(2000, 1) > 0.5).float()], 1)
+        seen = {}
+        import torch_concepts.nn.modules.mid.inference.torch.forward as fw
+
+        original = fw.teacher_force
+
+        def spy(value, gt, p_int, n_leading, name=None):
+            out = original(value, gt, p_int, n_leading, name)
+            seen[name] = (out.detach().reshape(len(x), -1), gt.reshape(len(x), -1))
+            return out
+
+        with monkeypatch.context() as patch:
+            patch.setattr(fw, "teacher_force", spy)
+            pyc(query=pyc.fully_observed_query(target), input=x)
+        forced = torch.cat([(v == t) for key, (v, t) in seen.items() if key in names[:3] or key == "concepts"], 1)
+        assert forced.shape == (2000, 3)
+        assert 0.2 < forced.float().mean() < 0.3
+        assert (partial_share(forced) > 0.2) is partial, randint

@@ -36,6 +36,19 @@ def test_trainer_fits_logs_and_checkpoints(tmp_path):
     assert res["concept_acc"] > 0.95, res
 
 
+def test_binary_task_logs_its_accuracy(tmp_path):
+    """A concept model with one task logit (task='binary') logs val_acc from its sign."""
+    data = toy_concepts("checkmark", n=500, seed=0)
+    model = penrose_zoo.ConceptBottleneckModel(f=4, k=3, r=1, task="binary", concept_weight=3.0)
+    trainer = pl.Trainer(max_epochs=30, logger=pl.loggers.CSVLogger(tmp_path, name="run"), enable_checkpointing=False,
+                         enable_progress_bar=False, enable_model_summary=False, accelerator="cpu")
+    trainer.fit(LightningZooModel(model, lr=2e-2), tensor_loader(data.train_tuple(), 64, shuffle=True),
+                tensor_loader(data.val_tuple(), 256))
+    rows = list(csv.DictReader(open(next(tmp_path.glob("run/version_*/metrics.csv")))))
+    accs = [float(r["val_acc"]) for r in rows if r.get("val_acc")]
+    assert accs and accs[-1] > 0.9, accs
+
+
 def test_bad_optimizer_is_named():
     with pytest.raises(ValueError, match="optimizer must be 'adam', 'adamw' or 'sgd', got 'rmsprop'"):
         LightningZooModel(penrose_zoo.ConceptBottleneckModel(f=4, k=3), optimizer="rmsprop")

@@ -138,7 +138,10 @@ class TypedConcepts(ConceptModel):
 
     # -- types
     def random_do(self, c_true: torch.Tensor) -> torch.Tensor:
-        """RandInt by concept: one draw per concept, so a categorical concept is set whole."""
+        """RandInt by concept: one draw per concept, so a categorical concept is set whole
+        (`randint='example'`: one draw per example)."""
+        if self.randint == "example":
+            return self._example_do(c_true)
         draw = torch.rand(*c_true.shape[:-1], len(self.spec.concepts), device=c_true.device) < self.p_int
         return draw[..., self._column_concept]
 

@@ -19,7 +19,12 @@ The diagram's `f` is then the backbone's output width.
 Training-time interventions (RandInt, Espinosa Zarlenga et al. 2022): with `p_int` > 0, joint
 training sets each concept to its label with probability p_int, so the task predictor learns to
 read true concepts as well as predicted ones and test-time interventions help rather than hurt
-(default 0 for the bottlenecks, 0.25 for the concept embedding model).
+(default 0 for the bottlenecks, 0.25 for the concept embedding model). `randint='concept'` (the
+default, the CEM paper's RandInt) draws once per concept and example; `randint='example'` draws
+once per example and sets all its concepts together (what PyC's models do by default, where the
+concepts share one plate variable).
+
+Tasks: 'multiclass' (r logits, cross-entropy), 'binary' (r = 1 logit, BCE) or 'regression'.
 
 Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fit`), as in Koh et al.:
     'joint'        task loss on predicted concepts + concept_weight × concept loss, one pass;
@@ -51,19 +56,24 @@ class ConceptModel(ZooModel):
 
     concept_params: ClassVar[tuple[str, ...]] = ()  # the concept predictor's parameters
     modes: ClassVar[tuple[str, ...]] = ("joint", "independent", "sequential")
-    tasks = ("multiclass", "regression")
+    tasks = ("multiclass", "binary", "regression")
     default_task = "multiclass"
 
     default_p_int: ClassVar[float] = 0.0
+    #: RandInt's granularity: one draw per concept and example, or one per example
+    RANDINT = ("concept", "example")
 
     def __init__(self, *, concept_names: Sequence[str] | None = None, concept_weight: Any = 1.0,
                  backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune",
-                 p_int: float | None = None, **kwargs: Any) -> None:
+                 p_int: float | None = None, randint: str = "concept", **kwargs: Any) -> None:
         super().__init__(**kwargs)
         p_int = self.default_p_int if p_int is None else p_int
         if not 0.0 <= p_int <= 1.0:
             raise ValueError(f"p_int must be a probability, got {p_int}")
+        if randint not in self.RANDINT:
+            raise ValueError(f"randint must be one of {self.RANDINT}, got {randint!r}")
         self.p_int = float(p_int)
+        self.randint = randint
         k = self.sizes["k"]
         if concept_names is None:
             concept_names = tuple(f"c{i}" for i in range(k))
@@ -175,8 +185,16 @@ class ConceptModel(ZooModel):
         return self.diagram(x=x, c_true=c_true, do=do)
 
     def random_do(self, c_true: torch.Tensor) -> torch.Tensor:
-        """RandInt's mask: each concept set with probability `p_int` (one draw per column here)."""
+        """RandInt's mask: each concept set with probability `p_int` (one draw per column here;
+        with `randint='example'` one draw per example, for all its columns)."""
+        if self.randint == "example":
+            return self._example_do(c_true)
         return torch.rand(c_true.shape, device=c_true.device) < self.p_int
+
+    def _example_do(self, c_true: torch.Tensor) -> torch.Tensor:
+        """One RandInt draw per example, spread over all k columns."""
+        draw = torch.rand(*c_true.shape[:-1], 1, device=c_true.device) < self.p_int
+        return draw.expand(c_true.shape)
 
     def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""

@@ -55,6 +55,8 @@ class LightningZooModel(pl.LightningModule):
             self.log("val_concept_acc", ((probs > 0.5) == (c > 0.5)).float().mean(), batch_size=n)
             if self.model.task == "multiclass":
                 self.log("val_acc", (out.y.argmax(-1) == y).float().mean(), batch_size=n)
+            elif self.model.task == "binary":
+                self.log("val_acc", ((out.y.squeeze(-1) > 0) == (y > 0.5)).float().mean(), batch_size=n)
         return loss
 
     def configure_optimizers(self):
