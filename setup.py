@@ -4,7 +4,7 @@ Everything under penrose/ is the package `penrose`; the zoo's folder zoo/ is the
 `penrose_zoo` (so the wheel installs no generic top-level `zoo`). Packages are found by walking
 the folders, and every other file beside them (.pen diagrams, the .lark grammar, py.typed, any
 data a module reads) is package data, so a new subpackage or file cannot be left out of the wheel
-by a forgotten list; tests/test_wheel.py builds the wheel and fails on any file missing from it.
+by a forgotten list; tests/project/test_wheel.py builds the wheel and fails on any file missing from it.
 """
 
 from pathlib import Path

@@ -11,4 +11,4 @@ PY
 PENROSE_REDUCED=${PENROSE_REDUCED:-0} python bench/steerling.py --device cuda
 # bfloat16 parity with float32 (stated tolerance in the script), tokens/s and peak memory
 python bench/gpu_steerling_bf16.py --device cuda
-python -m pytest -q tests/test_steerling_parity.py
+python -m pytest -q tests/steerling/test_steerling_parity.py

@@ -4,7 +4,7 @@ equations, the legend check, and refusing a size before allocating it.
     python bench/guards.py            # every case, each timed once after a warm-up
     python bench/guards.py --strict   # exit 1 when a case takes longer than its budget
 
-The tests check what these cases produce (tests/test_check_refusals.py, test_backends_render.py,
+The tests check what these cases produce (tests/language/test_check_refusals.py, test_backends_render.py,
 test_legend.py build the same inputs); how long they take is measured here, beside its budget,
 and printed as a ratio (time / budget: under 1 is within budget). Figures of long chains are
 timed by `python bench/render.py --chain`.
@@ -18,7 +18,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))  # the inputs are the tests' own generators
+# the inputs are the tests' own generators (tests/ and its layer folders, as pytest's pythonpath)
+for folder in ("tests", "tests/rendering", "tests/language"):
+    sys.path.insert(0, str(ROOT / folder))
 
 
 def _cases():

@@ -5,7 +5,7 @@ torch operations; an element-wise function from its form in the table of operati
 (`penrose.ops.Op.form`, in torch's primitives), not the torch callable the compiler emits. It
 shares no code with the compiler (no generated source, no `exec`, no lowering to matmuls, no
 fused attention), so the two can check each other: the differential
-fuzzer (`tests/test_differential.py`) asserts compiled module == standalone source ==
+fuzzer (`tests/interpreter/test_differential.py`) asserts compiled module == standalone source ==
 interpreter, in values and gradients, on whole random programs. Users can debug with it too:
 it runs a diagram statement by statement and names the input a shape error comes from.
 

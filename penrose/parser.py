@@ -20,7 +20,7 @@ Two readers of one language, the Lark grammar (penrose/grammar/penrose.lark):
 The fast path exists for speed only: in CPython, Lark's lexer and LALR loop alone take about
 100 µs a statement (with positions and the IR, about 400 µs); the fast path about 50 µs, IR and
 comments included. It is held to the Lark path: wherever both read a text the IR is the same,
-spans, leg spans and layout flags included (tests/test_parse_speed.py compares them on every
+spans, leg spans and layout flags included (tests/language/test_parse_speed.py compares them on every
 diagram in the repository, generated programs and fuzzed mutations), and where the Lark path
 refuses a text the fast path has declined it. Lark is imported only when the Lark path runs.
 """

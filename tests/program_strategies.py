@@ -1165,7 +1165,7 @@ GENERATED_NAMES = [  # what generated source defines or reads, and its locals wi
 def hostile_names() -> list:
     """Python's keywords and builtins, the run-time helpers' names, torch's attribute names and
     the generated names, those valid as `.pen` identifiers that the checker accepts as input,
-    param, local, block and instance names (the others are refused: tests/test_names.py)."""
+    param, local, block and instance names (the others are refused: tests/language/test_names.py)."""
     if not _HOSTILE:
         _HOSTILE.extend(n for n in candidate_names() if _accepted(n))
     return _HOSTILE

@@ -6,8 +6,8 @@
 The files: the TextMate grammar (editors/penrose.tmLanguage.json) and its copy in the VS Code
 extension (its `support.function.builtin.pen` pattern), and the table of element-wise functions
 in the language reference (docs/language.md, between its two marker comments). The Pygments
-lexer and the language server read `penrose.ops` directly. tests/test_editors.py and
-tests/test_ops_table.py fail when a file differs from what this script writes.
+lexer and the language server read `penrose.ops` directly. tests/editors/test_editors.py and
+tests/language/test_ops_table.py fail when a file differs from what this script writes.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ and unknown concepts, residual-stream injection).  For every fixture two files a
 plus `release_defaults.json` (the default, i.e. Steerling-8B, configs, key shapes and parameter
 counts, taken from a meta-device instance of the release).
 
-The fixtures are read by `tests/test_steerling_reference.py`, which needs neither the release nor
+The fixtures are read by `tests/steerling/test_steerling_reference.py`, which needs neither the release nor
 Python 3.13.
 
 Regenerate (needs the release environment described in docs/steerling-release.md; outside the
@@ -33,7 +33,7 @@ The output is deterministic for a given release/torch pair (seeded generators, C
 
 `--only steering` writes just the steering fixtures, `--only parity` just the forward-pass ones
 above (default: both). The steering fixtures (`tests/fixtures/steerling_release/`, read by
-`tests/test_steerling_steering.py`) run the release's own generator
+`tests/steerling/test_steerling_steering.py`) run the release's own generator
 (`SteerlingGenerator.generate_full` with `SteeringConfig`, `concept_top_tokens`,
 `FaithfulConceptAttributor` and its `AttributionAccumulator` / `DiffusionTrace`) on one tiny
 random model:

@@ -19,7 +19,7 @@ intervention (the release's rule) and the curve's fraction 0 differs from its ot
 the concept values alone. With ε off the LM head reads û + k̂ and has no bias, so setting the
 weights w → w' at the position moves the logits by Σ_k (w'_k − w_k) K_k Wᵀ (K the concept
 embeddings, W the LM head); the target applies that edit to the pass's logits. It is the model's
-own intervention (tests/test_zoo_steerling_interventions.py checks it against `forward` with
+own intervention (tests/steerling/test_zoo_steerling_interventions.py checks it against `forward` with
 per-example `intervene_known` values) and differentiable in the values, so the gradient policy
 works. The pass is cached for the last input tensor (a curve reads the same ids at every
 fraction).

@@ -1,0 +1,128 @@
+"""The generated module as one `ast.Module` (penrose.pyast), and the one table of initialisers.
+
+The printer writes each statement's line numbers into the tree; they must be the ones Python's
+own parser gives the printed source, statement by statement, or the source map (read from the
+tree) would point at the wrong lines. The compiler and the interpreter fill parameters through
+one row of `penrose.tables.INITIALISERS` each; a seeded module and the interpreter must start
+from the same values, bit for bit, for every initialiser.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+import penrose
+from penrose import ir
+from penrose import pyast as P
+from penrose.compiler import generate_source, module_tree
+from penrose.fmt import format_stmt
+from penrose.interpreter import init_params
+from penrose.tables import INITIALISERS, INITS, init_call
+
+ROOT = Path(__file__).resolve().parents[2]
+ZOO = sorted(p for p in (ROOT / "zoo").rglob("*.pen") if "steerling" not in p.parts)
+
+BLOCKS = """\
+dim t = 3, e = 4, f = 2, s
+input x[t, e]
+# a comment between statements
+block twice(h[s, e]) {
+  param W[e]
+  g = tanh(h) * W
+  return g + h  # a note
+}
+y = twice(x) as first
+z = twice(y) repeat 2 as more.layers
+u, v = split(z, e, [f, f])
+output u, y
+"""
+
+
+def _simple_statements(node):
+    """(node, is it compound) for every statement of the tree but comments and verbatim text, in order."""
+    for child in getattr(node, "body", ()):
+        if isinstance(child, (P.Comment, P.Verbatim)):
+            continue
+        if isinstance(child, (ast.ClassDef, ast.FunctionDef, ast.If, ast.For)):
+            yield child, True
+            yield from _simple_statements(child)
+        else:
+            yield child, False
+
+
+@pytest.mark.parametrize("standalone", [True, False])
+@pytest.mark.parametrize("text", [BLOCKS] + [p.read_text() for p in ZOO[:6]], ids=["blocks"] + [p.stem for p in ZOO[:6]])
+def test_printed_line_numbers_are_the_parsers(text, standalone):
+    tree = module_tree(penrose.load(text), standalone=standalone)
+    source = P.print_module(tree)
+    assert source == generate_source(penrose.load(text), standalone=standalone)
+    inlined = [range(n.lineno, n.end_lineno + 1) for n in tree.body if isinstance(n, P.Verbatim)]
+    parsed = {(n.lineno, n.col_offset): n for n in ast.walk(ast.parse(source))
+              if isinstance(n, ast.stmt) and not any(n.lineno in r for r in inlined)}
+    seen = 0
+    for node, compound in _simple_statements(tree):
+        other = parsed.get((node.lineno, node.col_offset))
+        assert other is not None and type(other) is type(node), ast.unparse(node)
+        if not compound:  # a compound statement's end: Python's ends before trailing comments
+            assert other.end_lineno == node.end_lineno
+            assert ast.unparse(other) == ast.unparse(node)
+        seen += 1
+    assert seen == len(parsed)  # every statement Python sees is one the tree holds
+    assert len(inlined) == standalone
+
+
+def test_source_map_lines_hold_their_statements():
+    c = penrose.load(BLOCKS)
+    source, lines = generate_source(c, with_map=True)
+    text = source.splitlines()
+    statements = {s.stmt.span: s.stmt for body in (c, *c.blocks.values()) for s in body.stmts}
+    assert [(cls, span.line) for cls, span, _, _ in lines] == [
+        ("TwiceBlock", 6), ("TwiceBlock", 7), ("Diagram", 9), ("Diagram", 10), ("Diagram", 11)]
+    for _cls, span, first, last in lines:
+        code = [line.strip() for line in text[first - 1 : last]]
+        st = statements[span]
+        if isinstance(st, ir.Return):  # a return is its code
+            assert code == ["return g + h"]
+        else:  # an assignment: the diagram's statement as a comment, then its code
+            assert code[0] == "# " + format_stmt(replace(st, note="")) and len(code) > 1
+            assert all(line.startswith(tuple(st.targets)) or line.startswith("_") for line in code[1:])
+
+
+def test_comment_and_docstring_text_cannot_escape():
+    with pytest.raises(ValueError):
+        P.print_module(P.module([P.Comment("x\nimport os")]))
+    with pytest.raises(ValueError):
+        P.print_module(P.module([P.commented(P.pass_(), "x\rimport os")]))
+    with pytest.raises(ValueError):
+        P.docstring('ends with a quote"')
+    with pytest.raises(ValueError):
+        P.assign("not a name", P.const(1))
+    assert P.comment_text("a\nb\u2028c\x00") == "a b c\ufffd"
+
+
+@pytest.mark.parametrize("name", sorted(INITIALISERS))
+def test_every_initialiser_gives_the_interpreter_and_the_module_the_same_values(name):
+    kw = {"normal": "(mean=0.5, std=2)", "constant": "(value=-3)", "uniform": "(a=-2, b=5)", "xavier": "(gain=3)"}.get(name, "")
+    text = f"dim a = 3, b = 4\nparam W[a, b] ~ {name}{kw}\nparam v[b]\ninput x[b]\ny = einsum('ab,b->a', W, x * v)\noutput y"
+    for seed in (0, 7):
+        module = penrose.compile(text, seed=seed)
+        params = init_params(penrose.load(text), seed=seed)
+        assert set(params) == set(module.state_dict())
+        for key, value in module.state_dict().items():
+            assert torch.equal(value, params[key]), (name, key)
+
+
+def test_the_checker_reads_the_table():
+    assert INITS == {name: row.keywords for name, row in INITIALISERS.items()}
+    row, args, kwargs = init_call(None, [3, 4])  # no `~`: normal's defaults
+    assert row.function == "normal_" and args == () and kwargs == {"mean": 0.0, "std": 0.02}
+    for name, row in INITIALISERS.items():
+        # a made init (causal, arange, rotary...) is no torch.nn.init function: each backend computes it
+        assert (row.function == "") if row.made else callable(getattr(torch.nn.init, row.function)), name
+        args, kwargs = row.arguments({}, [3, 4])
+        assert all(isinstance(v, float) for v in (*args, *kwargs.values()))
