@@ -53,8 +53,28 @@ def test_whole_models_called_with_an_attention_mask_round_trip(name, dtype):
     module, ids = _masked(name)
     text = round_trip(module, [ids, _padded()], dtype)
     assert "input attention_mask[" in text and "attention_mask != 0" in text
+    if name == "bert":  # regression: the tokens were `r`, the letter of the copies the mask's expand makes
+        assert "input input_ids[t] : int" in text and "'s -> t s'" in text
     if name != "bert":  # the causal mask and the padding mask, one mask
         assert "causal(t, s)" in text and "where(attention_mask != 0, 1, 0), 0) != 0" in text
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["qwen2", "gpt-neox", "phi3", "gemma", "distilbert"])
+def test_more_whole_models_called_with_an_attention_mask_round_trip(name, dtype):
+    """Models this file was not written against, with their padding mask."""
+    module, ids = _masked(name)
+    text = round_trip(module, [ids, _padded()], dtype)
+    assert "attention_mask != 0" in text
+
+
+def test_opt_positions_counted_from_the_mask_are_refused_at_their_line():
+    """OPT numbers its positions by a running sum of the mask: refused, with cause and line."""
+    module, ids = _masked("opt")
+    with pytest.raises(penrose.PenroseError, match=r"modeling_opt.py:\d+:\d+: error: torch.cumsum cannot be expressed "
+                                                  r"in \.pen: a cumulative op") as err:
+        penrose.trace(module.eval(), ids, _padded())
+    assert "torch.cumsum(position_attention_mask" in str(err.value)
 
 
 @DTYPES

@@ -756,7 +756,9 @@ class Writer:
                     letter in self.meaning and size_of[letter] == r.size and letter not in merge_of and free_of(letter, r))):
                 self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
-            role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
+            roles = roles_of[id(r)]  # an input's axis that an expand's copies meet is the input's (BERT's tokens: t)
+            role = next((x for x in ("headdim", "head", "key", "copy") if x in roles
+                         and not (x == "copy" and r.role.startswith("in_"))), r.role)
             pref = ROLE_LETTERS.get(role, "")
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
             for ch in [c for c in letters if c not in soft] + [c for c in letters if c in soft]:
