@@ -168,3 +168,38 @@ def test_indexing_by_other_indices_is_refused_with_cause_and_line():
                                                   r"indexing by a tensor of indices") as err:
         penrose.trace(Shuffled(), torch.randn(2, 5))
     assert "x[:, order]" in str(err.value)
+
+
+class Heads(nn.Module):
+    """A model with its task head, called as people call it: ids, mask (and token types), `.logits`."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *token_type_ids):
+        extra = {"token_type_ids": token_type_ids[0]} if token_type_ids else {}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["llama-causal-lm", "bert-sequence-classification"])
+def test_models_with_their_heads_called_with_a_mask_round_trip(name, dtype):
+    """LlamaForCausalLM (logits over the vocabulary) and BertForSequenceClassification (pooler on
+    the first token, then the classifier), BERT's token types an input too."""
+    import warnings
+
+    import transformers
+
+    small = {"hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 11}
+    ids = torch.randint(0, 11, (2, T))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "llama-causal-lm":
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, num_key_value_heads=2, max_position_embeddings=16))
+            inputs = [ids, _padded()]
+        else:
+            model = transformers.BertForSequenceClassification(transformers.BertConfig(
+                **small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3))
+            inputs = [ids, _padded(), torch.randint(0, 2, (2, T))]
+    round_trip(Heads(model), inputs, dtype)
