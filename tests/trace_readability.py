@@ -1,4 +1,4 @@
-"""The readability checks every traced test model passes (tests/test_trace*.py): no statement
+"""The readability checks every traced test model passes (tests/tracing/test_trace*.py): no statement
 nests more than three calls, each dim letter is one axis, every dim is in the index legend."""
 
 from __future__ import annotations

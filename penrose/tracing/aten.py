@@ -60,6 +60,7 @@ ATEN = {
     # masks, fills, top-k
     "where": E.op_where, "masked_fill": E.op_masked_fill,
     "bitwise_not": E.op_bitwise_not, "logical_not": E.op_bitwise_not,
+    **dict.fromkeys(("__and__", "bitwise_and", "logical_and"), E.op_and),
     **dict.fromkeys(("full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones"), E.op_full),
     **dict.fromkeys(("zeros_like", "ones_like", "full_like"), E.op_zeros_like),
     "repeat": E.op_repeat, "repeat_interleave": E.op_repeat_interleave,
@@ -84,5 +85,5 @@ ATEN = {
     **dict.fromkeys(("split", "split_with_sizes", "chunk", "tensor_split"), S.split_node),
     "unbind": S.op_unbind, **dict.fromkeys(("cat", "concat", "concatenate"), S.op_cat), "stack": S.op_stack,
     "select": S.op_select, "slice": S.op_slice, "narrow": S.op_narrow, "arange": S.op_arange,
-    "index_select": S.op_index_select, "embedding": S.op_embedding,
+    "index_select": S.op_index_select, "embedding": S.op_embedding, "index": S.op_index,
 }

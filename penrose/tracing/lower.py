@@ -64,6 +64,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.input_views: list = []
         self.batch_size = None
         self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
+        self.fixed_length: list = []  # the lengths slices of position tables fix (the diagram's header says so)
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -522,6 +523,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.C.register(pv)
                 self.cur.params[f"{self.cur.fqn}.{local}" if self.cur.fqn else local] = pv
                 v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
+                self.fixed_length.append((T, f"the rotary {name[7:]} table"))
                 return View(v.pval, [None] * lead + list(v.axes), False)
         return None
 

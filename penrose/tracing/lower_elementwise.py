@@ -41,10 +41,10 @@ class Elementwise:
             return self.as_number(x)
         if _dtype(src.dtype) == _dtype(want):
             return x
-        if want == torch.bool and x.pval.dtype == "int":  # an integer mask (Hugging Face's attention_mask) as a bool one
+        if want == torch.bool and x.pval.dtype in ("int", "float"):  # a 0/1 mask (Hugging Face's attention_mask) as a bool one
             return self.map_expr(x, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
         self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers, "
-                             "integer masks to bool and one float dtype to another")
+                             "integer and float masks to bool (x != 0) and one float dtype to another")
 
     def op_detach(self, node):
         x = self.view_arg(node.args[0])
@@ -387,6 +387,22 @@ class Elementwise:
             self.unsupported(why="only the negation of a bool mask, used as a condition")
         return ("not", x)
 
+
+    def op_and(self, node):
+        """mask & other (both bool; Hugging Face's causal mask and padding mask): a mask is used only
+        in where, so `where(mask, where(other, 1, 0), 0) != 0` (`where(mask, attention_mask, 0) != 0`
+        when other is `attention_mask != 0` of a number tensor)."""
+        for one, other in (node.args[:2], node.args[1::-1]):  # True everywhere (a mask that keeps every key): the other
+            t = self.consts.get(one) if hasattr(one, "op") else None
+            if isinstance(t, torch.Tensor) and t.dtype == torch.bool and bool(t.all()):
+                return self.view_arg(other, "condition")
+        a, b = (self.view_arg(v, "condition") for v in node.args[:2])
+        if isinstance(b, bool) or isinstance(a, bool):
+            keep, flag = (b, a) if isinstance(a, bool) else (a, b)
+            return keep if flag else False
+        if not all(isinstance(v, View) and v.pval.dtype == "bool" for v in (a, b)):
+            self.unsupported(why="only bool masks are combined with &")
+        return self.map_expr(self.where_(a, self.where_(b, 1.0, 0.0), 0.0), lambda r: BinOp("!=", r, Num(0)), dtype="bool")
 
     def where_(self, cond, x, y):
         if isinstance(cond, tuple) and cond and cond[0] == "not":

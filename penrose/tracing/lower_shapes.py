@@ -424,6 +424,8 @@ class Shapes:
             _, start, end, step, _n = ids
             if step != 1 or not isinstance(w, View):
                 self.unsupported(why="an embedding of positions with a step")
+            fqn = getattr(w.pval.region, "fqn", "")
+            self.fixed_length.append((end - start, f"{fqn + '.' if fqn else ''}{w.pval.param}" if w.pval.param else "a position table"))
             return self.narrow(self.materialize(w), 0, start, end)
         if isinstance(ids, tuple) and ids and ids[0] == "ids_fill":  # one id everywhere: that row, broadcast
             if not isinstance(w, View) or w.batched or len(w.axes) != 2:
@@ -438,3 +440,39 @@ class Shapes:
         legs = list(ids.pval.legs) + [w.pval.legs[1]]
         p = self.emit(Call("gather", [Ref(w.pval), Ref(ids.pval)]), legs, ids.batched)
         return View(p, list(ids.axes) + [w.axes[1]], ids.batched)
+
+    def op_index(self, node):
+        """`mask[batch_idx, kv_idx]` with every index a constant `torch.arange` over the whole of its
+        axis, broadcast along an axis of its own (Hugging Face's padding mask, `masking_utils`'s
+        `batch_indices[:, None, None, None]`, `kv_indices[None, None, None, :]`): each index reads
+        its axis in order, so the result is the tensor itself with size-1 axes put in (no gather).
+        Indices of other values (or made from the tensors of the diagram) are refused."""
+        x = self.view_arg(node.args[0])
+        indices = list(node.args[1])
+        consts = [self.consts.get(i) if hasattr(i, "op") else None for i in indices]
+        full = x.full if isinstance(x, View) else []
+        if not isinstance(x, View) or any(not isinstance(c, torch.Tensor) or c.is_floating_point() or c.dtype == torch.bool
+                                           for c in consts) or len(indices) > len(full):
+            self.unsupported()
+        shape = list(torch.broadcast_shapes(*[c.shape for c in consts]))
+        sizes = list(node.args[0].meta["val"].shape)
+        out: list = [None] * len(shape)
+        taken: set = set()
+        for k, c in enumerate(consts):
+            n = sizes[k]
+            along = [j for j, s in enumerate([1] * (len(shape) - c.dim()) + list(c.shape)) if s != 1]
+            if n == 1 and not along and k < len(shape) and k not in taken and not c.any():
+                along = [k]  # a size-1 axis read at 0
+            if len(along) != 1 or along[0] in taken or not torch.equal(c.reshape(-1).cpu(), torch.arange(n)):
+                self.unsupported(why="indexing by a tensor of indices (only the whole of an axis in order, "
+                                     "torch.arange broadcast along an axis of its own, is expressible: the tensor as it is)")
+            taken.add(along[0])
+            out[along[0]] = full[k]
+        out += full[len(indices):]
+        if x.batched:
+            if out[0] is not BATCH:
+                raise BatchAxis
+            out = out[1:]
+        if any(a is BATCH for a in out):
+            raise BatchAxis
+        return View(x.pval, out, x.batched)

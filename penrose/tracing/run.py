@@ -148,6 +148,11 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
+    if low.fixed_length:
+        lengths = sorted({n for n, _ in low.fixed_length})
+        tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length))
+        header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: slices of position tables ({tables}) fix the "
+                      "token count to the example's (trace again for another length; docs/trace.md, \"Other limits\").")
     if low.unused:
         shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")

@@ -663,15 +663,20 @@ class Writer:
                         else:
                             clique(group)
         taken = set(RESERVED)
+        instances: set = set()  # child instance names: a dim may share one (GPT-2's heads `h`, its blocks `as h.0`)
         for region in regions:
             for p in region.params.values():
                 taken.add(p.param)
             for child in region.children:
-                taken.add(child.rel_name().split(".")[0])
+                instances.add(child.rel_name().split(".")[0])
+        attr_taken = set(taken)  # what the letters the module's attributes give must avoid
+        taken |= instances
         for bd in self.blocks:
             taken.add(bd.name)
+            attr_taken.add(bd.name)
         for v in self.L.input_views:
             taken.add(v.pval.hint)
+            attr_taken.add(v.pval.hint)
         soft = set()  # the user's variable names: letters tried last, so tensors keep them
         for region in regions:
             b = self.body(region)
@@ -733,7 +738,7 @@ class Writer:
                     if size_of[n] == r.size and merge_of.get(n) == want and n not in exclusive and free_of(n, r):
                         return assign(r, n, want)
                 letter = attr_letter(r)
-                if letter and letter not in taken and letter not in holders and letter not in fac:
+                if letter and letter not in attr_taken and letter not in holders and letter not in fac:
                     self.meaning[letter] = described(letter, r)
                     return assign(r, letter, want)
                 joined = "".join(fac)
@@ -747,11 +752,13 @@ class Writer:
             # the module's attribute names an axis: axes of one attribute (the head dim of q and k, and
             # of v) share its letter where they never meet; otherwise one letter, one axis
             letter = attr_letter(r)
-            if letter and letter not in taken and (letter not in holders or (
+            if letter and letter not in attr_taken and (letter not in holders or (
                     letter in self.meaning and size_of[letter] == r.size and letter not in merge_of and free_of(letter, r))):
                 self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
-            role = next((x for x in ("headdim", "head", "key", "copy") if x in roles_of[id(r)]), r.role)
+            roles = roles_of[id(r)]  # an input's axis that an expand's copies meet is the input's (BERT's tokens: t)
+            role = next((x for x in ("headdim", "head", "key", "copy") if x in roles
+                         and not (x == "copy" and r.role.startswith("in_"))), r.role)
             pref = ROLE_LETTERS.get(role, "")
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
             for ch in [c for c in letters if c not in soft] + [c for c in letters if c in soft]:
@@ -1033,7 +1040,10 @@ def _formal_names(region):
         sig = inspect.signature(type(region.module).forward)
     except (TypeError, ValueError):
         return None
-    names = [n for n, p in list(sig.parameters.items())[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [p for p in list(sig.parameters.values())[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    names = [p.name for p in params]
+    if any("tuple" in str(p.annotation).lower() for p in params):
+        return None  # a tuple argument is several formals (LLaMA's position_embeddings, cos and sin): no names by position
     if len(names) == len(region.formals):
         return names
     if len(region.formals) == 1 and names:

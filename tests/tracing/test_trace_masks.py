@@ -1,0 +1,205 @@
+"""penrose.trace on Hugging Face models called the usual way, with a padding mask:
+`model(input_ids, attention_mask=mask)`.
+
+transformers' mask code (`masking_utils`) reads the padding mask as `mask[batch_idx, kv_idx]`,
+each index a `torch.arange` broadcast along an axis of its own: the mask itself with size-1 axes
+put in, no gather. It combines it with the causal mask by `&`, which is `where(causal(t, s),
+where(attention_mask != 0, 1, 0), 0) != 0` in the diagram. The mask is an input of the diagram
+(integer 0/1, bool or float 0/1), with the batch axis 0 of every input.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_trace_real import DTYPES, T, _whole, round_trip
+from torch import nn
+
+import penrose
+
+
+class WithMask(nn.Module):
+    """A Hugging Face model called with its padding mask, its last hidden state the output."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask):
+        return self.model(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
+
+
+def _padded(kind=torch.long, batch=2, left=False):
+    """Right padding by default: under a causal mask, left padding leaves the first queries no key
+    at all, rows where the fused attention's gradients are torch's SDPA kernel's, not eager's
+    (test_left_padding_round_trips_with_attention_unfused)."""
+    mask = torch.ones(batch, T, dtype=kind)
+    mask[0, -2:] = 0  # the first sequence padded by two tokens
+    if batch > 2 or left:
+        mask[-1, :1] = 0  # the last left-padded by one
+    return mask
+
+
+def _masked(name, attention="eager"):
+    module, (ids,) = _whole(name, attention)
+    return WithMask(module.model), ids
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert", "mistral"])
+def test_whole_models_called_with_an_attention_mask_round_trip(name, dtype):
+    """GPT2Model, LlamaModel, BertModel, MistralModel given an integer 0/1 padding mask: values and
+    gradients, float32 and float64, strict loading, readable; the mask is an input of the diagram."""
+    module, ids = _masked(name)
+    text = round_trip(module, [ids, _padded()], dtype)
+    assert "input attention_mask[" in text and "attention_mask != 0" in text
+    if name == "bert":  # regression: the tokens were `r`, the letter of the copies the mask's expand makes
+        assert "input input_ids[t] : int" in text and "'s -> t s'" in text
+    if name != "bert":  # the causal mask and the padding mask, one mask
+        assert "causal(t, s)" in text and "where(attention_mask != 0, 1, 0), 0) != 0" in text
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["qwen2", "gpt-neox", "phi3", "gemma", "distilbert"])
+def test_more_whole_models_called_with_an_attention_mask_round_trip(name, dtype):
+    """Models this file was not written against, with their padding mask."""
+    module, ids = _masked(name)
+    text = round_trip(module, [ids, _padded()], dtype)
+    assert "attention_mask != 0" in text
+
+
+def test_opt_positions_counted_from_the_mask_are_refused_at_their_line():
+    """OPT numbers its positions by a running sum of the mask: refused, with cause and line."""
+    module, ids = _masked("opt")
+    with pytest.raises(penrose.PenroseError, match=r"modeling_opt.py:\d+:\d+: error: torch.cumsum cannot be expressed "
+                                                  r"in \.pen: a cumulative op") as err:
+        penrose.trace(module.eval(), ids, _padded())
+    assert "torch.cumsum(position_attention_mask" in str(err.value)
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["gpt2", "llama", "bert"])
+def test_whole_models_with_sdpa_attention_and_an_attention_mask_round_trip(name, dtype):
+    """Their default attention (F.scaled_dot_product_attention), given the mask as bool."""
+    module, ids = _masked(name, "sdpa")
+    round_trip(module, [ids, _padded(torch.bool)], dtype)
+
+
+@pytest.mark.parametrize("name", ["llama", "bert"])
+def test_a_float_attention_mask_round_trips(name):
+    module, ids = _masked(name)
+    round_trip(module, [ids, _padded(torch.float32)], torch.float32)
+
+
+def test_the_padding_mask_changes_the_traced_models_output():
+    """The mask is read, not folded into the example's values: another mask, another output, as
+    the original's; and the traced LLaMA takes another batch (axis 0 stays the implicit batch)."""
+    module, ids = _masked("llama")
+    module.eval()
+    text = penrose.trace(module, ids, _padded())
+    assert "# Axis 0 of the inputs is their batch" in text
+    twin = penrose.compile(text).eval()
+    twin.load_state_dict(module.state_dict(), strict=True)
+    ids3, mask3 = torch.randint(0, 11, (3, T)), _padded(batch=3, left=True)
+    with torch.no_grad():
+        got, want = twin(ids3, mask3), module(ids3, mask3)
+        torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+        assert not torch.allclose(got, twin(ids3, torch.ones_like(mask3)), atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["llama", "gpt2"])
+def test_left_padding_round_trips_with_attention_unfused(name):
+    """Left padding: queries that see no key (every score the mask's minimum) attend to all keys
+    evenly, in values and, written out (fuse_attention=False), in gradients too."""
+    module, ids = _masked(name)
+    module.eval()
+    mask = _padded(left=True)
+    twin = penrose.compile(penrose.trace(module, ids, mask), fuse_attention=False).eval()
+    twin.load_state_dict(module.state_dict(), strict=True)
+    want, got = module(ids, mask), twin(ids, mask)
+    torch.testing.assert_close(got, want, rtol=2e-5, atol=2e-5)
+    cot = torch.randn_like(want)
+    want.backward(cot)
+    got.backward(cot)
+    theirs = dict(twin.named_parameters())
+    for name, p in module.named_parameters():
+        torch.testing.assert_close(theirs[name].grad, p.grad, rtol=2e-4, atol=2e-4, msg=name)
+
+
+def test_rotary_tuple_argument_is_not_named_by_position():
+    """Regression: LlamaAttention.forward(hidden_states, position_embeddings, attention_mask, ...)
+    takes cos and sin as one tuple: its four formals (x, cos, sin, mask) were named by position,
+    sin becoming `attention_mask`. A signature with a tuple argument names no formals."""
+    module, ids = _masked("llama")
+    text = penrose.trace(module.eval(), ids, _padded())
+    assert "* attention_mask" not in text and "* position_embeddings" not in text
+
+
+def test_gpt2_heads_are_h_though_its_blocks_are_named_h():
+    """Regression: GPT-2's heads (n_head) were `g`, as its ModuleList `h` took the letter; an
+    instance name and a dim may share a name."""
+    module, ids = _masked("gpt2")
+    text = penrose.trace(module.eval(), ids, _padded())
+    assert "heads (n_head = 4)" in text and "'b t (h d) -> b t h d'" in text and "as h.0" in text
+
+
+class Shuffled(nn.Module):
+    def forward(self, x):
+        order = torch.tensor([2, 0, 1, 4, 3])
+        return x[:, order] * 2
+
+
+class Arange(nn.Module):
+    def forward(self, x):
+        rows = torch.arange(x.shape[0])[:, None]
+        cols = torch.arange(x.shape[1])[None, :]
+        return x[rows, cols] * 2
+
+
+def test_indexing_by_constant_positions_in_order_is_the_tensor_itself():
+    x = torch.randn(3, 5)
+    text = penrose.trace(Arange(), x)
+    twin = penrose.compile(text)
+    torch.testing.assert_close(twin(x), Arange()(x))
+
+
+def test_indexing_by_other_indices_is_refused_with_cause_and_line():
+    with pytest.raises(penrose.PenroseError, match=r"test_trace_masks.py:\d+:\d+: error: .*cannot be expressed in \.pen: "
+                                                  r"indexing by a tensor of indices") as err:
+        penrose.trace(Shuffled(), torch.randn(2, 5))
+    assert "x[:, order]" in str(err.value)
+
+
+class Heads(nn.Module):
+    """A model with its task head, called as people call it: ids, mask (and token types), `.logits`."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, input_ids, attention_mask, *token_type_ids):
+        extra = {"token_type_ids": token_type_ids[0]} if token_type_ids else {}
+        return self.model(input_ids=input_ids, attention_mask=attention_mask, **extra).logits
+
+
+@DTYPES
+@pytest.mark.parametrize("name", ["llama-causal-lm", "bert-sequence-classification"])
+def test_models_with_their_heads_called_with_a_mask_round_trip(name, dtype):
+    """LlamaForCausalLM (logits over the vocabulary) and BertForSequenceClassification (pooler on
+    the first token, then the classifier), BERT's token types an input too."""
+    import warnings
+
+    import transformers
+
+    small = {"hidden_size": 16, "intermediate_size": 24, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 11}
+    ids = torch.randint(0, 11, (2, T))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if name == "llama-causal-lm":
+            model = transformers.LlamaForCausalLM(transformers.LlamaConfig(**small, num_key_value_heads=2, max_position_embeddings=16))
+            inputs = [ids, _padded()]
+        else:
+            model = transformers.BertForSequenceClassification(transformers.BertConfig(
+                **small, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, num_labels=3))
+            inputs = [ids, _padded(), torch.randint(0, 2, (2, T))]
+    round_trip(Heads(model), inputs, dtype)
