@@ -79,12 +79,34 @@ def test_state_figures_and_errors_over_http(tmp_path):
         s = _until(lambda: "W_query" in (st := _state(server))["figure"] and st)
         assert time.monotonic() - start < 1.0, "the figure should follow a save within a second"
         _write(f, DIAGRAM.replace("Z, W_q)", "Z, W_k)"))
-        s = _until(lambda: (st := _state(server))["errors"] and not st["ok"] and st)
+        # wait for this error: a save in place can be read half-written (empty) first, then again
+        s = _until(lambda: "W_k" in (st := _state(server))["errors"] and not st["ok"] and st)
         assert "unknown tensor &#x27;W_k&#x27;; did you mean &#x27;W_q&#x27;?" in s["errors"]
         assert "^~~" in s["errors"] and "m.pen:5:28" in s["errors"]
         assert "last figure that checked" in s["figure"]  # the old figure stays, marked
         with pytest.raises(urllib.error.HTTPError):
             urllib.request.urlopen(server.url + "state?file=../../etc/passwd", timeout=10)
+
+
+@needs_dot
+def test_a_half_written_save_is_read_again(tmp_path):
+    """Regression: an in-place save can be read between its truncation and its write; the page
+    then shows "is empty". The server must read the file again when the write lands, even when
+    the clock did not tick (same mtime): the stamp holds the size too."""
+    import os
+
+    f = tmp_path / "m.pen"
+    f.write_text(DIAGRAM)
+    with LiveServer(f, port=0) as server:
+        _until(lambda: _state(server)["ok"])
+        mtime = f.stat().st_mtime_ns
+        f.write_text("")
+        os.utime(f, ns=(mtime + 10_000_000, mtime + 10_000_000))
+        _until(lambda: "is empty" in _state(server)["errors"])
+        f.write_text(DIAGRAM.replace("W_q", "W_again"))
+        os.utime(f, ns=(mtime + 10_000_000, mtime + 10_000_000))  # the same mtime as the empty read
+        s = _until(lambda: "W_again" in (st := _state(server))["figure"] and st)
+        assert s["ok"] and not s["errors"]
 
 
 @needs_dot
@@ -96,7 +118,7 @@ def test_includes_are_watched(tmp_path):
     with LiveServer(main, port=0) as server:
         _until(lambda: _state(server)["ok"])
         _write(tmp_path / "lib.pen", (tmp_path / "lib.pen").read_text().replace("relu(x)", "relu(xx)"))
-        s = _until(lambda: (st := _state(server))["errors"] and st)
+        s = _until(lambda: "unknown tensor" in (st := _state(server))["errors"] and st)
         assert "lib.pen:4:15" in s["errors"] and "unknown tensor" in s["errors"]
 
 
@@ -171,7 +193,9 @@ def test_the_page_follows_edits_in_a_browser(tmp_path):
 
         # break it: the error shows, with its caret
         _write(f, DIAGRAM.replace("Z, W_q)", "Z, W_k)"))
-        text = _until(lambda: page("document.getElementById('errors').textContent"), timeout=10)
+        # regression: the page could be read between the truncation and the write of an in-place
+        # save ("m.pen is empty"); the server reads it again when its stamp changes, so wait for it
+        text = _until(lambda: "W_k" in (t := page("document.getElementById('errors').textContent")) and t, timeout=10)
         assert "unknown tensor 'W_k'; did you mean 'W_q'?" in text
         assert "    q = einsum('td,de->te', Z, W_k)\n                               ^~~" in text
         assert page("document.getElementById('status').textContent") == "error"
