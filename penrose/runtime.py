@@ -268,10 +268,30 @@ def _plain_mask(mask):
     return mask
 
 
+def _hides_a_row(mask):
+    """A float mask with a query row that hides every key (at or below -1e30: left padding under
+    a causal mask, Hugging Face's minimum). There scaled_dot_product_attention's backward is not
+    that of its own values (its logsumexp loses the row's log n beside -3.4e38: each key gets
+    weight 1, not 1/n), so such a call is written out instead."""
+    return mask is not None and mask.is_floating_point() and bool((mask.amax(-1) <= -1e30).any())
+
+
+def _written_out(q, k, v, mask, scale, causal):
+    """softmax(q kᵀ · scale + mask) v as the diagram writes it, k and v one head per query head."""
+    s = (q @ k.transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).triu(1), float("-inf"))
+    if mask is not None:
+        s = s + mask
+    return torch.softmax(s, -1) @ v
+
+
 def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
     mask = _plain_mask(mask)
+    if _hides_a_row(mask):
+        return _written_out(q, k, v, mask, scale, causal)
     batch = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 2)
     q = q.expand(*batch, *q.shape[-2:])
     k = k.expand(*batch, *k.shape[-2:])
@@ -290,6 +310,9 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     head g·r + i reads key/value head g (scaled_dot_product_attention's enable_gqa: no copies of
     k and v). A mask is (t, s) or (..., 1, t, s)."""
     mask = _plain_mask(mask)
+    if _hides_a_row(mask):
+        r = q.shape[-3] // k.shape[-3]
+        return _written_out(q, k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3), mask, scale, causal)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
         return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale,
                                                                 enable_gqa=True)
