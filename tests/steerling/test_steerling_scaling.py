@@ -146,3 +146,37 @@ def test_new_config_fields_resume_old_checkpoints():
            if k not in ("unknown_detach", "model_overrides", "concept_overrides")}
     assert config_differences(old, cfg) == []
     assert config_differences(old, TrainConfig(unknown_detach=False))
+
+
+def test_release_hbar_tf_trains_with_teacher_forcing(tmp_path, monkeypatch):
+    """release_hbar_tf: the training forward gets α annealed 1 → 0 over the run's steps (release_hbar:
+    α 0 throughout), with the h̄ loss on and ε kept."""
+    from penrose_zoo.steerling import train as train_mod
+
+    data = write_corpus(tmp_path / "corpus", n=10)
+    mode = dict(scaling.MODES["tiny"], eval_batches=1)
+    seen: list[float] = []
+    forward = train_mod.TrainForward.forward
+
+    def spy(self, input_ids, chunk_index, chunk_labels, teacher_forcing=0.0):
+        seen.append(float(teacher_forcing))
+        return forward(self, input_ids, chunk_index, chunk_labels, teacher_forcing)
+
+    monkeypatch.setattr(train_mod.TrainForward, "forward", spy)
+    steps = 6
+    alphas = {}
+    for variant in ("release_hbar", "release_hbar_tf"):
+        cfg = scaling.run_config("causal", variant, "e8", 0, steps, mode, str(data))
+        assert cfg.epsilon and cfg.lambda_bottleneck == 1.0
+        rc = cfg.resolved()
+        corpus = train_mod.load_corpus(rc)
+        tok = train_mod.make_tokenizer(rc, corpus)
+        seen.clear()
+        scaling.train_one(cfg, corpus, tok, *train_mod.packed(rc, corpus, tok), eval_batches=1)
+        alphas[variant] = seen[:steps]
+    assert cfg.teacher_forcing_steps == steps
+    assert alphas["release_hbar"] == [0.0] * steps
+    tf = alphas["release_hbar_tf"]
+    assert tf[0] == pytest.approx(1.0) and all(a > b for a, b in zip(tf, tf[1:])) and 0 < tf[-1] < 1
+    # the variant's record in results.json names its teacher forcing; TrainConfig gets steps, not the fraction
+    assert scaling.VARIANTS["release_hbar_tf"]["teacher_forcing"] == 1.0

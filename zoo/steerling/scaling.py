@@ -17,6 +17,10 @@ validation token loss and the metrics of penrose_zoo.steerling.measure). Variant
                      reaches the backbone through û as well (train.forward_unknown_attached).
   release_hbar       the release form plus the post's token loss on h̄ = k̂ + û (λ_bottleneck 1), so
                      the known embeddings learn (not in the default --variants).
+  release_hbar_tf    release_hbar with teacher forcing: the h̄ loss reads α k̂_gt + (1 − α) k̂ + û,
+                     α annealed 1 → 0 over all of each size's steps (fraction 1, as the
+                     known-answer run's --teacher-forcing-steps 600 of 600), so each K_c learns the
+                     words its concept makes likely (not in the default --variants).
 
 Compute C = 6·N·D, N the non-embedding backbone parameters (transformer layers and the final
 norm: the same for every variant at a size), D the training tokens (steps · batch · sequence).
@@ -53,6 +57,8 @@ VARIANTS: dict[str, dict] = {
     "bottleneck": dict(epsilon=False, **LOSSES),
     "bottleneck_attached": dict(epsilon=False, unknown_detach=False, **LOSSES),
     "release_hbar": dict(epsilon=True, lambda_bottleneck=1.0, **LOSSES),
+    # teacher_forcing: the fraction of a size's steps over which α anneals 1 → 0 (run_config)
+    "release_hbar_tf": dict(epsilon=True, lambda_bottleneck=1.0, teacher_forcing=1.0, **LOSSES),
 }
 DEFAULT_VARIANTS = ("base", "release", "bottleneck", "bottleneck_attached")  # release_hbar: on request
 CONCEPT_VARIANTS = tuple(v for v in VARIANTS if v != "base")
@@ -236,12 +242,14 @@ def run_config(family: str, variant: str, size: str, seed: int, steps: int, mode
 
     s = SIZES[size]
     e = s["n_embd"]
+    v = dict(VARIANTS[variant])
+    tf = v.pop("teacher_forcing", 0.0)
     return TrainConfig(
         preset="small", data=data, variant=family, steps=steps, seed=seed, max_chunks=mode["max_chunks"],
         seq_len=mode["seq_len"], batch_size=mode["batch_size"], lr=3e-3, warmup=max(steps // 20, 2),
         model_overrides=dict(s, block_size=mode["seq_len"], diff_block_size=min(16, mode["seq_len"])),
         concept_overrides=dict(n_unknown_concepts=2 * e, factorize_rank=max(e // 4, 2), unknown_topk=8, topk_known=4),
-        **VARIANTS[variant])
+        teacher_forcing_steps=round(tf * steps), **v)
 
 
 def train_one(cfg, corpus, tok, train_data, val_data, *, device: str = "cpu", bf16: bool = False,
