@@ -61,6 +61,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.node = None
         self.src = None
         self.outputs: list = []  # Views at the top level
+        self.output_names: list | None = None  # the fields of a ModelOutput the module returns, in order
+        self.downcasts: list = []  # (model dtype, cast dtype, file:line, code) of each float cast below the model's dtype
+        self.model_dtype = next((t.dtype for t in list(module.parameters()) + list(module.buffers()) + list(inputs)
+                                 if t.is_floating_point()), None)
         self.input_views: list = []
         self.batch_size = None
         self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
@@ -137,7 +141,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             self.node = node
             if node.op == "placeholder":
                 kind, target = self.placeholders.get(node.name, ("USER_INPUT", None))
-                if kind == "USER_INPUT":
+                if kind == "USER_INPUT" and user >= len(self.inputs) and not isinstance(node.meta.get("val"), torch.Tensor):
+                    self.values[node] = ("const", node.meta.get("val"), node)  # a keyword trace passes (use_cache=False)
+                elif kind == "USER_INPUT":
                     self.values[node] = self.input_view(node, user)
                     self.input_views.append(self.values[node])
                     user += 1
