@@ -395,6 +395,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if ids is not None:
             return ids
         p = region.params.get(target)
+        if p is None and kind == "BUFFER" and target not in self.persistent:
+            table = self.sincos_table(region, local, self.tensors.get(target))
+            if table is not None:
+                return self.lift(table, self.cur)
         if p is None:
             tensor = self.tensors.get(target)
             p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
@@ -531,6 +535,38 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
                 self.fixed_length.append((T, f"the rotary {name[7:]} table"))
                 return View(v.pval, [None] * lead + list(v.axes), False)
+        return None
+
+    def sincos_table(self, region, local, value):
+        """GPT-J's `embed_positions` (persistent=False): row i the sin, then the cos, of i times the
+        rotary frequencies, `cat((sin, cos), 1)`: the first halves of `unsaved` buffers `~ rotary_sin`
+        and `~ rotary_cos` side by side, so no saved buffer is needed. None for other values."""
+        from penrose.tracing.common import made_values
+        from penrose.tracing.write import made_init
+
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or not value.is_floating_point() \
+                or value.shape[1] % 2 or value.shape[1] < 2 or made_init(value) is not None:
+            return None
+        P, D = value.shape
+        x = value.detach().cpu().double()
+        for base in dict.fromkeys(self.bases + [10000.0]):
+            halves = [made_values(name, (P, D), base)[:, : D // 2] for name in ("rotary_sin", "rotary_cos")]
+            if not torch.equal(torch.cat(halves, 1).to(value.dtype).double(), x):
+                continue
+            rows = self.C.new(P, role="feat", origin=f"positions of {local} (sin, then cos)")
+            views = []
+            for name in ("rotary_sin", "rotary_cos"):
+                dim = self.C.new(D, role="feat", origin=f"the columns of the rotary {name[7:]} table")
+                key = f"{region.fqn}.{name[7:]}_table" if region.fqn else f"{name[7:]}_table"
+                pv = region.params.get(key)
+                if pv is None:
+                    pv = PVal([rows, dim], False, "float", region, "buffer", param=f"{name[7:]}_table", hint=f"{name[7:]}_table")
+                    pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
+                    self.C.register(pv)
+                    region.params[key] = pv
+                v = self.lift(View(pv, list(pv.legs), False), self.cur)
+                views.append(self.narrow(v, 1, 0, D // 2))
+            return self.concat(views, 1)
         return None
 
     def made_ids(self, target, kind, node):
