@@ -54,6 +54,9 @@ class Elementwise:
         model = self.model_dtype
         if model is None or torch.finfo(want).eps <= torch.finfo(model).eps:
             return  # an upcast, or a cast back to the model's dtype: the same values
+        arg = self.values.get(self.node.args[0]) if hasattr(self.node.args[0], "op") else None
+        if isinstance(arg, tuple) and arg and arg[0] == "state" and arg[2] not in self.persistent:
+            return  # rotary frequencies the module made for itself, cast to float32: the tables the diagram makes are float32 too
         span = self.deeper(self.node, self.where(self.node))
         where = f"{span.file}:{span.line}" if span is not None else "an unknown line"
         code = f" ({span.source_line.strip()})" if span is not None and span.source_line.strip() else ""

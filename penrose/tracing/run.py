@@ -162,9 +162,10 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     name = title or f"{type(module).__module__}.{type(module).__qualname__}"
     shapes = ", ".join("[" + ", ".join(str(s) for s in x.shape) + "]" for x in inputs)
     header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
-    if options.get("use_cache") is False and getattr(getattr(module, "config", None), "use_cache", False):
-        header.append("# Called with use_cache=False: the key/value cache (past_key_values) forward returns by default "
-                      "for generation is not in the diagram; its other outputs are the same.")
+    dropped = _dropped(module, inputs) if options else []
+    if dropped:
+        header.append(f"# Not an output: {', '.join(dropped)} (a key/value cache for generation, which forward returns by "
+                      "default): traced as called with use_cache=False, which gives the same other outputs.")
     if out_names:
         kind = ep.call_spec.out_spec.type.__name__
         header.append(f"# The outputs are the fields of the {kind} forward returns, in its order ({', '.join(out_names)}): "
@@ -179,9 +180,11 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     for model_dtype, cast, where, code in low.downcasts:
         header.append(f"# Computes in {model_dtype} where the module casts to {cast} at {where}{code}: its values differ "
                       f"from the module's by that rounding (docs/trace.md, \"Casts\").")
-        warnings.warn(f"penrose.trace: {where}{code} casts to {cast}, below the model's {model_dtype}; the diagram "
-                      f"computes in {model_dtype}, so its values differ from the module's by that rounding",
-                      PenroseWarning, stacklevel=3)
+    if low.downcasts:  # one warning for them all
+        model_dtype = low.downcasts[0][0]
+        casts = "; ".join(f"{where}{code} casts to {cast}" for _, cast, where, code in low.downcasts)
+        warnings.warn(f"penrose.trace: {casts}, below the model's {model_dtype}; the diagram computes in {model_dtype}, "
+                      "so its values differ from the module's by that rounding", PenroseWarning, stacklevel=3)
     if low.unused:
         shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
@@ -200,6 +203,25 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     return text
 
 
+def _dropped(module, inputs) -> list:
+    """The fields of the module's output as called without use_cache=False that are not tensors
+    (Hugging Face's past_key_values, a DynamicCache): what the diagram leaves out."""
+    from collections.abc import Mapping
+
+    was = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(*inputs)
+    except Exception:  # noqa: BLE001 - only for the header's note; the trace itself called it with use_cache=False
+        return []
+    finally:
+        module.train(was)
+    if not isinstance(out, Mapping):
+        return []
+    return [f"{k} (a {type(v).__name__})" for k, v in out.items() if v is not None and not isinstance(v, torch.Tensor)]
+
+
 def _output_names(spec):
     """The field names of a mapping the module returns (a Hugging Face ModelOutput, a dict), in its
     order, for the diagram's outputs; None for a tensor or a tuple of tensors. A ModelOutput holds no
@@ -213,7 +235,8 @@ def _output_names(spec):
     if not (isinstance(kind, type) and issubclass(kind, Mapping)) or keys is None:
         raise PenroseTraceError(f"the module returns a {kind.__name__}; a diagram's outputs are a tensor, a tuple of tensors "
                                 "or a mapping (a ModelOutput) of tensors")
-    for key, child in zip(keys, spec.children_specs):
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
+    for key, child in zip(keys, children):
         if getattr(child, "type", None) is not None:
             raise PenroseTraceError(f"the module returns a {kind.__name__} whose field {key!r} is a "
                                     f"{child.type.__name__}, not a tensor; a diagram's outputs are tensors "
