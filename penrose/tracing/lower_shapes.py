@@ -474,6 +474,8 @@ class Shapes:
                 and c.dtype != torch.bool else None
             if flat is not None and flat.numel() and -n <= int(flat[0]) < n:
                 start = int(flat[0]) % n
+                if flat.numel() == 1 and n > 1:  # one position: a size-1 axis, as torch keeps it (broadcast_to expands it)
+                    return self.unsqueezed(self.select(x, k, start), k)
                 if start + flat.numel() <= n and torch.equal(flat % n, torch.arange(start, start + flat.numel())):
                     return self.narrow(x, k, start, start + flat.numel())
             self.unsupported(why="indexing by a tensor of indices (only consecutive constant positions, a slice, are "

@@ -45,6 +45,10 @@ def _model(name):
             "falcon": lambda: transformers.FalconModel(transformers.FalconConfig(
                 hidden_size=W, num_attention_heads=4, num_hidden_layers=2, vocab_size=11, bos_token_id=0,
                 eos_token_id=0, attn_implementation="eager")),
+            # grouped key/value heads (new_decoder_architecture): `torch.broadcast_to(key, query.shape)`
+            "falcon-gqa": lambda: transformers.FalconModel(transformers.FalconConfig(
+                hidden_size=W, num_attention_heads=4, num_kv_heads=2, new_decoder_architecture=True,
+                num_hidden_layers=1, vocab_size=11, bos_token_id=0, eos_token_id=0, attn_implementation="eager")),
             "gpt2": lambda: transformers.GPT2Model(transformers.GPT2Config(
                 n_embd=W, n_head=4, n_layer=1, n_positions=8, vocab_size=11, bos_token_id=0, eos_token_id=0,
                 attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0, attn_implementation="eager")),
@@ -67,7 +71,7 @@ def _model(name):
 
 
 @DTYPES
-@pytest.mark.parametrize("name", ["gptj", "falcon", "gpt2", "bert"])
+@pytest.mark.parametrize("name", ["gptj", "falcon", "falcon-gqa", "gpt2", "bert"])
 def test_whole_models_called_without_a_wrapper_round_trip(name, dtype):
     """The model itself, called on token ids: its ModelOutput's tensor fields are the outputs, named
     by their fields; the cache it returns by default is not one (the header says so)."""
@@ -107,6 +111,25 @@ def test_whole_models_still_refused_name_op_cause_and_line(name, where, cause):
     with pytest.raises(penrose.PenroseError, match=where + r": error: " + cause) as err:
         penrose.trace(_model(name), _ids())
     assert "\n" in str(err.value)  # and the line's code under it
+
+
+class Interleaved(nn.Module):
+    """GPT-J's rotate_every_two, and Falcon's one key head picked by a list index."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 8)
+
+    def forward(self, x):
+        h = self.proj(x)
+        pairs = torch.stack((-h[..., 1::2], h[..., ::2]), dim=-1).flatten(-2)
+        heads = h.view(*h.shape[:-1], 4, 2)
+        return pairs * h + heads[..., [-2], :].sum(-1) + heads[..., [1, 2], :].sum(-1).sum(-1, keepdim=True)
+
+
+def test_strided_slices_and_list_indices_round_trip():
+    text = exact_round_trip(Interleaved(), torch.randn(3, 5, 8))
+    assert "select(" in text and "slice(" in text
 
 
 class WithCache(nn.Module):
