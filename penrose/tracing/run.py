@@ -199,7 +199,7 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     text = Writer(low, name, notes=notes).write(header)
     text = _canonical(text)
     if verify:
-        _verify(text, module, inputs, ignore=set(low.unused), options=options)
+        _verify(text, module, inputs, ignore=set(low.unused))  # as the user calls it: without use_cache=False
     return text
 
 
@@ -275,7 +275,7 @@ def _canonical(text: str) -> str:
     return out
 
 
-def _verify(text, module, inputs, ignore=frozenset(), options=None):
+def _verify(text, module, inputs, ignore=frozenset()):
     from penrose.compiler import compile_diagram
 
     model = compile_diagram(None, text=text)
@@ -298,7 +298,7 @@ def _verify(text, module, inputs, ignore=frozenset(), options=None):
     model.eval()
     try:
         with torch.no_grad():
-            want = module(*inputs, **(options or {}))
+            want = module(*inputs)
             got = model(*inputs)
     finally:
         module.train(was)
