@@ -482,6 +482,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
                                      "(a number broadcasts only where the other operands carry every axis)")
             return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
+        alibi = self.alibi_view(t)
+        if alibi is not None:
+            self.masks[key] = alibi
+            return alibi
         lead = t.dim() - 2
         square = t
         while square.dim() > 2 and bool((square == square[:1]).all()):
@@ -536,6 +540,50 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.fixed_length.append((T, f"the rotary {name[7:]} table"))
                 return View(v.pval, [None] * lead + list(v.axes), False)
         return None
+
+    def alibi_view(self, t):
+        """Bloom's ALiBi bias, `(batch * heads, 1, keys)`: slope_h * s, the slopes `base ** (h + 1)`
+        (a power-of-2 head count), met by an operand whose first axis merges (batch, heads): the
+        slopes from an `unsaved` buffer of head indices `~ arange`, the positions from one of key
+        positions, repeated over the batch and merged as that operand's axis. None for other values."""
+        user = self.node
+        if user is None or t.dim() != 3 or t.shape[1] != 1 or not t.is_floating_point() or t.shape[2] < 2:
+            return None
+        R, _, S = t.shape
+        factors = None
+        for a in list(user.args) + list(user.kwargs.values()):
+            v = self.values.get(a) if hasattr(a, "op") else None
+            if isinstance(v, View) and not v.batched and v.axes and v.axes[0] is not None:
+                merge = self.C.find(v.axes[0]).merge
+                if len(merge) == 2 and merge[0].size * merge[1].size == R:
+                    factors = merge
+        if factors is None:
+            return None
+        B, H = factors[0].size, factors[1].size
+        x = t[:, 0, :].reshape(B, H, S).detach().cpu().double()
+        if not bool((x == x[:1]).all()):
+            return None
+        slopes = x[0, :, 1]
+        base = float(slopes[0])
+        if not 0 < base < 1 or not torch.allclose(x[0], slopes[:, None] * torch.arange(S).double(), rtol=1e-6, atol=0) \
+                or not torch.allclose(slopes, base ** torch.arange(1, H + 1).double(), rtol=1e-6, atol=0):
+            return None
+        base = float(f"{base:.9g}")
+        legs = {}
+        for local, cls in (("head_index", factors[1]), ("key_position", self.C.new(S, role="feat", origin="key positions of the ALiBi bias"))):
+            key = f"{self.cur.fqn}.{local}" if self.cur.fqn else local
+            pv = self.cur.params.get(key)
+            if pv is None:
+                pv = PVal([cls], False, "float", self.cur, "buffer", param=local, hint=local)
+                pv.persistent, pv.made = False, ir.Init("arange")
+                self.C.register(pv)
+                self.cur.params[key] = pv
+            legs[local] = pv
+        h, s = legs["head_index"], legs["key_position"]
+        slope = self.emit(BinOp("**", Num(base), BinOp("+", Ref(h), Num(1))), list(h.legs), False, hint="slopes")
+        bias = self.binop("*", View(slope, [h.legs[0], None], False), View(s, [s.legs[0]], False))
+        v = self.expand(View(bias.pval, [None] + list(bias.axes), False), [B, H, S])
+        return self.reshape(v, [B * H, 1, S])
 
     def sincos_table(self, region, local, value):
         """GPT-J's `embed_positions` (persistent=False): row i the sin, then the cos, of i times the

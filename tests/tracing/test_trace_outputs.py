@@ -56,8 +56,16 @@ def _model(name):
             "bert": lambda: transformers.BertModel(transformers.BertConfig(
                 hidden_size=W, intermediate_size=24, num_attention_heads=4, num_hidden_layers=1, vocab_size=11,
                 hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, attn_implementation="eager")),
+            # ALiBi: slopes 2 ** (-8 (h + 1) / H) times key positions, added by baddbmm to (batch * heads) scores
             "bloom": lambda: transformers.BloomModel(transformers.BloomConfig(
-                hidden_size=W, n_head=4, n_layer=1, vocab_size=11, bos_token_id=0, eos_token_id=0,
+                hidden_size=W, n_head=4, n_layer=2, vocab_size=11, bos_token_id=0, eos_token_id=0,
+                attn_implementation="eager")),
+            "bloom-8-heads": lambda: transformers.BloomModel(transformers.BloomConfig(
+                hidden_size=32, n_head=8, n_layer=1, vocab_size=11, bos_token_id=0, eos_token_id=0,
+                attn_implementation="eager")),
+            # 6 heads: the slopes of 4, then every other one of 8's (not one power of a base)
+            "bloom-6-heads": lambda: transformers.BloomModel(transformers.BloomConfig(
+                hidden_size=24, n_head=6, n_layer=1, vocab_size=11, bos_token_id=0, eos_token_id=0,
                 attn_implementation="eager")),
             "roberta": lambda: transformers.RobertaModel(transformers.RobertaConfig(
                 hidden_size=W, intermediate_size=24, num_attention_heads=4, num_hidden_layers=1, vocab_size=11,
@@ -71,7 +79,7 @@ def _model(name):
 
 
 @DTYPES
-@pytest.mark.parametrize("name", ["gptj", "falcon", "falcon-gqa", "gpt2", "bert"])
+@pytest.mark.parametrize("name", ["gptj", "falcon", "falcon-gqa", "bloom", "bloom-8-heads", "gpt2", "bert"])
 def test_whole_models_called_without_a_wrapper_round_trip(name, dtype):
     """The model itself, called on token ids: its ModelOutput's tensor fields are the outputs, named
     by their fields; the cache it returns by default is not one (the header says so)."""
@@ -87,6 +95,16 @@ def test_whole_models_called_without_a_wrapper_round_trip(name, dtype):
         assert "# Not an output" not in text
 
 
+def test_bloom_alibi_is_slopes_times_key_positions():
+    """The ALiBi bias forward builds from constants is written from two `unsaved` `~ arange` buffers
+    (head indices, key positions): `0.25 ** (head_index + 1) * key_position`, merged with the batch."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", penrose.PenroseWarning)
+        text = penrose.trace(_model("bloom"), _ids())
+    assert "buffer head_index[" in text and "~ arange unsaved" in text
+    assert "slopes = 0.25 ** (head_index + 1)" in text and "* key_position" in text
+
+
 def test_gptj_rotary_table_is_made_not_saved():
     """GPT-J's sin|cos table (persistent=False) is made by the diagram from `unsaved` rotary_sin and
     rotary_cos buffers, so the state dict alone loads strictly; its interleaved halves are views."""
@@ -100,8 +118,8 @@ def test_gptj_rotary_table_is_made_not_saved():
 
 
 @pytest.mark.parametrize("name, where, cause", [
-    # ALiBi: per-head slopes times positions, a constant tensor no .pen value says
-    ("bloom", r"modeling_bloom.py:\d+:\d+", r"Tensor.baddbmm cannot be expressed in \.pen: a tensor forward makes from constants"),
+    # ALiBi slopes of a head count that is not a power of 2: a constant tensor no .pen value says
+    ("bloom-6-heads", r"modeling_bloom.py:\d+:\d+", r"Tensor.baddbmm cannot be expressed in \.pen: a tensor forward makes from constants"),
     # positions counted from the padding of the input ids
     ("roberta", r"modeling_roberta.py:\d+:\d+", r"Tensor.int cannot be expressed in \.pen: it converts torch.bool to torch.int32"),
     # relative position buckets: integer ids computed from torch.arange, gathered from the bias table
