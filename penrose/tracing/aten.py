@@ -80,7 +80,7 @@ ATEN = {
     "permute": S.op_permute, **dict.fromkeys(("transpose", "swapaxes", "swapdims"), S.op_transpose),
     "t": S.op_t, "numpy_T": S.op_t, **dict.fromkeys(("mT", "mH", "adjoint"), S.op_mT),
     "movedim": S.op_movedim, "moveaxis": S.op_movedim,
-    "unsqueeze": S.op_unsqueeze, "squeeze": S.op_squeeze, "expand": S.op_expand, "expand_as": S.op_expand_as,
+    "unsqueeze": S.op_unsqueeze, "squeeze": S.op_squeeze, "expand": S.op_expand, "broadcast_to": S.op_expand, "expand_as": S.op_expand_as,
     # split, concat, select, slice, gather
     **dict.fromkeys(("split", "split_with_sizes", "chunk", "tensor_split"), S.split_node),
     "unbind": S.op_unbind, **dict.fromkeys(("cat", "concat", "concatenate"), S.op_cat), "stack": S.op_stack,

@@ -61,6 +61,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.node = None
         self.src = None
         self.outputs: list = []  # Views at the top level
+        self.output_names: list | None = None  # the fields of a ModelOutput the module returns, in order
+        self.downcasts: list = []  # (model dtype, cast dtype, file:line, code) of each float cast below the model's dtype
+        self.model_dtype = next((t.dtype for t in list(module.parameters()) + list(module.buffers()) + list(inputs)
+                                 if t.is_floating_point()), None)
         self.input_views: list = []
         self.batch_size = None
         self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
@@ -137,7 +141,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             self.node = node
             if node.op == "placeholder":
                 kind, target = self.placeholders.get(node.name, ("USER_INPUT", None))
-                if kind == "USER_INPUT":
+                if kind == "USER_INPUT" and user >= len(self.inputs) and not isinstance(node.meta.get("val"), torch.Tensor):
+                    self.values[node] = ("const", node.meta.get("val"), node)  # a keyword trace passes (use_cache=False)
+                elif kind == "USER_INPUT":
                     self.values[node] = self.input_view(node, user)
                     self.input_views.append(self.values[node])
                     user += 1
@@ -389,6 +395,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if ids is not None:
             return ids
         p = region.params.get(target)
+        if p is None and kind == "BUFFER" and target not in self.persistent:
+            table = self.sincos_table(region, local, self.tensors.get(target))
+            if table is not None:
+                return self.lift(table, self.cur)
         if p is None:
             tensor = self.tensors.get(target)
             p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
@@ -472,6 +482,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
                                      "(a number broadcasts only where the other operands carry every axis)")
             return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
+        alibi = self.alibi_view(t)
+        if alibi is not None:
+            self.masks[key] = alibi
+            return alibi
         lead = t.dim() - 2
         square = t
         while square.dim() > 2 and bool((square == square[:1]).all()):
@@ -525,6 +539,82 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
                 self.fixed_length.append((T, f"the rotary {name[7:]} table"))
                 return View(v.pval, [None] * lead + list(v.axes), False)
+        return None
+
+    def alibi_view(self, t):
+        """Bloom's ALiBi bias, `(batch * heads, 1, keys)`: slope_h * s, the slopes `base ** (h + 1)`
+        (a power-of-2 head count), met by an operand whose first axis merges (batch, heads): the
+        slopes from an `unsaved` buffer of head indices `~ arange`, the positions from one of key
+        positions, repeated over the batch and merged as that operand's axis. None for other values."""
+        user = self.node
+        if user is None or t.dim() != 3 or t.shape[1] != 1 or not t.is_floating_point() or t.shape[2] < 2:
+            return None
+        R, _, S = t.shape
+        factors = None
+        for a in list(user.args) + list(user.kwargs.values()):
+            v = self.values.get(a) if hasattr(a, "op") else None
+            if isinstance(v, View) and not v.batched and v.axes and v.axes[0] is not None:
+                merge = self.C.find(v.axes[0]).merge
+                if len(merge) == 2 and merge[0].size * merge[1].size == R:
+                    factors = merge
+        if factors is None:
+            return None
+        B, H = factors[0].size, factors[1].size
+        x = t[:, 0, :].reshape(B, H, S).detach().cpu().double()
+        if not bool((x == x[:1]).all()):
+            return None
+        slopes = x[0, :, 1]
+        base = float(slopes[0])
+        if not 0 < base < 1 or not torch.allclose(x[0], slopes[:, None] * torch.arange(S).double(), rtol=1e-6, atol=0) \
+                or not torch.allclose(slopes, base ** torch.arange(1, H + 1).double(), rtol=1e-6, atol=0):
+            return None
+        base = float(f"{base:.9g}")
+        legs = {}
+        for local, cls in (("head_index", factors[1]), ("key_position", self.C.new(S, role="feat", origin="key positions of the ALiBi bias"))):
+            key = f"{self.cur.fqn}.{local}" if self.cur.fqn else local
+            pv = self.cur.params.get(key)
+            if pv is None:
+                pv = PVal([cls], False, "float", self.cur, "buffer", param=local, hint=local)
+                pv.persistent, pv.made = False, ir.Init("arange")
+                self.C.register(pv)
+                self.cur.params[key] = pv
+            legs[local] = pv
+        h, s = legs["head_index"], legs["key_position"]
+        slope = self.emit(BinOp("**", Num(base), BinOp("+", Ref(h), Num(1))), list(h.legs), False, hint="slopes")
+        bias = self.binop("*", View(slope, [h.legs[0], None], False), View(s, [s.legs[0]], False))
+        v = self.expand(View(bias.pval, [None] + list(bias.axes), False), [B, H, S])
+        return self.reshape(v, [B * H, 1, S])
+
+    def sincos_table(self, region, local, value):
+        """GPT-J's `embed_positions` (persistent=False): row i the sin, then the cos, of i times the
+        rotary frequencies, `cat((sin, cos), 1)`: the first halves of `unsaved` buffers `~ rotary_sin`
+        and `~ rotary_cos` side by side, so no saved buffer is needed. None for other values."""
+        from penrose.tracing.common import made_values
+        from penrose.tracing.write import made_init
+
+        if not isinstance(value, torch.Tensor) or value.dim() != 2 or not value.is_floating_point() \
+                or value.shape[1] % 2 or value.shape[1] < 2 or made_init(value) is not None:
+            return None
+        P, D = value.shape
+        x = value.detach().cpu().double()
+        for base in dict.fromkeys(self.bases + [10000.0]):
+            halves = [made_values(name, (P, D), base)[:, : D // 2] for name in ("rotary_sin", "rotary_cos")]
+            if not torch.equal(torch.cat(halves, 1).to(value.dtype).double(), x):
+                continue
+            rows = self.C.new(P, role="feat", origin=f"positions of {local} (sin, then cos)")
+            views = []
+            for name in ("rotary_sin", "rotary_cos"):
+                dim = self.C.new(D, role="feat", origin=f"the columns of the rotary {name[7:]} table")
+                key = f"{region.fqn}.{name[7:]}_table" if region.fqn else f"{name[7:]}_table"
+                pv = region.params.get(key)
+                if pv is None:
+                    pv = PVal([rows, dim], False, "float", region, "buffer", param=f"{name[7:]}_table", hint=f"{name[7:]}_table")
+                    pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
+                    self.C.register(pv)
+                    region.params[key] = pv
+                v = self.lift(View(pv, list(pv.legs), False), self.cur)
+                views.append(self.narrow(v, 1, 0, D // 2))
+            return self.concat(views, 1)
         return None
 
     def made_ids(self, target, kind, node):

@@ -36,6 +36,7 @@ class Elementwise:
         if want is None or not isinstance(src, torch.Tensor) or src.dtype == want:
             return x
         if src.is_floating_point() and want.is_floating_point:
+            self.note_downcast(src.dtype, want)
             return x
         if src.dtype == torch.bool and want.is_floating_point:
             return self.as_number(x)
@@ -45,6 +46,23 @@ class Elementwise:
             return self.map_expr(x, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
         self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers, "
                              "integer and float masks to bool (x != 0) and one float dtype to another")
+
+    def note_downcast(self, src, want):
+        """A float cast to less precision than the model's dtype (`.to(torch.float32)` in a float64
+        model): the diagram computes in the model's dtype, so its values differ from the module's by
+        that rounding; recorded (dtypes and the user's line) for the warning and the header."""
+        model = self.model_dtype
+        if model is None or torch.finfo(want).eps <= torch.finfo(model).eps:
+            return  # an upcast, or a cast back to the model's dtype: the same values
+        arg = self.values.get(self.node.args[0]) if hasattr(self.node.args[0], "op") else None
+        if isinstance(arg, tuple) and arg and arg[0] == "state" and arg[2] not in self.persistent:
+            return  # rotary frequencies the module made for itself, cast to float32: the tables the diagram makes are float32 too
+        span = self.deeper(self.node, self.where(self.node))
+        where = f"{span.file}:{span.line}" if span is not None else "an unknown line"
+        code = f" ({span.source_line.strip()})" if span is not None and span.source_line.strip() else ""
+        key = (str(model).removeprefix("torch."), str(want).removeprefix("torch."), where, code)
+        if key not in self.downcasts:
+            self.downcasts.append(key)
 
     def op_detach(self, node):
         x = self.view_arg(node.args[0])

@@ -376,11 +376,27 @@ class Shapes:
     def op_slice(self, node):
         a = self.args(node)
         if a.get("step", 1) not in (1, None):
-            self.unsupported(why="a slice with a step")
+            return self.strided(self.view_arg(a["self"]), a.get("dim", 0), a.get("start"), a.get("end"), a["step"])
         end = a.get("end")
         if end is not None and end >= INT64_MAX:
             end = None
         return self.narrow(self.view_arg(a["self"]), a.get("dim", 0), a.get("start"), end)
+
+    def strided(self, x, dim, start, end, step):
+        """`x[..., start::step]` over a whole axis whose size step divides (GPT-J's interleaved rotary,
+        `x[..., ::2]` and `x[..., 1::2]`): the axis viewed as (size / step, step), entry `start` of the second."""
+        if not isinstance(x, View):
+            self.unsupported(why="a slice with a step of a plain number")
+        full = x.full
+        d = dim % len(full)
+        sizes = [self.batch_size if c is BATCH else 1 if c is None else c.size for c in full]
+        n = sizes[d]
+        start = int(start or 0)
+        end = n if end is None or end >= n else int(end)
+        if full[d] is BATCH or full[d] is None or not 0 <= start < step or n % step or end < n - step + start + 1:
+            self.unsupported(why="a slice with a step (only x[..., k::step] over a whole axis that step divides is expressible)")
+        y = self.reshape(x, sizes[:d] + [n // step, step] + sizes[d + 1 :])
+        return self.select(y, d + 1, start)
 
     def op_narrow(self, node):
         a = self.args(node)
@@ -450,12 +466,41 @@ class Shapes:
         x = self.view_arg(node.args[0])
         indices = list(node.args[1])
         consts = [self.consts.get(i) if hasattr(i, "op") else None for i in indices]
+        given = [k for k, i in enumerate(indices) if i is not None]
+        if isinstance(x, View) and len(given) == 1 and given[0] > 0:  # `x[..., [-2], :]` (Falcon's one key head): a slice
+            k, c = given[0], consts[given[0]]
+            n = int(node.args[0].meta["val"].shape[k])
+            flat = c.reshape(-1).cpu() if isinstance(c, torch.Tensor) and c.dim() == 1 and not c.is_floating_point() \
+                and c.dtype != torch.bool else None
+            if flat is not None and flat.numel() and -n <= int(flat[0]) < n:
+                start = int(flat[0]) % n
+                if flat.numel() == 1 and n > 1:  # one position: a size-1 axis, as torch keeps it (broadcast_to expands it)
+                    return self.unsqueezed(self.select(x, k, start), k)
+                if start + flat.numel() <= n and torch.equal(flat % n, torch.arange(start, start + flat.numel())):
+                    return self.narrow(x, k, start, start + flat.numel())
+            self.unsupported(why="indexing by a tensor of indices (only consecutive constant positions, a slice, are "
+                                 "expressible)")
         full = x.full if isinstance(x, View) else []
         if not isinstance(x, View) or any(not isinstance(c, torch.Tensor) or c.is_floating_point() or c.dtype == torch.bool
                                            for c in consts) or len(indices) > len(full):
             self.unsupported()
         shape = list(torch.broadcast_shapes(*[c.shape for c in consts]))
         sizes = list(node.args[0].meta["val"].shape)
+        for k, c in enumerate(consts):  # consecutive positions start..end (GPT-J's `embed_positions[position_ids]`): rows of the table
+            flat = c.reshape(-1).cpu()
+            start = int(flat[0]) if flat.numel() else 0
+            if 0 < flat.numel() < sizes[k] and start + flat.numel() <= sizes[k] \
+                    and torch.equal(flat, torch.arange(start, start + flat.numel())):
+                x = self.materialize(x)
+                if len(consts) == 1 and x.pval.param:
+                    fqn = getattr(x.pval.region, "fqn", "")
+                    self.fixed_length.append((flat.numel(), f"{fqn + '.' if fqn else ''}{x.pval.param}"))
+                x = self.narrow(x, k, start, start + flat.numel())
+                if not isinstance(x, View):
+                    self.unsupported()
+                sizes[k] = flat.numel()
+                consts[k] = c - start
+        full = x.full
         out: list = [None] * len(shape)
         taken: set = set()
         for k, c in enumerate(consts):

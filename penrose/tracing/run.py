@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import traceback
 import warnings
 from contextlib import contextmanager
@@ -41,17 +42,34 @@ def _user_frame(exc):
     return best
 
 
-def _export(module, inputs):
+def _call_options(module) -> dict:
+    """Keyword arguments trace calls the module with: `use_cache=False` where forward takes it
+    (Hugging Face models return a key/value cache for generation by default, which no diagram holds;
+    the other outputs are the same either way)."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError):
+        return {}
+    return {"use_cache": False} if "use_cache" in params else {}
+
+
+def _export(module, inputs, options=None):
     from torch.fx.experimental.symbolic_shapes import GuardOnDataDependentSymNode
 
     try:
         with _quiet():
-            return torch.export.export(module, tuple(inputs), strict=False)
+            return torch.export.export(module, tuple(inputs), dict(options or {}), strict=False)
     except Exception as e:  # noqa: BLE001 - every failure of the trace is reported at the user's line
         fr = _user_frame(e)
         span = span_at(fr.filename, fr.lineno) if fr else None
+        cache = re.search(r"Found <class '[\w.]*?(\w*Cache)'> in output", str(e))
         if isinstance(e, GuardOnDataDependentSymNode) or "data-dependent" in str(e):
             what = "control flow that depends on tensor values (a data-dependent branch or size)"
+        elif cache:
+            what = (f"a {cache.group(1)} in the module's outputs (a key/value cache for generation: "
+                    "call the model with use_cache=False inside the module you trace)")
         else:
             first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
             what = f"an operation torch.export cannot trace ({type(e).__name__}: {first[:200]})"
@@ -111,16 +129,14 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     if title is not None and not isinstance(title, str):
         raise PenroseTraceError(f"title= takes a string, not {type(title).__name__}")
     hints = _hints(dims, inputs, module)
+    options = _call_options(module)
     was_training = module.training
     module.eval()
     try:
-        ep = _export(module, inputs)
+        ep = _export(module, inputs, options)
     finally:
         module.train(was_training)
-    spec = getattr(ep.call_spec, "out_spec", None)
-    kind = getattr(spec, "type", None)
-    if kind is not None and kind not in (tuple, list):
-        raise PenroseTraceError(f"the module returns a {kind.__name__}; a diagram's outputs are a tensor or a tuple of tensors")
+    out_names = _output_names(getattr(ep.call_spec, "out_spec", None))
     first = inputs[0]
     named_batch = any(axis == 0 for (_i, axis) in hints)
     try_batch = batch is not False and not named_batch and first.dim() >= 1
@@ -129,7 +145,7 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     low = None
     if try_batch:
         try:
-            low = _lower(ep, module, inputs, True, hints)
+            low = _lower(ep, module, inputs, True, hints, out_names)
         except BatchAxis:
             if batch is True:
                 raise PenroseTraceError("batch=True, but the module mixes axis 0 of its inputs with other axes") from None
@@ -140,12 +156,20 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
             taken = set(hints.values()) | {k.rsplit(".", 1)[-1] for k in module.state_dict()}
             hints[(0, 0)] = next(n for n in ("b", "n", "batch", "nb", "bb") if n not in taken)
         try:
-            low = _lower(ep, module, inputs, False, hints)
+            low = _lower(ep, module, inputs, False, hints, out_names)
         except BatchAxis:  # pragma: no cover - explicit mode has no batch axis
             raise PenroseTraceError("internal: a batch axis in explicit mode") from None
     name = title or f"{type(module).__module__}.{type(module).__qualname__}"
     shapes = ", ".join("[" + ", ".join(str(s) for s in x.shape) + "]" for x in inputs)
     header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
+    dropped = _dropped(module, inputs) if options else []
+    if dropped:
+        header.append(f"# Not an output: {', '.join(dropped)} (a key/value cache for generation, which forward returns by "
+                      "default): traced as called with use_cache=False, which gives the same other outputs.")
+    if out_names:
+        kind = ep.call_spec.out_spec.type.__name__
+        header.append(f"# The outputs are the fields of the {kind} forward returns, in its order ({', '.join(out_names)}): "
+                      "the compiled model returns them as a tuple.")
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
     if low.fixed_length:
@@ -153,6 +177,14 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length))
         header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: slices of position tables ({tables}) fix the "
                       "token count to the example's (trace again for another length; docs/trace.md, \"Other limits\").")
+    for model_dtype, cast, where, code in low.downcasts:
+        header.append(f"# Computes in {model_dtype} where the module casts to {cast} at {where}{code}: its values differ "
+                      f"from the module's by that rounding (docs/trace.md, \"Casts\").")
+    if low.downcasts:  # one warning for them all
+        model_dtype = low.downcasts[0][0]
+        casts = "; ".join(f"{where}{code} casts to {cast}" for _, cast, where, code in low.downcasts)
+        warnings.warn(f"penrose.trace: {casts}, below the model's {model_dtype}; the diagram computes in {model_dtype}, "
+                      "so its values differ from the module's by that rounding", PenroseWarning, stacklevel=3)
     if low.unused:
         shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
@@ -167,12 +199,64 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     text = Writer(low, name, notes=notes).write(header)
     text = _canonical(text)
     if verify:
-        _verify(text, module, inputs, ignore=set(low.unused))
+        _verify(text, module, inputs, ignore=set(low.unused))  # as the user calls it: without use_cache=False
     return text
 
 
-def _lower(ep, module, inputs, batch, hints):
+def _dropped(module, inputs) -> list:
+    """The fields of the module's output as called without use_cache=False that are not tensors
+    (Hugging Face's past_key_values, a DynamicCache): what the diagram leaves out."""
+    from collections.abc import Mapping
+
+    was = module.training
+    module.eval()
+    try:
+        with torch.no_grad():
+            out = module(*inputs)
+    except Exception:  # noqa: BLE001 - only for the header's note; the trace itself called it with use_cache=False
+        return []
+    finally:
+        module.train(was)
+    if not isinstance(out, Mapping):
+        return []
+    return [f"{k} (a {type(v).__name__})" for k, v in out.items() if v is not None and not isinstance(v, torch.Tensor)]
+
+
+def _output_names(spec):
+    """The field names of a mapping the module returns (a Hugging Face ModelOutput, a dict), in its
+    order, for the diagram's outputs; None for a tensor or a tuple of tensors. A ModelOutput holds no
+    None fields; a field that is not a tensor (a cache, a tuple of hidden states) is refused."""
+    kind = getattr(spec, "type", None)
+    if kind is None or kind in (tuple, list):
+        return None
+    from collections.abc import Mapping
+
+    keys = spec.context if isinstance(spec.context, (list, tuple)) else None
+    if not (isinstance(kind, type) and issubclass(kind, Mapping)) or keys is None:
+        raise PenroseTraceError(f"the module returns a {kind.__name__}; a diagram's outputs are a tensor, a tuple of tensors "
+                                "or a mapping (a ModelOutput) of tensors")
+    children = spec.children() if callable(getattr(spec, "children", None)) else spec.children_specs
+    for key, child in zip(keys, children):
+        if getattr(child, "type", None) is not None:
+            raise PenroseTraceError(f"the module returns a {kind.__name__} whose field {key!r} is a "
+                                    f"{child.type.__name__}, not a tensor; a diagram's outputs are tensors "
+                                    "(output_hidden_states=False, output_attentions=False keep them out)")
+    return [str(k) for k in keys]
+
+
+def output_values(out) -> list:
+    """A module's outputs as a list of tensors in the diagram's order: a tensor, a tuple, or the
+    tensor fields of a mapping (a ModelOutput; its cache and None fields are not in the diagram)."""
+    from collections.abc import Mapping
+
+    if isinstance(out, Mapping):
+        return [v for v in out.values() if isinstance(v, torch.Tensor)]
+    return list(out) if isinstance(out, (tuple, list)) else [out]
+
+
+def _lower(ep, module, inputs, batch, hints, out_names=None):
     low = Lowerer(ep, module, inputs, batch=batch, hints=hints)
+    low.output_names = out_names
     low.batch_size = int(inputs[0].shape[0]) if batch else None
     low.run()
     return low
@@ -218,8 +302,8 @@ def _verify(text, module, inputs, ignore=frozenset()):
             got = model(*inputs)
     finally:
         module.train(was)
-    want = list(want) if isinstance(want, (tuple, list)) else [want]
-    got = list(got) if isinstance(got, (tuple, list)) else [got]
+    want = output_values(want)
+    got = output_values(got)
     if len(want) != len(got):
         raise PenroseTraceError(f"internal: the diagram has {len(got)} outputs, the module {len(want)}")
     for i, (w, g) in enumerate(zip(want, got)):

@@ -874,9 +874,13 @@ class Writer:
             for j, (p, _) in enumerate(region.formals):
                 w = wishes[j] if j < len(wishes) else (p.hint or "x")
                 choose(p, w if ok_name(w) else "x", -1)
+        fields = {}  # the outputs' names where the module returns a ModelOutput: its fields
+        if region.parent is None and self.L.output_names:
+            for p, field in zip(b.results, self.L.output_names):
+                fields.setdefault(p.id, field)
         for i, it in enumerate(b.kept):
             for p in it.outs:
-                wish = b.named.get(p.id) or p.hint
+                wish = fields.get(p.id) or b.named.get(p.id) or p.hint
                 if wish is None and isinstance(it, Stmt) and len(it.outs) == 1:  # a part of a long line: the line's name
                     targets = line_targets(it.src)
                     wish = targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None

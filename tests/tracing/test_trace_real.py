@@ -18,6 +18,7 @@ import pytest
 import torch
 import torchvision_stub
 from torch import nn
+from test_trace import tensors
 from trace_readability import call_depth, traced
 
 import penrose
@@ -154,12 +155,13 @@ def round_trip(module, inputs, dtype):
     twin.load_state_dict(module.state_dict(), strict=True)  # the module's own names, every one
     a = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
     b = [x.clone().requires_grad_(x.is_floating_point()) for x in inputs]
-    want, got = module(*a), twin(*b)
+    want, got = tensors(module(*a)), tensors(twin(*b))  # a ModelOutput's tensor fields, in order
     tol = TOL[dtype]
+    assert len(got) == len(want)
     torch.testing.assert_close(got, want, rtol=tol, atol=tol)
-    cot = torch.randn_like(want)
-    want.backward(cot)
-    got.backward(cot)
+    cot = [torch.randn_like(w) for w in want]
+    torch.autograd.backward(want, cot)
+    torch.autograd.backward(got, cot)
     for x, y in zip(a, b):
         if x.requires_grad:
             torch.testing.assert_close(y.grad, x.grad, rtol=10 * tol, atol=10 * tol)
