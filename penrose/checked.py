@@ -18,7 +18,7 @@ A few small records, torch-free. Their invariants, all established by the checke
   and a value read twice is two `ref`s. `V.op` is one of the checker's op codes — atoms `num`,
   `const`, `dimsize`, `ref`; plain-number arithmetic `neg`, `sbin`, `sfunc`; the operations of
   `penrose.ops` (`unary`, `binop`, `einsum`, `softmax`, ...); `block` (a call of a block
-  instance) and `return`. `V.key` is the table's name for it (`ops.key_of`, set once: `gelu`
+  instance) and `return`. `V.key` is the table's name for it (`ops.key_of`, set once: `relu`
   for a `unary`, `+` for a `binop`, `rearrange` for an `einop`; None for atoms and statements).
 - **Attributes are typed records.** `V.attrs` is one frozen record of `penrose.attrs`, the one
   the row names (`ops.OPS[v.key].attrs`): leg positions already resolved to axes, keyword

@@ -11,17 +11,32 @@ lowered as its functional key (`relu`).
 
 from __future__ import annotations
 
+import math
+
 from penrose.ops import OPS
 from penrose.tracing.lower_contract import Contractions as C
 from penrose.tracing.lower_elementwise import Elementwise as E
 from penrose.tracing.lower_legs import Reductions as R
 from penrose.tracing.lower_shapes import Shapes as S
+from penrose.tracing.model import BinOp, Call, Num
 
 # aten name -> .pen function: the element-wise rows of `penrose.ops.OPS` that name their ATen op and
 # take no keywords (a row of ATEN below takes precedence: gelu's approximate form, softplus's beta)
 UNARY = {row.aten: name for name, row in OPS.items() if row.aten is not None and not row.keywords}
 COMPARE = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}
 IDENTITY = {"contiguous", "clone", "alias", "lift_fresh_copy", "_to_copy", "to", "type_as"}
+
+
+def _gelu(lowerer, node):
+    """torch's gelu: the language's (exact, erf) gelu, or torch's tanh form (approximate='tanh')
+    written out in the language's terms."""
+    a = lowerer.args(node)
+    x = lowerer.view_arg(a["self"])
+    if a.get("approximate", "none") != "tanh":
+        return lowerer.unary_call("gelu", x)
+    c = math.sqrt(2.0 / math.pi)
+    return lowerer.map_expr(x, lambda r: BinOp("*", BinOp("*", Num(0.5), r), BinOp(
+        "+", Num(1), Call("tanh", [BinOp("*", Num(c), BinOp("+", r, BinOp("*", Num(0.044715), BinOp("**", r, Num(3)))))]))))
 
 
 def _unary(fn: str):
@@ -52,7 +67,7 @@ ATEN = {
     "detach": E.op_detach,
     "add": E.op_add, "sub": E.op_sub, "rsub": E.op_rsub, "mul": E.op_mul, "div": E.op_div,
     "floor_divide": E.op_floor_divide, "true_divide": E.op_true_divide, "pow": E.op_pow, "neg": E.op_neg,
-    "rsqrt": E.op_rsqrt, "reciprocal": E.op_reciprocal, "square": E.op_square, "gelu": E.op_gelu,
+    "rsqrt": E.op_rsqrt, "reciprocal": E.op_reciprocal, "square": E.op_square, "gelu": _gelu,
     "softplus": E.op_softplus, "leaky_relu": E.op_leaky_relu, "log_sigmoid": E.op_log_sigmoid, "relu6": E.op_relu6,
     "hardtanh": E.op_hardtanh,
     "clamp": E.op_clamp, "clamp_min": E.op_clamp_min, "clamp_max": E.op_clamp_max,

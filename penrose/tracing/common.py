@@ -56,7 +56,7 @@ def _overload(node) -> str:
 
 
 def torch_name(node) -> str:
-    """How the user wrote the op: torch.sort, Tensor.chunk, F.gelu (else the ATen name)."""
+    """How the user wrote the op: torch.sort, Tensor.chunk, F.silu (else the ATen name)."""
     fn = node.meta.get("torch_fn")
     if fn and len(fn) == 2 and "." in fn[1]:
         owner, name = fn[1].rsplit(".", 1)

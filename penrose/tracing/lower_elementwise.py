@@ -236,15 +236,6 @@ class Elementwise:
         x = self.view_arg(node.args[0])
         return self.map_expr(x, lambda r: BinOp("**", r, Num(2)))
 
-    def op_gelu(self, node):
-        a = self.args(node)
-        x = self.view_arg(a["self"])
-        if a.get("approximate", "none") == "tanh":  # torch's tanh form, written out
-            c = math.sqrt(2.0 / math.pi)
-            return self.map_expr(x, lambda r: BinOp("*", BinOp("*", Num(0.5), r), BinOp(
-                "+", Num(1), Call("tanh", [BinOp("*", Num(c), BinOp("+", r, BinOp("*", Num(0.044715), BinOp("**", r, Num(3)))))]))))
-        return self.unary_call("gelu", x)
-
     def op_softplus(self, node):
         a = self.args(node)
         if a.get("beta", 1) != 1 or a.get("threshold", 20) != 20:

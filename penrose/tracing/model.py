@@ -246,6 +246,22 @@ class Einsum:
     out_cls: dict  # index key -> the result's class (for output indices)
 
 
+def children(e) -> list:
+    """The sub-expressions of an expression, in order (a leaf has none): what every walk over
+    the trace IR descends into."""
+    if isinstance(e, Call):
+        return [*e.args, *(v for _, v in e.kwargs)]
+    if isinstance(e, BinOp):
+        return [e.a, e.b]
+    if isinstance(e, Neg):
+        return [e.a]
+    if isinstance(e, Einsum):
+        return list(e.operands)
+    if isinstance(e, TensorList):
+        return list(e.items)
+    return []
+
+
 # ---- statements and regions -------------------------------------------------------------------------
 
 

@@ -28,7 +28,7 @@ from penrose.fmt import format_diagram, format_expr, format_stmt
 from penrose.tables import FLOAT32_MAX, FUNCTIONS, GENERATED, IDENT, MODULE_ATTRS, PEN_KEYWORDS
 from penrose.tracing.errors import PenroseTraceError, span_at
 from penrose.tracing.model import (
-    BinOp, Call, CallStmt, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, Ref, Stmt, Str, TensorList,
+    BinOp, Call, CallStmt, Einsum, Leg, LegClash, LegList, Neg, Num, Pattern, Ref, Stmt, Str, TensorList, children,
 )
 
 RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"}
@@ -260,22 +260,8 @@ def refs(e, out):
     """The PVals an expression reads, in order."""
     if isinstance(e, Ref):
         out.append(e.pval)
-    elif isinstance(e, (Call,)):
-        for a in e.args:
-            refs(a, out)
-        for _, v in e.kwargs:
-            refs(v, out)
-    elif isinstance(e, BinOp):
-        refs(e.a, out)
-        refs(e.b, out)
-    elif isinstance(e, Neg):
-        refs(e.a, out)
-    elif isinstance(e, Einsum):
-        for x in e.operands:
-            refs(x, out)
-    elif isinstance(e, TensorList):
-        for x in e.items:
-            refs(x, out)
+    for x in children(e):
+        refs(x, out)
     return out
 
 
@@ -292,26 +278,13 @@ def classes_in(e, out):
                 elif not isinstance(x, str):
                     group.append(x)
         out.append(group)
-    elif isinstance(e, Call):
-        for a in e.args:
-            classes_in(a, out)
-        for _, v in e.kwargs:
-            classes_in(v, out)
-    elif isinstance(e, BinOp):
-        classes_in(e.a, out)
-        classes_in(e.b, out)
-    elif isinstance(e, Neg):
-        classes_in(e.a, out)
     elif isinstance(e, Einsum):
         out.append(("einsum", e))
-        for x in e.operands:
-            classes_in(x, out)
     elif isinstance(e, LegList):  # a split's pieces: each meets the others' legs, not one another
         for c in e.legs:
             out.append([c])
-    elif isinstance(e, TensorList):
-        for x in e.items:
-            classes_in(x, out)
+    for x in children(e):
+        classes_in(x, out)
     return out
 
 
