@@ -235,6 +235,33 @@ def test_t5_layer_ff_in_float32_round_trips_exactly_and_silently():
     torch.testing.assert_close(b.grad, a.grad, rtol=1e-5, atol=1e-6)
 
 
+class SoftmaxInFloat32(nn.Module):
+    """Attention weights as Hugging Face's eager attention computes them (CLIP, LLaMA, ...):
+    `softmax(scores, dim=-1, dtype=torch.float32).to(query.dtype)`."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        q = self.proj(x)
+        w = torch.softmax(q @ x.transpose(-1, -2), dim=-1, dtype=torch.float32).to(q.dtype)
+        return w @ x
+
+
+def test_softmax_computed_in_float32_in_a_float64_model_warns_at_its_line():
+    """Regression: a softmax's own `dtype=torch.float32` down-cast in a float64 model was silent
+    (CLIP's encoder layer round-tripped to ~6e-8 with no warning): only `.to(...)` casts were seen."""
+    x = torch.randn(2, 5, 4, dtype=torch.float64)
+    with pytest.warns(penrose.PenroseWarning, match=r"dtype=torch.float32\).to\(q.dtype\)\) casts to float32, below the model's float64"):
+        text = penrose.trace(SoftmaxInFloat32().double(), x)
+    assert "# Computes in float64 where the module casts to float32" in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", penrose.PenroseWarning)
+        text32 = penrose.trace(SoftmaxInFloat32(), x.float())  # float32: nothing to say
+    assert "# Computes in" not in text32
+
+
 class Upcast(nn.Module):
     def __init__(self):
         super().__init__()
