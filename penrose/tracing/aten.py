@@ -69,7 +69,8 @@ ATEN = {
     "floor_divide": E.op_floor_divide, "true_divide": E.op_true_divide, "pow": E.op_pow, "neg": E.op_neg,
     "rsqrt": E.op_rsqrt, "reciprocal": E.op_reciprocal, "square": E.op_square, "gelu": _gelu,
     "softplus": E.op_softplus, "leaky_relu": E.op_leaky_relu, "log_sigmoid": E.op_log_sigmoid, "relu6": E.op_relu6,
-    "hardtanh": E.op_hardtanh,
+    "hardtanh": E.op_hardtanh, "elu": E.op_elu, "selu": E.op_selu, "celu": E.op_celu, "hardsigmoid": E.op_hardsigmoid,
+    "threshold": E.op_threshold,
     "clamp": E.op_clamp, "clamp_min": E.op_clamp_min, "clamp_max": E.op_clamp_max,
     "dropout": E.op_dropout,  # (feature_dropout is refused: it drops whole channels)
     # masks, fills, top-k

@@ -438,6 +438,37 @@ class Elementwise:
         x = self.view_arg(node.args[0])
         return self.map_expr(x, lambda r: Neg(Call("softplus", [Neg(r)])))
 
+    def op_elu(self, node):
+        """elu(x, alpha, scale, input_scale) = scale · elu(input_scale · x, alpha): the language's
+        elu, scaled where torch scales (selu and celu are written through it too)."""
+        a = self.args(node)
+        return self.scaled_elu(self.view_arg(a["self"]), float(a.get("alpha", 1.0)), float(a.get("scale", 1.0)),
+                               float(a.get("input_scale", 1.0)))
+
+    def op_selu(self, node):  # torch's constants (Klambauer et al. 2017)
+        return self.scaled_elu(self.view_arg(node.args[0]), 1.6732632423543772, 1.0507009873554805, 1.0)
+
+    def op_celu(self, node):  # celu(x, alpha) = alpha · elu(x / alpha, 1)
+        a = self.args(node)
+        alpha = float(a.get("alpha", 1.0))
+        return self.scaled_elu(self.view_arg(a["self"]), 1.0, alpha, 1.0 / alpha)
+
+    def scaled_elu(self, x: View, alpha: float, scale: float, input_scale: float):
+        def make(r):
+            inner = r if input_scale == 1.0 else BinOp("*", r, Num(input_scale))
+            e = Call("elu", [inner], [("alpha", Num(alpha))] if alpha != 1.0 else [])
+            return e if scale == 1.0 else BinOp("*", Num(scale), e)
+        return self.map_expr(x, make)
+
+    def op_hardsigmoid(self, node):  # relu6(x + 3) / 6
+        return self.map_expr(self.view_arg(node.args[0]), lambda r: Call(
+            "clamp", [BinOp("+", BinOp("/", r, Num(6)), Num(0.5))], [("min", Num(0)), ("max", Num(1))]))
+
+    def op_threshold(self, node):  # x where x > threshold, else value
+        a = self.args(node)
+        th, value = float(a["threshold"]), float(a["value"])
+        return self.map_expr(self.view_arg(a["self"]), lambda r: Call("where", [BinOp(">", r, Num(th)), r, Num(value)]))
+
     def op_relu6(self, node):
         return self.unary_call("clamp", self.view_arg(node.args[0]), min=0.0, max=6.0)
 

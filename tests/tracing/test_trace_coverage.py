@@ -536,3 +536,23 @@ def test_integer_mask_made_bool_is_a_comparison():
     mask = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     text = round_trip(IntegerMask(), torch.randn(2, 4, 4), mask)
     assert "!= 0" in text
+
+
+ACTIVATIONS = {  # torch's activation modules the language writes with its own functions
+    "ELU": (nn.ELU(alpha=0.5), "out = elu(h, alpha=0.5)", 1e-10),
+    "SELU": (nn.SELU(), "out = 1.0507009873554805 * elu(h, alpha=1.6732632423543772)", 1e-10),
+    "CELU": (nn.CELU(alpha=2.0), "out = 2 * elu(h * 0.5)", 1e-10),
+    # torch's own hardsigmoid backward multiplies by 1/6 rounded to float32 (relative 3e-8, even
+    # in float64): the diagram's gradient is the exact one, so the comparison allows that
+    "Hardsigmoid": (nn.Hardsigmoid(), "out = clamp(h / 6 + 0.5, min=0, max=1)", 1e-8),
+    "Threshold": (nn.Threshold(0.1, 20.0), "out = where(h > 0.1, h, 20)", 1e-10),
+}
+
+
+@pytest.mark.parametrize("name", sorted(ACTIVATIONS))
+def test_regression_activations_round_trip(name):
+    """Regression (tried on modules nobody here wrote): nn.ELU, SELU, CELU, Hardsigmoid and
+    Threshold were refused as "cannot be expressed in .pen" though the language writes each."""
+    module, expected, tol = ACTIVATIONS[name]
+    text = round_trip(nn.Sequential(nn.Linear(6, 6), module), torch.randn(4, 6), tol=tol)
+    assert expected in text, text  # h: the linear layer's output
