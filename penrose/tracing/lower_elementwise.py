@@ -237,10 +237,15 @@ class Elementwise:
         return self.map_expr(x, lambda r: BinOp("**", r, Num(2)))
 
     def op_softplus(self, node):
+        """softplus(x, beta) = softplus(beta·x) / beta: torch's threshold acts on beta·x, so the
+        language's softplus (threshold 20) is exact for any beta at the default threshold."""
         a = self.args(node)
-        if a.get("beta", 1) != 1 or a.get("threshold", 20) != 20:
-            self.unsupported(why="softplus with beta or threshold other than 1 and 20")
-        return self.unary_call("softplus", self.view_arg(a["self"]))
+        beta = float(a.get("beta", 1))
+        if a.get("threshold", 20) != 20 or beta <= 0:
+            self.unsupported(why="softplus with a threshold other than 20 (or beta <= 0)")
+        if beta == 1.0:
+            return self.unary_call("softplus", self.view_arg(a["self"]))
+        return self.map_expr(self.view_arg(a["self"]), lambda r: BinOp("/", Call("softplus", [BinOp("*", r, Num(beta))]), Num(beta)))
 
     def op_leaky_relu(self, node):
         a = self.args(node)

@@ -546,13 +546,14 @@ ACTIVATIONS = {  # torch's activation modules the language writes with its own f
     # in float64): the diagram's gradient is the exact one, so the comparison allows that
     "Hardsigmoid": (nn.Hardsigmoid(), "out = clamp(h / 6 + 0.5, min=0, max=1)", 1e-8),
     "Threshold": (nn.Threshold(0.1, 20.0), "out = where(h > 0.1, h, 20)", 1e-10),
+    "Softplus(beta=2)": (nn.Softplus(beta=2.0), "out = softplus(h * 2) / 2", 1e-10),
 }
 
 
 @pytest.mark.parametrize("name", sorted(ACTIVATIONS))
 def test_regression_activations_round_trip(name):
-    """Regression (tried on modules nobody here wrote): nn.ELU, SELU, CELU, Hardsigmoid and
-    Threshold were refused as "cannot be expressed in .pen" though the language writes each."""
+    """Regression (tried on modules nobody here wrote): nn.ELU, SELU, CELU, Hardsigmoid,
+    Threshold and Softplus with a beta were refused as "cannot be expressed in .pen" though the language writes each."""
     module, expected, tol = ACTIVATIONS[name]
     text = round_trip(nn.Sequential(nn.Linear(6, 6), module), torch.randn(4, 6), tol=tol)
     assert expected in text, text  # h: the linear layer's output
