@@ -428,15 +428,17 @@ class _Emitter:
         """The read pieces of a split, each as a narrow (a view) of the split tensor."""
         v = s.value
         x = v.args[0]
-        dim = self.dim_of(x, v.of(Axis).axis)
-        starts = [sum(v.of(Split).sizes[:i]) for i in range(len(v.of(Split).sizes))]
+        split = v.of(Split)
+        sizes = split.sizes
+        dim = self.dim_of(x, split.axis)
+        starts = [sum(sizes[:i]) for i in range(len(sizes))]
         nodes: list[ast.stmt] = []
         base = self.expr(x)
         if len(kept) > 1 and not P.is_simple(base):  # computed once, however many pieces are read
             nodes.extend(self.statement(["_split"], base, ""))
             base = P.name("_split")
         for i in kept:
-            start, size = starts[i], v.of(Split).sizes[i]
+            start, size = starts[i], sizes[i]
             if not x.type.batched and dim == -len(x.legs):  # the first axis: a plain slice
                 piece = P.subscript(base, P.slice_(start or None, start + size))
             else:
@@ -694,14 +696,15 @@ def _lower_softmax(fn: str):
 
 def _lower_layernorm(em: _Emitter, v: V):
     x = v.args[0]
-    d = em.dim_of(x, v.of(Axis).axis)
-    n = em.size_node(x.type.cls[v.of(Axis).axis], v.span)
-    w, b = em.param_ref(v.of(LayerNorm).weight), em.param_ref(v.of(LayerNorm).bias)
-    ln = P.path("torch.nn.functional.layer_norm")
+    ln = v.of(LayerNorm)
+    d = em.dim_of(x, ln.axis)
+    n = em.size_node(x.type.cls[ln.axis], v.span)
+    w, b = em.param_ref(ln.weight), em.param_ref(ln.bias)
+    fn = P.path("torch.nn.functional.layer_norm")
     if d == -1:
-        return P.call(ln, em.expr(x), P.tuple_([n]), w, b, v.of(LayerNorm).eps)
+        return P.call(fn, em.expr(x), P.tuple_([n]), w, b, ln.eps)
     moved = P.method(em.expr(x), "movedim", d, -1)
-    return P.method(P.call(ln, moved, P.tuple_([n]), w, b, v.of(LayerNorm).eps), "movedim", -1, d)
+    return P.method(P.call(fn, moved, P.tuple_([n]), w, b, ln.eps), "movedim", -1, d)
 
 
 def _lower_rmsnorm(em: _Emitter, v: V):

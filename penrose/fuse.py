@@ -56,8 +56,8 @@ def find_attention(c: Checked, uses: dict | None = None) -> dict:
     taken: set = set()
 
     def resolve(v: V, absorbed: list):
-        while v.op == "ref" and v.of(Ref).kind == "local":
-            key = (v.of(Ref).name, v.of(Ref).version)
+        while v.op == "ref" and (ref := v.of(Ref)).kind == "local":
+            key = (ref.name, ref.version)
             if uses.get(key, 0) != 1 or key not in defs or id(defs[key]) in taken:
                 return v
             absorbed.append(defs[key])
@@ -95,16 +95,17 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     mask, kind = None, ""
     if x.op == "where":
         m, a, b = x.args
-        if b.op != "num" or b.of(Num).value != -math.inf or x.of(Aligned).align[0] is None:
+        align = x.of(Aligned).alignment
+        if b.op != "num" or b.of(Num).value != -math.inf or align[0] is None:
             return None
-        if any(al is not None and al != tuple(range(len(al))) for al in x.of(Aligned).align[1:2]):
+        if any(al is not None and al != tuple(range(len(al))) for al in align[1:2]):
             return None
         if m.op == "mask" and m.of(Mask).kind == "causal":
             kind = "causal"
         else:
             kind = "bool"
         mask = m
-        x_mask_align = x.of(Aligned).align[0]
+        x_mask_align = align[0]
         x = resolve(a, absorbed)
     elif x.op == "binop" and x.of(BinOp).op == "+" and x.args[1].type.dtype == "float" and x.args[1].type.legs:
         al = x.of(Aligned).align
@@ -116,8 +117,8 @@ def _match(final: V, resolve, absorbed) -> Attention | None:
     else:
         x_mask_align = None
     scale_op, scale_value = "", 1.0
-    if x.op == "binop" and x.of(BinOp).op in ("/", "*") and x.args[1].type.dtype == "scalar":
-        scale_op, scale_value = x.of(BinOp).op, x.args[1]
+    if x.op == "binop" and (op := x.of(BinOp).op) in ("/", "*") and x.args[1].type.dtype == "scalar":
+        scale_op, scale_value = op, x.args[1]
         x = resolve(x.args[0], absorbed)
     if x.op != "einsum" or len(x.args) != 2 or _sums_batch(x) or _sums_batch(final):
         return None

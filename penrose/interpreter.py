@@ -496,10 +496,10 @@ def _dimsize(fr, v, args):
 
 
 def _ref(fr, v, args):
-    name, kind = v.of(Ref).name, v.of(Ref).kind
-    if kind in ("param", "buffer"):
-        return fr.param(name, v.span)
-    return fr.env[(name, v.of(Ref).version)]
+    ref = v.of(Ref)
+    if ref.kind in ("param", "buffer"):
+        return fr.param(ref.name, v.span)
+    return fr.env[(ref.name, ref.version)]
 
 
 def _neg(fr, v, args):
@@ -512,9 +512,10 @@ _LETTERS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
 def _einsum(fr, v, args):
     """torch.einsum with one letter per distinct label (labels are names, possibly synthetic
     '...0' ones); '...' on batched operands, and in the output unless the batch is summed."""
-    terms, out = v.of(Einsum).terms, tuple(v.of(Einsum).out)
+    ein = v.of(Einsum)
+    terms, out = ein.terms, tuple(ein.out)
     batched = [x.type.batched for x in v.args]
-    keep_batch = any(batched) and not v.of(Einsum).sum_batch
+    keep_batch = any(batched) and not ein.sum_batch
     labels = list(dict.fromkeys([l for t in terms for l in t] + list(out)))
     if len(labels) > len(_LETTERS):
         return _contract_wide(terms, out, batched, keep_batch, args)
@@ -589,14 +590,15 @@ def _along(w, dim: int):
 
 def _layernorm(fr, v, args):
     (x,) = args
-    dim = _axis(v.args[0], v.of(Axis).axis)
+    ln = v.of(LayerNorm)
+    dim = _axis(v.args[0], ln.axis)
     mean = x.mean(dim, keepdim=True)
     var = (x - mean).pow(2).mean(dim, keepdim=True)
-    y = (x - mean) / torch.sqrt(var + v.of(LayerNorm).eps)
-    if v.of(LayerNorm).weight:
-        y = y * _along(fr.param(v.of(LayerNorm).weight, v.span), dim)
-    if v.of(LayerNorm).bias:
-        y = y + _along(fr.param(v.of(LayerNorm).bias, v.span), dim)
+    y = (x - mean) / torch.sqrt(var + ln.eps)
+    if ln.weight:
+        y = y * _along(fr.param(ln.weight, v.span), dim)
+    if ln.bias:
+        y = y + _along(fr.param(ln.bias, v.span), dim)
     return y
 
 
@@ -608,12 +610,13 @@ def _wide(dtype):
 def _rmsnorm(fr, v, args):
     """RMSNorm over one leg, in float32 (float64 in a float64 model: the language says so), cast back."""
     (x,) = args
-    dim = _axis(v.args[0], v.of(Axis).axis)
+    rms = v.of(RMSNorm)
+    dim = _axis(v.args[0], rms.axis)
     wide = _wide(x.dtype)
     xf = x.to(wide)
-    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + v.of(RMSNorm).eps)
-    if v.of(RMSNorm).weight:
-        y = y * _along(fr.param(v.of(RMSNorm).weight, v.span).to(wide), dim)
+    y = xf * torch.rsqrt(xf.pow(2).mean(dim, keepdim=True) + rms.eps)
+    if rms.weight:
+        y = y * _along(fr.param(rms.weight, v.span).to(wide), dim)
     return y.to(x.dtype)
 
 
@@ -664,8 +667,9 @@ def _mask(fr, v, args):
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
-    if v.of(Mask).kind == "block_causal":
-        t, p = t // v.of(Mask).block, p // v.of(Mask).block
+    mask = v.of(Mask)
+    if mask.kind == "block_causal":
+        t, p = t // mask.block, p // mask.block
     return p[None, :] <= t[:, None]
 
 
@@ -809,13 +813,14 @@ def _rope(fr, v, args):
 
 
 def _block(fr, v, args):
-    blk = fr.body.blocks[v.of(BlockCall).block]
-    inst = v.of(BlockCall).instance
-    if v.of(BlockCall).repeat is None:
+    call = v.of(BlockCall)
+    blk = fr.body.blocks[call.block]
+    inst = call.instance
+    if call.repeat is None:
         outs = _call_block(fr, blk, f"{fr.prefix}{inst}.", args)
     else:
         x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
-        for i in range(v.of(BlockCall).repeat):
+        for i in range(call.repeat):
             (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)

@@ -38,12 +38,13 @@ def einsums(v: V):
 def einsum_plan(c: Checked, v: V) -> Plan:
     """The plan of one checked einsum for the diagram's bound sizes (free legs at 64), the
     compiler's plan; a step with more than 52 legs is a PenroseCompileError at the einsum."""
+    ein = v.of(Einsum)
     sizes: dict[str, int] = {}
-    for t, o in zip(v.of(Einsum).terms, v.args):
+    for t, o in zip(ein.terms, v.args):
         for leg, cl in zip(t, o.type.cls):  # a leg of size 1 broadcasts: the larger size, as compiled
             sizes[leg] = max(sizes.get(leg, 1), c.sizes.size(cl) or 64)
     try:
-        return plan_einsum(v.of(Einsum).terms, v.of(Einsum).out, sizes)
+        return plan_einsum(ein.terms, ein.out, sizes)
     except TooManyLegs as e:
         raise PenroseCompileError(str(e), v.span) from None
 

@@ -287,8 +287,9 @@ def _atom(v, names: tuple) -> sympy.Expr:
     if v.op == "const":  # a named const: its name (alpha prints α), never its value
         return const_symbol(v.of(Const).name)
     if v.op == "block":
-        name = v.of(BlockCall).block
-        latex = _roman(name) + (rf"^{{\times {v.of(BlockCall).repeat}}}" if v.of(BlockCall).repeat else "")
+        blk = v.of(BlockCall)
+        name = blk.block
+        latex = _roman(name) + (rf"^{{\times {blk.repeat}}}" if blk.repeat else "")
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
 

@@ -1052,7 +1052,8 @@ class _Builder:
         return _Val(ports, tuple(v.type.legs), tuple(v.type.cls), None, deps=deps, hidden=tuple(val.hidden))
 
     def block(self, scope, v: V, multi=False):
-        name, inst, rep = v.of(BlockCall).block, v.of(BlockCall).instance, v.of(BlockCall).repeat
+        call = v.of(BlockCall)
+        name, inst, rep = call.block, call.instance, call.repeat
         vals = [self.expr(scope, a, False) for a in v.args]
         blk = self.top.blocks[name]
         deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
