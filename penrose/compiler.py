@@ -517,17 +517,17 @@ class _Emitter:
         row, args, kwargs = init_call(d.tensor.init, [self.S.size(cl) for cl in d.type.cls])
         target = _member(P.name("self"), d.tensor.name)
         if row.made:  # values the module computes for itself: `self.M.copy_(<values>)` (a param's under no_grad)
-            copy = P.expr_stmt(P.method(target, "copy_", _made_node(d.tensor.init.name, target, kwargs.get("base", 10000.0))))
+            copy = P.expr_stmt(P.method(target, "copy_", _made_node(d.tensor.init.name, target, kwargs)))
             return copy if d.tensor.kind == "buffer" else P.with_(P.call(P.path("torch.no_grad")), [copy])
         extra = {"generator": P.name("generator")} if row.random else {}
         return P.expr_stmt(P.call(P.path("torch.nn.init." + row.function), _member(P.name("self"), d.tensor.name), *args, **kwargs, **extra))
 
 
-def _made_node(name: str, t: ast.expr, base: float) -> ast.expr:
+def _made_node(name: str, t: ast.expr, values: dict[str, float]) -> ast.expr:
     """The torch expression of an init a module computes for itself (docs/language.md), as a tree:
     `causal` (torch.tril of ones), `arange`, `rotary` (1 / base ** (i / n)), `rotary_cos`,
     `rotary_sin` (cos, sin of position times those frequencies, twice over), in float32,
-    expanded to the tensor `t`'s shape."""
+    expanded to the tensor `t`'s shape; `values` the row's keywords (the rotary ones' `base`)."""
     shape = P.attr(t, "shape")
     last, rows = P.subscript(shape, -1), P.subscript(shape, -2)
     if name == "causal":
@@ -536,7 +536,7 @@ def _made_node(name: str, t: ast.expr, base: float) -> ast.expr:
         made = P.method(P.call(P.path("torch.arange"), last), "float")
     else:
         n = last if name == "rotary" else P.binop("//", last, P.const(2))
-        inverse = P.binop("/", P.const(1.0), P.binop("**", P.const(float(base)), P.binop("/", P.method(P.call(P.path("torch.arange"), n), "float"), n)))
+        inverse = P.binop("/", P.const(1.0), P.binop("**", P.const(values["base"]), P.binop("/", P.method(P.call(P.path("torch.arange"), n), "float"), n)))
         if name == "rotary":
             made = inverse
         else:

@@ -148,7 +148,7 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
     return out
 
 
-def _made_values(name: str, shape: tuple, base: float) -> torch.Tensor:
+def _made_values(name: str, shape: tuple, values: dict[str, float]) -> torch.Tensor:
     """The values of the inits a module computes for itself (docs/language.md), written here
     apart from the compiler's runtime: the interpreter shares no code with it."""
     n = shape[-1] if shape else 1
@@ -159,7 +159,7 @@ def _made_values(name: str, shape: tuple, base: float) -> torch.Tensor:
         made = torch.arange(n, dtype=torch.float32)
     else:
         half = n if name == "rotary" else n // 2
-        inverse = torch.pow(torch.tensor(float(base), dtype=torch.float32), torch.arange(half, dtype=torch.float32) / half).reciprocal()
+        inverse = torch.pow(torch.tensor(values["base"], dtype=torch.float32), torch.arange(half, dtype=torch.float32) / half).reciprocal()
         if name == "rotary":
             made = inverse
         else:
@@ -180,7 +180,7 @@ def _initialised(t: ir.Tensor, shape, g, dtype) -> torch.Tensor:
     row, args, kwargs = init_call(t.init, shape)
     x = torch.empty(shape, dtype=dtype)
     if row.made and t.init is not None:  # a made init is always written (the default is normal)
-        x.copy_(_made_values(t.init.name, tuple(shape), kwargs.get("base", 10000.0)))
+        x.copy_(_made_values(t.init.name, tuple(shape), kwargs))
     else:
         getattr(torch.nn.init, row.function)(x, *args, **kwargs, **({"generator": g} if row.random else {}))
     return x

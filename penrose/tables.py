@@ -183,9 +183,8 @@ INITIALISERS = {
     # interpreter computes them its own way (interpreter._made_values)
     "causal": Initialiser({}, "", made=True),
     "arange": Initialiser({}, "", made=True),
-    "rotary": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
-    "rotary_cos": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
-    "rotary_sin": Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True),
+    **{name: Initialiser({"base": (10000.0, "positive")}, "", by_keyword=("base",), made=True)
+       for name in ("rotary", "rotary_cos", "rotary_sin")},
 }
 DEFAULT_INIT = "normal"
 
