@@ -268,12 +268,17 @@ def _plain_mask(mask):
     return mask
 
 
-def _hides_a_row(mask):
+def _hides_a_row(q, k, v, mask):
     """A float mask with a query row that hides every key (at or below -1e30: left padding under
-    a causal mask, Hugging Face's minimum). There scaled_dot_product_attention's backward is not
-    that of its own values (its logsumexp loses the row's log n beside -3.4e38: each key gets
-    weight 1, not 1/n), so such a call is written out instead."""
-    return mask is not None and mask.is_floating_point() and bool((mask.amax(-1) <= -1e30).any())
+    a causal mask, Hugging Face's minimum), in a call that will be differentiated. There
+    scaled_dot_product_attention's backward is not that of its own values (its logsumexp loses
+    the row's log n beside -3.4e38: each key gets weight 1, not 1/n), so such a call is written
+    out instead; its values are right, so without gradients the mask is not even read."""
+    if mask is None or not mask.is_floating_point() or not torch.is_grad_enabled():
+        return False
+    if not (q.requires_grad or k.requires_grad or v.requires_grad or mask.requires_grad):
+        return False
+    return bool((mask.amax(-1) <= -1e30).any())
 
 
 def _written_out(q, k, v, mask, scale, causal):
@@ -290,7 +295,7 @@ def _attention(q, k, v, mask, scale, causal):
     """softmax(q kᵀ · scale + mask) v over the last two legs, via scaled_dot_product_attention.
     q, k, v (and a mask with batch legs) carry the same leading legs, or size-1 ones."""
     mask = _plain_mask(mask)
-    if _hides_a_row(mask):
+    if _hides_a_row(q, k, v, mask):
         return _written_out(q, k, v, mask, scale, causal)
     batch = _broadcast_lead((q, k, v) if mask is None else (q, k, v, mask), 2)
     q = q.expand(*batch, *q.shape[-2:])
@@ -310,7 +315,7 @@ def _gqa_attention(q, k, v, mask, scale, causal):
     head g·r + i reads key/value head g (scaled_dot_product_attention's enable_gqa: no copies of
     k and v). A mask is (t, s) or (..., 1, t, s)."""
     mask = _plain_mask(mask)
-    if _hides_a_row(mask):
+    if _hides_a_row(q, k, v, mask):
         r = q.shape[-3] // k.shape[-3]
         return _written_out(q, k.repeat_interleave(r, dim=-3), v.repeat_interleave(r, dim=-3), mask, scale, causal)
     if q.dim() == k.dim() == v.dim() == 4 and q.shape[0] == k.shape[0] == v.shape[0]:  # the kernels' layout
