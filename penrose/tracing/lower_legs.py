@@ -42,9 +42,9 @@ class Reductions:
         x = self.view_arg(a["self"])
         # softmax(x, dim, dtype=torch.float32) in a float64 model computes in float32: a down-cast
         # as `.to(torch.float32)` is (Hugging Face's eager attention writes it so)
-        dtype, src = a.get("dtype"), node.args[0].meta.get("val") if hasattr(node.args[0], "meta") else None
-        if isinstance(dtype, torch.dtype) and isinstance(src, torch.Tensor) and src.is_floating_point() and dtype.is_floating_point:
-            self.note_downcast(src.dtype, dtype)
+        dtype, src = a.get("dtype"), self.out_dtype(node.args[0])
+        if isinstance(dtype, torch.dtype) and src is not None and src.is_floating_point and dtype.is_floating_point:
+            self.note_downcast(src, dtype)
         c = self.leg_of(x, a["dim"])
         p = self.emit(Call(fn, [Ref(x.pval), Leg(c)]), x.pval.legs, x.batched)
         return View(p, list(x.axes), x.batched)
