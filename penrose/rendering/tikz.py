@@ -694,20 +694,24 @@ def _node_look(shapes: list, o: dict, scale: float, colors: _Colors):
     def lw(w: float) -> str:
         return f"line width={_num(w * scale)}bp"
 
+    def outline(s) -> list:  # a shape's pen, fill, line width and dash as TikZ options
+        opts = []
+        if s.pen and _hex(s.pen):
+            opts.append(f"draw={colors(s.pen)}")
+        if s.filled and s.fill and _hex(s.fill):
+            opts.append(f"fill={colors(s.fill)}")
+        opts.append(lw(s.width))
+        if s.dash:
+            opts.append(s.dash)
+        return opts
+
     shape_name = str(o.get("shape", "ellipse")).lower()
     if not shapes:  # plaintext, none: only the label
         w = _float(o, "width", 0.0) * 72
         h = _float(o, "height", 0.0) * 72
         return ["shape=rectangle"], [], f"minimum width={_num(w)}bp, minimum height={_num(h)}bp"
     first, last = shapes[0], shapes[-1]
-    opts = []
-    if first.pen and _hex(first.pen):
-        opts.append(f"draw={colors(first.pen)}")
-    if first.filled and first.fill and _hex(first.fill):
-        opts.append(f"fill={colors(first.fill)}")
-    opts.append(lw(first.width))
-    if first.dash:
-        opts.append(first.dash)
+    opts = outline(first)
     ix0, iy0, ix1, iy1 = first.bbox()
     ox0, oy0, ox1, oy1 = last.bbox()
     double = len(shapes) > 1
@@ -733,14 +737,7 @@ def _node_look(shapes: list, o: dict, scale: float, colors: _Colors):
     # any other outline (triangles ...): Graphviz's polygon, under an invisible node of its size
     paths = []
     for s in shapes:
-        o_opts = []
-        if s.pen and _hex(s.pen):
-            o_opts.append(f"draw={colors(s.pen)}")
-        if s.filled and s.fill and _hex(s.fill):
-            o_opts.append(f"fill={colors(s.fill)}")
-        o_opts.append(lw(s.width))
-        if s.dash:
-            o_opts.append(s.dash)
+        o_opts = outline(s)
         path = _curve(s.points) + " -- cycle" if s.op.upper() == "B" else _polygon(s.points)
         paths.append(f"\\path[{', '.join(o_opts)}] {path};")
     return ["rectangle"], paths, f"minimum width={_num(ox1 - ox0)}bp, minimum height={_num(oy1 - oy0)}bp"
