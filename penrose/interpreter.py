@@ -377,22 +377,38 @@ def _axis(x, axis: int) -> int:
 def _aligned(value, x, align):
     """`value` (the value of V `x`) with its legs permuted and size-1 axes inserted so that they
     line up with the result's legs; `align[j]` is the leg of x at result leg j (None: absent)."""
-    if align is None or not isinstance(value, torch.Tensor) or x.type.dtype == "scalar":
+    if not isinstance(value, torch.Tensor):
         return value
+    fn = aligner(x, align)
+    return value if fn is None else fn(value)
+
+
+def aligner(x, align):
+    """The function `_aligned` applies to the value of `x`, worked out once (None where it is the
+    identity: a plain number, or legs already in place); `penrose.gradients` plans with it."""
+    if align is None or x.type.dtype == "scalar":
+        return None
     n = len(x.legs)
     present = [i for i in align if i is not None]
-    lead = value.dim() - n
-    if present != list(range(n)):
-        value = value.permute(*range(lead), *(lead + i for i in present))
-    shape = list(value.shape[:lead])
-    k = lead
-    for i in align:
-        if i is None:
-            shape.append(1)
-        else:
-            shape.append(value.shape[k])
-            k += 1
-    return value.reshape(shape)
+    permute = present != list(range(n))
+    if not permute and len(align) == n:
+        return None
+
+    def aligned(value):
+        lead = value.dim() - n
+        if permute:
+            value = value.permute(*range(lead), *(lead + i for i in present))
+        shape = list(value.shape[:lead])
+        k = lead
+        for i in align:
+            if i is None:
+                shape.append(1)
+            else:
+                shape.append(value.shape[k])
+                k += 1
+        return value.reshape(shape)
+
+    return aligned
 
 
 def _scalar_safe(fn):

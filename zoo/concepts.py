@@ -43,12 +43,16 @@ import torch
 import torch.nn.functional as F
 
 from penrose import PenroseShapeError
-from penrose_zoo.core import InterventionError, ZooModel, task_loss
+from penrose.gradients import GradientPlan, NoGeneratedBackward
+from penrose_zoo.core import InterventionError, ZooModel, bce_grad, task_loss, task_loss_grad
 
-__all__ = ["BACKBONE_MODES", "ConceptModel", "resolve_concept"]
+__all__ = ["BACKBONE_MODES", "BACKWARDS", "ConceptModel", "GeneratedStep", "resolve_concept"]
 
 #: how a backbone in front of a concept model trains
 BACKBONE_MODES = ("finetune", "frozen", "cached")
+#: how `fit` differentiates: the generated backward where it covers the model, else autograd
+#: ('auto'); always the generated one (an error where it cannot); always autograd
+BACKWARDS = ("auto", "generated", "autograd")
 
 
 class ConceptModel(ZooModel):
@@ -162,6 +166,11 @@ class ConceptModel(ZooModel):
         """The diagram's outputs; `do` (bool [k] or [..., k]) sets concepts to `c_true`.
         RandInt: in training mode, when `c_true` is given and `do` is not, each concept is set to
         its `c_true` with probability `p_int` (training-time interventions)."""
+        return self.diagram(**self._diagram_inputs(x, c_true, do))
+
+    def _diagram_inputs(self, x: Any, c_true: torch.Tensor | None, do: torch.Tensor | None) -> dict[str, Any]:
+        """The diagram's inputs x, c_true and do for `_run`'s arguments (backbone, RandInt and
+        the defaults applied, batch shapes checked)."""
         x = self.features(x)
         if do is None and c_true is not None and self.training and self.p_int > 0:
             do = self.random_do(c_true)
@@ -182,7 +191,7 @@ class ConceptModel(ZooModel):
                     ok = False
                 if not ok:
                     raise PenroseShapeError(f"input {name!r} has batch shape {tb} but input 'x' has {xb}")
-        return self.diagram(x=x, c_true=c_true, do=do)
+        return {"x": x, "c_true": c_true, "do": do}
 
     def random_do(self, c_true: torch.Tensor) -> torch.Tensor:
         """RandInt's mask: each concept set with probability `p_int` (one draw per column here;
@@ -273,6 +282,24 @@ class ConceptModel(ZooModel):
             return task_loss(self(x).y, y, self.task)
         raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
 
+    def generated_step(self, mode: str = "joint") -> GeneratedStep:
+        """One training step of `loss(batch, mode)` without autograd (`GeneratedStep`): the
+        diagram runs through its generated backward (`penrose.gradients.GradientPlan`, planned
+        now for the parameters that train now), seeded with the losses' closed-form gradients
+        (`task_loss_and_grad`, `bce_and_grad`). Raises NoGeneratedBackward where that is not
+        this model's step: a loss or concept loss of its own, a backbone that fine-tunes, or an
+        operation of the diagram without a rule (`fit` then trains with autograd)."""
+        me = type(self)
+        for name in ("loss", "concept_loss", "concept_loss_terms", "_run", "_diagram_inputs"):
+            if getattr(me, name) is not getattr(ConceptModel, name) or name in self.__dict__:
+                raise NoGeneratedBackward(f"{me.__name__} has its own {name.strip('_').replace('_', ' ')}")
+        if mode not in ("joint", "independent", "concepts", "task"):
+            raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
+        if self.backbone is not None and self.backbone_mode == "finetune" and not self._features_given:
+            raise NoGeneratedBackward("a fine-tuned backbone trains through autograd")
+        return GeneratedStep(self, mode)
+
+
     def fit(self, train: Any, val: Any = None, *, mode: str = "joint", concept_epochs: int | None = None,
             **fit_kwargs: Any) -> dict:
         """Train in one of `self.modes` with `penrose_zoo.train.fit`; sequential runs two fits (the first for
@@ -302,20 +329,37 @@ class ConceptModel(ZooModel):
     def _fit(self, train: Any, val: Any, mode: str, concept_epochs: int | None, fit_kwargs: dict) -> dict:
         from penrose_zoo.train import fit
 
+        backward = fit_kwargs.pop("backward", "auto")
+        if backward not in BACKWARDS:
+            raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+
+        def run(stage: str, kwargs: dict) -> dict:
+            step, why = None, "backward='autograd'"
+            if backward != "autograd":
+                try:
+                    step = self.generated_step(stage)
+                except NoGeneratedBackward as e:
+                    if backward == "generated":
+                        raise
+                    why = e.message
+            history = fit(self, self.loss_fn(mode=stage), train, val, step_fn=step, **kwargs)
+            history["backward"] = "generated" if step is not None else f"autograd ({why})"
+            return history
+
         if mode != "sequential":
-            return fit(self, self.loss_fn(mode=mode), train, val, **fit_kwargs)
+            return run(mode, fit_kwargs)
         first = dict(fit_kwargs)
         if concept_epochs is not None:
             first["epochs"] = concept_epochs
         first.pop("metric_fn", None)
-        h1 = fit(self, self.loss_fn(mode="concepts"), train, val, **first)
+        h1 = run("concepts", first)
         frozen = [p for n, p in self.diagram.named_parameters() if n in self.concept_params and p.requires_grad]
         if self.backbone is not None:
             frozen += [p for p in self.backbone.parameters() if p.requires_grad]
         for p in frozen:
             p.requires_grad_(False)
         try:
-            h2 = fit(self, self.loss_fn(mode="task"), train, val, **fit_kwargs)
+            h2 = run("task", fit_kwargs)
         finally:
             for p in frozen:
                 p.requires_grad_(True)
@@ -391,3 +435,146 @@ def resolve_concept(names: Sequence[str], concept: Any, position: int = 0) -> in
             f"concepts (ids 0..{k - 1})"
         )
     return concept
+
+
+class GeneratedStep:
+    """A concept model's training step through the diagram's generated backward.
+
+    `step(batch)` runs the diagram (`GradientPlan.forward`), seeds the backward with the closed-
+    form gradients of the task and concept losses, adds each trainable parameter's gradient to
+    its `.grad`, and returns None: the loss values, which cost about as much as the gradients on
+    a small model, are computed together from the kept logits when `epoch_losses()` asks for
+    them (one value per step since the last call; `penrose_zoo.train.fit` asks at the end of each
+    epoch). `step.loss(batch)` is the same step returning its loss at once. The gradients and
+    losses are `model.loss(batch, mode).backward()`'s (the tests compare them)."""
+
+    FLUSH = 64  # steps kept before their losses are computed (bounds what is held)
+
+    def __init__(self, model: ConceptModel, mode: str) -> None:
+        self.model, self.mode = model, mode
+        self.plan = plan = GradientPlan(model.diagram)
+        names = dict(plan.outputs)
+        if "y" not in names:
+            raise NoGeneratedBackward(f"the diagram has no output 'y' (its outputs: {', '.join(plan.output_names)})")
+        self.params = [(model.diagram.get_parameter(n), n) for n in plan.params]
+        self.outputs = _output_type(model)
+        if len(getattr(self.outputs, "_fields", ())) != len(plan.outputs):
+            raise NoGeneratedBackward(f"{type(model).__name__}'s outputs are not the diagram's {len(plan.outputs)}")
+        self._checked = False
+        self._score_name: str | None = None
+        self._kept: list[tuple[Any, ...]] = []  # per step: (y, y target, scores, concept target, weight)
+        self._done: list[torch.Tensor] = []
+
+    def __call__(self, batch: tuple) -> None:
+        self._kept.append(self._step(batch))
+        if len(self._kept) >= self.FLUSH:
+            self._flush()
+
+    def loss(self, batch: tuple) -> torch.Tensor:
+        """The step, returning its loss."""
+        self._kept.append(self._step(batch))
+        self._flush()
+        return self._done.pop()[0]
+
+    def epoch_losses(self) -> torch.Tensor:
+        """The losses of the steps since the last call, one per step, in order."""
+        self._flush()
+        done, self._done = self._done, []
+        if not done:
+            return torch.zeros(0)
+        return torch.cat(done)
+
+    def _step(self, batch: tuple) -> tuple[Any, ...]:
+        model, mode, plan = self.model, self.mode, self.plan
+        x, c, y = batch
+        c_true = None if mode in ("concepts", "task") else model.bottleneck_values(c)
+        inputs = model._diagram_inputs(x, c_true, model._all_do if mode == "independent" else None)
+        if not self._checked:  # the compiled module's input checks, once: clear errors for a wrong batch
+            with torch.no_grad():
+                model.diagram(**inputs)
+            self._checked = True
+        tape = plan.forward(**inputs)
+        out = self.outputs(*tape.outputs)
+        seeds: dict[str, torch.Tensor] = {}
+        kept: list[Any] = [None, None, None, None, None]
+        if mode != "concepts":
+            seeds["y"] = task_loss_grad(out.y, y, model.task)
+            kept[0:2] = out.y, y
+        if mode != "task":
+            scores = model.concept_scores(out)
+            name = self._score_name
+            if name is None or tape[name] is not scores:  # which output the scores are: found once
+                name = self._score_name = next((n for n, t in zip(plan.output_names, tape.outputs) if t is scores), None)
+                if name is None:
+                    raise NoGeneratedBackward("the concept scores are not one of the diagram's outputs")
+            weight = None if mode == "concepts" else model.concept_weights.to(scores.dtype)
+            grad = bce_grad(scores, c, weight)
+            seeds[name] = grad if name not in seeds else seeds[name] + grad
+            kept[2:5] = scores, c, weight
+        grads = tape.backward(seeds)
+        for p, n in self.params:
+            g = grads[n]
+            if g is None:
+                continue
+            if p.grad is None:
+                p.grad = g.clone()
+            else:
+                p.grad.add_(g)
+        return tuple(kept)
+
+    def _flush(self) -> None:
+        """The kept steps' losses, computed together: per-element losses of the concatenated
+        logits, summed per step, over each step's count (each step's mean, as `loss` takes it)."""
+        kept, self._kept = self._kept, []
+        if not kept:
+            return
+        total: torch.Tensor | None = None
+        if kept[0][0] is not None:
+            total = _per_step_means([k[0] for k in kept], [k[1] for k in kept], None, self.model.task)
+        if kept[0][2] is not None:
+            concept = _per_step_means([k[2] for k in kept], [k[3] for k in kept], kept[0][4], "concepts")
+            total = concept if total is None else total + concept
+        assert total is not None
+        self._done.append(total)
+
+
+def _output_type(model: ConceptModel) -> Any:
+    """The NamedTuple type the model's forward returns (it wraps the diagram's outputs), read
+    from one example in eval mode (no RandInt draw: the training RNG is not touched)."""
+    was = model.training
+    model.eval()
+    try:
+        with torch.no_grad(), model.given_features():
+            return type(model(**model.example_inputs(batch=1)))
+    finally:
+        model.train(was)
+
+
+def _per_step_means(logits: list[torch.Tensor], targets: list[torch.Tensor], weight: torch.Tensor | None,
+                    kind: str) -> torch.Tensor:
+    """Each step's mean loss from its logits and targets: `task_loss` (kind a task) or the
+    weighted concept BCE (kind 'concepts'), computed for all the steps at once."""
+    z = torch.cat(logits)
+    if kind == "multiclass":
+        rows = z.reshape(-1, z.shape[-1])
+        t = torch.cat([t.reshape(-1) for t in targets])
+        per = F.cross_entropy(rows, t if t.dtype == torch.long else t.long(), reduction="none")
+        counts = [lg.numel() // lg.shape[-1] for lg in logits]
+    elif kind == "concepts":
+        t = torch.cat(targets).to(z.dtype)
+        per = F.binary_cross_entropy_with_logits(z, t, weight=weight, reduction="none").reshape(-1)
+        counts = [lg.numel() for lg in logits]
+    else:
+        z = z.reshape(-1)
+        t = torch.cat([t.reshape(-1) for t in targets]).to(z.dtype)
+        if kind == "binary":
+            per = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+        elif kind == "regression":
+            per = (z - t) ** 2
+        else:
+            raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {kind!r}")
+        counts = [lg.numel() for lg in logits]
+    sizes = torch.tensor(counts, device=per.device)
+    steps = torch.repeat_interleave(torch.arange(len(counts), device=per.device), sizes)
+    sums = torch.zeros(len(counts), dtype=per.dtype, device=per.device).index_add_(0, steps, per)
+    return sums / sizes.to(per.dtype)

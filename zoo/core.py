@@ -111,6 +111,35 @@ def task_loss(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
     raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {task!r}")
 
 
+def task_loss_grad(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
+    """The gradient of `task_loss(y, target, task)` with respect to y, in closed form (no
+    autograd): cross-entropy (softmax(y) − onehot(target)) / N, BCE (σ(y) − target) / N, squared
+    error 2 (y − target) / N, N the number of examples. What a generated training step seeds the
+    diagram's backward with."""
+    if task == "multiclass":
+        y2, t = y.reshape(-1, y.shape[-1]), target.reshape(-1)
+        t = t if t.dtype == torch.long else t.long()
+        grad = torch.softmax(y2, -1)
+        grad.scatter_add_(1, t.unsqueeze(1), torch.full((t.shape[0], 1), -1.0, dtype=grad.dtype, device=grad.device))
+        return grad.div_(t.shape[0]).reshape(y.shape)
+    t = target.reshape(y.shape)
+    t = t if t.dtype == y.dtype else t.to(y.dtype)
+    if task == "binary":
+        return torch.sigmoid(y).sub_(t).div_(t.numel())
+    if task == "regression":
+        return (y - t).mul_(2.0 / t.numel())
+    raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {task!r}")
+
+
+def bce_grad(z: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """The gradient with respect to the logits z of the mean of weight × binary cross-entropy
+    (torch's `binary_cross_entropy_with_logits(z, target, weight=weight)`): weight (σ(z) −
+    target) / z.numel(), in closed form."""
+    t = target if target.dtype == z.dtype else target.to(z.dtype)
+    grad = torch.sigmoid(z).sub_(t).div_(z.numel())
+    return grad if weight is None else grad.mul_(weight)
+
+
 # ---- the wrapper base -------------------------------------------------------------------------
 
 

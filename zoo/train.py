@@ -95,8 +95,9 @@ def iterate_batches(tensors: Sequence[torch.Tensor], batch_size: int, generator:
 
 
 class FlatAdam:
-    """Adam (or AdamW) over one flat buffer that holds every parameter: the update is six tensor
-    operations whatever the number of parameters, and `zero_grad` one. While it lives (inside
+    """Adam (or AdamW) over one flat buffer that holds every parameter: the update is one call of
+    torch's fused Adam kernel (six tensor operations where torch has no such kernel) whatever
+    the number of parameters, and `zero_grad` one. While it lives (inside
     `fit`), each parameter and its `.grad` are views into the flat buffers (autograd accumulates
     into them in place); `release()` gives every parameter its own storage back.
 
@@ -115,6 +116,10 @@ class FlatAdam:
         self.m = torch.zeros_like(self.flat)
         self.v = torch.zeros_like(self.flat)
         self.t = 0
+        # the fused kernel where torch has one for this buffer (float32/64 on the CPU or CUDA)
+        fused_ok = self.flat.device.type in ("cpu", "cuda") and self.flat.dtype in (torch.float32, torch.float64)
+        self._fused = (torch._fused_adamw_ if decoupled else torch._fused_adam_) if fused_ok else None
+        self._step = torch.zeros((), dtype=torch.float32, device=self.flat.device)
         offset = 0
         self.grad_views: list[torch.Tensor] = []
         with torch.no_grad():
@@ -142,6 +147,11 @@ class FlatAdam:
                 p.grad = view
         self.t += 1
         b1, b2 = self.betas
+        if self._fused is not None:  # torch's fused Adam kernel (what Adam(fused=True) runs): one call
+            self._step.fill_(self.t)
+            self._fused([self.flat], [self.grad], [self.m], [self.v], [], [self._step], lr=self.lr, beta1=b1,
+                        beta2=b2, weight_decay=self.weight_decay, eps=self.eps, amsgrad=False, maximize=False)
+            return
         g = self.grad
         if self.weight_decay and not self.decoupled:
             g = g.add(self.flat, alpha=self.weight_decay)
@@ -245,6 +255,7 @@ def fit(
     metric_fn: Callable | None = None,
     val_every: int = 1,
     grad_clip: float | None = None,
+    step_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor] | None = None,
 ) -> dict:
     """Train `model` by minibatch gradient descent on `loss_fn(model, batch)`.
 
@@ -263,6 +274,11 @@ def fit(
       under no_grad on the whole validation set at each validation.
     val_every: validate after every `val_every` epochs and after the last one.
     grad_clip: if set, clip the global gradient norm to this value.
+    step_fn: step_fn(batch) -> loss, a training step that puts each parameter's gradient in its
+      `.grad` itself (a generated backward, `ConceptModel.generated_step`); it replaces
+      `loss_fn(model, batch).backward()` in training (validation still reads `loss_fn`). A step
+      may return None and give its epoch's losses, one per step, from `step_fn.epoch_losses()`
+      (`GeneratedStep` does: it computes them together).
 
     Returns a history dict: 'epoch', 'train_loss' (mean over each epoch's batches, per epoch),
     'val_epoch', 'val_loss' and 'val_metric' / 'val_<name>' (per validation), 'steps', 'seconds'.
@@ -305,28 +321,42 @@ def fit(
             for epoch in range(1, epochs + 1):
                 model.train()
                 order = torch.randperm(n, generator=shuffler)
-                if gather_once:  # one gather per tensor and epoch; the batches are slices (views) of it
-                    shuffled = tuple(t.index_select(0, order) for t in train_tensors)
+                if gather_once:  # one gather per tensor and epoch (moved once); the batches are slices (views) of it
+                    shuffled = tuple(_on(t.index_select(0, order), device) for t in train_tensors)
                 losses = []
                 for start in range(0, n, batch_size):
                     if gather_once:
-                        batch = tuple(_on(t[start:start + batch_size], device) for t in shuffled)
+                        batch = tuple([t[start:start + batch_size] for t in shuffled])
                     else:
                         idx = order[start:start + batch_size]
                         batch = tuple(_on(t[idx], device) for t in train_tensors)
                     opt.zero_grad(set_to_none=True)
-                    loss = _scalar_loss(loss_fn(model, batch), "training")
-                    loss.backward()
+                    if step_fn is None:
+                        loss = _scalar_loss(loss_fn(model, batch), "training")
+                        loss.backward()
+                    else:
+                        reported = step_fn(batch)
+                        loss = None if reported is None else _scalar_loss(reported, "training")
                     if grad_clip is not None:
                         torch.nn.utils.clip_grad_norm_(params, grad_clip)
                     opt.step()
                     # no host sync per step: the losses are read once per epoch (or for the bar)
-                    losses.append(loss.detach())
                     step += 1
-                    bar.update(1)
+                    if progress:
+                        bar.update(1)
+                    if loss is None:  # a step that gives its losses per epoch
+                        continue
+                    losses.append(loss.detach())
                     if progress and (step % 10 == 0 or step == steps_per_epoch * epoch):
                         _check_loss(losses[-1], step - 1, epoch)
                         bar.set_postfix(epoch=epoch, loss=f"{losses[-1].item():.4g}", refresh=False)
+                if len(losses) < steps_per_epoch:  # the step's own (`step_fn.epoch_losses()`)
+                    later = getattr(step_fn, "epoch_losses", None)
+                    if later is None:
+                        raise ValueError("step_fn returned no loss and has no epoch_losses() to give them")
+                    losses = [*losses, *later()]
+                    if len(losses) != steps_per_epoch:
+                        raise ValueError(f"step_fn gave {len(losses)} losses for the {steps_per_epoch} steps of epoch {epoch}")
                 values = torch.stack(losses).double()
                 finite = torch.isfinite(values)
                 if not bool(finite.all()):

@@ -1,0 +1,712 @@
+"""A generated backward: the gradient of a diagram's parameters, planned once from its operations.
+
+    plan = GradientPlan(module)                    # a compiled diagram (penrose.compile, or a zoo model's .diagram)
+    tape = plan.forward(x=x, c_true=c, do=do)      # the outputs, and every value the backward reads
+    tape.outputs                                   # one tensor per output, in the diagram's order
+    grads = tape.backward({"y": dy, "c_logit": dc})   # {param name: d loss / d param}
+
+Eager autograd records a node for every operation and walks them in its engine; for the small
+models of the zoo that bookkeeping, not arithmetic, is most of a training step. Here the diagram
+is read once: each operation becomes one forward step and, for each operand that leads to a
+trainable parameter, one vector-Jacobian product, each a few torch calls chosen when planning
+(a two-operand contraction a matrix product, a sigmoid's derivative y(1 − y) from its output).
+Running the plan is a loop over those steps under `torch.no_grad()`: no graph is recorded, and
+nothing reads text at run time.
+
+Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
+operators + − * / ** (a number exponent) and neg, comparisons and // (no gradient), einsum,
+where, clamp, sum, mean, softmax, log_softmax, detach, and plain numbers the checker folded. A
+diagram with anything else (a block call, dropout, layernorm, ...) raises
+`NoGeneratedBackward` naming the operation and its line; callers fall back to autograd
+(`penrose_zoo` does, and says so). The plan is only as good as its rules: the tests compare its
+outputs with the compiled module's and its gradients with autograd's, on every zoo diagram it
+covers and on generated diagrams.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from penrose import ops
+from penrose.attrs import Aligned, Axis, BinOp, BlockCall, Clamp, Einsum, Ref, Unary
+from penrose.checked import Checked, V, fixed
+from penrose.errors import PenroseError
+from penrose.interpreter import aligner as _aligner
+from penrose.tables import unquote
+
+__all__ = ["GradientPlan", "NoGeneratedBackward", "Tape", "VJP"]
+
+
+class NoGeneratedBackward(PenroseError):
+    """The diagram holds an operation the generated backward has no rule for (autograd has)."""
+
+
+_A = torch.ops.aten  # the backward kernels autograd itself calls: its numbers, one operation each
+
+
+def _softplus_vjp(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return _A.softplus_backward.default(g, x, 1.0, 20.0)  # torch's beta 1, threshold 20
+
+
+#: the vector-Jacobian product g ↦ g · f'(x) of each element-wise function covered, from the
+#: output's gradient g, the operand x, the value y and the row's keyword values (the rows of
+#: `penrose.ops` by name; a test keeps every key a row). Where torch has a backward kernel it is
+#: that kernel, so the numbers are autograd's, kinks included (relu'(0) = 0, leaky_relu'(0) =
+#: slope, |x|'(0) = 0).
+VJP: dict[str, Callable[..., torch.Tensor]] = {
+    "sigmoid": lambda g, x, y: _A.sigmoid_backward.default(g, y),
+    "sigma": lambda g, x, y: _A.sigmoid_backward.default(g, y),
+    "tanh": lambda g, x, y: _A.tanh_backward.default(g, y),
+    "exp": lambda g, x, y: g * y,
+    "log": lambda g, x, y: g / x,
+    "sqrt": lambda g, x, y: g / (2 * y),
+    "abs": lambda g, x, y: g * torch.sign(x),
+    "relu": lambda g, x, y: _A.threshold_backward.default(g, y, 0),
+    "leaky_relu": lambda g, x, y, slope: _A.leaky_relu_backward.default(g, x, slope, False),
+    "elu": lambda g, x, y, alpha: _A.elu_backward.default(g, alpha, 1, 1, False, x),
+    "softplus": _softplus_vjp,
+    "gelu": lambda g, x, y: _A.gelu_backward.default(g, x),
+    "silu": lambda g, x, y: _A.silu_backward.default(g, x),
+    "clamp_min": lambda g, x, y, min: g * (x >= min).to(g.dtype),
+}
+
+
+def _callable(dotted: str) -> Callable[..., torch.Tensor]:
+    """The torch function a row names ("torch.nn.functional.gelu"), by attribute lookup."""
+    parts = dotted.split(".")
+    if parts[0] != "torch":  # pragma: no cover - every row names a torch function
+        raise ValueError(dotted)
+    fn: Any = torch
+    for p in parts[1:]:
+        fn = getattr(fn, p)
+    return fn
+
+
+# ---- legs: every value is a tensor [batch..., legs...] (batch dims only where `batched`) ----
+
+
+def _unaligner(x: V, align: tuple[int | None, ...] | None) -> Callable[[torch.Tensor, Any], torch.Tensor]:
+    """The inverse for gradients: a result-shaped gradient summed over the legs (and batch dims)
+    `x` lacks, put back in x's leg order, at x's shape."""
+    n_out = len(align) if align is not None else 0
+    absent = [j - n_out for j, i in enumerate(align or ()) if i is None]
+    present = [i for i in (align or ()) if i is not None]
+    inverse = [present.index(i) for i in range(len(present))] if present != sorted(present) else None
+
+    if not absent and inverse is None:
+        return _fitted
+
+    def unaligned(g: torch.Tensor, value: Any) -> torch.Tensor:
+        if absent:
+            g = g.sum(absent)
+        if inverse is not None:
+            lead = g.dim() - len(present)
+            g = g.permute(*range(lead), *(lead + i for i in inverse))
+        return g if g.shape == value.shape else g.sum_to_size(value.shape)
+
+    return unaligned
+
+
+def _fitted(g: torch.Tensor, value: Any) -> torch.Tensor:
+    """g at the shape of `value` (summed over the batch dims it broadcast along)."""
+    return g if g.shape == value.shape else g.sum_to_size(value.shape)
+
+
+# ---- contractions as matrix products -----------------------------------------------------------
+
+
+def _contraction(terms: tuple[tuple[str, ...], ...], out: tuple[str, ...], batched: tuple[bool, ...],
+                 keep_batch: bool) -> Callable[..., torch.Tensor]:
+    """A function of the operands computing the einsum `terms -> out` ('...' leading on the
+    batched operands, and in the result when `keep_batch`): two operands without repeated labels
+    as one (broadcasting) matrix product, anything else through torch.einsum."""
+    if len(terms) == 2 and all(len(set(t)) == len(t) for t in terms) and len(set(out)) == len(out):
+        fn = _as_matmul(terms[0], terms[1], out, batched[0], batched[1], keep_batch)
+        if fn is not None:
+            return fn
+    labels = list(dict.fromkeys([lab for t in terms for lab in t] + list(out)))
+    letters = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+    if len(labels) > len(letters):
+        raise NoGeneratedBackward(f"an einsum of {len(labels)} distinct labels")
+    letter = dict(zip(labels, letters))
+    spec = ",".join(("..." if b else "") + "".join(letter[lab] for lab in t) for t, b in zip(terms, batched))
+    spec += "->" + ("..." if keep_batch else "") + "".join(letter[lab] for lab in out)
+    return lambda *xs: torch.einsum(spec, *xs)
+
+
+def _as_matmul(a: tuple[str, ...], b: tuple[str, ...], out: tuple[str, ...], ba: bool, bb: bool,
+               keep: bool) -> Callable[..., torch.Tensor] | None:
+    """a ⋅ b -> out as torch.matmul: [..., L, P, C] @ [..., L, C, Q] -> [..., L, P, Q], with L
+    the labels of both operands and the result, C those summed between them, P and Q the
+    result's from one side; labels only one operand has and the result lacks are summed first.
+    A batch summed over two batched operands joins C. The operands swap where that spares the
+    result a permutation. None where that does not fit."""
+    sa, sb, so = set(a), set(b), set(out)
+    if not so <= sa | sb:
+        return None
+    L = [lab for lab in out if lab in sa and lab in sb]
+    P = [lab for lab in out if lab in sa and lab not in sb]
+    Q = [lab for lab in out if lab in sb and lab not in sa]
+    if L + Q + P == list(out) and L + P + Q != list(out):
+        swapped = _as_matmul(b, a, out, bb, ba, keep)
+        return None if swapped is None else (lambda x, y: swapped(y, x))
+    C = [lab for lab in a if lab in sb and lab not in so]
+    a_only = [lab for lab in a if lab not in sb and lab not in so]
+    b_only = [lab for lab in b if lab not in sa and lab not in so]
+    batch_summed = (ba or bb) and not keep
+    join_batch = batch_summed and ba and bb  # the batch contracts between the operands
+    if join_batch and L:
+        return None  # (a batched L under a summed batch: torch.einsum)
+    shape_a = _side(a, L + P + C, a_only, ba, batch_summed and ba and not bb)
+    shape_b = _side(b, L + C + Q, b_only, bb, batch_summed and bb and not ba)
+    nL, nP, nC, nQ = len(L), len(P), len(C), len(Q)
+    result = L + P + Q
+    perm_out = [result.index(lab) for lab in out]
+    identity_out = perm_out == list(range(len(out)))
+
+    if join_batch:
+        def contract_batch(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            """[batch..., P, C] ⋅ [batch..., C, Q]: the batch flattened into the sum."""
+            x, la = shape_a(x)
+            y, lb = shape_b(y)
+            if x.shape[:la] != y.shape[:lb]:
+                bx = torch.broadcast_shapes(x.shape[:la], y.shape[:lb])
+                x, y = x.expand(*bx, *x.shape[la:]), y.expand(*bx, *y.shape[lb:])
+                la = lb = len(bx)
+            sp, sq = x.shape[la:la + nP], y.shape[lb + nC:]
+            if nC == 0:  # x^T y over the flattened batch
+                xm = x if x.dim() == 2 and nP == 1 else x.reshape(-1, math.prod(sp))
+                ym = y if y.dim() == 2 and nQ == 1 else y.reshape(-1, math.prod(sq))
+                r = torch.mm(xm.t(), ym)
+            else:
+                sc = x.shape[la + nP:]
+                xm = x.reshape(-1, math.prod(sp), math.prod(sc)).transpose(0, 1).reshape(math.prod(sp), -1)
+                r = xm @ y.reshape(-1, math.prod(sq))
+            if nP != 1 or nQ != 1:
+                r = r.reshape(*sp, *sq)
+            return r if identity_out else r.permute(*perm_out)
+
+        return contract_batch
+
+    def contract(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        x, la = shape_a(x)
+        y, lb = shape_b(y)
+        if nP == 0 and nL == 0 and lb == 0 and nC >= 1:
+            # [..., C] @ [C, Q]: a vector-matrix product, broadcast over the batch
+            sq = y.shape[nC:]
+            if nC != 1:
+                x = x.reshape(*x.shape[:la], -1)
+            if nC != 1 or nQ != 1:
+                y = y.reshape(x.shape[-1], -1) if nQ else y.reshape(-1)
+            r = torch.mm(x, y) if x.dim() == 2 and y.dim() == 2 else x @ y
+            if nQ > 1:
+                r = r.reshape(*r.shape[:-1], *sq)
+        elif nQ == 0 and nC == 1 and nL == 0 and nP == 1 and lb == 0:
+            r = x @ y  # [..., P, C] @ [..., C]
+        else:
+            sl = x.shape[la:la + nL]
+            sp = x.shape[la + nL:la + nL + nP]
+            sc = x.shape[la + nL + nP:]
+            sq = y.shape[lb + nL + nC:]
+            if nP != 1 or nC != 1:
+                x = x.reshape(*x.shape[:la], *sl, math.prod(sp), math.prod(sc))
+            if nC != 1 or nQ != 1:
+                y = y.reshape(*y.shape[:lb], *sl, math.prod(sc), math.prod(sq))
+            r = x @ y
+            if nP != 1 or nQ != 1:
+                r = r.reshape(*r.shape[: r.dim() - 2], *sp, *sq)
+        if identity_out:
+            return r
+        lead = r.dim() - len(out)
+        return r.permute(*range(lead), *(lead + i for i in perm_out))
+
+    return contract
+
+
+def _side(term: tuple[str, ...], order_labels: list[str], only: list[str], batched: bool,
+          sum_batch: bool) -> Callable[[torch.Tensor], tuple[torch.Tensor, int]]:
+    """How to bring one operand to [batch..., *order_labels] (labels in `only` summed away, the
+    batch summed where `sum_batch`): a function returning it and its number of batch dims."""
+    n = len(term)
+    if not only:
+        order = [term.index(lab) for lab in order_labels]
+        same = order == list(range(n))
+        if same and not batched:
+            return lambda x: (x, 0)
+        if same and not sum_batch:
+            return lambda x: (x, x.dim() - n)
+
+        def permuted(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+            lead = x.dim() - n if batched else 0
+            if sum_batch and lead:
+                x, lead = x.sum(list(range(lead))), 0
+            if not same:
+                x = x.permute(*range(lead), *(lead + i for i in order))
+            return x, lead
+
+        return permuted
+    kept = [lab for lab in term if lab not in only]
+    summed = [term.index(lab) - n for lab in only]
+    inner = _side(tuple(kept), order_labels, [], batched, sum_batch)
+
+    def reduced(x: torch.Tensor) -> tuple[torch.Tensor, int]:
+        return inner(x.sum(summed))
+
+    return inner if not summed else reduced
+
+
+class _No:
+    """A rule's word that it has no gradient for an operand (planning refuses only where one is needed)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
+# ---- the plan ----------------------------------------------------------------------------------
+
+
+class _Step:
+    """One operation: its slot, its operands' slots, the forward function and one
+    vector-Jacobian product per operand (None: no gradient flows there)."""
+
+    __slots__ = ("out", "args", "fn", "vjps", "pairs")
+
+    def __init__(self, out: int, args: tuple[int, ...], fn: Callable[..., Any], vjps: tuple[Callable[..., Any] | None, ...]):
+        self.out, self.args, self.fn, self.vjps = out, args, fn, vjps
+        self.pairs = tuple((a, g) for a, g in zip(args, vjps) if g is not None)  # the operands a gradient flows to
+
+
+class GradientPlan:
+    """The forward steps and vector-Jacobian products of a compiled diagram, planned once for
+    the parameters that require a gradient now (plan again after freezing or unfreezing)."""
+
+    def __init__(self, module: torch.nn.Module, checked: Checked | None = None, *, training: bool | None = None) -> None:
+        checked = checked if checked is not None else getattr(module, "penrose_checked", None)
+        if not isinstance(checked, Checked):
+            raise TypeError("GradientPlan needs a module compiled by penrose (it carries `penrose_checked`)")
+        self.module = module
+        self.checked = checked
+        self._n = 0
+        self._constants: dict[int, Any] = {}
+        self._steps: list[_Step] = []
+        self._fused: dict[int, tuple[int, tuple[int, ...], Callable[..., Any]]] = {}  # product slot -> (sum slot, operands, fn)
+        self._inputs: list[tuple[str, int]] = []
+        self._tensors: dict[str, int] = {}  # param and buffer state-dict name -> slot
+        self._reads: list[tuple[int, torch.nn.Module, str]] = []  # (slot, owner module, attribute) of each
+        self._grad: set[int] = set()  # slots whose gradient the backward computes
+        self.params: dict[str, int] = {}  # trainable param name -> slot
+        env: dict[tuple[str, int], int] = {}
+        for d in checked.inputs:
+            slot = self._slot()
+            self._inputs.append((d.tensor.name, slot))
+            env[(d.tensor.name, 0)] = slot
+        self.outputs: list[tuple[str, int]] = self._statements(checked, "", env)[0]
+        self.output_names = tuple(n for n, _ in self.outputs)
+        self._output_slots = dict(self.outputs)
+        # the forward: (slot, second slot or -1, fn, operand slots); a fused x W + b writes its
+        # value to both the sum's slot and the product's (whose backward reads only its shape)
+        sums = {out: (product, operands, fn) for product, (out, operands, fn) in self._fused.items()}
+        self._forward: list[tuple[int, int, Callable[..., Any], tuple[int, ...]]] = []
+        for step in self._steps:
+            if step.out in self._fused:
+                continue
+            if step.out in sums:
+                product, operands, fn = sums[step.out]
+                self._forward.append((step.out, product, fn, operands))
+            else:
+                self._forward.append((step.out, -1, step.fn, step.args))
+        self._backward_steps = [s for s in reversed(self._steps) if s.out in self._grad]
+
+    def _slot(self) -> int:
+        self._n += 1
+        return self._n - 1
+
+    def _constant(self, value: Any) -> int:
+        slot = self._slot()
+        self._constants[slot] = value
+        return slot
+
+    def _tensor(self, name: str, kind: str, prefix: str) -> int:
+        key = ".".join(unquote(part) for part in (prefix + name).split("."))  # the state-dict name
+        if key in self._tensors:
+            return self._tensors[key]
+        slot = self._tensors[key] = self._slot()
+        owner, _, attr = key.rpartition(".")
+        holder = self.module.get_submodule(owner) if owner else self.module
+        self._reads.append((slot, holder, attr))
+        if kind == "param":
+            p = self.module.get_parameter(key)
+            if p.requires_grad:
+                self.params[key] = slot
+                self._grad.add(slot)
+        return slot
+
+    def _value(self, v: V, env: dict, body: Checked, prefix: str) -> int:
+        """The slot holding v, its steps planned (operands first); `body` is the diagram or the
+        block being read, `prefix` the state-dict path of its instance."""
+        if v.const is not None:
+            known = fixed(v, body.sizes)
+            if known is None:
+                raise NoGeneratedBackward(f"a number read from the inputs' sizes ({v.key or v.op})", v.span)
+            return self._constant(known)
+        if v.op == "ref":
+            ref = v.of(Ref)
+            if ref.kind in ("param", "buffer"):
+                return self._tensor(ref.name, ref.kind, prefix)
+            return env[(ref.name, ref.version)]
+        if v.op == "block":
+            return self._block(v, env, body, prefix)
+        rule = _RULES.get(v.key or v.op)
+        if rule is None:
+            raise NoGeneratedBackward(f"{v.key or v.op} has no generated backward (autograd differentiates it)", v.span)
+        args = tuple(self._value(a, env, body, prefix) for a in v.args)
+        fn, rules = rule(v)
+        differentiable = v.type.dtype == "float"
+        vjps = tuple(g if differentiable and a in self._grad else None for g, a in zip(rules, args))
+        for g in vjps:
+            if isinstance(g, _No):  # a gradient is needed where the rule has none
+                raise NoGeneratedBackward(f"{g.what} has no generated backward (autograd differentiates it)", v.span)
+        out = self._slot()
+        if any(g is not None for g in vjps):
+            self._grad.add(out)
+        self._steps.append(_Step(out, args, fn, vjps))
+        fused = _addmm(v)
+        if fused is not None:  # x W + b as one addmm: the product's step computes nothing on its own
+            product = next(s for s in self._steps if s.out == args[0])
+            self._fused[product.out] = (out, product.args + args[1:], fused)
+        return out
+
+    def _block(self, v: V, env: dict, body: Checked, prefix: str) -> int:
+        """A block call, inlined: its body planned once per instance (per copy, repeated)."""
+        call = v.of(BlockCall)
+        blk = body.blocks.get(call.block) or self.checked.blocks[call.block]
+        args = [self._value(a, env, body, prefix) for a in v.args]
+        if call.repeat is None:
+            return self._body(blk, f"{prefix}{call.instance}.", args, v)
+        x, *rest = args  # the first argument is carried, the others reach every copy unchanged
+        for i in range(call.repeat):
+            x = self._body(blk, f"{prefix}{call.instance}.{i}.", [x, *rest], v)
+        return x
+
+    def _body(self, blk: Checked, prefix: str, args: list[int], call: V) -> int:
+        returned = self._statements(blk, prefix, {(d.tensor.name, 0): a for d, a in zip(blk.inputs, args)})[1]
+        if returned is None or len(returned) != 1:
+            raise NoGeneratedBackward(f"block {blk.name} yields several tensors", call.span)
+        return returned[0]
+
+    def _statements(self, body: Checked, prefix: str, env: dict) -> tuple[list[tuple[str, int]], list[int] | None]:
+        """Plan a body's statements: the (name, slot) of each `output` and the slots a `return`
+        gives (None where there is none)."""
+        from penrose import ir
+
+        current = {name: slot for (name, _), slot in env.items()}
+        outputs: list[tuple[str, int]] = []
+        for s in body.stmts:
+            st = s.stmt
+            if isinstance(st, ir.Assign):
+                if len(s.targets) != 1:
+                    raise NoGeneratedBackward(f"{s.value.key if s.value else 'a statement'} yields several tensors", st.span)
+                assert s.value is not None
+                env[(s.targets[0], s.versions[0])] = current[s.targets[0]] = self._value(s.value, env, body, prefix)
+            elif isinstance(st, ir.Output):
+                outputs.extend((n, current[n]) for n in st.names)
+            elif isinstance(st, ir.Return):
+                assert s.value is not None
+                return outputs, [self._value(a, env, body, prefix) for a in s.value.args]
+        return outputs, None
+
+    # -- running
+    def forward(self, *args: torch.Tensor, **inputs: torch.Tensor) -> Tape:
+        """Run the diagram on its inputs (by keyword, or positionally in the diagram's order),
+        keeping what the backward reads. Nothing is recorded for autograd."""
+        if args:
+            names = [n for n, _ in self._inputs]
+            if len(args) > len(names):
+                raise TypeError(f"{len(args)} positional inputs but the diagram takes {len(names)}")
+            inputs = {**dict(zip(names, args)), **inputs}
+        vals: list[Any] = [None] * self._n
+        for slot, value in self._constants.items():
+            vals[slot] = value
+        for name, slot in self._inputs:
+            if name not in inputs:
+                raise TypeError(f"missing input {name!r}")
+            vals[slot] = inputs[name]
+        for slot, holder, attr in self._reads:
+            vals[slot] = getattr(holder, attr)
+        with torch.no_grad():
+            for out, also, fn, operands in self._forward:
+                r = vals[out] = fn(*[vals[a] for a in operands])
+                if also >= 0:
+                    vals[also] = r
+        return Tape(self, vals)
+
+
+class Tape:
+    """One forward run of a plan: `outputs` in the diagram's order, and `backward`."""
+
+    def __init__(self, plan: GradientPlan, vals: list) -> None:
+        self.plan, self.vals = plan, vals
+        self.outputs = tuple(vals[slot] for _, slot in plan.outputs)
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.vals[self.plan._output_slots[name]]
+
+    def backward(self, grads: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
+        """{trainable param name: its gradient} given {output name: d loss / d output} (an output
+        left out, or None, contributes nothing); a param no gradient reaches gets None."""
+        plan, vals = self.plan, self.vals
+        acc: list[Any] = [None] * plan._n
+        slots = plan._output_slots
+        for name, g in grads.items():
+            if name not in slots:
+                raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(plan.output_names)}")
+            if g is not None:
+                s = slots[name]
+                acc[s] = g if acc[s] is None else acc[s] + g
+        with torch.no_grad():
+            for step in plan._backward_steps:
+                g = acc[step.out]
+                if g is None:
+                    continue
+                out = vals[step.out]
+                operands = [vals[a] for a in step.args]
+                for a, vjp in step.pairs:
+                    c = vjp(g, out, *operands)
+                    acc[a] = c if acc[a] is None else acc[a] + c
+        return {name: acc[slot] for name, slot in plan.params.items()}
+
+
+# ---- the rules: per operation, (forward, (vjp per operand)) -----------------------------------
+# A vjp is vjp(g, out, *operands) -> the gradient of that operand, at its shape.
+
+
+def _rule_unary(v: V):
+    name = v.key
+    assert name is not None
+    row = ops.OPS[name]
+    assert row.torch is not None
+    f = _callable(row.torch)
+    kw = [v.of(Unary).keyword(k.name) for k in row.keywords]
+    d = VJP.get(name)
+    if d is None:
+        return (lambda x: f(x, *kw)), (_No(f"{name} (no derivative in penrose.gradients.VJP)"),)
+    return (lambda x: f(x, *kw)), ((lambda g, y, x: d(g, x, y, *kw)),)
+
+
+def _rule_operator(v: V):
+    op = v.of(BinOp).op
+    align = v.of(Aligned).alignment
+    al = [_aligner(x, a) for x, a in zip(v.args, align)]
+    un = [_unaligner(x, a) for x, a in zip(v.args, align)]
+    fa, fb = al[0] or _same, al[1] or _same
+    ua, ub = un
+    fn = _OPERATORS.get(op)
+    if fn is None:
+        raise NoGeneratedBackward(f"the operator {op} has no generated backward", v.span)
+    forward = fn if al[0] is None and al[1] is None else (lambda a, b: fn(fa(a), fb(b)))
+    if op in ("<", "<=", ">", ">=", "==", "!=", "//"):
+        return forward, (None, None)
+    if op == "+":
+        return forward, (lambda g, y, a, b: ua(g, a), lambda g, y, a, b: ub(g, b))
+    if op == "-":
+        return forward, (lambda g, y, a, b: ua(g, a), lambda g, y, a, b: ub(-g, b))
+    if op == "*":
+        return forward, (lambda g, y, a, b: ua(g * fb(b), a), lambda g, y, a, b: ub(g * fa(a), b))
+    if op == "/":
+        return forward, (lambda g, y, a, b: ua(g / fb(b), a), lambda g, y, a, b: ub(-g * y / fb(b), b))
+    if op == "**":
+        if v.args[1].type.dtype != "scalar":
+            return forward, (_No("a tensor exponent"), _No("a tensor exponent"))
+        return forward, (lambda g, y, a, b: ua(g * b * fa(a) ** (b - 1), a), None)
+    raise NoGeneratedBackward(f"the operator {op} has no generated backward", v.span)  # pragma: no cover
+
+
+_OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
+    "+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b, "/": lambda a, b: a / b,
+    "**": lambda a, b: a ** b, "//": lambda a, b: a // b,
+    "<": lambda a, b: a < b, "<=": lambda a, b: a <= b, ">": lambda a, b: a > b, ">=": lambda a, b: a >= b,
+    "==": lambda a, b: a == b, "!=": lambda a, b: a != b,
+}
+
+
+def _addmm(v: V) -> Callable[..., Any] | None:
+    """For `einsum('c,cq->q', x, W) + b` (x batched, W and b not): the function
+    (x, W, b) -> torch.addmm(b, x, W) for a two-dimensional x (else the product plus b)."""
+    if v.key != "+" or len(v.args) != 2:
+        return None
+    e, b = v.args
+    transpose = _linear(e) if e.op == "einsum" else None
+    if transpose is None or b.type.dtype != "float" or b.type.batched or e.args[0].type.dtype != "float":
+        return None
+    if b.legs != e.legs or v.legs != e.legs or v.of(Aligned).alignment != ((0,), (0,)):
+        return None
+
+    def fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        w = w.t() if transpose else w
+        return torch.addmm(bias, x, w) if x.dim() == 2 else torch.matmul(x, w) + bias
+
+    return fused
+
+
+def _rule_neg(v: V):
+    return (lambda x: -x), ((lambda g, y, x: -g),)
+
+
+def _rule_einsum(v: V):
+    ein = v.of(Einsum)
+    terms, out = ein.terms, tuple(ein.out)
+    batched = tuple(x.type.batched for x in v.args)
+    keep = any(batched) and not ein.sum_batch
+    forward = _contraction(terms, out, batched, keep)
+    vjps: list[Callable | _No | None] = []
+    for i, term in enumerate(terms):
+        if len(set(term)) != len(term):
+            vjps.append(_No("an einsum term with a repeated label (a diagonal)"))
+            continue
+        others = [t for j, t in enumerate(terms) if j != i]
+        other_batched = tuple(b for j, b in enumerate(batched) if j != i)
+        known = set(out).union(*others) if others else set(out)
+        kept = tuple(lab for lab in term if lab in known)  # labels the contraction gives back
+        grad_batched = batched[i] and (keep or any(other_batched))
+        contract = _contraction((out, *others), kept, (keep, *other_batched), grad_batched)
+        expand = [term.index(lab) for lab in term if lab not in known]
+        vjps.append(_einsum_vjp(i, contract, kept, term, expand))
+    linear = _linear(v)
+    if linear is not None:  # x W: the two products written out for two-dimensional x
+        transpose = linear
+        general = vjps
+
+        def vjp_x(g, y, x, w):
+            if g.dim() == 2:
+                return torch.mm(g, w if transpose else w.t())
+            return general[0](g, y, x, w)
+
+        def vjp_w(g, y, x, w):
+            if g.dim() == 2 and x.dim() == 2:
+                return torch.mm(g.t(), x) if transpose else torch.mm(x.t(), g)
+            return general[1](g, y, x, w)
+
+        vjps = [vjp_x, vjp_w]
+    return forward, tuple(vjps)
+
+
+def _linear(e: V) -> bool | None:
+    """For `einsum('c,cq->q', x, W)` (x batched, W not; or W written [q, c]): whether W is
+    written [q, c] (transposed); None for any other contraction."""
+    if e.key != "einsum" or len(e.args) != 2:
+        return None
+    ein = e.of(Einsum)
+    (t1, t2), out = ein.terms, tuple(ein.out)
+    if ein.sum_batch or len(t1) != 1 or len(t2) != 2 or len(out) != 1 or t1[0] not in t2 or out[0] not in t2 or t1[0] == out[0]:
+        return None
+    if not (e.args[0].type.batched and not e.args[1].type.batched):
+        return None
+    return t2 != (t1[0], out[0])
+
+
+def _einsum_vjp(i: int, contract: Callable, kept: tuple[str, ...], term: tuple[str, ...], expand: list[int]) -> Callable:
+    """The gradient of operand i: the result's gradient contracted with the other operands,
+    spread along the labels only operand i had (summed there, so each entry's derivative is the
+    same) and over batch dims it broadcast along."""
+    n = len(term)
+
+    def vjp(g, y, *operands):
+        x = operands[i]
+        r = contract(g, *[t for j, t in enumerate(operands) if j != i])
+        if expand:
+            lead = r.dim() - len(kept)
+            sizes = iter(r.shape[lead:])
+            r = r.reshape(*r.shape[:lead], *(1 if k in expand else next(sizes) for k in range(n)))
+        if r.shape != x.shape:
+            r = r.expand(torch.broadcast_shapes(r.shape, x.shape)).sum_to_size(x.shape)
+        return r
+
+    return vjp
+
+
+def _same(t: Any) -> Any:
+    return t
+
+
+def _rule_where(v: V):
+    align = v.of(Aligned).alignment
+    aligners = [_aligner(x, a) for x, a in zip(v.args, align)]
+    fm, fa, fb = (f or _same for f in aligners)
+    _, ua, ub = (_unaligner(x, a) for x, a in zip(v.args, align))
+
+    def forward(m, a, b):
+        return torch.where(fm(m), fa(a), fb(b))
+
+    if not any(aligners):
+        forward = torch.where  # noqa: F811 (the operands line up as they are)
+
+    def ga(g, y, m, a, b):
+        return ua(torch.where(fm(m), g, 0.0), a)
+
+    def gb(g, y, m, a, b):
+        return ub(torch.where(fm(m), 0.0, g), b)
+
+    return forward, (None, ga, gb)
+
+
+def _rule_clamp(v: V):
+    lo, hi = v.of(Clamp).min, v.of(Clamp).max
+
+    def inside(x):
+        if lo is not None and hi is not None:
+            return (x >= lo) & (x <= hi)
+        return x >= lo if lo is not None else x <= hi
+
+    return (lambda x: torch.clamp(x, min=lo, max=hi)), ((lambda g, y, x: g * inside(x).to(g.dtype)),)
+
+
+def _dim(v: V) -> int:
+    """The operand's axis of an operation along one leg, counted from the end."""
+    return v.of(Axis).axis - len(v.args[0].legs)
+
+
+def _rule_sum(v: V):
+    d = _dim(v)
+    return (lambda x: x.sum(d)), ((lambda g, y, x: g.unsqueeze(d).expand(x.shape)),)
+
+
+def _rule_mean(v: V):
+    d = _dim(v)
+    return (lambda x: x.mean(d)), ((lambda g, y, x: (g / x.shape[d]).unsqueeze(d).expand(x.shape)),)
+
+
+def _rule_softmax(v: V):
+    d = _dim(v)
+
+    def vjp(g, y, x):
+        return _A._softmax_backward_data.default(g, y, d % y.dim(), y.dtype)
+
+    return (lambda x: torch.softmax(x, d)), (vjp,)
+
+
+def _rule_log_softmax(v: V):
+    d = _dim(v)
+    return (lambda x: torch.log_softmax(x, d)), ((lambda g, y, x: _A._log_softmax_backward_data.default(g, y, d % y.dim(), y.dtype)),)
+
+
+def _rule_detach(v: V):
+    return (lambda x: x), (None,)
+
+
+_RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., Any] | None, ...]]]] = {
+    **{name: _rule_unary for name in ops.ELEMENTWISE},
+    **{op: _rule_operator for op in _OPERATORS},
+    "neg": _rule_neg,
+    "einsum": _rule_einsum,
+    "where": _rule_where,
+    "clamp": _rule_clamp,
+    "sum": _rule_sum,
+    "mean": _rule_mean,
+    "softmax": _rule_softmax,
+    "log_softmax": _rule_log_softmax,
+    "detach": _rule_detach,
+}
