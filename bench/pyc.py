@@ -33,7 +33,9 @@ Measured on the test split: task accuracy, concept accuracy (threshold 0.5), the
 curve (random policy, ground truth, one more concept each step; the same per-example orders for
 both) and its score (area under the curve), and the training time (the loop alone, as the CPU time of
 this process: on a shared machine other jobs inflate wall-clock time by different amounts for
-each run; with one torch thread, the CPU time is the wall time an idle machine would show).
+each run; with one torch thread, the CPU time is the wall time an idle machine would show). The
+zoo trains through the diagrams' generated backward (`fit(backward='auto')`, penrose.gradients);
+the CBM row also times it through autograd, and the same CBM written directly in torch.
 """
 
 from __future__ import annotations
@@ -87,10 +89,10 @@ def zoo_model(kind: str, f: int, k: int, seed: int, randint: str = "concept"):
     raise ValueError(kind)
 
 
-def run_zoo(kind, data, seed, epochs, fractions, randint="concept"):
+def run_zoo(kind, data, seed, epochs, fractions, randint="concept", backward="auto"):
     model = zoo_model(kind, data.x_train.shape[1], data.c_train.shape[1], seed, randint)
     t0 = time.process_time()
-    model.fit(data.train_tuple(), epochs=epochs, batch_size=BATCH, lr=LR, seed=seed, progress=False)
+    model.fit(data.train_tuple(), epochs=epochs, batch_size=BATCH, lr=LR, seed=seed, progress=False, backward=backward)
     seconds = time.process_time() - t0
     curve = intervention_curve(model, data.test_tuple(), RandomPolicy(seed), fractions)
     return {"acc": curve.accuracy[0], "concept_acc": curve.concept_accuracy, "curve": curve.accuracy,
@@ -240,6 +242,7 @@ def warm_up(pyc: bool, loop: str) -> None:
         if pyc:
             run_pyc(kind, data, 0, 1, (0.0, 1.0), loop)
     run_torch(data, 0, 1)
+    run_zoo("cbm", data, 0, 1, (0.0, 1.0), backward="autograd")
 
 
 # ---- main -------------------------------------------------------------------------------------
@@ -301,8 +304,11 @@ def main(argv=None):
                 line = f"{'':<13} {kind:<7} training time PyC / penrose: {ratio:.1f}×"
                 if kind == "cbm":
                     torch_s = statistics.fmean(run_torch(toy_concepts(name, n=rows, seed=s), s, epochs) for s in seeds)
+                    autograd_s = statistics.fmean(run_zoo(kind, toy_concepts(name, n=rows, seed=s), s, epochs, fractions,
+                                                          args.randint, "autograd")["seconds"] for s in seeds)
                     floor_ratios.append(pyc_s / torch_s)
-                    line += f"; PyC / hand-written torch loop: {pyc_s / torch_s:.1f}× ({torch_s:.2f} s)"
+                    line += (f"; PyC / hand-written torch loop: {pyc_s / torch_s:.1f}× ({torch_s:.2f} s)"
+                             f"; PyC / the zoo through autograd: {pyc_s / autograd_s:.1f}× ({autograd_s:.2f} s)")
                 print(line, flush=True)
     if ratios:
         print(f"training speed-up over PyC: min {min(ratios):.1f}×, median {statistics.median(ratios):.1f}× (target ≥ 5×)")

@@ -103,9 +103,7 @@ class ConceptWhiteningModel(ConceptModel):
     def fit(self, train: Any, val: Any = None, *, mode: str = "joint", rounds: int = 3, align_steps: int = 20,
             **fit_kwargs: Any) -> dict:
         """Whitening on the training inputs, then `rounds` × (task epochs, alignment); returns the
-        last round's history."""
-        from penrose_zoo.train import fit
-
+        last round's history. `backward` (in fit_kwargs): as `ConceptModel.fit_stage`."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
         tensors = tuple(getattr(train, "tensors", train))
@@ -118,7 +116,7 @@ class ConceptWhiteningModel(ConceptModel):
             for _ in range(max(1, rounds)):
                 self.align(x, c, steps=align_steps)
                 val_t = val if val is None or self.backbone is None else self._with_features(val)
-                history = fit(self, self.loss_fn(mode="task"), tensors, val_t, **fit_kwargs)
+                history = self.fit_stage("task", tensors, val_t, **fit_kwargs)
             self.after_fit(tensors)
         return history
 

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 
 from penrose import PenroseShapeError
 from penrose.gradients import GradientPlan, NoGeneratedBackward
-from penrose_zoo.core import InterventionError, ZooModel, bce_grad, task_loss, task_loss_grad
+from penrose_zoo.core import InterventionError, ZooModel, bce_grad_scaled, task_loss, task_loss_grad
 
 __all__ = ["BACKBONE_MODES", "BACKWARDS", "ConceptModel", "GeneratedStep", "resolve_concept"]
 
@@ -305,7 +305,10 @@ class ConceptModel(ZooModel):
         """Train in one of `self.modes` with `penrose_zoo.train.fit`; sequential runs two fits (the first for
         `concept_epochs`, default `epochs`) and returns {'concepts': history, 'task': history}.
         With a 'cached' backbone the backbone runs once over train and val, and the diagram trains
-        on those features."""
+        on those features. `backward='auto'` (default) trains through the diagram's generated
+        backward where it covers the model (`generated_step`; no autograd graph per step, the
+        same gradients), else with autograd; 'generated' insists, 'autograd' never uses it; each
+        history's 'backward' says which ran. Other keywords go to `penrose_zoo.train.fit`."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
         if self.backbone is not None and self.backbone_mode == "cached":
@@ -326,25 +329,34 @@ class ConceptModel(ZooModel):
     def after_fit(self, train: Any) -> None:
         """Called at the end of `fit` with the training data (what forward reads)."""
 
-    def _fit(self, train: Any, val: Any, mode: str, concept_epochs: int | None, fit_kwargs: dict) -> dict:
+    def fit_stage(self, stage: str, train: Any, val: Any = None, *, backward: str = "auto", **fit_kwargs: Any) -> dict:
+        """One `penrose_zoo.train.fit` of `loss(batch, stage)` ('joint', 'independent', 'concepts'
+        or 'task'): through the generated backward (`generated_step`) with backward='auto'
+        where it covers this model, else autograd; 'generated' raises NoGeneratedBackward where
+        it does not, 'autograd' always differentiates with autograd. The history's 'backward'
+        says which ran (and why not the generated one)."""
         from penrose_zoo.train import fit
 
-        backward = fit_kwargs.pop("backward", "auto")
         if backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+        step, why = None, "backward='autograd'"
+        if backward != "autograd":
+            try:
+                step = self.generated_step(stage)
+            except NoGeneratedBackward as e:
+                if backward == "generated":
+                    raise
+                why = e.message
+        history = fit(self, self.loss_fn(mode=stage), train, val, step_fn=step, **fit_kwargs)
+        history["backward"] = "generated" if step is not None else f"autograd ({why})"
+        return history
+
+    def _fit(self, train: Any, val: Any, mode: str, concept_epochs: int | None, fit_kwargs: dict) -> dict:
+
+        backward = fit_kwargs.pop("backward", "auto")
 
         def run(stage: str, kwargs: dict) -> dict:
-            step, why = None, "backward='autograd'"
-            if backward != "autograd":
-                try:
-                    step = self.generated_step(stage)
-                except NoGeneratedBackward as e:
-                    if backward == "generated":
-                        raise
-                    why = e.message
-            history = fit(self, self.loss_fn(mode=stage), train, val, step_fn=step, **kwargs)
-            history["backward"] = "generated" if step is not None else f"autograd ({why})"
-            return history
+            return self.fit_stage(stage, train, val, backward=backward, **kwargs)
 
         if mode != "sequential":
             return run(mode, fit_kwargs)
@@ -457,11 +469,20 @@ class GeneratedStep:
         if "y" not in names:
             raise NoGeneratedBackward(f"the diagram has no output 'y' (its outputs: {', '.join(plan.output_names)})")
         self.params = [(model.diagram.get_parameter(n), n) for n in plan.params]
-        self.outputs = _output_type(model)
-        if len(getattr(self.outputs, "_fields", ())) != len(plan.outputs):
+        out = _example_outputs(model)
+        if not isinstance(out, tuple) or len(out) != len(plan.outputs):
             raise NoGeneratedBackward(f"{type(model).__name__}'s outputs are not the diagram's {len(plan.outputs)}")
+        self._score_name = ""  # the output the concept scores are (none in 'task' mode)
+        if mode != "task":
+            scores = model.concept_scores(out)
+            found = [n for n, t in zip(plan.output_names, out) if t is scores]
+            if not found:
+                raise NoGeneratedBackward("the concept scores are not one of the diagram's outputs")
+            self._score_name = found[0]
         self._checked = False
-        self._score_name: str | None = None
+        self._do = model._all_do if mode == "independent" else None
+        self._task = model.task
+        self._scales: dict[tuple[torch.dtype, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
         self._kept: list[tuple[Any, ...]] = []  # per step: (y, y target, scores, concept target, weight)
         self._done: list[torch.Tensor] = []
 
@@ -485,32 +506,33 @@ class GeneratedStep:
         return torch.cat(done)
 
     def _step(self, batch: tuple) -> tuple[Any, ...]:
-        model, mode, plan = self.model, self.mode, self.plan
+        model, mode = self.model, self.mode
         x, c, y = batch
         c_true = None if mode in ("concepts", "task") else model.bottleneck_values(c)
-        inputs = model._diagram_inputs(x, c_true, model._all_do if mode == "independent" else None)
-        if not self._checked:  # the compiled module's input checks, once: clear errors for a wrong batch
-            with torch.no_grad():
-                model.diagram(**inputs)
-            self._checked = True
-        tape = plan.forward(**inputs)
-        out = self.outputs(*tape.outputs)
+        inputs = model._diagram_inputs(x, c_true, self._do)
+        if not self._checked:
+            self._first(inputs)
+        tape = self.plan.forward(**inputs)
         seeds: dict[str, torch.Tensor] = {}
-        kept: list[Any] = [None, None, None, None, None]
+        kept: tuple[Any, ...] = (None, None)
         if mode != "concepts":
-            seeds["y"] = task_loss_grad(out.y, y, model.task)
-            kept[0:2] = out.y, y
+            out_y = tape["y"]
+            seeds["y"] = task_loss_grad(out_y, y, self._task)
+            kept = (out_y, y)
         if mode != "task":
-            scores = model.concept_scores(out)
             name = self._score_name
-            if name is None or tape[name] is not scores:  # which output the scores are: found once
-                name = self._score_name = next((n for n, t in zip(plan.output_names, tape.outputs) if t is scores), None)
-                if name is None:
-                    raise NoGeneratedBackward("the concept scores are not one of the diagram's outputs")
-            weight = None if mode == "concepts" else model.concept_weights.to(scores.dtype)
-            grad = bce_grad(scores, c, weight)
+            scores = tape[name]
+            key = (scores.dtype, scores.numel())
+            made = self._scales.get(key)  # (weight, weight / numel) per dtype and batch size: made once
+            if made is None:
+                w = None if mode == "concepts" else model.concept_weights.to(scores.dtype)
+                made = self._scales[key] = (w, (w if w is not None else torch.ones((), dtype=scores.dtype)) / scores.numel())
+            weight, scale = made
+            grad = bce_grad_scaled(scores, c, scale)
             seeds[name] = grad if name not in seeds else seeds[name] + grad
-            kept[2:5] = scores, c, weight
+            kept = (*kept, scores, c, weight)
+        else:
+            kept = (*kept, None, None, None)
         grads = tape.backward(seeds)
         for p, n in self.params:
             g = grads[n]
@@ -520,7 +542,13 @@ class GeneratedStep:
                 p.grad = g.clone()
             else:
                 p.grad.add_(g)
-        return tuple(kept)
+        return kept
+
+    def _first(self, inputs: dict) -> None:
+        """At the first batch, the compiled module's input checks: clear errors for a wrong batch."""
+        with torch.no_grad():
+            self.model.diagram(**inputs)
+        self._checked = True
 
     def _flush(self) -> None:
         """The kept steps' losses, computed together: per-element losses of the concatenated
@@ -538,14 +566,14 @@ class GeneratedStep:
         self._done.append(total)
 
 
-def _output_type(model: ConceptModel) -> Any:
-    """The NamedTuple type the model's forward returns (it wraps the diagram's outputs), read
-    from one example in eval mode (no RandInt draw: the training RNG is not touched)."""
+def _example_outputs(model: ConceptModel) -> Any:
+    """What the model's forward returns (its NamedTuple of the diagram's outputs) for one example,
+    in eval mode: no RandInt draw, the training RNG is not touched."""
     was = model.training
     model.eval()
     try:
         with torch.no_grad(), model.given_features():
-            return type(model(**model.example_inputs(batch=1)))
+            return model(**model.example_inputs(batch=1))
     finally:
         model.train(was)
 
@@ -574,6 +602,11 @@ def _per_step_means(logits: list[torch.Tensor], targets: list[torch.Tensor], wei
         else:
             raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {kind!r}")
         counts = [lg.numel() for lg in logits]
+    if len(set(counts)) == 1:  # steps of one size: a row per step
+        return per.reshape(len(counts), -1).mean(1)
+    if len(set(counts[:-1])) == 1:  # an epoch's last, shorter batch
+        head = counts[0] * (len(counts) - 1)
+        return torch.cat([per[:head].reshape(len(counts) - 1, -1).mean(1), per[head:].mean().reshape(1)])
     sizes = torch.tensor(counts, device=per.device)
     steps = torch.repeat_interleave(torch.arange(len(counts), device=per.device), sizes)
     sums = torch.zeros(len(counts), dtype=per.dtype, device=per.device).index_add_(0, steps, per)

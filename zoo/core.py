@@ -122,8 +122,7 @@ def task_loss_grad(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Te
         grad = torch.softmax(y2, -1)
         grad.scatter_add_(1, t.unsqueeze(1), torch.full((t.shape[0], 1), -1.0, dtype=grad.dtype, device=grad.device))
         return grad.div_(t.shape[0]).reshape(y.shape)
-    t = target.reshape(y.shape)
-    t = t if t.dtype == y.dtype else t.to(y.dtype)
+    t = target.reshape(y.shape)  # (integer labels are promoted by the subtraction itself)
     if task == "binary":
         return torch.sigmoid(y).sub_(t).div_(t.numel())
     if task == "regression":
@@ -135,9 +134,13 @@ def bce_grad(z: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None 
     """The gradient with respect to the logits z of the mean of weight × binary cross-entropy
     (torch's `binary_cross_entropy_with_logits(z, target, weight=weight)`): weight (σ(z) −
     target) / z.numel(), in closed form."""
-    t = target if target.dtype == z.dtype else target.to(z.dtype)
-    grad = torch.sigmoid(z).sub_(t).div_(z.numel())
-    return grad if weight is None else grad.mul_(weight)
+    grad = torch.sigmoid(z).sub_(target)
+    return grad.div_(z.numel()) if weight is None else grad.mul_(weight / z.numel())
+
+
+def bce_grad_scaled(z: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """`bce_grad(z, target, weight)` given scale = weight / z.numel(): (σ(z) − target) · scale."""
+    return torch.sigmoid(z).sub_(target).mul_(scale)
 
 
 # ---- the wrapper base -------------------------------------------------------------------------

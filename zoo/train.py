@@ -317,9 +317,10 @@ def fit(
         torch.manual_seed(seed)
         bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="fit", leave=False,
                    dynamic_ncols=True)
+        sizes = torch.tensor([min(batch_size, n - s) for s in range(0, n, batch_size)], dtype=torch.float64)
+        model.train()  # (validation puts it back in training mode when it is done)
         try:
             for epoch in range(1, epochs + 1):
-                model.train()
                 order = torch.randperm(n, generator=shuffler)
                 if gather_once:  # one gather per tensor and epoch (moved once); the batches are slices (views) of it
                     shuffled = tuple(_on(t.index_select(0, order), device) for t in train_tensors)
@@ -354,15 +355,17 @@ def fit(
                     later = getattr(step_fn, "epoch_losses", None)
                     if later is None:
                         raise ValueError("step_fn returned no loss and has no epoch_losses() to give them")
-                    losses = [*losses, *later()]
-                    if len(losses) != steps_per_epoch:
-                        raise ValueError(f"step_fn gave {len(losses)} losses for the {steps_per_epoch} steps of epoch {epoch}")
-                values = torch.stack(losses).double()
+                    given = later().reshape(-1)
+                    values = torch.cat([torch.stack(losses).reshape(-1).to(given), given]) if losses else given
+                    if values.numel() != steps_per_epoch:
+                        raise ValueError(f"step_fn gave {values.numel()} losses for the {steps_per_epoch} steps of epoch {epoch}")
+                    values = values.double()
+                else:
+                    values = torch.stack(losses).double()
                 finite = torch.isfinite(values)
                 if not bool(finite.all()):
                     bad = int((~finite).nonzero()[0, 0])
-                    raise NonFiniteLossError(step - len(losses) + bad, epoch, float(values[bad]))
-                sizes = torch.tensor([min(batch_size, n - s) for s in range(0, n, batch_size)], dtype=torch.float64)
+                    raise NonFiniteLossError(step - steps_per_epoch + bad, epoch, float(values[bad]))
                 history["epoch"].append(epoch)
                 history["train_loss"].append(float((values.cpu() * sizes).sum() / n))
                 if val_tensors is not None and (epoch % val_every == 0 or epoch == epochs):

@@ -31,5 +31,6 @@ def test_pyc_bench_runs_small():
         assert re.search(r"training speed-up over PyC: min [\d.]+×", run.stdout)
         # the floor: the same CBM written directly in torch, timed beside PyC's
         assert re.search(r"PyC / hand-written torch loop: [\d.]+× \([\d.]+ s\)", run.stdout)
+        assert re.search(r"PyC / the zoo through autograd: [\d.]+× \([\d.]+ s\)", run.stdout)
     else:
         assert "PyC (torch_concepts) is not installed" in run.stdout

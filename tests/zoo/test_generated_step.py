@@ -1,0 +1,278 @@
+"""Concept models training through the diagram's generated backward (`GeneratedStep`).
+
+The generated step must be `model.loss(batch, mode).backward()` to the last bit of float64 noise:
+the same loss, the same gradient of every parameter, the same RandInt draws, on every concept
+model it covers, in every training mode and task; `fit` through it follows autograd's trajectory;
+models it does not cover (their own loss, a fine-tuned backbone, a patched `loss`) fall back to
+autograd and say why; `backward='generated'` insists and raises.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import penrose_zoo
+from penrose.gradients import NoGeneratedBackward
+from penrose_zoo.train import FlatAdam, fit
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+F, K = 5, 3
+
+
+def data(n=40, seed=0, task="multiclass", r=2, dtype=torch.float64):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, F, generator=g, dtype=dtype)
+    c = (x[:, :K] + 0.3 * torch.randn(n, K, generator=g, dtype=dtype) > 0).to(dtype)
+    if task == "multiclass":
+        y = torch.randint(0, r, (n,), generator=g)
+    elif task == "binary":
+        y = (c.sum(-1) > 1).long()
+    else:
+        y = x.sum(-1)
+    return x, c, y
+
+
+MODELS = {
+    "cbm": lambda **kw: penrose_zoo.ConceptBottleneckModel(f=F, k=K, **kw),
+    "cbm_randint": lambda **kw: penrose_zoo.ConceptBottleneckModel(f=F, k=K, p_int=0.5, **kw),
+    "cbm_randint_example": lambda **kw: penrose_zoo.ConceptBottleneckModel(f=F, k=K, p_int=0.5, randint="example", **kw),
+    "logit": lambda **kw: penrose_zoo.LogitConceptBottleneckModel(f=F, k=K, **kw),
+    "hybrid": lambda **kw: penrose_zoo.HybridConceptBottleneckModel(f=F, k=K, j=4, **kw),
+    "cem": lambda **kw: penrose_zoo.ConceptEmbeddingModel(f=F, k=K, e=4, **kw),
+    "mixture": lambda **kw: penrose_zoo.MixtureOfLinearModels(f=F, k=K, m=2, **kw),
+    "graph": lambda **kw: penrose_zoo.ConceptGraphModel(f=F, k=K, concept_names=["a", "b", "c"],
+                                                        parents={"c": ["a", "b"]}, **kw),
+    "weighted": lambda **kw: penrose_zoo.ConceptBottleneckModel(f=F, k=K, concept_weight=[0.5, 2.0, 4.0], **kw),
+}
+
+
+def model_of(name, task="multiclass", seed=0):
+    r = 1 if task in ("binary", "regression") else 2
+    return MODELS[name](r=r, task=task, seed=seed).double()
+
+
+def grads_of(model):
+    return {n: (p.grad.clone() if p.grad is not None else None) for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+@pytest.mark.parametrize("mode", ["joint", "independent", "concepts", "task"])
+def test_one_step_is_autograds(name, mode):
+    """Loss and every parameter's gradient equal autograd's, RandInt's draws included."""
+    for task in ("multiclass", "binary", "regression"):
+        if name != "cbm" and task != "multiclass":
+            continue
+        model = model_of(name, task).train()
+        batch = data(task=task)
+        torch.manual_seed(7)
+        model.zero_grad()
+        want = model.loss(batch, mode)
+        want.backward()
+        want_grads = grads_of(model)
+        after_autograd = torch.random.get_rng_state()
+        model.zero_grad()
+        step = model.generated_step(mode)
+        torch.manual_seed(7)
+        got = step.loss(batch)
+        assert torch.equal(torch.random.get_rng_state(), after_autograd), "the step draws what autograd's loss draws"
+        torch.testing.assert_close(got, want.detach(), rtol=1e-12, atol=1e-12)
+        for n, g in grads_of(model).items():
+            w = want_grads[n]
+            if w is None:
+                assert g is None or not g.any(), n
+                continue
+            torch.testing.assert_close(g, w, rtol=1e-10, atol=1e-12, msg=lambda m: f"{name} {mode} {task}: gradient of {n}: {m}")
+
+
+@pytest.mark.parametrize("sizes", [[16, 16, 16, 5], [16, 16], [5, 16, 9], [7]])
+def test_epoch_losses_are_each_steps_loss(sizes):
+    model = model_of("cem")
+    step = model.generated_step("joint")
+    batches = [data(n=n, seed=s) for s, n in enumerate(sizes)]
+    want = []
+    for b in batches:
+        torch.manual_seed(3)
+        want.append(model.loss(b).detach())
+    for b in batches:
+        torch.manual_seed(3)
+        assert step(b) is None
+    torch.testing.assert_close(step.epoch_losses(), torch.stack(want), rtol=1e-12, atol=1e-12)
+    assert step.epoch_losses().numel() == 0  # taken
+
+
+@pytest.mark.parametrize("name", ["cbm_randint", "cem", "graph"])
+@pytest.mark.parametrize("mode", ["joint", "sequential"])
+def test_fit_follows_autograds_trajectory(name, mode):
+    x, c, y = data(n=70)
+    runs = {}
+    for backward in ("autograd", "generated"):
+        model = model_of(name)
+        h = model.fit((x, c, y), (x, c, y), mode=mode, epochs=3, concept_epochs=2, batch_size=16, lr=1e-2, seed=1,
+                      progress=False, backward=backward)
+        runs[backward] = (model, h)
+    (a, ha), (g, hg) = runs["autograd"], runs["generated"]
+    for (n, p), q in zip(a.named_parameters(), g.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-9, atol=1e-10, msg=lambda m: f"{n}: {m}")
+    for h1, h2 in ([(ha, hg)] if mode == "joint" else [(ha["concepts"], hg["concepts"]), (ha["task"], hg["task"])]):
+        torch.testing.assert_close(torch.tensor(h2["train_loss"]), torch.tensor(h1["train_loss"]), rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(torch.tensor(h2["val_loss"]), torch.tensor(h1["val_loss"]), rtol=1e-10, atol=1e-12)
+        assert h2["backward"] == "generated" and h1["backward"].startswith("autograd")
+
+
+@pytest.mark.parametrize("task", ["multiclass", "binary", "regression"])
+def test_closed_form_loss_gradients_are_autograds(task):
+    from penrose_zoo.core import bce_grad, task_loss, task_loss_grad
+
+    g = torch.Generator().manual_seed(0)
+    r = 3 if task == "multiclass" else 1
+    y = torch.randn(2, 5, r, generator=g, dtype=torch.float64, requires_grad=True)
+    target = {"multiclass": torch.randint(0, 3, (2, 5), generator=g), "binary": torch.randint(0, 2, (2, 5), generator=g),
+              "regression": torch.randn(2, 5, generator=g, dtype=torch.float64)}[task]
+    (want,) = torch.autograd.grad(task_loss(y, target, task), y)
+    torch.testing.assert_close(task_loss_grad(y.detach(), target, task), want, rtol=1e-12, atol=1e-14)
+    z = torch.randn(6, 4, generator=g, dtype=torch.float64, requires_grad=True)
+    c = (torch.rand(6, 4, generator=g) > 0.5).double()
+    w = torch.tensor([0.5, 1.0, 2.0, 3.0], dtype=torch.float64)
+    for weight in (None, w):
+        (want,) = torch.autograd.grad(torch.nn.functional.binary_cross_entropy_with_logits(z, c, weight=weight), z)
+        torch.testing.assert_close(bce_grad(z.detach(), c, weight), want, rtol=1e-12, atol=1e-14)
+
+
+def test_auto_is_generated_where_covered_and_says_why_not_elsewhere():
+    x, c, y = data()
+    assert model_of("cbm").fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False)["backward"] == "generated"
+    typed = penrose_zoo.TypedConceptBottleneckModel(f=F, r=2, seed=0).double()
+    ex = typed.example_inputs(batch=8)
+    h = typed.fit((ex["x"], ex["c_true"], torch.zeros(8, dtype=torch.long)), epochs=1, batch_size=4, lr=1e-2, progress=False)
+    assert h["backward"].startswith("autograd (") and "its own loss" in h["backward"]
+    with pytest.raises(NoGeneratedBackward, match="its own loss"):
+        typed.generated_step()
+    proto = penrose_zoo.PrototypeConceptModel(f=F, k=K, r=2, seed=0).double()
+    with pytest.raises(NoGeneratedBackward, match="concept loss terms"):
+        proto.generated_step()
+    h = proto.fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False)
+    assert "concept loss terms" in h["backward"]
+    with pytest.raises(NoGeneratedBackward):
+        proto.fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False, backward="generated")
+    with pytest.raises(ValueError, match="backward must be one of"):
+        model_of("cbm").fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False, backward="fast")
+
+
+def test_a_patched_loss_is_honoured():
+    """A `loss` set on the instance (a spy, a custom term) is what trains: autograd, not the step."""
+    x, c, y = data()
+    model = model_of("cbm")
+    calls = []
+    original = model.loss
+
+    def loss(batch, mode="joint"):
+        calls.append(mode)
+        return original(batch, mode)
+
+    model.loss = loss
+    h = model.fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False)
+    assert calls and h["backward"].startswith("autograd")
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(4, F)
+
+    def forward(self, z):
+        return torch.tanh(self.lin(z))
+
+
+@pytest.mark.parametrize("backbone_mode, backward", [("frozen", "generated"), ("cached", "generated"),
+                                                     ("finetune", "autograd")])
+def test_backbones(backbone_mode, backward):
+    """A frozen or cached backbone trains the diagram through the generated step (the features
+    are inputs); a fine-tuned one needs autograd through the backbone."""
+    torch.manual_seed(0)
+    z = torch.randn(48, 4, dtype=torch.float64)
+    _, c, y = data(n=48)
+    runs = []
+    for how in ("autograd", "auto"):
+        torch.manual_seed(0)
+        net = Tiny().double()
+        model = penrose_zoo.ConceptBottleneckModel(f=F, k=K, r=2, seed=0, backbone=net, backbone_mode=backbone_mode).double()
+        h = model.fit((z, c, y), epochs=2, batch_size=16, lr=1e-2, progress=False, backward=how)
+        runs.append((model, h))
+    assert runs[1][1]["backward"].startswith(backward)
+    for p, q in zip(runs[0][0].parameters(), runs[1][0].parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-9, atol=1e-10)
+
+
+def test_whitening_trains_its_task_head_through_the_step():
+    x, c, y = data(n=60)
+    model = penrose_zoo.ConceptWhiteningModel(f=F, k=K, r=2, seed=0).double()
+    h = model.fit((x, c, y), epochs=2, rounds=1, align_steps=2, batch_size=16, lr=1e-2, progress=False)
+    assert h["backward"] == "generated"
+
+
+def test_a_wrong_batch_gets_the_compiled_modules_error():
+    from penrose import PenroseShapeError
+
+    model = model_of("cbm")
+    step = model.generated_step()
+    x, c, y = data()
+    with pytest.raises((PenroseShapeError, ValueError), match="must have size|leg"):
+        step((x[:, :4], c, y))
+
+
+def test_fit_refuses_a_step_without_its_losses():
+    model = model_of("cbm")
+    x, c, y = data()
+    with pytest.raises(ValueError, match="no loss and has no epoch_losses"):
+        fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False,
+            step_fn=lambda batch: None)
+
+    class Short:
+        def __call__(self, batch):
+            return None
+
+        def epoch_losses(self):
+            return torch.zeros(1)
+
+    with pytest.raises(ValueError, match="gave 1 losses for the 3 steps"):
+        fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False, step_fn=Short())
+
+
+def test_a_non_finite_loss_given_per_epoch_names_its_step():
+    """Regression: with the losses given per epoch (none per step), the failing step was counted
+    back from the number of per-step losses (zero) and named a step past the epoch."""
+    from penrose_zoo.train import NonFiniteLossError
+
+    model = model_of("cbm")
+    x, c, y = data()
+
+    class Step:
+        def __call__(self, batch):
+            return None
+
+        def epoch_losses(self):
+            return torch.tensor([0.5, float("nan"), 0.25])
+
+    with pytest.raises(NonFiniteLossError) as e:
+        fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=2, batch_size=16, lr=1e-2, progress=False, step_fn=Step())
+    assert (e.value.step, e.value.epoch) == (1, 1)
+
+
+@pytest.mark.parametrize("weight_decay, decoupled", [(0.0, False), (0.1, False), (0.1, True)])
+def test_flat_adams_fused_kernel_and_its_six_operations_agree(weight_decay, decoupled):
+    torch.manual_seed(0)
+    ps = [torch.nn.Parameter(torch.randn(5, 3, dtype=torch.float64)), torch.nn.Parameter(torch.randn(3, dtype=torch.float64))]
+    qs = [torch.nn.Parameter(p.detach().clone()) for p in ps]
+    fused, plain = FlatAdam(ps, 1e-2, weight_decay, decoupled=decoupled), FlatAdam(qs, 1e-2, weight_decay, decoupled=decoupled)
+    assert fused._fused is not None
+    plain._fused = None
+    for _ in range(20):
+        g = [torch.randn(p.shape, dtype=torch.float64) for p in ps]
+        for p, q, gi in zip(ps, qs, g):
+            p.grad.copy_(gi)
+            q.grad.copy_(gi)
+        fused.step()
+        plain.step()
+    torch.testing.assert_close(fused.flat, plain.flat, rtol=1e-12, atol=1e-14)
