@@ -33,7 +33,7 @@ LAYERS: list[tuple[str, list[str]]] = [
                "penrose.views"]),  # views: derived views of the checked IR, shared by the back ends
     ("load", ["penrose.loader", "penrose.workspace"]),  # the one way in (read, then check), and its cache
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",
-                  "penrose.interpreter", "penrose.rendering", "penrose.rendering.*",
+                  "penrose.interpreter", "penrose.gradients", "penrose.rendering", "penrose.rendering.*",
                   "penrose.tracing", "penrose.tracing.*"]),  # trace: PyTorch modules (torch.export) to .pen text
     ("facade", ["penrose", "penrose.magic"]),  # penrose/__init__.py: the public API; imports the layers below lazily
     # (magic: `%load_ext penrose` reaches it from the package, so it sits beside it)

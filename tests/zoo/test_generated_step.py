@@ -276,3 +276,24 @@ def test_flat_adams_fused_kernel_and_its_six_operations_agree(weight_decay, deco
         fused.step()
         plain.step()
     torch.testing.assert_close(fused.flat, plain.flat, rtol=1e-12, atol=1e-14)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA GPU on this machine")
+@pytest.mark.parametrize("name", ["cbm_randint", "cem", "graph"])
+def test_one_step_is_autograds_on_cuda(name):
+    """The same step on CUDA in float32 (TF32 off): loss and gradients within 1e-5 of autograd's."""
+    torch.backends.cuda.matmul.allow_tf32 = False
+    model = MODELS[name](r=2, task="multiclass", seed=0).cuda().train()
+    batch = tuple(t.cuda() for t in data(dtype=torch.float32))
+    torch.manual_seed(7)
+    want = model.loss(batch)
+    want.backward()
+    want_grads = grads_of(model)
+    model.zero_grad()
+    torch.manual_seed(7)
+    got = model.generated_step().loss(batch)
+    torch.testing.assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+    for n, g in grads_of(model).items():
+        if want_grads[n] is not None:
+            torch.testing.assert_close(g, want_grads[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: gradient of {n}: {m}")
