@@ -44,6 +44,7 @@ from penrose.attrs import (Aligned, Axis, BinOp, BlockCall, Clamp, Dropout, Eino
 from penrose.checked import Checked, V, fixed
 from penrose.compiler import gather_label
 from penrose.errors import PenroseError
+from penrose.interpreter import _unread_splits
 from penrose.interpreter import aligner as _aligner
 from penrose.tables import unquote
 
@@ -468,8 +469,11 @@ class GradientPlan:
 
         current = {name: slot for (name, _), slot in env.items()}
         outputs: list[tuple[str, int]] = []
+        unread = _unread_splits(body)
         for s in body.stmts:
             st = s.stmt
+            if isinstance(st, ir.Assign) and id(s) in unread:
+                continue  # a split whose pieces nobody reads is not made (nor its operand), as compiled
             if isinstance(st, ir.Assign):
                 if len(s.targets) != 1 and s.value is not None and s.value.op in ("split", "block"):
                     pieces = (self._split if s.value.op == "split" else self._block_returns)(s.value, env, body, prefix)

@@ -33,11 +33,12 @@ REFUSED = {
 }
 
 
-def agree(text: str, batch=(3,), uniform: bool = True, seed: int = 0, reject=None, **sizes) -> GradientPlan:
+def agree(text: str, batch=(3,), uniform: bool = True, seed: int = 0, reject=None, training: bool = True,
+          **sizes) -> GradientPlan:
     """The plan's outputs are the compiled module's and its parameter gradients autograd's, for a
-    random weighting of the outputs (float64)."""
+    random weighting of the outputs (float64), the module in training mode or not."""
     checked, compiled = _load_quiet(text, **sizes)
-    compiled = compiled.double()
+    compiled = compiled.double().train(training)
     plan = GradientPlan(compiled)
     inputs = make_inputs(checked, batch, seed, uniform, {root: 3 for root in free_roots(checked)})
     params = dict(compiled.named_parameters())
@@ -184,6 +185,14 @@ REFUSALS = {
 }
 
 
+@pytest.mark.parametrize("batch, uniform", [((3,), True), ((2, 3), False), ((), True)])
+def test_dropout_in_eval_mode_is_the_identity(batch, uniform):
+    """Planned in the module's mode when planning: in eval mode dropout passes values and gradients."""
+    agree("dim a = 3\ninput x[a]\nparam w[a] ~ normal\ny = dropout(x * w, p=0.5) + dropout(w, 0.2) * x\noutput y",
+          batch, uniform, training=False)
+    agree((ZOO / "neural_additive_model.pen").read_text(), batch, uniform, training=False)
+
+
 @pytest.mark.parametrize("text", sorted(REFUSALS))
 def test_refusals_name_the_operation_and_line(text):
     what, line = REFUSALS[text]
@@ -200,6 +209,15 @@ def test_inputs_the_module_refuses_the_plan_refuses():
         with pytest.raises(PenroseShapeError, match="slice of leg 's': indices 1 to 2"):
             module(torch.randn(2))
     torch.testing.assert_close(plan.forward(torch.arange(4.0)).outputs[0], torch.tensor([1.0, 2.0]))
+
+
+def test_a_split_nobody_reads_is_not_made():
+    """As compiled (and interpreted): an unread split's operand is not evaluated, so its ids are not checked."""
+    text = ("dim v = 5, a = 2, b = 3, n = a + b\ninput ids[] : int\nparam E[v, n] ~ normal\ninput x[n]\nparam w[n] ~ normal\n"
+            "h, k = split(gather(E, ids), n, [a, b])\ny = x * w\noutput y")
+    m = penrose.compile(text=text)
+    ids, x = torch.tensor([7]), torch.randn(1, 5)
+    torch.testing.assert_close(GradientPlan(m).forward(ids=ids, x=x).outputs[0], m(ids=ids, x=x))
 
 
 def test_an_operation_without_a_rule_is_fine_where_no_gradient_passes(monkeypatch):
