@@ -261,14 +261,14 @@ _PLANNED = {"n": 0}
 
 
 @settings(max_examples=200, **_FAST)
-@given(programs(), st.sampled_from([(), (2,), (1, 2)]), st.booleans())
-def test_drawn_programs(program, batch, uniform):
+@given(programs(), st.sampled_from([(), (2,), (1, 2)]), st.booleans(), st.booleans())
+def test_drawn_programs(program, batch, uniform, training):
     """Every drawn program is planned and agrees with autograd, or is refused naming an
-    operation the program holds (at a line of it)."""
+    operation the program holds (at a line of it); the module in training mode or not."""
     from hypothesis import assume
 
     try:
-        agree(program.text, batch, uniform, reject=assume)
+        agree(program.text, batch, uniform, reject=assume, training=training)
     except NoGeneratedBackward as e:
         message = e.message
         checked = penrose.load(text=program.text)
