@@ -14,13 +14,19 @@ Running the plan is a loop over those steps under `torch.no_grad()`: no graph is
 nothing reads text at run time.
 
 Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
-operators + − * / ** (a number exponent) and neg, comparisons and // (no gradient), einsum,
-where, clamp, sum, mean, softmax, log_softmax, detach, and plain numbers the checker folded. A
-diagram with anything else (a block call, dropout, layernorm, ...) raises
-`NoGeneratedBackward` naming the operation and its line; callers fall back to autograd
-(`penrose_zoo` does, and says so). The plan is only as good as its rules: the tests compare its
-outputs with the compiled module's and its gradients with autograd's, on every zoo diagram it
-covers and on generated diagrams.
+operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no gradient), einsum
+(diagonals of repeated labels included), where, clamp, sum, mean, max and min (over a leg, of
+two operands, or clamping by a number; ties share the gradient as autograd's), softmax,
+log_softmax, layernorm, rmsnorm, rope, topk, topk_mask, gather, select, slice, split (one slot
+per piece), concat, flatten, unflatten, rearrange / reduce / repeat (the compiled module's steps,
+each with its vjp), causal and block_causal masks, detach, dropout in eval mode (the mode read
+when planning, `training=`; or p = 0), blocks (inlined, several returns included) and plain
+numbers the checker folded. A diagram with anything else raises `NoGeneratedBackward` naming
+the operation and its line: dropout in training (its random mask is drawn when the module
+runs), a size only the inputs give where a block needs it (a mask in a block) or a number folded
+from one; callers fall back to autograd (`penrose_zoo` does, and says so). The plan is only as
+good as its rules: the tests compare its outputs with the compiled module's and its gradients
+with autograd's, on every zoo diagram it covers and on generated diagrams.
 """
 
 from __future__ import annotations
@@ -32,9 +38,13 @@ from typing import Any
 import torch
 
 from penrose import ops
-from penrose.attrs import Aligned, Axis, BinOp, BlockCall, Clamp, Einsum, Ref, Unary
+from penrose import runtime as _runtime
+from penrose.attrs import (Aligned, Axis, BinOp, BlockCall, Clamp, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Ref, RMSNorm,
+                           Rope, Select, Slice, Split, TopK, Unary, Unflatten)
 from penrose.checked import Checked, V, fixed
+from penrose.compiler import gather_label
 from penrose.errors import PenroseError
+from penrose.interpreter import _unread_splits
 from penrose.interpreter import aligner as _aligner
 from penrose.tables import unquote
 
@@ -72,6 +82,8 @@ VJP: dict[str, Callable[..., torch.Tensor]] = {
     "gelu": lambda g, x, y: _A.gelu_backward.default(g, x),
     "silu": lambda g, x, y: _A.silu_backward.default(g, x),
     "clamp_min": lambda g, x, y, min: g * (x >= min).to(g.dtype),
+    "mish": lambda g, x, y: _A.mish_backward.default(g, x),
+    "hardswish": lambda g, x, y: _A.hardswish_backward.default(g, x),
 }
 
 
@@ -120,11 +132,11 @@ def _fitted(g: torch.Tensor, value: Any) -> torch.Tensor:
 
 
 def _contraction(terms: tuple[tuple[str, ...], ...], out: tuple[str, ...], batched: tuple[bool, ...],
-                 keep_batch: bool) -> Callable[..., torch.Tensor]:
+                 keep_batch: bool, matmul: bool = True) -> Callable[..., torch.Tensor]:
     """A function of the operands computing the einsum `terms -> out` ('...' leading on the
     batched operands, and in the result when `keep_batch`): two operands without repeated labels
-    as one (broadcasting) matrix product, anything else through torch.einsum."""
-    if len(terms) == 2 and all(len(set(t)) == len(t) for t in terms) and len(set(out)) == len(out):
+    as one (broadcasting) matrix product, anything else (or where not `matmul`) through torch.einsum."""
+    if matmul and len(terms) == 2 and all(len(set(t)) == len(t) for t in terms) and len(set(out)) == len(out):
         fn = _as_matmul(terms[0], terms[1], out, batched[0], batched[1], keep_batch)
         if fn is not None:
             return fn
@@ -187,7 +199,7 @@ def _as_matmul(a: tuple[str, ...], b: tuple[str, ...], out: tuple[str, ...], ba:
                 xm = x.reshape(-1, math.prod(sp), math.prod(sc)).transpose(0, 1).reshape(math.prod(sp), -1)
                 r = xm @ y.reshape(-1, math.prod(sq))
             if nP != 1 or nQ != 1:
-                r = r.reshape(*sp, *sq)
+                r = r.reshape((*sp, *sq))
             return r if identity_out else r.permute(*perm_out)
 
         return contract_batch
@@ -218,7 +230,7 @@ def _as_matmul(a: tuple[str, ...], b: tuple[str, ...], out: tuple[str, ...], ba:
                 y = y.reshape(*y.shape[:lb], *sl, math.prod(sc), math.prod(sq))
             r = x @ y
             if nP != 1 or nQ != 1:
-                r = r.reshape(*r.shape[: r.dim() - 2], *sp, *sq)
+                r = r.reshape((*r.shape[: r.dim() - 2], *sp, *sq))
         if identity_out:
             return r
         lead = r.dim() - len(out)
@@ -290,6 +302,7 @@ class GradientPlan:
             raise TypeError("GradientPlan needs a module compiled by penrose (it carries `penrose_checked`)")
         self.module = module
         self.checked = checked
+        self.training = module.training if training is None else training  # dropout's mode, read now
         self._n = 0
         self._constants: dict[int, Any] = {}
         self._steps: list[_Step] = []
@@ -305,6 +318,9 @@ class GradientPlan:
             self._inputs.append((d.tensor.name, slot))
             env[(d.tensor.name, 0)] = slot
         self.outputs: list[tuple[str, int]] = self._statements(checked, "", env)[0]
+        for name, p in module.named_parameters():  # a param nothing reads: a slot no gradient reaches (None)
+            if p.requires_grad and name not in self.params:
+                self.params[name] = self._slot()
         self.output_names = tuple(n for n, _ in self.outputs)
         self._output_slots = dict(self.outputs)
         # the forward: (slot, second slot or -1, fn, operand slots); a fused x W + b writes its
@@ -364,8 +380,39 @@ class GradientPlan:
         if rule is None:
             raise NoGeneratedBackward(f"{v.key or v.op} has no generated backward (autograd differentiates it)", v.span)
         args = tuple(self._value(a, env, body, prefix) for a in v.args)
-        fn, rules = rule(v)
-        differentiable = v.type.dtype == "float"
+        args += self._extras(v, body, prefix)
+        fn, rules = rule.plan(v, _Reads(v, body, self.training, self.checked)) if isinstance(rule, _Reading) else rule(v)
+        out = self._add(v, args, fn, rules, v.type.dtype == "float")
+        fused = _addmm(v)
+        if fused is not None:  # x W + b as one addmm: the product's step computes nothing on its own
+            product = next(s for s in self._steps if s.out == args[0])
+            self._fused[product.out] = (out, product.args + args[1:], fused)
+        return out
+
+    def _extras(self, v: V, body: Checked, prefix: str) -> tuple[int, ...]:
+        """The slots a step reads beyond its value's operands: the params a norm names, and the
+        tensor whose device (a mask's) or dtype (a where of two numbers) the compiled module takes."""
+        if v.key in ("layernorm", "rmsnorm"):
+            return tuple(self._tensor(name, body.decls[name].tensor.kind, prefix) for name in _weights(v))
+        if v.key in ("causal", "block_causal"):  # the inputs: the first's device, sizes they carry
+            return tuple(slot for _, slot in self._inputs) or (self._reference(floating=False),)
+        if v.key == "where" and all(x.type.dtype == "scalar" for x in v.args[1:]):
+            return (self._reference(floating=True),)
+        return ()
+
+    def _reference(self, floating: bool) -> int:
+        """The slot of the tensor the compiled module reads the device (or the float dtype) from:
+        its first (float) input, else its first param or buffer, else None (torch's defaults)."""
+        for (_, slot), d in zip(self._inputs, self.checked.inputs):
+            if not floating or d.tensor.dtype == "float":
+                return slot
+        own = self.checked.params + self.checked.buffers
+        if own:
+            return self._tensor(own[0].tensor.name, own[0].tensor.kind, "")
+        return self._constant(None)
+
+    def _add(self, v: V, args: tuple[int, ...], fn: Callable[..., Any], rules: tuple, differentiable: bool) -> int:
+        """The slot of a new step computing fn(*args), with the rules' vjps where a gradient is needed."""
         vjps = tuple(g if differentiable and a in self._grad else None for g, a in zip(rules, args))
         for g in vjps:
             if isinstance(g, _No):  # a gradient is needed where the rule has none
@@ -374,14 +421,28 @@ class GradientPlan:
         if any(g is not None for g in vjps):
             self._grad.add(out)
         self._steps.append(_Step(out, args, fn, vjps))
-        fused = _addmm(v)
-        if fused is not None:  # x W + b as one addmm: the product's step computes nothing on its own
-            product = next(s for s in self._steps if s.out == args[0])
-            self._fused[product.out] = (out, product.args + args[1:], fused)
         return out
+
+    def _split(self, v: V, env: dict, body: Checked, prefix: str) -> list[int]:
+        """A split's pieces, one slot each: every piece a narrow of the operand, whose vjp puts
+        its gradient in the piece's place (torch.split makes the same views)."""
+        x = self._value(v.args[0], env, body, prefix)
+        d, start, slots = _dim(v), 0, []
+        for n in v.of(Split).sizes:
+            fn, vjp = _narrowed(d, start, n)
+            slots.append(self._add(v, (x,), fn, (vjp,), v.args[0].type.dtype == "float"))
+            start += n
+        return slots
 
     def _block(self, v: V, env: dict, body: Checked, prefix: str) -> int:
         """A block call, inlined: its body planned once per instance (per copy, repeated)."""
+        returned = self._block_returns(v, env, body, prefix)
+        if len(returned) != 1:
+            raise NoGeneratedBackward(f"block {v.of(BlockCall).block} yields several tensors", v.span)
+        return returned[0]
+
+    def _block_returns(self, v: V, env: dict, body: Checked, prefix: str) -> list[int]:
+        """The slots of what a block call returns (`h, c = blk(x)`: one per target)."""
         call = v.of(BlockCall)
         blk = body.blocks.get(call.block) or self.checked.blocks[call.block]
         args = [self._value(a, env, body, prefix) for a in v.args]
@@ -389,14 +450,17 @@ class GradientPlan:
             return self._body(blk, f"{prefix}{call.instance}.", args, v)
         x, *rest = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(call.repeat):
-            x = self._body(blk, f"{prefix}{call.instance}.{i}.", [x, *rest], v)
-        return x
+            returned = self._body(blk, f"{prefix}{call.instance}.{i}.", [x, *rest], v)
+            if len(returned) != 1:
+                raise NoGeneratedBackward(f"block {blk.name} yields several tensors", v.span)
+            x = returned[0]
+        return [x]
 
-    def _body(self, blk: Checked, prefix: str, args: list[int], call: V) -> int:
+    def _body(self, blk: Checked, prefix: str, args: list[int], call: V) -> list[int]:
         returned = self._statements(blk, prefix, {(d.tensor.name, 0): a for d, a in zip(blk.inputs, args)})[1]
-        if returned is None or len(returned) != 1:
-            raise NoGeneratedBackward(f"block {blk.name} yields several tensors", call.span)
-        return returned[0]
+        if returned is None:
+            raise NoGeneratedBackward(f"block {blk.name} returns nothing", call.span)
+        return returned
 
     def _statements(self, body: Checked, prefix: str, env: dict) -> tuple[list[tuple[str, int]], list[int] | None]:
         """Plan a body's statements: the (name, slot) of each `output` and the slots a `return`
@@ -405,9 +469,17 @@ class GradientPlan:
 
         current = {name: slot for (name, _), slot in env.items()}
         outputs: list[tuple[str, int]] = []
+        unread = _unread_splits(body)
         for s in body.stmts:
             st = s.stmt
+            if isinstance(st, ir.Assign) and id(s) in unread:
+                continue  # a split whose pieces nobody reads is not made (nor its operand), as compiled
             if isinstance(st, ir.Assign):
+                if len(s.targets) != 1 and s.value is not None and s.value.op in ("split", "block"):
+                    pieces = (self._split if s.value.op == "split" else self._block_returns)(s.value, env, body, prefix)
+                    for t, version, slot in zip(s.targets, s.versions, pieces):
+                        env[(t, version)] = current[t] = slot
+                    continue
                 if len(s.targets) != 1:
                     raise NoGeneratedBackward(f"{s.value.key if s.value else 'a statement'} yields several tensors", st.span)
                 assert s.value is not None
@@ -520,9 +592,25 @@ def _rule_operator(v: V):
         return forward, (lambda g, y, a, b: ua(g / fb(b), a), lambda g, y, a, b: ub(-g * y / fb(b), b))
     if op == "**":
         if v.args[1].type.dtype != "scalar":
-            return forward, (_No("a tensor exponent"), _No("a tensor exponent"))
+            return forward, _power_vjps(fa, fb, ua, ub)
         return forward, (lambda g, y, a, b: ua(g * b * fa(a) ** (b - 1), a), None)
     raise NoGeneratedBackward(f"the operator {op} has no generated backward", v.span)  # pragma: no cover
+
+
+def _power_vjps(fa: Callable, fb: Callable, ua: Callable, ub: Callable) -> tuple[Callable, Callable]:
+    """The vjps of a ** b with a tensor exponent, as autograd's pow backward: b a^(b-1) (0 where
+    b = 0) and a^b log a (0 where a = 0 and b >= 0)."""
+
+    def ga(g, y, a, b):
+        x, e = fa(a), fb(b)
+        return ua(torch.where(e == 0, 0.0, g * (e * x ** (e - 1))), a)
+
+    def gb(g, y, a, b):
+        x, e = fa(a), fb(b)
+        base = x if isinstance(x, torch.Tensor) else torch.tensor(x, dtype=y.dtype, device=y.device)
+        return ub(g * torch.where((base == 0) & (e >= 0), 0.0, y * base.log()), b)
+
+    return ga, gb
 
 
 _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
@@ -561,20 +649,14 @@ def _rule_einsum(v: V):
     terms, out = ein.terms, tuple(ein.out)
     batched = tuple(x.type.batched for x in v.args)
     keep = any(batched) and not ein.sum_batch
-    forward = _contraction(terms, out, batched, keep)
+    matmul = not _broadcasts(v)
+    forward = _contraction(terms, out, batched, keep, matmul)
     vjps: list[Callable | _No | None] = []
     for i, term in enumerate(terms):
         if len(set(term)) != len(term):
-            vjps.append(_No("an einsum term with a repeated label (a diagonal)"))
+            vjps.append(_diagonal_vjp(i, terms, out, batched, keep))
             continue
-        others = [t for j, t in enumerate(terms) if j != i]
-        other_batched = tuple(b for j, b in enumerate(batched) if j != i)
-        known = set(out).union(*others) if others else set(out)
-        kept = tuple(lab for lab in term if lab in known)  # labels the contraction gives back
-        grad_batched = batched[i] and (keep or any(other_batched))
-        contract = _contraction((out, *others), kept, (keep, *other_batched), grad_batched)
-        expand = [term.index(lab) for lab in term if lab not in known]
-        vjps.append(_einsum_vjp(i, contract, kept, term, expand))
+        vjps.append(_operand_vjp(i, terms, out, batched, keep, matmul))
     linear = _linear(v)
     if linear is not None:  # x W: the two products written out for two-dimensional x
         transpose = linear
@@ -594,10 +676,64 @@ def _rule_einsum(v: V):
     return forward, tuple(vjps)
 
 
+def _operand_vjp(i: int, terms: tuple[tuple[str, ...], ...], out: tuple[str, ...], batched: tuple[bool, ...],
+                 keep: bool, matmul: bool = True) -> Callable:
+    """The vjp of operand i (a term without repeated labels) of the einsum `terms -> out`."""
+    term = terms[i]
+    others = [t for j, t in enumerate(terms) if j != i]
+    other_batched = tuple(b for j, b in enumerate(batched) if j != i)
+    known = set(out).union(*others) if others else set(out)
+    kept = tuple(lab for lab in term if lab in known)  # labels the contraction gives back
+    grad_batched = batched[i] and (keep or any(other_batched))
+    contract = _contraction((out, *others), kept, (keep, *other_batched), grad_batched, matmul)
+    expand = [term.index(lab) for lab in term if lab not in known]
+    return _einsum_vjp(i, contract, kept, term, expand)
+
+
+def _diagonal_vjp(i: int, terms: tuple[tuple[str, ...], ...], out: tuple[str, ...], batched: tuple[bool, ...],
+                  keep: bool) -> Callable:
+    """The vjp of operand i whose term repeats a label: the vjp of its diagonal (the term with
+    each label once, as `torch.diagonal` leaves it: the joined label last) put on the diagonal
+    of zeros, as autograd's diagonal_backward does."""
+    term, steps = list(terms[i]), []
+    while len(set(term)) != len(term):
+        k = next(k for k, lab in enumerate(term) if term.index(lab) != k)
+        j, n = term.index(term[k]), len(term)
+        steps.append((j - n, k - n))
+        term = [lab for m, lab in enumerate(term) if m not in (k, j)] + [term[j]]
+
+    def diagonal(x: torch.Tensor) -> torch.Tensor:
+        for d1, d2 in steps:
+            x = x.diagonal(dim1=d1, dim2=d2)
+        return x
+
+    inner = _operand_vjp(i, (*terms[:i], tuple(term), *terms[i + 1:]), out, batched, keep, False)
+
+    def vjp(g, y, *operands):
+        x = operands[i]
+        r = inner(g, y, *operands[:i], diagonal(x), *operands[i + 1:])
+        grad = torch.zeros_like(x)
+        diagonal(grad).copy_(r)
+        return grad
+
+    return vjp
+
+
+def _broadcasts(e: V) -> bool:
+    """Whether a label of the einsum stands on legs of different size classes (a size-1 leg
+    broadcast against a longer one, as torch.einsum does): no matrix product then."""
+    seen: dict[str, int] = {}
+    for t, x in zip(e.of(Einsum).terms, e.args):
+        for lab, c in zip(t, x.type.cls):
+            if seen.setdefault(lab, c) != c:
+                return True
+    return False
+
+
 def _linear(e: V) -> bool | None:
     """For `einsum('c,cq->q', x, W)` (x batched, W not; or W written [q, c]): whether W is
     written [q, c] (transposed); None for any other contraction."""
-    if e.key != "einsum" or len(e.args) != 2:
+    if e.key != "einsum" or len(e.args) != 2 or _broadcasts(e):
         return None
     ein = e.of(Einsum)
     (t1, t2), out = ein.terms, tuple(ein.out)
@@ -634,6 +770,8 @@ def _same(t: Any) -> Any:
 
 def _rule_where(v: V):
     align = v.of(Aligned).alignment
+    if all(x.type.dtype == "scalar" for x in v.args[1:]):
+        return _numbers_where(v)
     aligners = [_aligner(x, a) for x, a in zip(v.args, align)]
     fm, fa, fb = (f or _same for f in aligners)
     _, ua, ub = (_unaligner(x, a) for x, a in zip(v.args, align))
@@ -651,6 +789,18 @@ def _rule_where(v: V):
         return ub(torch.where(fm(m), 0.0, g), b)
 
     return forward, (None, ga, gb)
+
+
+def _numbers_where(v: V):
+    """where(m, 1, 0) of two plain numbers: a float tensor in the model's dtype (read from the
+    reference operand the planner adds), as compiled."""
+    fm = _aligner(v.args[0], v.of(Aligned).alignment[0]) or _same
+
+    def forward(m, a, b, reference):
+        dtype = torch.get_default_dtype() if reference is None else reference.dtype
+        return torch.where(fm(m), float(a), float(b)).to(dtype)
+
+    return forward, (None, None, None, None)
 
 
 def _rule_clamp(v: V):
@@ -697,7 +847,424 @@ def _rule_detach(v: V):
     return (lambda x: x), (None,)
 
 
-_RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., Any] | None, ...]]]] = {
+
+# ---- rules of the shape operations, norms, masks, lookups (those below read sizes or the mode) --
+
+
+class _Reads:
+    """What a rule reads beyond its value: the size of a size class (refused where only the
+    inputs give it) and whether the module is training (dropout)."""
+
+    def __init__(self, v: V, body: Checked, training: bool, top: Checked) -> None:
+        self.v, self.sizes, self.training = v, body.sizes, training
+        self.inputs = top.inputs if body is top else None  # the diagram's inputs, where the step reads them
+
+    def free(self, cls: int) -> bool:
+        """Whether only the inputs give the class's size (the compiled module checks indices into it at run time)."""
+        return self.sizes.is_free(cls)
+
+    def carried(self, cls: int) -> Callable[[tuple], int]:
+        """The class's size as a function of the diagram's inputs: its number where known when
+        planning, else the size of an input's leg of that class (at the top level)."""
+        if self.sizes.is_free(cls) and self.inputs is not None:
+            root = self.sizes.find(cls)
+            for i, d in enumerate(self.inputs):
+                for k, c in enumerate(d.type.cls):
+                    if self.sizes.find(c) == root:
+                        return _leg_size(i, k - len(d.tensor.legs))
+        n = self.size(cls)  # known when planning (else refused here)
+        return lambda inputs: n
+
+    def size(self, cls: int) -> int:
+        n = None if self.sizes.is_free(cls) else self.sizes.size(cls)
+        if n is None:
+            raise NoGeneratedBackward(f"a number read from the inputs' sizes ({self.v.key or self.v.op})", self.v.span)
+        return n
+
+
+def _leg_size(i: int, dim: int) -> Callable[[tuple], int]:
+    """The size of dim `dim` (counted from the end) of input i."""
+    return lambda inputs: inputs[i].shape[dim]
+
+
+class _Reading:
+    """A rule that is given a `_Reads` too: rule(v, reads) -> (forward, (vjp per operand))."""
+
+    def __init__(self, rule: Callable[[V, _Reads], tuple[Callable[..., Any], tuple]]) -> None:
+        self.plan = rule
+
+
+def _weights(v: V) -> tuple[str, ...]:
+    """The params an operation names in its record (layernorm's weight and bias, rmsnorm's
+    weight): extra operands of its step, after the value's own."""
+    if v.key == "layernorm":
+        ln = v.of(LayerNorm)
+        return tuple(n for n in (ln.weight, ln.bias) if n)
+    if v.key == "rmsnorm":
+        w = v.of(RMSNorm).weight
+        return (w,) if w else ()
+    return ()
+
+
+def _reshaped(g, y, x):
+    """The vjp of a view that keeps the entries in order (flatten, unflatten, squeeze, unsqueeze)."""
+    return g.reshape(x.shape)
+
+
+def _rule_flatten(v: V):
+    n = len(v.args[0].legs)
+    a, b = v.of(Flatten).start - n, v.of(Flatten).end - n
+    return (lambda x: x.flatten(a, b)), (_reshaped,)
+
+
+def _rule_unflatten(v: V):
+    d, sizes = _dim(v), tuple(v.of(Unflatten).sizes)
+    return (lambda x: x.unflatten(d, sizes)), (_reshaped,)
+
+
+def _within(v: V, reads: _Reads, start: int, length: int) -> Callable[[torch.Tensor], torch.Tensor]:
+    """x, checked to hold the indices where its leg's size is known only at run time (the
+    compiled module's check and error), else x itself."""
+    x, axis = v.args[0], v.of(Axis).axis
+    if not reads.free(x.type.cls[axis]):
+        return _same
+    d, what = _dim(v), f"{v.key} of leg {x.legs[axis]!r}"
+    return lambda t: _runtime._within(t, d, start, length, what)
+
+
+def _rule_select(v: V, reads: _Reads):
+    d, i = _dim(v), v.of(Select).index
+    checked = _within(v, reads, i, 1)
+    return (lambda x: checked(x).select(d, i)), ((lambda g, y, x: _A.select_backward.default(g, x.shape, d % x.dim(), i)),)
+
+
+def _narrowed(d: int, start: int, length: int) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """x.narrow(d, start, length) (a negative start counts from the end) and its vjp: the
+    gradient in the narrowed place, zeros elsewhere (torch's slice_backward)."""
+
+    def vjp(g, y, x):
+        first = start + x.shape[d] if start < 0 else start
+        return _A.slice_backward.default(g, x.shape, d % x.dim(), first, first + length, 1)
+
+    return (lambda x: x.narrow(d, start, length)), vjp
+
+
+def _rule_slice(v: V, reads: _Reads):
+    start, length = v.of(Slice).start, v.of(Slice).length
+    fn, vjp = _narrowed(_dim(v), start, length)
+    checked = _within(v, reads, start, length)
+    return (fn if checked is _same else (lambda x: fn(checked(x)))), (vjp,)
+
+
+def _rule_concat(v: V):
+    n = len(v.legs)
+    d = v.of(Axis).axis - n  # counted from the end, in every part
+
+    def broadcast(*parts):  # batch legs broadcast first: torch.cat does not
+        return _runtime._concat(list(parts), d, n)
+
+    def joined(*parts):
+        return torch.cat(parts, dim=d)
+
+    forward = broadcast if any(x.type.batched for x in v.args) else joined
+
+    def part(i: int) -> Callable[..., torch.Tensor]:
+        def vjp(g, y, *parts):
+            start = sum(x.shape[d] for x in parts[:i])
+            return _fitted(g.narrow(d, start, parts[i].shape[d]), parts[i])
+
+        return vjp
+
+    return forward, tuple(part(i) for i in range(len(v.args)))
+
+
+def _count_split(g: torch.Tensor, mask: torch.Tensor, dims: Any) -> torch.Tensor:
+    """g (kept dims) shared evenly among the entries equal to the extreme, as autograd's amax does."""
+    return g / mask.sum(dims, keepdim=True) * mask
+
+
+def _rule_minmax(v: V):
+    """max / min over a leg (autograd's amax / amin: ties share the gradient evenly), or of two
+    operands (torch.maximum / minimum: a tie halves it), a plain-number operand a clamp."""
+    big = v.key == "max"
+    if v.op == "reduce":
+        d = _dim(v)
+        f: Callable[..., torch.Tensor] = torch.amax if big else torch.amin
+        return (lambda x: f(x, d)), ((lambda g, y, x: _count_split(g.unsqueeze(d), x == y.unsqueeze(d), d)),)
+    align = v.of(Aligned).align
+    if align is None:
+        raise NoGeneratedBackward(f"{v.key} of two plain numbers", v.span)
+    fa, fb = (_aligner(x, al) or _same for x, al in zip(v.args, align))
+    ua, ub = (_unaligner(x, al) for x, al in zip(v.args, align))
+    numbers = [x.type.dtype == "scalar" for x in v.args]
+    if any(numbers):  # a clamp of the tensor operand by the number: ties keep the whole gradient
+        t = numbers.index(False)
+        f, u = (fa, ua) if t == 0 else (fb, ub)
+        bound = "min" if big else "max"
+
+        def clamped(a, b):
+            x, c = (a, b) if t == 0 else (b, a)
+            return f(x).clamp(**{bound: c})
+
+        def through(g, y, a, b):
+            x, c = (a, b) if t == 0 else (b, a)
+            fx = f(x)
+            return u(torch.where(fx >= c if big else fx <= c, g, 0.0), x)
+
+        return clamped, tuple(through if i == t else None for i in range(2))
+    pair = torch.maximum if big else torch.minimum
+
+    def forward(a, b):
+        return pair(fa(a), fb(b))
+
+    def ga(g, y, a, b):
+        x, z = fa(a), fb(b)
+        return ua(torch.where(x == z, g / 2, g).masked_fill(x < z if big else x > z, 0), a)
+
+    def gb(g, y, a, b):
+        x, z = fa(a), fb(b)
+        return ub(torch.where(x == z, g / 2, g).masked_fill(x > z if big else x < z, 0), b)
+
+    return forward, (ga, gb)
+
+
+def _rule_gather(v: V):
+    """Rows of a table by ids, as the compiled module reads them (an embedding for a matrix);
+    the gradient is each row's gradients summed (torch's embedding and index backward)."""
+    table, ids = v.args
+    legs, label = len(table.legs), gather_label(table, ids)
+    embedding = legs == 2 and not table.type.batched
+
+    def forward(t, i):
+        i = _runtime._ids(i, t.shape[t.dim() - legs], label)
+        return torch.nn.functional.embedding(i, t) if embedding else t[i]
+
+    def vjp(g, y, t, i):
+        if embedding:
+            return _A.embedding_dense_backward.default(g, i, t.shape[0], -1, False)
+        return torch.zeros_like(t).index_put_((i,), g, accumulate=True)
+
+    return forward, (vjp, None)
+
+
+def _rule_dropout(v: V, reads: _Reads):
+    """The identity in eval mode (the mode read when planning: `GradientPlan(..., training=)`,
+    else the module's) or for p = 0. In training it is refused: its random mask is drawn when
+    the module runs, and the plan could not compute what the module computes."""
+    if v.of(Dropout).p != 0 and reads.training:
+        raise NoGeneratedBackward("dropout in training (a random mask: plan in eval mode, or with training=False)", v.span)
+    return _same, ((lambda g, y, x: g),)
+
+
+def _rule_mask(v: V, reads: _Reads):
+    """causal and block_causal: bool constants of their sizes (read from the inputs where only
+    they give them), on the first input's device; the planner gives the inputs as operands."""
+    t, p = (reads.carried(c) for c in v.type.cls)
+    m = v.of(Mask)
+
+    def forward(*inputs):
+        device = getattr(inputs[0], "device", None)
+        if m.kind == "causal":
+            return _runtime._causal_mask(t(inputs), p(inputs), device)
+        return _runtime._block_causal_mask(t(inputs), p(inputs), m.block, device)
+
+    return forward, ()
+
+
+def _rule_topk_mask(v: V):
+    d, k = _dim(v), v.of(TopK).k
+    return (lambda x: _runtime._topk_mask(x, k, d)), (None,)
+
+
+def _rule_topk(v: V):
+    """The k largest entries kept, zeros elsewhere: the gradient reaches the kept entries."""
+    d, k = _dim(v), v.of(TopK).k
+    return (lambda x: _runtime._topk_filter(x, k, d)), ((lambda g, y, x: torch.where(_runtime._topk_mask(x, k, d), g, 0.0)),)
+
+
+def _rule_layernorm(v: V):
+    """torch's layer_norm along the leg (moved last where it is not), as compiled; the vjps
+    from torch's native_layer_norm_backward, computed once per backward step for all operands."""
+    ln = v.of(LayerNorm)
+    d, eps, has_w, has_b = _dim(v), ln.eps, ln.weight is not None, ln.bias is not None
+    last: list = [None, None, None]  # the (g, x) of the last backward, and its gradients
+
+    def affine(wb: tuple) -> tuple[Any, Any]:
+        return (wb[0] if has_w else None), (wb[-1] if has_b else None)
+
+    def forward(x, *wb):
+        w, b = affine(wb)
+        if d == -1:
+            return torch.nn.functional.layer_norm(x, (x.shape[-1],), w, b, eps)
+        return torch.nn.functional.layer_norm(x.movedim(d, -1), (x.shape[d],), w, b, eps).movedim(-1, d)
+
+    def grads(g, x, wb) -> tuple:
+        if last[0] is g and last[1] is x:
+            return last[2]
+        w, b = affine(wb)
+        xm, gm = (x, g) if d == -1 else (x.movedim(d, -1), g.movedim(d, -1))
+        shape = [xm.shape[-1]]
+        _, mean, rstd = _A.native_layer_norm.default(xm, shape, w, b, eps)
+        gx, gw, gb = _A.native_layer_norm_backward.default(gm, xm, shape, mean, rstd, w, b, [True, has_w, has_b])
+        last[:] = [g, x, (gx if d == -1 else gx.movedim(-1, d), gw, gb)]
+        return last[2]
+
+    def operand(i: int) -> Callable[..., torch.Tensor]:
+        return lambda g, y, x, *wb: grads(g, x, wb)[i]
+
+    return forward, (operand(0), *(operand(1) for _ in range(has_w)), *(operand(2) for _ in range(has_b)))
+
+
+def _rule_rmsnorm(v: V):
+    """The runtime's RMSNorm (in float32, float64 in a float64 model); its vjp written out:
+    dx = r (g w) - x r³ mean(g w x), dw = Σ g x r over every dim but the leg's."""
+    rms = v.of(RMSNorm)
+    d, eps, has_w = _dim(v), rms.eps, rms.weight is not None
+
+    def forward(x, *w):
+        return _runtime._rms_norm(x, w[0] if has_w else None, eps, d)
+
+    def parts(g, x, w):
+        wide = _runtime._wide(x.dtype)
+        xf, gf = x.to(wide), g.to(wide)
+        r = torch.rsqrt(xf.pow(2).mean(d, keepdim=True) + eps)
+        along = [-1] + [1] * (-d - 1)
+        gy = gf * w[0].to(wide).reshape(along) if has_w else gf
+        return xf, gf, r, gy
+
+    def vjp_x(g, y, x, *w):
+        xf, _, r, gy = parts(g, x, w)
+        return (r * gy - xf * r.pow(3) * (gy * xf).mean(d, keepdim=True)).to(x.dtype)
+
+    def vjp_w(g, y, x, w):
+        xf, gf, r, _ = parts(g, x, (w,))
+        dims = [i for i in range(xf.dim()) if i != xf.dim() + d]
+        dw = gf * xf * r
+        return (dw.sum(dims) if dims else dw).to(w.dtype)  # (sum over [] would sum every dim)
+
+    return forward, ((vjp_x, vjp_w) if has_w else (vjp_x,))
+
+
+def _halves_swapped(t: torch.Tensor, d: int) -> torch.Tensor:
+    h = t.shape[d] // 2
+    return torch.cat([t.narrow(d, h, t.shape[d] - h), t.narrow(d, 0, h)], dim=d)
+
+
+def _rule_rope(v: V):
+    """The runtime's rotate-half RoPE: a rotation R per position, so its vjp is Rᵀ g, and Rᵀ
+    = S R S with S the swap of the leg's halves (the angles repeat in both halves)."""
+    n = len(v.args[0].legs)
+    pos, d, base = v.of(Rope).pos - n, _dim(v), v.of(Rope).base
+
+    def forward(x):
+        return _runtime._rope(x, pos, d, base)
+
+    return forward, ((lambda g, y, x: _halves_swapped(_runtime._rope(_halves_swapped(g, d), pos, d, base), d)),)
+
+
+# einops: the compiled module's steps, each with its vjp; the forward runs them, a vjp runs them
+# again keeping each step's value, then walks back
+
+
+def _sum_back(g: torch.Tensor, dims: list[int], x: torch.Tensor) -> torch.Tensor:
+    """g, reduced over dims (counted from the end) of x, with those dims back as size 1."""
+    for p in sorted(dim % x.dim() for dim in dims):
+        g = g.unsqueeze(p)
+    return g
+
+
+def _prod_back(g: torch.Tensor, y: torch.Tensor, x: torch.Tensor, d: int) -> torch.Tensor:
+    """The vjp of x.prod(d): g times the product of the other entries (cumulative products
+    from both sides, so zeros are exact: autograd's prod_safe_zeros_backward)."""
+    n = x.shape[d]
+    ones = torch.ones_like(x.narrow(d, 0, 1))
+    before = torch.cat([ones, x.narrow(d, 0, n - 1)], dim=d).cumprod(d)
+    after = torch.cat([ones, x.narrow(d, 1, n - 1).flip(d)], dim=d).cumprod(d).flip(d)
+    return g.unsqueeze(d) * (before * after)
+
+
+def _reduction_steps(reduction: str, dims: list[int]) -> list[tuple[Callable, Callable]]:
+    if reduction == "prod":  # one leg at a time, the outermost first, as compiled
+        return [((lambda t, d=d: t.prod(d)), (lambda g, y, x, d=d: _prod_back(g, y, x, d))) for d in sorted(dims)]
+    arg: Any = dims[0] if len(dims) == 1 else tuple(dims)
+    if reduction == "sum":
+        return [((lambda t: t.sum(arg)), (lambda g, y, x: _sum_back(g, dims, x).expand(x.shape)))]
+    if reduction == "mean":
+        return [((lambda t: t.mean(arg)),
+                 (lambda g, y, x: (_sum_back(g, dims, x) / math.prod(x.shape[dim] for dim in dims)).expand(x.shape)))]
+    f: Callable[..., torch.Tensor] = torch.amax if reduction == "max" else torch.amin
+    return [((lambda t: f(t, arg)), (lambda g, y, x: _count_split(_sum_back(g, dims, x), x == _sum_back(y, dims, x), arg)))]
+
+
+def _method(name: str, *args: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """t -> t.name(*args), the method looked up once (squeeze, unflatten, unsqueeze, flatten)."""
+    fn = getattr(torch.Tensor, name)
+    return lambda t: fn(t, *args)
+
+
+def _rule_einop(v: V, reads: _Reads):
+    """rearrange / reduce / repeat as `penrose.compiler` lowers them (squeeze and unflatten the
+    left groups, reduce, reorder, unsqueeze and expand new legs, flatten the right groups), each
+    step's vjp its inverse: a reshape back, the inverse permutation, a sum over the expanded
+    legs, a reduction's vjp."""
+    x, a = v.args[0], v.of(Einop)
+    cls = {aid: c for aid, c, _ in a.axes}
+    m = len(x.legs)
+    steps: list[tuple[Callable, Callable]] = []
+    for i, grp in enumerate(a.left):
+        if not grp:
+            steps.append((_method("squeeze", i - m), _reshaped))
+        elif len(grp) > 1:
+            steps.append((_method("unflatten", i - m, tuple(reads.size(cls[g]) for g in grp)), _reshaped))
+    elem = [g for grp in a.left for g in grp]
+    k = len(elem)
+    dims = [j - k for j, g in enumerate(elem) if g in a.reduced]
+    if a.sum_batch:  # the batch legs as one leading leg, reduced with the rest
+        steps.append(((lambda t, k=k: _runtime._batch_first(t, k)), _reshaped))
+        dims = [-k - 1] + dims
+    if dims:
+        steps += _reduction_steps(a.reduction or "sum", dims)
+        elem = [g for g in elem if g not in a.reduced]
+        k = len(elem)
+    final = [g for grp in a.right for g in grp]
+    order = [elem.index(g) for g in final if g not in a.new]
+    if order != list(range(k)):
+        inverse = [order.index(j) for j in range(k)]
+        steps.append(((lambda t: t.permute(*range(t.dim() - k), *(t.dim() - k + o for o in order))),
+                      (lambda g, y, t: g.permute(*range(g.dim() - k), *(g.dim() - k + o for o in inverse)))))
+    if a.new:
+        for j, g in enumerate(final):
+            if g in a.new:
+                after = sum(1 for h in final[j + 1:] if h not in a.new)
+                steps.append((_method("unsqueeze", -after - 1), _reshaped))
+        sizes = tuple(reads.size(cls[g]) if g in a.new else -1 for g in final)
+        steps.append(((lambda t: _runtime._expand_legs(t, sizes)), (lambda g, y, t: g.sum_to_size(t.shape))))
+    for gi, grp in enumerate(a.right):
+        if len(grp) > 1:
+            tail = sum(len(g) for g in a.right[gi:])
+            steps.append((_method("flatten", -tail, -tail + len(grp) - 1), _reshaped))
+    for gi, grp in enumerate(a.right):
+        if not grp:
+            steps.append((_method("unsqueeze", -sum(1 for g in a.right[gi + 1:] if g) - 1), _reshaped))
+
+    def forward(t):
+        for f, _ in steps:
+            t = f(t)
+        return t
+
+    def vjp(g, y, t):
+        values = [t]
+        for f, _ in steps[:-1]:
+            values.append(f(values[-1]))
+        for (_, back), before in zip(reversed(steps), reversed(values)):
+            g = back(g, y, before)
+            y = before
+        return g
+
+    return forward, (vjp if steps else (lambda g, y, t: g),)
+
+
+_RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., Any] | None, ...]]] | _Reading] = {
     **{name: _rule_unary for name in ops.ELEMENTWISE},
     **{op: _rule_operator for op in _OPERATORS},
     "neg": _rule_neg,
@@ -709,4 +1276,23 @@ _RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., An
     "softmax": _rule_softmax,
     "log_softmax": _rule_log_softmax,
     "detach": _rule_detach,
+    "flatten": _rule_flatten,
+    "unflatten": _rule_unflatten,
+    "select": _Reading(_rule_select),
+    "slice": _Reading(_rule_slice),
+    "concat": _rule_concat,
+    "max": _rule_minmax,
+    "min": _rule_minmax,
+    "gather": _rule_gather,
+    "dropout": _Reading(_rule_dropout),
+    "causal": _Reading(_rule_mask),
+    "block_causal": _Reading(_rule_mask),
+    "topk": _rule_topk,
+    "topk_mask": _rule_topk_mask,
+    "layernorm": _rule_layernorm,
+    "rmsnorm": _rule_rmsnorm,
+    "rope": _rule_rope,
+    "rearrange": _Reading(_rule_einop),
+    "reduce": _Reading(_rule_einop),
+    "repeat": _Reading(_rule_einop),
 }
