@@ -31,6 +31,7 @@ with autograd's, on every zoo diagram it covers and on generated diagrams.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -509,12 +510,18 @@ class GradientPlan:
             vals[slot] = inputs[name]
         for slot, holder, attr in self._reads:
             vals[slot] = getattr(holder, attr)
-        with torch.no_grad():
+        with _no_grad():
             for out, also, fn, operands in self._forward:
                 r = vals[out] = fn(*[vals[a] for a in operands])
                 if also >= 0:
                     vals[also] = r
         return Tape(self, vals)
+
+
+def _no_grad() -> Any:
+    """torch.no_grad() where gradients are on; nothing to enter where a caller turned them off
+    (a training step runs its forward and backward under one)."""
+    return torch.no_grad() if torch.is_grad_enabled() else contextlib.nullcontext()
 
 
 class Tape:
@@ -539,7 +546,7 @@ class Tape:
             if g is not None:
                 s = slots[name]
                 acc[s] = g if acc[s] is None else acc[s] + g
-        with torch.no_grad():
+        with _no_grad():
             for step in plan._backward_steps:
                 g = acc[step.out]
                 if g is None:

@@ -487,13 +487,15 @@ class GeneratedStep:
         self._done: list[torch.Tensor] = []
 
     def __call__(self, batch: tuple) -> None:
-        self._kept.append(self._step(batch))
+        with torch.no_grad():
+            self._kept.append(self._step(batch))
         if len(self._kept) >= self.FLUSH:
             self._flush()
 
     def loss(self, batch: tuple) -> torch.Tensor:
         """The step, returning its loss."""
-        self._kept.append(self._step(batch))
+        with torch.no_grad():
+            self._kept.append(self._step(batch))
         self._flush()
         return self._done.pop()[0]
 
