@@ -10,8 +10,10 @@ models of the zoo that bookkeeping, not arithmetic, is most of a training step. 
 is read once: each operation becomes one forward step and, for each operand that leads to a
 trainable parameter, one vector-Jacobian product, each a few torch calls chosen when planning
 (a two-operand contraction a matrix product, a sigmoid's derivative y(1 − y) from its output).
-Running the plan is a loop over those steps under `torch.no_grad()`: no graph is recorded, and
-nothing reads text at run time.
+The steps are then written out once as two straight-line Python functions, the forward and (per
+set of outputs given a gradient) the backward, built as a tree from slot numbers alone (no name
+of the diagram, `penrose.pyast`); running the plan is calling them under `torch.no_grad()`: no
+graph is recorded, no loop over steps runs, and nothing reads text at run time.
 
 Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
 operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no gradient), einsum
@@ -32,6 +34,7 @@ with autograd's, on every zoo diagram it covers and on generated diagrams.
 from __future__ import annotations
 
 import contextlib
+import linecache
 import math
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -39,6 +42,7 @@ from typing import Any
 import torch
 
 from penrose import ops
+from penrose import pyast as P
 from penrose import runtime as _runtime
 from penrose.attrs import (Aligned, Axis, BinOp, BlockCall, Clamp, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Ref, RMSNorm,
                            Rope, Select, Slice, Split, TopK, Unary, Unflatten)
@@ -310,7 +314,7 @@ class GradientPlan:
         self._fused: dict[int, tuple[int, tuple[int, ...], Callable[..., Any]]] = {}  # product slot -> (sum slot, operands, fn)
         self._inputs: list[tuple[str, int]] = []
         self._tensors: dict[str, int] = {}  # param and buffer state-dict name -> slot
-        self._reads: list[tuple[int, torch.nn.Module, str]] = []  # (slot, owner module, attribute) of each
+        self._reads: list[tuple[int, Any, str]] = []  # (slot, the owner's dict of params or buffers, key) of each
         self._grad: set[int] = set()  # slots whose gradient the backward computes
         self.params: dict[str, int] = {}  # trainable param name -> slot
         env: dict[tuple[str, int], int] = {}
@@ -337,6 +341,8 @@ class GradientPlan:
             else:
                 self._forward.append((step.out, -1, step.fn, step.args))
         self._backward_steps = [s for s in reversed(self._steps) if s.out in self._grad]
+        self._run_forward = _emit_forward(self)
+        self._run_backward: dict[tuple[int, ...], Callable[..., tuple]] = {}  # per seeded slots, made on first use
 
     def _slot(self) -> int:
         self._n += 1
@@ -354,7 +360,11 @@ class GradientPlan:
         slot = self._tensors[key] = self._slot()
         owner, _, attr = key.rpartition(".")
         holder = self.module.get_submodule(owner) if owner else self.module
-        self._reads.append((slot, holder, attr))
+        # read from the module's own dict of params (or buffers) at each run: what it holds then
+        store = next((d for d in (holder._parameters, holder._buffers) if attr in d), None)
+        if store is None:  # pragma: no cover - the compiled module registers every param and buffer
+            raise NoGeneratedBackward(f"{key} is neither a parameter nor a buffer of the module")
+        self._reads.append((slot, store, attr))
         if kind == "param":
             p = self.module.get_parameter(key)
             if p.requires_grad:
@@ -501,21 +511,80 @@ class GradientPlan:
             if len(args) > len(names):
                 raise TypeError(f"{len(args)} positional inputs but the diagram takes {len(names)}")
             inputs = {**dict(zip(names, args)), **inputs}
-        vals: list[Any] = [None] * self._n
-        for slot, value in self._constants.items():
-            vals[slot] = value
-        for name, slot in self._inputs:
-            if name not in inputs:
-                raise TypeError(f"missing input {name!r}")
-            vals[slot] = inputs[name]
-        for slot, holder, attr in self._reads:
-            vals[slot] = getattr(holder, attr)
+        try:
+            given = [inputs[name] for name, _ in self._inputs]
+        except KeyError as e:
+            raise TypeError(f"missing input {e.args[0]!r}") from None
+        tensors = [store[key] for _, store, key in self._reads]
         with _no_grad():
-            for out, also, fn, operands in self._forward:
-                r = vals[out] = fn(*[vals[a] for a in operands])
-                if also >= 0:
-                    vals[also] = r
-        return Tape(self, vals)
+            return Tape(self, self._run_forward(*given, *tensors))
+
+
+# ---- the plan written out: straight-line functions of slot numbers --------------------------------
+# The loops over the plan's steps, unrolled once into Python functions: `v<slot>` holds a value,
+# `g<slot>` its gradient, `f<k>` / `b<k>_<j>` are the planned forward functions and
+# vector-Jacobian products, `c<slot>` a folded number. The source is built as a tree
+# (penrose.pyast) from slot numbers alone, no name of the diagram: it reads nothing a user wrote.
+
+
+def _emit(fname: str, params: list[str], body: list, namespace: dict[str, Any]) -> Callable[..., Any]:
+    tree = P.module([P.function(fname, P.arguments(params), body)])
+    source = P.print_module(tree)
+    _EMITTED[0] += 1
+    filename = f"<penrose gradients #{_EMITTED[0]}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)  # tracebacks show the line
+    exec(compile(source, filename, "exec"), namespace)  # built from slot numbers only
+    return namespace[fname]
+
+
+_EMITTED = [0]
+
+
+def _emit_forward(plan: GradientPlan) -> Callable[..., list]:
+    """forward(*inputs, *params and buffers) -> every slot's value (None where none is made)."""
+    namespace: dict[str, Any] = {}
+    made = {slot for _, slot in plan._inputs} | {slot for slot, _, _ in plan._reads}
+    body: list = []
+    for slot, value in plan._constants.items():
+        namespace[f"c{slot}"] = value
+        body.append(P.assign(P.name(f"v{slot}"), P.name(f"c{slot}")))
+        made.add(slot)
+    for k, (out, also, fn, operands) in enumerate(plan._forward):
+        namespace[f"f{k}"] = fn
+        body.append(P.assign(P.name(f"v{out}"), P.call(P.name(f"f{k}"), *[P.name(f"v{a}") for a in operands])))
+        made.add(out)
+        if also >= 0:
+            body.append(P.assign(P.name(f"v{also}"), P.name(f"v{out}")))
+            made.add(also)
+    body.append(P.return_(P.list_([P.name(f"v{i}") if i in made else P.const(None) for i in range(plan._n)])))
+    params = [f"v{slot}" for _, slot in plan._inputs] + [f"v{slot}" for slot, _, _ in plan._reads]
+    return _emit("forward", params, body, namespace)
+
+
+def _emit_backward(plan: GradientPlan, seeded: tuple[int, ...]) -> Callable[..., tuple]:
+    """backward(values, *seeds) -> each trainable param's gradient (None where none reaches it),
+    for gradients given at the slots `seeded`: which slots receive one is known now, so the
+    function holds no test of it."""
+    namespace: dict[str, Any] = {}
+    body: list = [P.assign(P.name(f"g{s}"), P.name(f"s{s}")) for s in seeded]
+    has, loaded = set(seeded), set()
+
+    def value(slot: int) -> Any:
+        if slot not in loaded:
+            body.append(P.assign(P.name(f"v{slot}"), P.subscript(P.name("values"), P.const(slot))))
+            loaded.add(slot)
+        return P.name(f"v{slot}")
+
+    for k, step in enumerate(plan._backward_steps):
+        if step.out not in has:
+            continue
+        for j, (a, vjp) in enumerate(step.pairs):
+            namespace[f"b{k}_{j}"] = vjp
+            call = P.call(P.name(f"b{k}_{j}"), P.name(f"g{step.out}"), value(step.out), *[value(x) for x in step.args])
+            body.append(P.assign(P.name(f"g{a}"), P.binop("+", P.name(f"g{a}"), call) if a in has else call))
+            has.add(a)
+    body.append(P.return_(P.tuple_([P.name(f"g{s}") if s in has else P.const(None) for s in plan.params.values()])))
+    return _emit("backward", ["values", *[f"s{s}" for s in seeded]], body, namespace)
 
 
 def _no_grad() -> Any:
@@ -537,26 +606,22 @@ class Tape:
     def backward(self, grads: Mapping[str, torch.Tensor | None]) -> dict[str, torch.Tensor | None]:
         """{trainable param name: its gradient} given {output name: d loss / d output} (an output
         left out, or None, contributes nothing); a param no gradient reaches gets None."""
-        plan, vals = self.plan, self.vals
-        acc: list[Any] = [None] * plan._n
+        plan = self.plan
         slots = plan._output_slots
+        seeds: dict[int, torch.Tensor] = {}
         for name, g in grads.items():
             if name not in slots:
                 raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(plan.output_names)}")
             if g is not None:
                 s = slots[name]
-                acc[s] = g if acc[s] is None else acc[s] + g
+                seeds[s] = g if s not in seeds else seeds[s] + g
+        key = tuple(sorted(seeds))
+        run = plan._run_backward.get(key)
+        if run is None:
+            run = plan._run_backward[key] = _emit_backward(plan, key)
         with _no_grad():
-            for step in plan._backward_steps:
-                g = acc[step.out]
-                if g is None:
-                    continue
-                out = vals[step.out]
-                operands = [vals[a] for a in step.args]
-                for a, vjp in step.pairs:
-                    c = vjp(g, out, *operands)
-                    acc[a] = c if acc[a] is None else acc[a] + c
-        return {name: acc[slot] for name, slot in plan.params.items()}
+            got = run(self.vals, *[seeds[s] for s in key])
+        return dict(zip(plan.params, got))
 
 
 # ---- the rules: per operation, (forward, (vjp per operand)) -----------------------------------

@@ -276,3 +276,22 @@ def test_drawn_programs(program, batch, uniform, training):
                 if s.value is not None for v in _values(s.value)} | {"block call", "several tensors", "sizes"}
         assert any(word in message for word in held) or "repeated label" in message or "exponent" in message, message
         assert e.line > 0 or "block" in message, message
+
+
+def test_the_emitted_functions_read_no_name_of_the_diagram():
+    """The plan's straight-line functions are built from slot numbers alone: every name in their
+    source is a generated one, whatever the diagram calls its tensors (here names a careless
+    generator could collide with: `values`, `self`, `g0`, `backward`)."""
+    import ast
+    import linecache
+    import re
+
+    text = ("dim a = 3\ninput values[a]\nparam `self`[a] ~ normal\nparam g0[a] ~ normal\n"
+            "backward = sigmoid(values * `self`) + g0\noutput backward")
+    plan = agree(text)
+    plan.forward(values=torch.randn(2, 3)).backward({"backward": torch.ones(2, 3)})
+    generated = re.compile(r"[vgsc]\d+|f\d+|b\d+_\d+|values")
+    for fn in (plan._run_forward, *plan._run_backward.values()):
+        tree = ast.parse("".join(linecache.getlines(fn.__code__.co_filename)))
+        names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
+        assert names and all(generated.fullmatch(n) for n in names), sorted(names)
