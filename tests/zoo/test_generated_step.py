@@ -297,3 +297,20 @@ def test_one_step_is_autograds_on_cuda(name):
     for n, g in grads_of(model).items():
         if want_grads[n] is not None:
             torch.testing.assert_close(g, want_grads[n], rtol=1e-4, atol=1e-6, msg=lambda m: f"{name}: gradient of {n}: {m}")
+
+
+def test_fit_flushes_subnormals_while_it_trains_and_not_after():
+    seen = []
+
+    def loss(model, batch):
+        seen.append((torch.tensor([1e-39]) * 1.0).item())
+        return model.loss(batch)
+
+    model = model_of("cbm").float()
+    x, c, y = data(dtype=torch.float32)
+    fit(model, loss, (x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False)
+    assert seen and all(v == 0.0 for v in seen)
+    assert (torch.tensor([1e-39]) * 1.0).item() > 0  # off again
+    seen.clear()
+    fit(model, loss, (x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False, flush_denormal=False)
+    assert seen and all(v > 0 for v in seen)
