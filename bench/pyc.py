@@ -32,8 +32,8 @@ the way its documentation trains, with a Lightning Trainer (`--pyc-loop lightnin
 Measured on the test split: task accuracy, concept accuracy (threshold 0.5), the intervention
 curve (random policy, ground truth, one more concept each step; the same per-example orders for
 both) and its score (area under the curve), and the training time (the loop alone, the least of
-`--repeats` runs on fresh models with the garbage collector paused, as timeit measures, as the CPU time of
-this process: on a shared machine other jobs inflate wall-clock time by different amounts for
+`--repeats` runs on fresh models, PyC's and the zoo's alternating, with the garbage collector
+paused as timeit does, as the CPU time of this process: on a shared machine other jobs inflate wall-clock time by different amounts for
 each run; with one torch thread, the CPU time is the wall time an idle machine would show). The
 zoo trains through the diagrams' generated backward (`fit(backward='auto')`, penrose.gradients);
 the CBM row also times it through autograd, and the same CBM written directly in torch.
@@ -91,27 +91,24 @@ def zoo_model(kind: str, f: int, k: int, seed: int, randint: str = "concept"):
     raise ValueError(kind)
 
 
-#: trainings per timing (each on a fresh model, the same seed); the least CPU time is reported
-REPEATS = [3]
-
-
 def timed(build, train):
-    """(the last model, the least CPU seconds of `train(build())` over REPEATS runs). Each run
-    starts from a fresh model and runs with the garbage collector paused (as timeit does), so a
-    collection or a noisy neighbour lands on one run, not on the figure; both libraries are
-    timed this way."""
-    best, model = float("inf"), None
-    for _ in range(REPEATS[0]):
-        model = build()
-        gc.collect()
-        gc.disable()
-        try:
-            t0 = time.process_time()
-            train(model)
-            best = min(best, time.process_time() - t0)
-        finally:
-            gc.enable()
-    return model, best
+    """(the model, the CPU seconds of `train(build())`), the training run with the garbage
+    collector paused (as timeit does); both libraries are timed this way, and `main` keeps the
+    least of `--repeats` such runs, PyC's and the zoo's alternating."""
+    model = build()
+    gc.collect()
+    gc.disable()
+    try:
+        t0 = time.process_time()
+        train(model)
+        return model, time.process_time() - t0
+    finally:
+        gc.enable()
+
+
+def fastest(runs) -> dict:
+    """The first run's results with the least training time of all the runs (the same seed)."""
+    return {**runs[0], "seconds": min(r["seconds"] for r in runs)}
 
 
 def run_zoo(kind, data, seed, epochs, fractions, randint="concept", backward="auto"):
@@ -306,12 +303,12 @@ def main(argv=None):
     seeds = args.seeds or ([0] if quick else [0, 1, 2])
     epochs = args.epochs or (30 if quick else 100)
     rows = args.rows or (1000 if quick else 3000)
-    REPEATS[0] = args.repeats or (1 if quick else 3)
+    args.repeats = args.repeats or (1 if quick else 3)
     torch.set_num_threads(args.threads)
     pyc = have_pyc()
     print(f"PyC vs penrose zoo on the toy concept sets: {rows} rows (70/10/20 train/val/test), seeds {seeds}, "
           f"{epochs} epochs, Adam lr {LR}, batch {BATCH}, RandInt {P_INT} per {args.randint}; {threads_note()}; "
-          f"training time: the least CPU seconds of {REPEATS[0]} run(s), garbage collector paused")
+          f"training time: the least CPU seconds of {args.repeats} run(s), garbage collector paused")
     if not pyc:
         print("PyC (torch_concepts) is not installed: `pip install --pre pytorch-concepts`; zoo side only")
     if pyc:
@@ -328,9 +325,14 @@ def main(argv=None):
                 data = toy_concepts(name, n=rows, seed=seed)
                 k = data.c_train.shape[1]
                 fractions = tuple(i / k for i in range(k + 1))
-                results["penrose"].append(run_zoo(kind, data, seed, epochs, fractions, args.randint))
-                if pyc and kind != "hybrid":
-                    results["pyc"].append(run_pyc(kind, data, seed, epochs, fractions, args.pyc_loop, args.randint))
+                runs: dict = {"penrose": [], "pyc": []}
+                for _ in range(args.repeats):  # alternating, so a slow spell of the machine hits both
+                    runs["penrose"].append(run_zoo(kind, data, seed, epochs, fractions, args.randint))
+                    if pyc and kind != "hybrid":
+                        runs["pyc"].append(run_pyc(kind, data, seed, epochs, fractions, args.pyc_loop, args.randint))
+                for lib, rs in runs.items():
+                    if rs:
+                        results[lib].append(fastest(rs))
             for lib, rs in results.items():
                 if not rs:
                     continue
@@ -344,9 +346,11 @@ def main(argv=None):
                 ratios.append(ratio)
                 line = f"{'':<13} {kind:<7} training time PyC / penrose: {ratio:.1f}×"
                 if kind == "cbm":
-                    torch_s = statistics.fmean(run_torch(toy_concepts(name, n=rows, seed=s), s, epochs) for s in seeds)
-                    autograd_s = statistics.fmean(run_zoo(kind, toy_concepts(name, n=rows, seed=s), s, epochs, fractions,
-                                                          args.randint, "autograd")["seconds"] for s in seeds)
+                    torch_s = statistics.fmean(min(run_torch(toy_concepts(name, n=rows, seed=s), s, epochs)
+                                                   for _ in range(args.repeats)) for s in seeds)
+                    autograd_s = statistics.fmean(min(run_zoo(kind, toy_concepts(name, n=rows, seed=s), s, epochs, fractions,
+                                                              args.randint, "autograd")["seconds"] for _ in range(args.repeats))
+                                                  for s in seeds)
                     floor_ratios.append(pyc_s / torch_s)
                     line += (f"; PyC / hand-written torch loop: {pyc_s / torch_s:.1f}× ({torch_s:.2f} s)"
                              f"; PyC / the zoo through autograd: {pyc_s / autograd_s:.1f}× ({autograd_s:.2f} s)")

@@ -340,12 +340,12 @@ def fit(
         try:
             for epoch in range(1, epochs + 1):
                 order = torch.randperm(n, generator=shuffler)
-                if gather_once:  # one gather per tensor and epoch (moved once); the batches are slices (views) of it
-                    shuffled = tuple(_on(t.index_select(0, order), device) for t in train_tensors)
+                if gather_once:  # one gather per tensor and epoch (moved once); the batches are views of it
+                    pieces = list(zip(*(_on(t.index_select(0, order), device).split(batch_size) for t in train_tensors)))
                 losses = []
-                for start in range(0, n, batch_size):
+                for i, start in enumerate(range(0, n, batch_size)):
                     if gather_once:
-                        batch = tuple([t[start:start + batch_size] for t in shuffled])
+                        batch = pieces[i]
                     else:
                         idx = order[start:start + batch_size]
                         batch = tuple(_on(t[idx], device) for t in train_tensors)
