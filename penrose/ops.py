@@ -27,6 +27,10 @@ the key sets are equal:
     penrose.rendering.explain.READING  the geometric reading
     penrose.fmt.FORMAT              how `penrose fmt` prints it
 
+and one keeps a subset on purpose: `penrose.gradients._RULES` (and `VJP` for the element-wise
+rows), the generated backward, which refuses an operation without a rule where a gradient has
+to pass (docs/gradients.md).
+
 Adding an element-wise function is one row here (docs/contributing.md). The editor grammars
 and the language reference's function list are written from this table:
 `python -m penrose.ops --write` (tests fail when they drift). Torch-free.
