@@ -19,7 +19,6 @@ features, 8 concepts, batch 256: arithmetic dominates and both take about the sa
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,7 +28,7 @@ import torch
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
-from common import reduced, threads_note  # noqa: E402
+from common import paired_seconds, reduced, threads_note  # noqa: E402
 
 import penrose_zoo  # noqa: E402
 
@@ -52,19 +51,6 @@ def data(sizes: dict, n: int, seed: int = 0):
     c = (x[:, : sizes["k"]] > 0).float()
     y = (c.sum(-1) > sizes["k"] / 2).long() if sizes["task"] == "binary" else torch.randint(0, sizes["r"], (n,), generator=g)
     return x, c, y
-
-
-def paired(a, b, rounds: int) -> tuple[float, float, float]:
-    """Median of the per-round ratios a/b of the seconds `a()` and `b()` report, alternating
-    which runs first; with the median seconds of each (one untimed warm-up round)."""
-    a(), b()
-    ratios, ta, tb = [], [], []
-    for i in range(rounds):
-        sa, sb = (a(), b()) if i % 2 == 0 else tuple(reversed((b(), a())))
-        ratios.append(sa / sb)
-        ta.append(sa)
-        tb.append(sb)
-    return statistics.median(ratios), statistics.median(ta), statistics.median(tb)
 
 
 def main(argv=None) -> int:
@@ -94,7 +80,7 @@ def main(argv=None) -> int:
                           backward=backward)
                 return model, time.perf_counter() - t0
 
-            ratio, ta, tg = paired(lambda: run("autograd")[1], lambda: run("generated")[1], rounds)
+            ratio, ta, tg = paired_seconds(lambda: run("autograd")[1], lambda: run("generated")[1], rounds, warmup=1)
             a, g = run("autograd", torch.float64)[0], run("generated", torch.float64)[0]
             with torch.no_grad():
                 diff = max(float((p - q).abs().max()) for p, q in zip(a.parameters(), g.parameters()))

@@ -123,7 +123,7 @@ def _unaligner(x: V, align: tuple[int | None, ...] | None) -> Callable[[torch.Te
         if inverse is not None:
             lead = g.dim() - len(present)
             g = g.permute(*range(lead), *(lead + i for i in inverse))
-        return g if g.shape == value.shape else g.sum_to_size(value.shape)
+        return _fitted(g, value)
 
     return unaligned
 
@@ -290,10 +290,10 @@ class _Step:
     """One operation: its slot, its operands' slots, the forward function and one
     vector-Jacobian product per operand (None: no gradient flows there)."""
 
-    __slots__ = ("out", "args", "fn", "vjps", "pairs")
+    __slots__ = ("out", "args", "fn", "pairs")
 
     def __init__(self, out: int, args: tuple[int, ...], fn: Callable[..., Any], vjps: tuple[Callable[..., Any] | None, ...]):
-        self.out, self.args, self.fn, self.vjps = out, args, fn, vjps
+        self.out, self.args, self.fn = out, args, fn
         self.pairs = tuple((a, g) for a, g in zip(args, vjps) if g is not None)  # the operands a gradient flows to
 
 
@@ -891,14 +891,10 @@ def _dim(v: V) -> int:
     return v.of(Axis).axis - len(v.args[0].legs)
 
 
-def _rule_sum(v: V):
-    d = _dim(v)
-    return (lambda x: x.sum(d)), ((lambda g, y, x: g.unsqueeze(d).expand(x.shape)),)
-
-
-def _rule_mean(v: V):
-    d = _dim(v)
-    return (lambda x: x.mean(d)), ((lambda g, y, x: (g / x.shape[d]).unsqueeze(d).expand(x.shape)),)
+def _rule_reduce(v: V):
+    """sum, mean, max or min over one leg: the einops reductions' step (`_reduction_steps`)."""
+    ((forward, vjp),) = _reduction_steps(v.key or "", [_dim(v)])
+    return forward, (vjp,)
 
 
 def _rule_softmax(v: V):
@@ -917,7 +913,6 @@ def _rule_log_softmax(v: V):
 
 def _rule_detach(v: V):
     return (lambda x: x), (None,)
-
 
 
 # ---- rules of the shape operations, norms, masks, lookups (those below read sizes or the mode) --
@@ -1060,9 +1055,7 @@ def _rule_minmax(v: V):
     operands (torch.maximum / minimum: a tie halves it), a plain-number operand a clamp."""
     big = v.key == "max"
     if v.op == "reduce":
-        d = _dim(v)
-        f: Callable[..., torch.Tensor] = torch.amax if big else torch.amin
-        return (lambda x: f(x, d)), ((lambda g, y, x: _count_split(g.unsqueeze(d), x == y.unsqueeze(d), d)),)
+        return _rule_reduce(v)
     align = v.of(Aligned).align
     if align is None:
         raise NoGeneratedBackward(f"{v.key} of two plain numbers", v.span)
@@ -1343,8 +1336,8 @@ _RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., An
     "einsum": _rule_einsum,
     "where": _rule_where,
     "clamp": _rule_clamp,
-    "sum": _rule_sum,
-    "mean": _rule_mean,
+    "sum": _rule_reduce,
+    "mean": _rule_reduce,
     "softmax": _rule_softmax,
     "log_softmax": _rule_log_softmax,
     "detach": _rule_detach,

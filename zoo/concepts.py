@@ -286,7 +286,7 @@ class ConceptModel(ZooModel):
         """One training step of `loss(batch, mode)` without autograd (`GeneratedStep`): the
         diagram runs through its generated backward (`penrose.gradients.GradientPlan`, planned
         now for the parameters that train now), seeded with the losses' closed-form gradients
-        (`task_loss_and_grad`, `bce_and_grad`). Raises NoGeneratedBackward where that is not
+        (`task_loss_grad`, `bce_grad`). Raises NoGeneratedBackward where that is not
         this model's step: a loss or concept loss of its own, a backbone that fine-tunes, or an
         operation of the diagram without a rule (`fit` then trains with autograd)."""
         me = type(self)
@@ -298,7 +298,6 @@ class ConceptModel(ZooModel):
         if self.backbone is not None and self.backbone_mode == "finetune" and not self._features_given:
             raise NoGeneratedBackward("a fine-tuned backbone trains through autograd")
         return GeneratedStep(self, mode)
-
 
     def fit(self, train: Any, val: Any = None, *, mode: str = "joint", concept_epochs: int | None = None,
             **fit_kwargs: Any) -> dict:
@@ -352,7 +351,6 @@ class ConceptModel(ZooModel):
         return history
 
     def _fit(self, train: Any, val: Any, mode: str, concept_epochs: int | None, fit_kwargs: dict) -> dict:
-
         backward = fit_kwargs.pop("backward", "auto")
 
         def run(stage: str, kwargs: dict) -> dict:
@@ -465,8 +463,7 @@ class GeneratedStep:
     def __init__(self, model: ConceptModel, mode: str) -> None:
         self.model, self.mode = model, mode
         self.plan = plan = GradientPlan(model.diagram)
-        names = dict(plan.outputs)
-        if "y" not in names:
+        if "y" not in plan.output_names:
             raise NoGeneratedBackward(f"the diagram has no output 'y' (its outputs: {', '.join(plan.output_names)})")
         self.params = [(model.diagram.get_parameter(n), n) for n in plan.params]
         out = _example_outputs(model)
@@ -493,11 +490,10 @@ class GeneratedStep:
             self._flush()
 
     def loss(self, batch: tuple) -> torch.Tensor:
-        """The step, returning its loss."""
-        with torch.no_grad():
-            self._kept.append(self._step(batch))
+        """The step, returning its loss (which `epoch_losses` gives too, as every step's)."""
+        self(batch)
         self._flush()
-        return self._done.pop()[0]
+        return self._done[-1][-1]
 
     def epoch_losses(self) -> torch.Tensor:
         """The losses of the steps since the last call, one per step, in order."""

@@ -134,11 +134,10 @@ def bce_grad(z: torch.Tensor, target: torch.Tensor, weight: torch.Tensor | None 
     """The gradient with respect to the logits z of the mean of weight × binary cross-entropy
     (torch's `binary_cross_entropy_with_logits(z, target, weight=weight)`): weight (σ(z) −
     target) / z.numel(), in closed form."""
-    grad = torch.sigmoid(z).sub_(target)
-    return grad.div_(z.numel()) if weight is None else grad.mul_(weight / z.numel())
+    return bce_grad_scaled(z, target, (1.0 if weight is None else weight) / z.numel())
 
 
-def bce_grad_scaled(z: torch.Tensor, target: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+def bce_grad_scaled(z: torch.Tensor, target: torch.Tensor, scale: torch.Tensor | float) -> torch.Tensor:
     """`bce_grad(z, target, weight)` given scale = weight / z.numel(): (σ(z) − target) · scale."""
     return torch.sigmoid(z).sub_(target).mul_(scale)
 

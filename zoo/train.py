@@ -203,8 +203,9 @@ def _on(t: torch.Tensor, device: torch.device) -> torch.Tensor:
 
 
 @contextlib.contextmanager
-def _flushed(flushing: bool):
-    """Subnormal floats flushed to zero inside (fit turned it on), off again afterwards."""
+def _denormals_flushed(wanted: bool):
+    """Subnormal floats flushed to zero inside (where wanted and the CPU can), off again afterwards."""
+    flushing = wanted and torch.set_flush_denormal(True)
     try:
         yield
     finally:
@@ -266,7 +267,7 @@ def fit(
     metric_fn: Callable | None = None,
     val_every: int = 1,
     grad_clip: float | None = None,
-    step_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor] | None = None,
+    step_fn: Callable[[tuple[torch.Tensor, ...]], torch.Tensor | None] | None = None,
     flush_denormal: bool = True,
 ) -> dict:
     """Train `model` by minibatch gradient descent on `loss_fn(model, batch)`.
@@ -330,8 +331,7 @@ def fit(
     devices = [device.index or 0] if device.type == "cuda" else []
     gather_once = sum(t.numel() * t.element_size() for t in train_tensors) <= GATHER_ONCE_BYTES
     was_training = model.training
-    flushing = flush_denormal and device.type == "cpu" and torch.set_flush_denormal(True)
-    with torch.random.fork_rng(devices=devices), _flushed(flushing):
+    with torch.random.fork_rng(devices=devices), _denormals_flushed(flush_denormal and device.type == "cpu"):
         torch.manual_seed(seed)
         bar = tqdm(total=epochs * steps_per_epoch, disable=not progress, desc="fit", leave=False,
                    dynamic_ncols=True)
@@ -350,6 +350,7 @@ def fit(
                         idx = order[start:start + batch_size]
                         batch = tuple(_on(t[idx], device) for t in train_tensors)
                     opt.zero_grad(set_to_none=True)
+                    loss: torch.Tensor | None
                     if step_fn is None:
                         loss = _scalar_loss(loss_fn(model, batch), "training")
                         loss.backward()

@@ -121,6 +121,19 @@ def test_fit_follows_autograds_trajectory(name, mode):
         assert h2["backward"] == "generated" and h1["backward"].startswith("autograd")
 
 
+def test_loss_returns_its_own_steps_loss_after_deferred_steps():
+    """Regression: `step.loss(batch)` after steps whose losses were still kept returned the first
+    kept step's loss, and dropped the others from `epoch_losses`."""
+    model = model_of("cbm")
+    step = model.generated_step("joint")
+    batches = [data(n=16, seed=s) for s in range(3)]
+    want = [model.loss(b).detach() for b in batches]
+    step(batches[0])
+    step(batches[1])
+    torch.testing.assert_close(step.loss(batches[2]), want[2], rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(step.epoch_losses(), torch.stack(want), rtol=1e-12, atol=1e-12)
+
+
 @pytest.mark.parametrize("task", ["multiclass", "binary", "regression"])
 def test_closed_form_loss_gradients_are_autograds(task):
     from penrose_zoo.core import bce_grad, task_loss, task_loss_grad
