@@ -4,6 +4,8 @@
     tape = plan.forward(x=x, c_true=c, do=do)      # the outputs, and every value the backward reads
     tape.outputs                                   # one tensor per output, in the diagram's order
     grads = tape.backward({"y": dy, "c_logit": dc})   # {param name: d loss / d param}
+    step = plan.training_step({"y": seed_y})       # forward, seeds, backward, grads added: one function
+    GradientPlan(module, constants={"do": mask})   # inputs fixed when planning (a where folded with them)
 
 Eager autograd records a node for every operation and walks them in its engine; for the small
 models of the zoo that bookkeeping, not arithmetic, is most of a training step. Here the diagram
@@ -13,7 +15,10 @@ trainable parameter, one vector-Jacobian product, each a few torch calls chosen 
 The steps are then written out once as two straight-line Python functions, the forward and (per
 set of outputs given a gradient) the backward, built as a tree from slot numbers alone (no name
 of the diagram, `penrose.pyast`); running the plan is calling them under `torch.no_grad()`: no
-graph is recorded, no loop over steps runs, and nothing reads text at run time.
+graph is recorded, no loop over steps runs, and nothing reads text at run time. A training step
+(`training_step`) is one such function from the inputs to the gradients added to the params'
+tensors. The commonest rules (a linear layer, its vjps, a bias's gradient) are written out there
+as torch calls with their general function as the fallback (`_inlined`).
 
 Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
 operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no gradient), einsum
@@ -53,7 +58,7 @@ from penrose.interpreter import _unread_splits
 from penrose.interpreter import aligner as _aligner
 from penrose.tables import unquote
 
-__all__ = ["GradientPlan", "NoGeneratedBackward", "Tape", "VJP"]
+__all__ = ["GradientPlan", "NoGeneratedBackward", "Tape", "TrainingStep", "VJP"]
 
 
 class NoGeneratedBackward(PenroseError):
@@ -128,9 +133,29 @@ def _unaligner(x: V, align: tuple[int | None, ...] | None) -> Callable[[torch.Te
     return unaligned
 
 
+def _inlined(fn: Callable[..., Any], template: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, carrying the expression the written-out functions put in place of calling it:
+    template(call, *args) -> a tree (penrose.pyast), `args` the trees of fn's arguments and
+    `call` the call of fn itself, which the expression keeps for the cases its fast path does
+    not cover (a batch of another rank); `torch` is the module there."""
+    fn.inline = template  # type: ignore[attr-defined]
+    return fn
+
+
+def _two_dims(x: Any) -> Any:
+    """The tree of `x.dim() == 2`."""
+    return P.compare("==", P.method(x, "dim"), P.const(2))
+
+
 def _fitted(g: torch.Tensor, value: Any) -> torch.Tensor:
     """g at the shape of `value` (summed over the batch dims it broadcast along)."""
-    return g if g.shape == value.shape else g.sum_to_size(value.shape)
+    shape = value.shape
+    if g.shape == shape:
+        return g
+    lead = g.dim() - len(shape)
+    if lead > 0 and g.shape[lead:] == shape:  # a bias's gradient: a plain sum over the leading dims (sum_to_size's, cheaper)
+        return g.sum(0) if lead == 1 else g.sum(tuple(range(lead)))
+    return g.sum_to_size(shape)
 
 
 # ---- contractions as matrix products -----------------------------------------------------------
@@ -301,7 +326,8 @@ class GradientPlan:
     """The forward steps and vector-Jacobian products of a compiled diagram, planned once for
     the parameters that require a gradient now (plan again after freezing or unfreezing)."""
 
-    def __init__(self, module: torch.nn.Module, checked: Checked | None = None, *, training: bool | None = None) -> None:
+    def __init__(self, module: torch.nn.Module, checked: Checked | None = None, *, training: bool | None = None,
+                 constants: Mapping[str, torch.Tensor] | None = None) -> None:
         checked = checked if checked is not None else getattr(module, "penrose_checked", None)
         if not isinstance(checked, Checked):
             raise TypeError("GradientPlan needs a module compiled by penrose (it carries `penrose_checked`)")
@@ -318,10 +344,17 @@ class GradientPlan:
         self._grad: set[int] = set()  # slots whose gradient the backward computes
         self.params: dict[str, int] = {}  # trainable param name -> slot
         env: dict[tuple[str, int], int] = {}
+        fixed_inputs = _fixed_inputs(checked, constants or {})
+        self.constant_inputs = tuple(fixed_inputs)  # inputs fixed when planning (not given to forward)
+        self._fixed: dict[str, int] = {}  # their slots
         for d in checked.inputs:
+            name = d.tensor.name
+            if name in fixed_inputs:
+                env[(name, 0)] = self._fixed[name] = self._constant(fixed_inputs[name])
+                continue
             slot = self._slot()
-            self._inputs.append((d.tensor.name, slot))
-            env[(d.tensor.name, 0)] = slot
+            self._inputs.append((name, slot))
+            env[(name, 0)] = slot
         self.outputs: list[tuple[str, int]] = self._statements(checked, "", env)[0]
         for name, p in module.named_parameters():  # a param nothing reads: a slot no gradient reaches (None)
             if p.requires_grad and name not in self.params:
@@ -391,6 +424,10 @@ class GradientPlan:
         if rule is None:
             raise NoGeneratedBackward(f"{v.key or v.op} has no generated backward (autograd differentiates it)", v.span)
         args = tuple(self._value(a, env, body, prefix) for a in v.args)
+        if v.key == "where":
+            chosen = self._folded_where(v, args)
+            if chosen is not None:
+                return chosen
         args += self._extras(v, body, prefix)
         fn, rules = rule.plan(v, _Reads(v, body, self.training, self.checked)) if isinstance(rule, _Reading) else rule(v)
         out = self._add(v, args, fn, rules, v.type.dtype == "float")
@@ -399,6 +436,29 @@ class GradientPlan:
             product = next(s for s in self._steps if s.out == args[0])
             self._fused[product.out] = (out, product.args + args[1:], fused)
         return out
+
+    def _folded_where(self, v: V, args: tuple[int, ...]) -> int | None:
+        """where(m, a, b) whose mask and unchosen branch are constants (inputs fixed when
+        planning): the chosen branch's slot itself (no step, and a gradient passed through), where
+        the result is exactly it: a mask all True (or all False), the chosen branch lined up with
+        the result and floating, the constants without batch dims and of its dtype."""
+        m, a, b = args
+        mask, align = self._constants.get(m), v.of(Aligned).alignment
+        if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.numel() == 0:
+            return None
+        first = bool(mask.reshape(-1)[0])
+        if not bool((mask == first).all()):
+            return None
+        i = 1 if first else 2
+        chosen, other = (a, b) if first else (b, a)
+        unchosen = self._constants.get(other)
+        legs = len(v.type.legs)
+        reference = next((t for t in [*self.module.parameters(), *self.module.buffers()] if t.is_floating_point()), None)
+        if (v.type.dtype != "float" or v.args[i].type.dtype != "float" or _aligner(v.args[i], align[i]) is not None
+                or not isinstance(unchosen, torch.Tensor) or reference is None or unchosen.dtype != reference.dtype
+                or unchosen.dim() > legs or mask.dim() > legs):
+            return None
+        return chosen
 
     def _extras(self, v: V, body: Checked, prefix: str) -> tuple[int, ...]:
         """The slots a step reads beyond its value's operands: the params a norm names, and the
@@ -502,7 +562,19 @@ class GradientPlan:
                 return outputs, [self._value(a, env, body, prefix) for a in s.value.args]
         return outputs, None
 
+    def reads_constant(self, name: str) -> bool:
+        """Whether anything still reads the input `name` fixed when planning (a where folded
+        with it does not), an output that is it included."""
+        slot = self._fixed[name]
+        return any(slot in step.args for step in self._steps) or slot in self._output_slots.values()
+
     # -- running
+    def training_step(self, seeds: Mapping[str, Callable[..., torch.Tensor]]) -> TrainingStep:
+        """The forward, loss gradients and backward as one generated function: `seeds` maps an
+        output name to fn(value, target) -> d loss / d output (a closed-form loss gradient);
+        the step adds each param's gradient to a tensor the caller gives (`TrainingStep`)."""
+        return TrainingStep(self, seeds)
+
     def forward(self, *args: torch.Tensor, **inputs: torch.Tensor) -> Tape:
         """Run the diagram on its inputs (by keyword, or positionally in the diagram's order),
         keeping what the backward reads. Nothing is recorded for autograd."""
@@ -511,6 +583,9 @@ class GradientPlan:
             if len(args) > len(names):
                 raise TypeError(f"{len(args)} positional inputs but the diagram takes {len(names)}")
             inputs = {**dict(zip(names, args)), **inputs}
+        fixed = [name for name in inputs if name in self.constant_inputs]
+        if fixed:
+            raise TypeError(f"input {fixed[0]!r} was fixed when planning (constants=)")
         try:
             given = [inputs[name] for name, _ in self._inputs]
         except KeyError as e:
@@ -543,31 +618,46 @@ _EMITTED = [0]
 def _emit_forward(plan: GradientPlan) -> Callable[..., list]:
     """forward(*inputs, *params and buffers) -> every slot's value (None where none is made)."""
     namespace: dict[str, Any] = {}
+    body, made = _forward_body(plan, namespace)
+    body.append(P.return_(P.list_([P.name(f"v{i}") if i in made else P.const(None) for i in range(plan._n)])))
+    params = [f"v{slot}" for _, slot in plan._inputs] + [f"v{slot}" for slot, _, _ in plan._reads]
+    return _emit("forward", params, body, namespace)
+
+
+def _forward_body(plan: GradientPlan, namespace: dict[str, Any]) -> tuple[list, set[int]]:
+    """The forward's lines (`v<slot> = f<k>(...)`, constants bound first) and the slots made."""
     made = {slot for _, slot in plan._inputs} | {slot for slot, _, _ in plan._reads}
     body: list = []
     for slot, value in plan._constants.items():
         namespace[f"c{slot}"] = value
         body.append(P.assign(P.name(f"v{slot}"), P.name(f"c{slot}")))
         made.add(slot)
+    namespace["torch"] = torch
     for k, (out, also, fn, operands) in enumerate(plan._forward):
         namespace[f"f{k}"] = fn
-        body.append(P.assign(P.name(f"v{out}"), P.call(P.name(f"f{k}"), *[P.name(f"v{a}") for a in operands])))
+        body.append(P.assign(P.name(f"v{out}"), _called(f"f{k}", fn, [P.name(f"v{a}") for a in operands])))
         made.add(out)
         if also >= 0:
             body.append(P.assign(P.name(f"v{also}"), P.name(f"v{out}")))
             made.add(also)
-    body.append(P.return_(P.list_([P.name(f"v{i}") if i in made else P.const(None) for i in range(plan._n)])))
-    params = [f"v{slot}" for _, slot in plan._inputs] + [f"v{slot}" for slot, _, _ in plan._reads]
-    return _emit("forward", params, body, namespace)
+    return body, made
+
+
+def _called(name: str, fn: Callable[..., Any], args: list) -> Any:
+    """The tree of calling `fn` (bound to `name`) on `args`, or the expression it carries
+    (`_inlined`): torch calls written out, with the call kept as its fallback."""
+    call = P.call(P.name(name), *args)
+    template = getattr(fn, "inline", None)
+    return call if template is None else template(call, *args)
 
 
 def _emit_backward(plan: GradientPlan, seeded: tuple[int, ...]) -> Callable[..., tuple]:
     """backward(values, *seeds) -> each trainable param's gradient (None where none reaches it),
     for gradients given at the slots `seeded`: which slots receive one is known now, so the
     function holds no test of it."""
-    namespace: dict[str, Any] = {}
+    namespace: dict[str, Any] = {"torch": torch}
     body: list = [P.assign(P.name(f"g{s}"), P.name(f"s{s}")) for s in seeded]
-    has, loaded = set(seeded), set()
+    loaded: set[int] = set()
 
     def value(slot: int) -> Any:
         if slot not in loaded:
@@ -575,16 +665,75 @@ def _emit_backward(plan: GradientPlan, seeded: tuple[int, ...]) -> Callable[...,
             loaded.add(slot)
         return P.name(f"v{slot}")
 
+    has = _backward_body(plan, set(seeded), body, namespace, value)
+    body.append(P.return_(P.tuple_([P.name(f"g{s}") if s in has else P.const(None) for s in plan.params.values()])))
+    return _emit("backward", ["values", *[f"s{s}" for s in seeded]], body, namespace)
+
+
+def _backward_body(plan: GradientPlan, has: set[int], body: list, namespace: dict[str, Any],
+                   value: Callable[[int], Any]) -> set[int]:
+    """The backward's lines appended to `body` (`g<slot> = b<k>_<j>(g<out>, v<out>, ...)`,
+    summed where several reach a slot), from the slots `has` that hold a gradient already;
+    `value(slot)` is the expression of a forward value. Returns the slots given a gradient."""
     for k, step in enumerate(plan._backward_steps):
         if step.out not in has:
             continue
         for j, (a, vjp) in enumerate(step.pairs):
             namespace[f"b{k}_{j}"] = vjp
-            call = P.call(P.name(f"b{k}_{j}"), P.name(f"g{step.out}"), value(step.out), *[value(x) for x in step.args])
+            call = _called(f"b{k}_{j}", vjp, [P.name(f"g{step.out}"), value(step.out), *[value(x) for x in step.args]])
             body.append(P.assign(P.name(f"g{a}"), P.binop("+", P.name(f"g{a}"), call) if a in has else call))
             has.add(a)
-    body.append(P.return_(P.tuple_([P.name(f"g{s}") if s in has else P.const(None) for s in plan.params.values()])))
-    return _emit("backward", ["values", *[f"s{s}" for s in seeded]], body, namespace)
+    return has
+
+
+def _emit_step(plan: GradientPlan, seeds: list[tuple[int, Callable[..., Any]]]) -> tuple[Callable[..., tuple], tuple[str, ...]]:
+    """step(*inputs, *targets, grads) for `TrainingStep`: the forward, seed j's gradient
+    `q<j>(v<slot>, t<j>)`, the backward from them, `torch._foreach_add_(grads, [...])` over the
+    params a gradient reaches (their names returned, in that order); returns the seeded values."""
+    namespace: dict[str, Any] = {"foreach_add": torch._foreach_add_, "torch": torch}
+    body: list = []
+    for slot, store, key in plan._reads:  # the params and buffers, read from their modules' dicts at each call
+        namespace[f"d{slot}"], namespace[f"k{slot}"] = store, key
+        body.append(P.assign(P.name(f"v{slot}"), P.subscript(P.name(f"d{slot}"), P.name(f"k{slot}"))))
+    body += _forward_body(plan, namespace)[0]
+    seeded: set[int] = set()
+    for j, (slot, fn) in enumerate(seeds):
+        namespace[f"q{j}"] = fn
+        grad = P.call(P.name(f"q{j}"), P.name(f"v{slot}"), P.name(f"t{j}"))
+        body.append(P.assign(P.name(f"g{slot}"), P.binop("+", P.name(f"g{slot}"), grad) if slot in seeded else grad))
+        seeded.add(slot)
+    has = _backward_body(plan, seeded, body, namespace, lambda slot: P.name(f"v{slot}"))
+    reached = [(name, slot) for name, slot in plan.params.items() if slot in has]
+    if reached:
+        body.append(P.expr_stmt(P.call(P.name("foreach_add"), P.name("grads"),
+                                       P.list_([P.name(f"g{slot}") for _, slot in reached]))))
+    body.append(P.return_(P.tuple_([P.name(f"v{slot}") for slot, _ in seeds])))
+    params = [f"v{slot}" for _, slot in plan._inputs] + [f"t{j}" for j in range(len(seeds))] + ["grads"]
+    return _emit("step", params, body, namespace), tuple(name for name, _ in reached)
+
+
+class TrainingStep:
+    """A whole training step of a plan written out as one function (`GradientPlan.training_step`):
+    the forward, each seeded output's gradient from its seed function, the backward, and each
+    param's gradient added to the tensor given for it, with no Tape, dict or `values` list
+    between them. `params` names the params a gradient reaches, in the order of the `grads`
+    list a call takes."""
+
+    def __init__(self, plan: GradientPlan, seeds: Mapping[str, Callable[..., torch.Tensor]]) -> None:
+        slots = plan._output_slots
+        for name in seeds:
+            if name not in slots:
+                raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(plan.output_names)}")
+        self.plan, self.seeded = plan, tuple(seeds)
+        # run(*inputs, *targets, grads): the function itself, to call under torch.no_grad()
+        self.run, self.params = _emit_step(plan, [(slots[n], fn) for n, fn in seeds.items()])
+
+    def __call__(self, inputs: tuple, targets: tuple, grads: list[torch.Tensor]) -> tuple:
+        """The seeded outputs' values, for `inputs` (the plan's non-constant inputs in order),
+        one target per seed (its function's second argument) and `grads` (one tensor per name
+        of `params`, each gradient added to it in place)."""
+        with _no_grad():
+            return self.run(*inputs, *targets, grads)
 
 
 def _no_grad() -> Any:
@@ -624,6 +773,26 @@ class Tape:
         return dict(zip(plan.params, got))
 
 
+def _fixed_inputs(checked: Checked, constants: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The inputs fixed when planning, checked: each an input's name, a tensor of the input's
+    legs (no batch dims: the plan folds with them) at their sizes and of its kind of dtype."""
+    decls = {d.tensor.name: d for d in checked.inputs}
+    for name, value in constants.items():
+        d = decls.get(name)
+        if d is None:
+            raise TypeError(f"constants: {name!r} is not an input of the diagram (its inputs: {', '.join(decls)})")
+        if not isinstance(value, torch.Tensor):
+            raise TypeError(f"constants: input {name!r} must be a tensor, got {type(value).__name__}")
+        sizes = [checked.sizes.size(c) for c in d.type.cls]
+        if value.dim() != len(sizes) or any(s is not None and s != n for s, n in zip(sizes, value.shape)):
+            raise TypeError(f"constants: input {name!r} must have shape [{', '.join(map(str, sizes))}] "
+                            f"({', '.join(d.type.legs)}), got {list(value.shape)}")
+        kind = "bool" if value.dtype == torch.bool else "float" if value.is_floating_point() else "int"
+        if kind != d.tensor.dtype:
+            raise TypeError(f"constants: input {name!r} is declared {d.tensor.dtype}, got a {value.dtype} tensor")
+    return dict(constants)
+
+
 # ---- the rules: per operation, (forward, (vjp per operand)) -----------------------------------
 # A vjp is vjp(g, out, *operands) -> the gradient of that operand, at its shape.
 
@@ -638,7 +807,8 @@ def _rule_unary(v: V):
     d = VJP.get(name)
     if d is None:
         return (lambda x: f(x, *kw)), (_No(f"{name} (no derivative in penrose.gradients.VJP)"),)
-    return (lambda x: f(x, *kw)), ((lambda g, y, x: d(g, x, y, *kw)),)
+    forward = f if not kw else (lambda x: f(x, *kw))
+    return forward, ((lambda g, y, x: d(g, x, y, *kw)),)
 
 
 def _rule_operator(v: V):
@@ -655,7 +825,7 @@ def _rule_operator(v: V):
     if op in ("<", "<=", ">", ">=", "==", "!=", "//"):
         return forward, (None, None)
     if op == "+":
-        return forward, (lambda g, y, a, b: ua(g, a), lambda g, y, a, b: ub(g, b))
+        return forward, (_passed(v.args[0], ua, 2), _passed(v.args[1], ub, 3))
     if op == "-":
         return forward, (lambda g, y, a, b: ua(g, a), lambda g, y, a, b: ub(-g, b))
     if op == "*":
@@ -667,6 +837,29 @@ def _rule_operator(v: V):
             return forward, _power_vjps(fa, fb, ua, ub)
         return forward, (lambda g, y, a, b: ua(g * b * fa(a) ** (b - 1), a), None)
     raise NoGeneratedBackward(f"the operator {op} has no generated backward", v.span)  # pragma: no cover
+
+
+def _passed(x: V, unalign: Callable[[torch.Tensor, Any], torch.Tensor], i: int) -> Callable[..., torch.Tensor]:
+    """The vjp of a sum's operand x (argument i of vjp(g, y, a, b)): the gradient itself, at x's
+    shape. Written out where x lines up with the result: g where the shapes agree, and for an
+    operand without batch dims (a bias) g summed over its one leading batch dim."""
+
+    def vjp(g, y, a, b):
+        return unalign(g, (a, b)[i - 2])
+
+    if unalign is not _fitted:
+        return vjp
+    legs = len(x.legs)
+
+    def inline(call, g, y, a, b):
+        value = (a, b)[i - 2]
+        same = P.compare("==", P.attr(g, "shape"), P.attr(value, "shape"))
+        if x.type.batched:
+            return P.if_exp(same, g, call)
+        one_batch = P.compare("==", P.method(g, "dim"), P.const(legs + 1))
+        return P.if_exp(one_batch, P.method(g, "sum", P.const(0)), P.if_exp(same, g, call))
+
+    return _inlined(vjp, inline)
 
 
 def _power_vjps(fa: Callable, fb: Callable, ua: Callable, ub: Callable) -> tuple[Callable, Callable]:
@@ -707,9 +900,15 @@ def _addmm(v: V) -> Callable[..., Any] | None:
 
     def fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         w = w.t() if transpose else w
-        return torch.addmm(bias, x, w) if x.dim() == 2 else torch.matmul(x, w) + bias
+        if x.dim() == 2:  # the product, then the bias added in place: cheaper than addmm, which
+            return torch.mm(x, w).add_(bias)  # copies the broadcast bias into its result first
+        return torch.matmul(x, w) + bias
 
-    return fused
+    def inline(call, x, w, bias):  # torch.mm(x, w).add_(bias) if x.dim() == 2 else fused(x, w, bias)
+        w = P.method(w, "t") if transpose else w
+        return P.if_exp(_two_dims(x), P.method(P.call(P.path("torch.mm"), x, w), "add_", bias), call)
+
+    return _inlined(fused, inline)
 
 
 def _rule_neg(v: V):
@@ -744,7 +943,15 @@ def _rule_einsum(v: V):
                 return torch.mm(g.t(), x) if transpose else torch.mm(x.t(), g)
             return general[1](g, y, x, w)
 
-        vjps = [vjp_x, vjp_w]
+        def inline_x(call, g, y, x, w):
+            return P.if_exp(_two_dims(g), P.call(P.path("torch.mm"), g, w if transpose else P.method(w, "t")), call)
+
+        def inline_w(call, g, y, x, w):
+            product = (P.call(P.path("torch.mm"), P.method(g, "t"), x) if transpose
+                       else P.call(P.path("torch.mm"), P.method(x, "t"), g))
+            return P.if_exp(_two_dims(g), P.if_exp(_two_dims(x), product, call), call)
+
+        vjps = [_inlined(vjp_x, inline_x), _inlined(vjp_w, inline_w)]
     return forward, tuple(vjps)
 
 

@@ -36,6 +36,7 @@ Training modes (`model.fit(train, val, mode=...)`, through `penrose_zoo.train.fi
 
 from __future__ import annotations
 
+import functools
 from contextlib import contextmanager
 from typing import Any, ClassVar, Iterator, Sequence
 
@@ -450,22 +451,24 @@ def resolve_concept(names: Sequence[str], concept: Any, position: int = 0) -> in
 class GeneratedStep:
     """A concept model's training step through the diagram's generated backward.
 
-    `step(batch)` runs the diagram (`GradientPlan.forward`), seeds the backward with the closed-
-    form gradients of the task and concept losses, adds each trainable parameter's gradient to
-    its `.grad`, and returns None: the loss values, which cost about as much as the gradients on
+    `step(batch)` runs one generated function (`GradientPlan.training_step`): the diagram's
+    forward, the closed-form gradients of the task and concept losses as the backward's seeds,
+    the backward, each trainable parameter's gradient added to its `.grad`. Without RandInt the
+    plan fixes the intervention mask (and the labels, where only the mask's where reads them),
+    so the bottleneck's where costs nothing. It returns None: the loss values, which cost about as much as the gradients on
     a small model, are computed together from the kept logits when `epoch_losses()` asks for
     them (one value per step since the last call; `penrose_zoo.train.fit` asks at the end of each
     epoch). `step.loss(batch)` is the same step returning its loss at once. The gradients and
     losses are `model.loss(batch, mode).backward()`'s (the tests compare them)."""
 
     FLUSH = 64  # steps kept before their losses are computed (bounds what is held)
+    uses_autograd = False  # `fit` runs it under torch.no_grad() (it records no graph)
 
     def __init__(self, model: ConceptModel, mode: str) -> None:
         self.model, self.mode = model, mode
-        self.plan = plan = GradientPlan(model.diagram)
+        self.plan = plan = GradientPlan(model.diagram)  # every input given (the RandInt step's plan)
         if "y" not in plan.output_names:
             raise NoGeneratedBackward(f"the diagram has no output 'y' (its outputs: {', '.join(plan.output_names)})")
-        self.params = [(model.diagram.get_parameter(n), n) for n in plan.params]
         out = _example_outputs(model)
         if not isinstance(out, tuple) or len(out) != len(plan.outputs):
             raise NoGeneratedBackward(f"{type(model).__name__}'s outputs are not the diagram's {len(plan.outputs)}")
@@ -477,14 +480,26 @@ class GeneratedStep:
                 raise NoGeneratedBackward("the concept scores are not one of the diagram's outputs")
             self._score_name = found[0]
         self._checked = False
-        self._do = model._all_do if mode == "independent" else None
         self._task = model.task
-        self._scales: dict[tuple[torch.dtype, int], tuple[torch.Tensor | None, torch.Tensor]] = {}
+        self._scales: dict[int, torch.Tensor] = {}  # per batch size: weight / numel (made once)
         self._kept: list[tuple[Any, ...]] = []  # per step: (y, y target, scores, concept target, weight)
         self._done: list[torch.Tensor] = []
+        self._weight = None if mode in ("concepts", "task") else model.concept_weights
+        seeds: dict[str, Any] = {}
+        if mode != "concepts":
+            seeds["y"] = functools.partial(task_loss_grad, task=self._task)
+        if mode != "task":
+            if self._score_name in seeds:
+                raise NoGeneratedBackward("the concept scores are the task output 'y'")
+            seeds[self._score_name] = self._concept_grad
+        self._seeds = seeds
+        self._steps: dict[bool, _Compiled] = {}  # RandInt drawn or not -> the step written for it
 
     def __call__(self, batch: tuple) -> None:
-        with torch.no_grad():
+        if torch.is_grad_enabled():
+            with torch.no_grad():
+                self._kept.append(self._step(batch))
+        else:
             self._kept.append(self._step(batch))
         if len(self._kept) >= self.FLUSH:
             self._flush()
@@ -503,49 +518,65 @@ class GeneratedStep:
             return torch.zeros(0)
         return torch.cat(done)
 
+    def _compiled(self, randint: bool) -> _Compiled:
+        """The step for this mode, written once (`GradientPlan.training_step`): the inputs that do
+        not change from batch to batch fixed when planning (the intervention mask where no RandInt
+        draws one, and `c_true` where nothing reads it then), so a mask all False or all True
+        costs nothing."""
+        made = self._steps.get(randint)
+        if made is not None:
+            return made
+        model, plan = self.model, self.plan
+        if not randint:
+            fixed = {"do": model._all_do if self.mode == "independent" else model._no_do}
+            if self.mode != "independent":
+                fixed["c_true"] = model._no_c
+            plan = GradientPlan(model.diagram, constants=fixed)
+            if self.mode == "joint" and plan.reads_constant("c_true"):  # the labels read beyond the mask's where
+                plan = GradientPlan(model.diagram, constants={"do": fixed["do"]})
+        step = plan.training_step(self._seeds)
+        made = self._steps[randint] = _Compiled(step, [n for n, _ in plan._inputs],
+                                                [model.diagram.get_parameter(n) for n in step.params])
+        return made
+
     def _step(self, batch: tuple) -> tuple[Any, ...]:
         model, mode = self.model, self.mode
         x, c, y = batch
-        c_true = None if mode in ("concepts", "task") else model.bottleneck_values(c)
-        inputs = model._diagram_inputs(x, c_true, self._do)
         if not self._checked:
-            self._first(inputs)
-        tape = self.plan.forward(**inputs)
-        seeds: dict[str, torch.Tensor] = {}
-        kept: tuple[Any, ...] = (None, None)
-        if mode != "concepts":
-            out_y = tape["y"]
-            seeds["y"] = task_loss_grad(out_y, y, self._task)
-            kept = (out_y, y)
-        if mode != "task":
-            name = self._score_name
-            scores = tape[name]
-            key = (scores.dtype, scores.numel())
-            made = self._scales.get(key)  # (weight, weight / numel) per dtype and batch size: made once
-            if made is None:
-                w = None if mode == "concepts" else model.concept_weights.to(scores.dtype)
-                made = self._scales[key] = (w, (w if w is not None else torch.ones((), dtype=scores.dtype)) / scores.numel())
-            weight, scale = made
-            grad = bce_grad_scaled(scores, c, scale)
-            seeds[name] = grad if name not in seeds else seeds[name] + grad
-            kept = (*kept, scores, c, weight)
-        else:
-            kept = (*kept, None, None, None)
-        grads = tape.backward(seeds)
-        for p, n in self.params:
-            g = grads[n]
-            if g is None:
-                continue
-            if p.grad is None:
-                p.grad = g.clone()
-            else:
-                p.grad.add_(g)
-        return kept
+            self._first(x, c)
+        randint = mode == "joint" and model.p_int > 0 and model.training
+        compiled = self._steps.get(randint) or self._compiled(randint)
+        x = model.features(x)
+        if len(compiled.inputs) == 1:
+            inputs: tuple = (x,)
+        else:  # c_true (and do) given at each step
+            c_true = model.bottleneck_values(c)
+            if isinstance(x, torch.Tensor) and c_true.shape[:-1] != x.shape[:-1]:
+                model._diagram_inputs(x, c_true, None)  # its error for a batch of another shape
+            given = {"x": x, "c_true": c_true, "do": model.random_do(c_true) if randint else None}
+            inputs = tuple(given[n] for n in compiled.inputs)
+        targets = (y, c) if mode in ("joint", "independent") else (y,) if mode == "task" else (c,)  # the seeds' order
+        values = compiled.step.run(*inputs, *targets, compiled.grads())
+        task = (values[0], y) if mode != "concepts" else (None, None)
+        return (*task, values[-1], c, self._weight) if mode != "task" else (*task, None, None, None)
 
-    def _first(self, inputs: dict) -> None:
+    def _concept_grad(self, scores: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+        """d concept loss / d scores: Σ_k w_k · mean BCE_k / k's gradient (the plain mean in
+        'concepts' mode)."""
+        n = scores.numel()
+        scale = self._scales.get(n)
+        if scale is None or scale.dtype != scores.dtype:
+            w = self._weight.to(scores.dtype) if self._weight is not None else torch.ones((), dtype=scores.dtype)
+            scale = self._scales[n] = w / n
+        return bce_grad_scaled(scores, c, scale)
+
+    def _first(self, x: Any, c: torch.Tensor) -> None:
         """At the first batch, the compiled module's input checks: clear errors for a wrong batch."""
+        model = self.model
+        c_true = None if self.mode in ("concepts", "task") else model.bottleneck_values(c)
+        do = model._all_do if self.mode == "independent" else None if c_true is None else model._no_do  # (no RandInt draw)
         with torch.no_grad():
-            self.model.diagram(**inputs)
+            model.diagram(**model._diagram_inputs(x, c_true, do))
         self._checked = True
 
     def _flush(self) -> None:
@@ -562,6 +593,25 @@ class GeneratedStep:
             total = concept if total is None else total + concept
         assert total is not None
         self._done.append(total)
+
+
+class _Compiled:
+    """A `TrainingStep`, the names of the inputs it takes and the params its gradients go to."""
+
+    __slots__ = ("step", "inputs", "params")
+
+    def __init__(self, step: Any, inputs: list[str], params: list[torch.nn.Parameter]) -> None:
+        self.step, self.inputs, self.params = step, inputs, params
+
+    def grads(self) -> list[torch.Tensor]:
+        """Each param's `.grad` (zeros made where it has none), for the step to add to."""
+        grads = [p.grad for p in self.params]
+        if any(g is None for g in grads):
+            for p in self.params:
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grads = [p.grad for p in self.params]
+        return grads  # type: ignore[return-value]
 
 
 def _example_outputs(model: ConceptModel) -> Any:
@@ -592,7 +642,8 @@ def _per_step_means(logits: list[torch.Tensor], targets: list[torch.Tensor], wei
         counts = [lg.numel() for lg in logits]
     else:
         z = z.reshape(-1)
-        t = torch.cat([t.reshape(-1) for t in targets]).to(z.dtype)
+        same = all(t.shape[1:] == targets[0].shape[1:] for t in targets)  # (one cat, then one reshape)
+        t = (torch.cat(targets).reshape(-1) if same else torch.cat([t.reshape(-1) for t in targets])).to(z.dtype)
         if kind == "binary":
             per = F.binary_cross_entropy_with_logits(z, t, reduction="none")
         elif kind == "regression":
@@ -602,10 +653,19 @@ def _per_step_means(logits: list[torch.Tensor], targets: list[torch.Tensor], wei
         counts = [lg.numel() for lg in logits]
     if len(set(counts)) == 1:  # steps of one size: a row per step
         return per.reshape(len(counts), -1).mean(1)
-    if len(set(counts[:-1])) == 1:  # an epoch's last, shorter batch
-        head = counts[0] * (len(counts) - 1)
-        return torch.cat([per[:head].reshape(len(counts) - 1, -1).mean(1), per[head:].mean().reshape(1)])
-    sizes = torch.tensor(counts, device=per.device)
-    steps = torch.repeat_interleave(torch.arange(len(counts), device=per.device), sizes)
-    sums = torch.zeros(len(counts), dtype=per.dtype, device=per.device).index_add_(0, steps, per)
-    return sums / sizes.to(per.dtype)
+    # steps of several sizes (an epoch's last, shorter batch): each step's mean as one product
+    # with a matrix of 1/count over its elements (made once per set of sizes), else one segmented mean
+    if len(counts) * per.numel() > _MEANS_LIMIT:
+        return torch.segment_reduce(per, "mean", lengths=torch.tensor(counts, device=per.device))
+    return torch.mv(_step_means_matrix(tuple(counts), per.dtype, per.device), per)
+
+
+_MEANS_LIMIT = 1 << 20  # entries of the largest matrix `_step_means_matrix` makes
+
+
+@functools.lru_cache(maxsize=32)
+def _step_means_matrix(counts: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """[steps, Σ counts]: row i holds 1/counts[i] over step i's elements and 0 elsewhere."""
+    step_of = torch.repeat_interleave(torch.arange(len(counts)), torch.tensor(counts))
+    m = (step_of.unsqueeze(0) == torch.arange(len(counts)).unsqueeze(1)).to(dtype)
+    return (m / torch.tensor(counts, dtype=dtype).unsqueeze(1)).to(device)

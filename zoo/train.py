@@ -140,11 +140,12 @@ class FlatAdam:
     def zero_grad(self, set_to_none: bool = True) -> None:
         self.grad.zero_()
 
-    @torch.no_grad()
     def step(self) -> None:
+        # (no torch.no_grad() around it: the buffers are plain tensors, no graph is recorded)
         for p, view in zip(self.params, self.grad_views):
             if p.grad is not view:  # replaced (a zero_grad(set_to_none=True) in the loss): read it back
-                view.copy_(p.grad if p.grad is not None else torch.zeros_like(view))
+                with torch.no_grad():
+                    view.copy_(p.grad if p.grad is not None else torch.zeros_like(view))
                 p.grad = view
         self.t += 1
         b1, b2 = self.betas
@@ -291,7 +292,8 @@ def fit(
       `.grad` itself (a generated backward, `ConceptModel.generated_step`); it replaces
       `loss_fn(model, batch).backward()` in training (validation still reads `loss_fn`). A step
       may return None and give its epoch's losses, one per step, from `step_fn.epoch_losses()`
-      (`GeneratedStep` does: it computes them together).
+      (`GeneratedStep` does: it computes them together). A step with `uses_autograd = False`
+      (GeneratedStep) runs under one `torch.no_grad()` per epoch rather than entering its own.
     flush_denormal: on the CPU, subnormal floats (below 1.2e-38 in float32) are flushed to zero
       while training (`torch.set_flush_denormal`; off again afterwards): a CPU computes with
       them tens of times slower, and a concept the model separates well drives sigmoid outputs
@@ -343,33 +345,35 @@ def fit(
                 if gather_once:  # one gather per tensor and epoch (moved once); the batches are views of it
                     pieces = list(zip(*(_on(t.index_select(0, order), device).split(batch_size) for t in train_tensors)))
                 losses = []
-                for i, start in enumerate(range(0, n, batch_size)):
-                    if gather_once:
-                        batch = pieces[i]
-                    else:
-                        idx = order[start:start + batch_size]
-                        batch = tuple(_on(t[idx], device) for t in train_tensors)
-                    opt.zero_grad(set_to_none=True)
-                    loss: torch.Tensor | None
-                    if step_fn is None:
-                        loss = _scalar_loss(loss_fn(model, batch), "training")
-                        loss.backward()
-                    else:
-                        reported = step_fn(batch)
-                        loss = None if reported is None else _scalar_loss(reported, "training")
-                    if grad_clip is not None:
-                        torch.nn.utils.clip_grad_norm_(params, grad_clip)
-                    opt.step()
-                    # no host sync per step: the losses are read once per epoch (or for the bar)
-                    step += 1
-                    if progress:
-                        bar.update(1)
-                    if loss is None:  # a step that gives its losses per epoch
-                        continue
-                    losses.append(loss.detach())
-                    if progress and (step % 10 == 0 or step == steps_per_epoch * epoch):
-                        _check_loss(losses[-1], step - 1, epoch)
-                        bar.set_postfix(epoch=epoch, loss=f"{losses[-1].item():.4g}", refresh=False)
+                quiet = torch.no_grad() if getattr(step_fn, "uses_autograd", True) is False else contextlib.nullcontext()
+                with quiet:  # (the losses' checks below run outside it)
+                    for i, start in enumerate(range(0, n, batch_size)):
+                        if gather_once:
+                            batch = pieces[i]
+                        else:
+                            idx = order[start:start + batch_size]
+                            batch = tuple(_on(t[idx], device) for t in train_tensors)
+                        opt.zero_grad(set_to_none=True)
+                        loss: torch.Tensor | None
+                        if step_fn is None:
+                            loss = _scalar_loss(loss_fn(model, batch), "training")
+                            loss.backward()
+                        else:
+                            reported = step_fn(batch)
+                            loss = None if reported is None else _scalar_loss(reported, "training")
+                        if grad_clip is not None:
+                            torch.nn.utils.clip_grad_norm_(params, grad_clip)
+                        opt.step()
+                        # no host sync per step: the losses are read once per epoch (or for the bar)
+                        step += 1
+                        if progress:
+                            bar.update(1)
+                        if loss is None:  # a step that gives its losses per epoch
+                            continue
+                        losses.append(loss.detach())
+                        if progress and (step % 10 == 0 or step == steps_per_epoch * epoch):
+                            _check_loss(losses[-1], step - 1, epoch)
+                            bar.set_postfix(epoch=epoch, loss=f"{losses[-1].item():.4g}", refresh=False)
                 if len(losses) < steps_per_epoch:  # the step's own (`step_fn.epoch_losses()`)
                     later = getattr(step_fn, "epoch_losses", None)
                     if later is None:

@@ -286,12 +286,128 @@ def test_the_emitted_functions_read_no_name_of_the_diagram():
     import linecache
     import re
 
-    text = ("dim a = 3\ninput values[a]\nparam `self`[a] ~ normal\nparam g0[a] ~ normal\n"
-            "backward = sigmoid(values * `self`) + g0\noutput backward")
+    text = ("dim a = 3, b = 2\ninput values[a]\nparam `self`[a] ~ normal\nparam g0[a] ~ normal\nparam mm[a, b] ~ normal\n"
+            "backward = sigmoid(values * `self`) + g0\ngrads = einsum('a,ab->b', backward, mm) + 1\noutput backward, grads")
     plan = agree(text)
     plan.forward(values=torch.randn(2, 3)).backward({"backward": torch.ones(2, 3)})
-    generated = re.compile(r"[vgsc]\d+|f\d+|b\d+_\d+|values")
-    for fn in (plan._run_forward, *plan._run_backward.values()):
+    step = plan.training_step({"grads": lambda y, t: y - t})
+    # the step's own names too: the params' dicts and keys (d, k), seeds (q) and targets (t), the
+    # list of gradients and the two torch names it calls (torch.mm written out, foreach_add)
+    generated = re.compile(r"[vgscdkqt]\d+|f\d+|b\d+_\d+|values|grads|torch|foreach_add")
+    for fn in (plan._run_forward, *plan._run_backward.values(), step.run):
         tree = ast.parse("".join(linecache.getlines(fn.__code__.co_filename)))
         names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} | {a.arg for n in ast.walk(tree) if isinstance(n, ast.arguments) for a in n.args}
         assert names and all(generated.fullmatch(n) for n in names), sorted(names)
+
+
+# ---- the training step written out whole, inputs fixed when planning, torch calls written out ----
+
+LINEAR = ("dim f = 4, k = 3, r = 2\ninput x[f]\ninput c_true[k]\ninput do[k] : bool\nparam W[f, k] ~ normal\n"
+          "param b[k] ~ normal\nparam V[r, k] ~ normal\nparam u[r] ~ normal\n"
+          "h = einsum('f,fk->k', x, W) + b\nc = where(do, c_true, sigmoid(h))\ny = einsum('k,rk->r', c, V) + u\n"
+          "output y, h")
+
+
+@pytest.mark.parametrize("batch", [(5,), (2, 3), ()])
+def test_written_out_torch_calls_and_their_fallbacks_agree_with_autograd(batch):
+    """x W + b and its vjps are written out as torch.mm calls for a batch of rank one and fall
+    back to the general functions for others (two batch dims, none): the same values and
+    gradients either way, W written [f, k] and V written [r, k] (transposed)."""
+    import linecache
+
+    plan = agree(LINEAR, batch)
+    plan.forward(x=torch.randn(*batch, 4, dtype=torch.float64), c_true=torch.zeros(*batch, 3, dtype=torch.float64),
+                 do=torch.zeros(3, dtype=torch.bool)).backward({"y": torch.ones(*batch, 2, dtype=torch.float64)})
+    source = "".join(linecache.getlines(plan._run_forward.__code__.co_filename))
+    assert "torch.mm(" in source and "if" in source, source
+
+
+def _linear_module():
+    checked, compiled = _load_quiet(LINEAR)
+    return compiled.double()
+
+
+def _autograd(module, x, c_true, do, weights):
+    params = dict(module.named_parameters())
+    for p in params.values():
+        p.grad = None
+    out = module(x=x, c_true=c_true, do=do)
+    (out[0] * weights[0]).sum().add((out[1] * weights[1]).sum()).backward()
+    return out, {n: p.grad.clone() for n, p in params.items()}
+
+
+@pytest.mark.parametrize("mask", ["none", "all", "some"])
+def test_inputs_fixed_when_planning_fold_a_where_and_agree_with_autograd(mask):
+    """constants={'do': ..., 'c_true': ...}: a where whose mask is all False (all True) and whose
+    other branch is fixed is its chosen branch, no step; a mixed mask stays a where. The outputs
+    and gradients are the module's given the same values."""
+    module = _linear_module()
+    do = {"none": torch.zeros(3, dtype=torch.bool), "all": torch.ones(3, dtype=torch.bool),
+          "some": torch.tensor([True, False, True])}[mask]
+    c_true = torch.tensor([0.25, 0.5, 1.0], dtype=torch.float64)
+    full = GradientPlan(module)
+    plan = GradientPlan(module, constants={"do": do, "c_true": c_true})
+    assert plan.constant_inputs == ("do", "c_true") and [n for n, _ in plan._inputs] == ["x"]
+    assert len(plan._steps) == len(full._steps) - (1 if mask == "none" else 0)  # the folded where
+    assert plan.reads_constant("c_true") == (mask != "none")
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(6, 4, generator=g, dtype=torch.float64)
+    weights = [torch.randn(6, 2, generator=g, dtype=torch.float64), torch.randn(6, 3, generator=g, dtype=torch.float64)]
+    want_out, want = _autograd(module, x, c_true, do, weights)
+    tape = plan.forward(x=x)
+    for got, exp in zip(tape.outputs, want_out):
+        torch.testing.assert_close(got, exp.detach(), rtol=1e-12, atol=1e-12)
+    got = tape.backward({"y": weights[0], "h": weights[1]})
+    for name, exp in want.items():
+        torch.testing.assert_close(got[name], exp, rtol=1e-12, atol=1e-12, msg=lambda m: f"{name}: {m}")
+
+
+def test_inputs_fixed_when_planning_are_checked():
+    module = _linear_module()
+    with pytest.raises(TypeError, match="'dont' is not an input of the diagram"):
+        GradientPlan(module, constants={"dont": torch.zeros(3, dtype=torch.bool)})
+    with pytest.raises(TypeError, match=r"input 'do' must have shape \[3\] \(k\), got \[2, 3\]"):
+        GradientPlan(module, constants={"do": torch.zeros(2, 3, dtype=torch.bool)})  # no batch dims: the plan folds with it
+    with pytest.raises(TypeError, match="input 'do' is declared bool, got a torch.float64 tensor"):
+        GradientPlan(module, constants={"do": torch.zeros(3, dtype=torch.float64)})
+    with pytest.raises(TypeError, match="must be a tensor"):
+        GradientPlan(module, constants={"do": False})
+    plan = GradientPlan(module, constants={"do": torch.zeros(3, dtype=torch.bool)})
+    with pytest.raises(TypeError, match="input 'do' was fixed when planning"):
+        plan.forward(x=torch.randn(2, 4, dtype=torch.float64), c_true=torch.zeros(2, 3, dtype=torch.float64),
+                     do=torch.zeros(3, dtype=torch.bool))
+
+
+def test_a_folded_where_keeps_the_dtype_it_would_promote_to():
+    """A fixed branch of another dtype than the module's would promote the where's result:
+    not folded (the where runs, as compiled)."""
+    module = _linear_module()
+    plan = GradientPlan(module, constants={"do": torch.zeros(3, dtype=torch.bool), "c_true": torch.zeros(3)})  # float32
+    assert plan.reads_constant("c_true")
+
+
+@pytest.mark.parametrize("batch", [(7,), (2, 3)])
+def test_the_training_step_adds_the_tapes_gradients(batch):
+    """training_step(seeds): one generated function that runs the forward, seeds each named
+    output with seed(value, target), runs the backward and adds each param's gradient to the
+    tensor given for it, returning the seeded outputs: the Tape's gradients, accumulated."""
+    module = _linear_module()
+    plan = GradientPlan(module, constants={"do": torch.zeros(3, dtype=torch.bool), "c_true": torch.zeros(3, dtype=torch.float64)})
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(*batch, 4, generator=g, dtype=torch.float64)
+    ty, th = torch.randn(*batch, 2, generator=g, dtype=torch.float64), torch.randn(*batch, 3, generator=g, dtype=torch.float64)
+    step = plan.training_step({"y": lambda y, t: (y - t) * 2, "h": lambda h, t: torch.sigmoid(h) - t})
+    assert step.params == tuple(plan.params) and step.seeded == ("y", "h")
+    params = dict(module.named_parameters())
+    grads = [torch.zeros_like(params[n]) for n in step.params]
+    y, h = step((x,), (ty, th), grads)
+    tape = plan.forward(x=x)
+    torch.testing.assert_close(y, tape["y"], rtol=0, atol=0)
+    want = tape.backward({"y": (tape["y"] - ty) * 2, "h": torch.sigmoid(tape["h"]) - th})
+    for n, got in zip(step.params, grads):
+        torch.testing.assert_close(got, want[n], rtol=1e-12, atol=1e-12, msg=lambda m: f"{n}: {m}")
+    step((x,), (ty, th), grads)  # added, not set
+    for n, got in zip(step.params, grads):
+        torch.testing.assert_close(got, 2 * want[n], rtol=1e-12, atol=1e-12)
+    with pytest.raises(KeyError, match="'z' is not an output of the diagram"):
+        plan.training_step({"z": lambda v, t: v})

@@ -87,10 +87,18 @@ def test_one_step_is_autograds(name, mode):
 
 
 @pytest.mark.parametrize("sizes", [[16, 16, 16, 5], [16, 16], [5, 16, 9], [7]])
-def test_epoch_losses_are_each_steps_loss(sizes):
-    model = model_of("cem")
+@pytest.mark.parametrize("name, task", [("cem", "multiclass"), ("cbm", "binary")])
+@pytest.mark.parametrize("segmented", [False, True])
+def test_epoch_losses_are_each_steps_loss(sizes, name, task, segmented, monkeypatch):
+    """Steps of several sizes: each step's mean as one matrix-vector product, or (past the
+    matrix's size limit) one segmented mean."""
+    import penrose_zoo.concepts as concepts
+
+    if segmented:
+        monkeypatch.setattr(concepts, "_MEANS_LIMIT", 0)
+    model = model_of(name, task)
     step = model.generated_step("joint")
-    batches = [data(n=n, seed=s) for s, n in enumerate(sizes)]
+    batches = [data(n=n, seed=s, task=task) for s, n in enumerate(sizes)]
     want = []
     for b in batches:
         torch.manual_seed(3)
@@ -327,3 +335,51 @@ def test_fit_flushes_subnormals_while_it_trains_and_not_after():
     seen.clear()
     fit(model, loss, (x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False, flush_denormal=False)
     assert seen and all(v > 0 for v in seen)
+
+
+def test_the_step_is_planned_with_what_does_not_change_fixed():
+    """Without RandInt the mask (and, where nothing else reads them, the labels it sets) are
+    fixed when planning: the step takes x alone and the where is folded away; RandInt's step
+    takes the labels and the drawn mask; independent training fixes the mask all True."""
+    x, c, y = data(n=16)
+    plain = model_of("cbm").train()
+    step = plain.generated_step("joint")
+    step((x, c, y))
+    assert step._steps[False].inputs == ["x"]
+    randint = model_of("cbm_randint").train()
+    step = randint.generated_step("joint")
+    step((x, c, y))
+    assert step._steps[True].inputs == ["x", "c_true", "do"]
+    step = plain.generated_step("independent")
+    step((x, c, y))
+    assert step._steps[False].inputs == ["x", "c_true"]
+
+
+def test_fit_runs_a_step_without_autograd_under_no_grad():
+    """A step_fn with `uses_autograd = False` (GeneratedStep) runs inside torch.no_grad();
+    any other step_fn with gradients on, as it may build a graph of its own."""
+    x, c, y = data(n=20)
+    seen = {}
+
+    class Step:
+        def __init__(self, model, uses):
+            self.model, self.key = model, uses
+            if uses is not None:
+                self.uses_autograd = uses
+
+        def __call__(self, batch):
+            seen.setdefault(self.key, set()).add(torch.is_grad_enabled())
+            loss = self.model.loss(batch) if torch.is_grad_enabled() else None
+            if loss is not None:
+                loss.backward()
+                return loss
+            with torch.enable_grad():
+                loss = self.model.loss(batch)
+                loss.backward()
+            return loss
+
+    for uses in (False, True, None):
+        model = model_of("cbm")
+        fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=1, batch_size=8, lr=1e-2, progress=False,
+            step_fn=Step(model, uses))
+    assert seen == {False: {False}, True: {True}, None: {True}}
