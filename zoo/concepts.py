@@ -495,6 +495,23 @@ class GeneratedStep:
         self._seeds = seeds
         self._steps: dict[bool, _Compiled] = {}  # RandInt drawn or not -> the step written for it
 
+    def prepare(self, tensors: tuple) -> tuple:
+        """The training tensors (x, c, y) as the step reads them best, once per `fit`: a binary or
+        regression target in the model's float dtype, a single one per example as a column [n, 1]
+        (what the loss gradient would convert and reshape it to at every step). The same values:
+        the losses and gradients are unchanged."""
+        if len(tensors) != 3:
+            return tensors
+        x, c, y = tensors
+        dtype = next((p.dtype for p in self.model.diagram.parameters() if p.is_floating_point()), None)
+        if dtype is None:
+            return tensors
+        if self.mode != "concepts" and self._task in ("binary", "regression"):
+            y = y.to(dtype)
+            if y.dim() == 1 and self.model.sizes.get("r", 1) == 1:
+                y = y.unsqueeze(-1)
+        return x, c, y
+
     def __call__(self, batch: tuple) -> None:
         if torch.is_grad_enabled():
             with torch.no_grad():

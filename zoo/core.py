@@ -122,7 +122,7 @@ def task_loss_grad(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Te
         grad = torch.softmax(y2, -1)
         grad.scatter_add_(1, t.unsqueeze(1), torch.full((t.shape[0], 1), -1.0, dtype=grad.dtype, device=grad.device))
         return grad.div_(t.shape[0]).reshape(y.shape)
-    t = target.reshape(y.shape)  # (integer labels are promoted by the subtraction itself)
+    t = target if target.shape == y.shape else target.reshape(y.shape)  # (integer labels are promoted by the subtraction itself)
     if task == "binary":
         return torch.sigmoid(y).sub_(t).div_(t.numel())
     if task == "regression":

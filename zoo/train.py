@@ -292,7 +292,10 @@ def fit(
       `.grad` itself (a generated backward, `ConceptModel.generated_step`); it replaces
       `loss_fn(model, batch).backward()` in training (validation still reads `loss_fn`). A step
       may return None and give its epoch's losses, one per step, from `step_fn.epoch_losses()`
-      (`GeneratedStep` does: it computes them together). A step with `uses_autograd = False`
+      (`GeneratedStep` does: it computes them together). A step with `prepare(tensors)` gets the
+      training tensors it returns (the same rows: `GeneratedStep` gives integer targets the
+      dtype and shape its loss gradient subtracts them at, once per fit rather than per step).
+      A step with `uses_autograd = False`
       (GeneratedStep) runs under one `torch.no_grad()` per epoch rather than entering its own.
     flush_denormal: on the CPU, subnormal floats (below 1.2e-38 in float32) are flushed to zero
       while training (`torch.set_flush_denormal`; off again afterwards): a CPU computes with
@@ -313,6 +316,12 @@ def fit(
     train_tensors, train_names = _as_tuple(train_data, "train")
     for t, name in zip(train_tensors, train_names):
         check_finite(t, name)
+    prepare = getattr(step_fn, "prepare", None)
+    if prepare is not None:  # the step's own form of the rows, made once (its targets' dtype and shape)
+        prepared = tuple(prepare(train_tensors))
+        if len(prepared) != len(train_tensors) or any(p.shape[0] != t.shape[0] for p, t in zip(prepared, train_tensors)):
+            raise ValueError("step_fn.prepare must give one tensor per training tensor, with the same rows")
+        train_tensors = prepared
     val_tensors = None
     if val_data is not None:
         val_tensors, val_names = _as_tuple(val_data, "val")

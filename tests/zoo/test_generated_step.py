@@ -383,3 +383,44 @@ def test_fit_runs_a_step_without_autograd_under_no_grad():
         fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=1, batch_size=8, lr=1e-2, progress=False,
             step_fn=Step(model, uses))
     assert seen == {False: {False}, True: {True}, None: {True}}
+
+
+def test_prepare_gives_the_targets_their_float_column_once_and_fit_uses_it():
+    """`GeneratedStep.prepare`: integer binary targets become the model's float dtype as a
+    column [n, 1] (what the loss gradient converted and reshaped at every step); a fit through
+    it follows autograd's trajectory, losses included."""
+    x, c, y = data(n=50, task="binary")
+    model = model_of("cbm", "binary")
+    step = model.generated_step("joint")
+    px, pc, py = step.prepare((x, c, y))
+    assert px is x and pc is c and py.dtype == torch.float64 and py.shape == (50, 1)
+    assert torch.equal(py[:, 0], y.double())
+    assert model_of("cbm").generated_step("joint").prepare((x, c, y))[2] is y  # class ids stay ids
+    assert step.prepare((x, c, y.double().unsqueeze(-1)))[2].shape == (50, 1)
+    runs = {}
+    for backward in ("autograd", "generated"):
+        m = model_of("cbm", "binary")
+        runs[backward] = (m, m.fit((x, c, y), epochs=3, batch_size=16, lr=1e-2, seed=2, progress=False,
+                                   backward=backward))
+    (a, ha), (g, hg) = runs["autograd"], runs["generated"]
+    assert hg["backward"] == "generated"
+    for (n, p), q in zip(a.named_parameters(), g.parameters()):
+        torch.testing.assert_close(q, p, rtol=1e-9, atol=1e-10, msg=lambda m: f"{n}: {m}")
+    torch.testing.assert_close(torch.tensor(hg["train_loss"]), torch.tensor(ha["train_loss"]), rtol=1e-10, atol=1e-12)
+
+
+def test_fit_refuses_a_prepare_that_changes_the_rows():
+    x, c, y = data(n=20)
+    model = model_of("cbm")
+
+    class Bad:
+        uses_autograd = False
+
+        def __call__(self, batch):
+            return None
+
+        def prepare(self, tensors):
+            return tuple(t[:10] for t in tensors)
+
+    with pytest.raises(ValueError, match="prepare must give one tensor per training tensor, with the same rows"):
+        fit(model, lambda m, b: m.loss(b), (x, c, y), epochs=1, batch_size=8, lr=1e-2, progress=False, step_fn=Bad())
