@@ -562,6 +562,13 @@ class GradientPlan:
                 return outputs, [self._value(a, env, body, prefix) for a in s.value.args]
         return outputs, None
 
+    def _output_slot(self, name: str) -> int:
+        """The slot of the output `name` (a KeyError naming the outputs where there is none)."""
+        slot = self._output_slots.get(name)
+        if slot is None:
+            raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(self.output_names)}")
+        return slot
+
     def reads_constant(self, name: str) -> bool:
         """Whether anything still reads the input `name` fixed when planning (a where folded
         with it does not), an output that is it included."""
@@ -720,13 +727,9 @@ class TrainingStep:
     list a call takes."""
 
     def __init__(self, plan: GradientPlan, seeds: Mapping[str, Callable[..., torch.Tensor]]) -> None:
-        slots = plan._output_slots
-        for name in seeds:
-            if name not in slots:
-                raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(plan.output_names)}")
         self.plan, self.seeded = plan, tuple(seeds)
         # run(*inputs, *targets, grads): the function itself, to call under torch.no_grad()
-        self.run, self.params = _emit_step(plan, [(slots[n], fn) for n, fn in seeds.items()])
+        self.run, self.params = _emit_step(plan, [(plan._output_slot(n), fn) for n, fn in seeds.items()])
 
     def __call__(self, inputs: tuple, targets: tuple, grads: list[torch.Tensor]) -> tuple:
         """The seeded outputs' values, for `inputs` (the plan's non-constant inputs in order),
@@ -756,13 +759,10 @@ class Tape:
         """{trainable param name: its gradient} given {output name: d loss / d output} (an output
         left out, or None, contributes nothing); a param no gradient reaches gets None."""
         plan = self.plan
-        slots = plan._output_slots
         seeds: dict[int, torch.Tensor] = {}
         for name, g in grads.items():
-            if name not in slots:
-                raise KeyError(f"{name!r} is not an output of the diagram; its outputs are {', '.join(plan.output_names)}")
+            s = plan._output_slot(name)
             if g is not None:
-                s = slots[name]
                 seeds[s] = g if s not in seeds else seeds[s] + g
         key = tuple(sorted(seeds))
         run = plan._run_backward.get(key)
@@ -899,12 +899,12 @@ def _addmm(v: V) -> Callable[..., Any] | None:
         return None
 
     def fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        w = w.t() if transpose else w
-        if x.dim() == 2:  # the product, then the bias added in place: cheaper than addmm, which
-            return torch.mm(x, w).add_(bias)  # copies the broadcast bias into its result first
-        return torch.matmul(x, w) + bias
+        """Any other rank of x (the written-out expression covers two dimensions)."""
+        return torch.matmul(x, w.t() if transpose else w) + bias
 
-    def inline(call, x, w, bias):  # torch.mm(x, w).add_(bias) if x.dim() == 2 else fused(x, w, bias)
+    def inline(call, x, w, bias):
+        """torch.mm(x, w).add_(bias) if x.dim() == 2 else fused(x, w, bias): the product, then
+        the bias added in place (cheaper than addmm, which copies the broadcast bias first)."""
         w = P.method(w, "t") if transpose else w
         return P.if_exp(_two_dims(x), P.method(P.call(P.path("torch.mm"), x, w), "add_", bias), call)
 
@@ -929,19 +929,8 @@ def _rule_einsum(v: V):
             continue
         vjps.append(_operand_vjp(i, terms, out, batched, keep, matmul))
     linear = _linear(v)
-    if linear is not None:  # x W: the two products written out for two-dimensional x
+    if linear is not None:  # x W: the two products written out for two-dimensional x, the general vjps the fallback
         transpose = linear
-        general = vjps
-
-        def vjp_x(g, y, x, w):
-            if g.dim() == 2:
-                return torch.mm(g, w if transpose else w.t())
-            return general[0](g, y, x, w)
-
-        def vjp_w(g, y, x, w):
-            if g.dim() == 2 and x.dim() == 2:
-                return torch.mm(g.t(), x) if transpose else torch.mm(x.t(), g)
-            return general[1](g, y, x, w)
 
         def inline_x(call, g, y, x, w):
             return P.if_exp(_two_dims(g), P.call(P.path("torch.mm"), g, w if transpose else P.method(w, "t")), call)
@@ -951,7 +940,9 @@ def _rule_einsum(v: V):
                        else P.call(P.path("torch.mm"), P.method(x, "t"), g))
             return P.if_exp(_two_dims(g), P.if_exp(_two_dims(x), product, call), call)
 
-        vjps = [_inlined(vjp_x, inline_x), _inlined(vjp_w, inline_w)]
+        general_x, general_w = vjps  # (`_operand_vjp`'s: a linear layer's terms repeat no label)
+        assert callable(general_x) and callable(general_w)
+        vjps = [_inlined(general_x, inline_x), _inlined(general_w, inline_w)]
     return forward, tuple(vjps)
 
 

@@ -562,7 +562,7 @@ class GeneratedStep:
         if not self._checked:
             self._first(x, c)
         randint = mode == "joint" and model.p_int > 0 and model.training
-        compiled = self._steps.get(randint) or self._compiled(randint)
+        compiled = self._compiled(randint)
         x = model.features(x)
         if len(compiled.inputs) == 1:
             inputs: tuple = (x,)
@@ -591,7 +591,7 @@ class GeneratedStep:
         """At the first batch, the compiled module's input checks: clear errors for a wrong batch."""
         model = self.model
         c_true = None if self.mode in ("concepts", "task") else model.bottleneck_values(c)
-        do = model._all_do if self.mode == "independent" else None if c_true is None else model._no_do  # (no RandInt draw)
+        do = model._all_do if self.mode == "independent" else model._no_do  # (no RandInt draw)
         with torch.no_grad():
             model.diagram(**model._diagram_inputs(x, c_true, do))
         self._checked = True

@@ -348,13 +348,13 @@ def fit(
                    dynamic_ncols=True)
         sizes = torch.tensor([min(batch_size, n - s) for s in range(0, n, batch_size)], dtype=torch.float64)
         model.train()  # (validation puts it back in training mode when it is done)
+        quiet = torch.no_grad() if getattr(step_fn, "uses_autograd", True) is False else contextlib.nullcontext()
         try:
             for epoch in range(1, epochs + 1):
                 order = torch.randperm(n, generator=shuffler)
                 if gather_once:  # one gather per tensor and epoch (moved once); the batches are views of it
                     pieces = list(zip(*(_on(t.index_select(0, order), device).split(batch_size) for t in train_tensors)))
                 losses = []
-                quiet = torch.no_grad() if getattr(step_fn, "uses_autograd", True) is False else contextlib.nullcontext()
                 with quiet:  # (the losses' checks below run outside it)
                     for i, start in enumerate(range(0, n, batch_size)):
                         if gather_once:
