@@ -808,7 +808,16 @@ def _rule_unary(v: V):
     if d is None:
         return (lambda x: f(x, *kw)), (_No(f"{name} (no derivative in penrose.gradients.VJP)"),)
     forward = f if not kw else (lambda x: f(x, *kw))
-    return forward, ((lambda g, y, x: d(g, x, y, *kw)),)
+    vjp = lambda g, y, x: d(g, x, y, *kw)  # noqa: E731
+    kernel = _OUTPUT_KERNELS.get(name)
+    if kernel is not None and not kw:  # written out: torch's backward kernel of (g, y)
+        return forward, (_inlined(vjp, lambda call, g, y, x: P.call(P.path(f"torch.ops.aten.{kernel}.default"), g, y)),)
+    return forward, (vjp,)
+
+
+#: the unary rows whose VJP entry is torch's backward kernel of (g, y), by that kernel's name:
+#: the generated functions write the call out (a test checks each against its VJP entry)
+_OUTPUT_KERNELS = {"sigmoid": "sigmoid_backward", "sigma": "sigmoid_backward", "tanh": "tanh_backward"}
 
 
 def _rule_operator(v: V):
@@ -1055,9 +1064,15 @@ def _rule_where(v: V):
     def ga(g, y, m, a, b):
         return ua(torch.where(fm(m), g, 0.0), a)
 
-    def gb(g, y, m, a, b):
-        return ub(torch.where(fm(m), 0.0, g), b)
+    def gb(g, y, m, a, b):  # (g has the result's shape: masked_fill is where(m, 0, g), one kernel)
+        return ub(g.masked_fill(fm(m), 0.0), b)
 
+    if aligners[0] is None and ub is _fitted:  # written out where b has the result's shape
+        def inline_b(call, g, y, m, a, b):
+            same = P.compare("==", P.attr(g, "shape"), P.attr(b, "shape"))
+            return P.if_exp(same, P.method(g, "masked_fill", m, P.const(0.0)), call)
+
+        gb = _inlined(gb, inline_b)  # type: ignore[assignment]
     return forward, (None, ga, gb)
 
 

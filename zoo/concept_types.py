@@ -142,7 +142,7 @@ class TypedConcepts(ConceptModel):
         (`randint='example'`: one draw per example)."""
         if self.randint == "example":
             return self._example_do(c_true)
-        draw = torch.rand(*c_true.shape[:-1], len(self.spec.concepts), device=c_true.device) < self.p_int
+        draw = self._drawn((*c_true.shape[:-1], len(self.spec.concepts)), c_true.device)
         return draw[..., self._column_concept]
 
     def concept_units(self) -> list[tuple[int, ...]]:

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 from contextlib import contextmanager
-from typing import Any, ClassVar, Iterator, Sequence
+from typing import Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -79,6 +79,7 @@ class ConceptModel(ZooModel):
             raise ValueError(f"randint must be one of {self.RANDINT}, got {randint!r}")
         self.p_int = float(p_int)
         self.randint = randint
+        self._threshold: tuple[tuple, torch.Tensor] | None = None  # (p_int, dtype, device) -> p_int as a tensor
         k = self.sizes["k"]
         if concept_names is None:
             concept_names = tuple(f"c{i}" for i in range(k))
@@ -199,12 +200,20 @@ class ConceptModel(ZooModel):
         with `randint='example'` one draw per example, for all its columns)."""
         if self.randint == "example":
             return self._example_do(c_true)
-        return torch.rand(c_true.shape, device=c_true.device) < self.p_int
+        return self._drawn(c_true.shape, c_true.device)
 
     def _example_do(self, c_true: torch.Tensor) -> torch.Tensor:
         """One RandInt draw per example, spread over all k columns."""
-        draw = torch.rand(*c_true.shape[:-1], 1, device=c_true.device) < self.p_int
-        return draw.expand(c_true.shape)
+        return self._drawn((*c_true.shape[:-1], 1), c_true.device).expand_as(c_true)
+
+    def _drawn(self, shape: Sequence[int], device: torch.device) -> torch.Tensor:
+        """torch.rand(shape) < p_int: each entry True with probability p_int. (p_int is compared
+        as a tensor of rand's dtype, made once: a Python number is converted at every call.)"""
+        draw = torch.rand(shape, device=device)
+        key = (self.p_int, draw.dtype, draw.device)
+        if self._threshold is None or self._threshold[0] != key:
+            self._threshold = (key, torch.tensor(self.p_int, dtype=draw.dtype, device=draw.device))
+        return draw < self._threshold[1]
 
     def concept_index(self, concept: Any, position: int = 0) -> int:
         """The id of a concept given by id or by name; out-of-range ids raise InterventionError."""
@@ -481,19 +490,21 @@ class GeneratedStep:
             self._score_name = found[0]
         self._checked = False
         self._task = model.task
-        self._scales: dict[int, torch.Tensor] = {}  # per batch size: weight / numel (made once)
+        self._scales: dict[int, torch.Tensor] = {}  # per numel n: weight / n, and at -n the task's 1 / n (made once)
+        self._row_weights: dict[torch.dtype, torch.Tensor] = {}  # per dtype: weight / k (made once)
         self._kept: list[tuple[Any, ...]] = []  # per step: (y, y target, scores, concept target, weight)
         self._done: list[torch.Tensor] = []
         self._weight = None if mode in ("concepts", "task") else model.concept_weights
         seeds: dict[str, Any] = {}
         if mode != "concepts":
-            seeds["y"] = functools.partial(task_loss_grad, task=self._task)
+            seeds["y"] = self._task_grad if self._task == "binary" else functools.partial(task_loss_grad, task=self._task)
         if mode != "task":
             if self._score_name in seeds:
                 raise NoGeneratedBackward("the concept scores are the task output 'y'")
             seeds[self._score_name] = self._concept_grad
         self._seeds = seeds
         self._steps: dict[bool, _Compiled] = {}  # RandInt drawn or not -> the step written for it
+        self._joint = mode == "joint"  # (RandInt draws only then)
 
     def prepare(self, tensors: tuple) -> tuple:
         """The training tensors (x, c, y) as the step reads them best, once per `fit`: a binary or
@@ -557,25 +568,40 @@ class GeneratedStep:
         return made
 
     def _step(self, batch: tuple) -> tuple[Any, ...]:
-        model, mode = self.model, self.mode
         x, c, y = batch
         if not self._checked:
             self._first(x, c)
-        randint = mode == "joint" and model.p_int > 0 and model.training
-        compiled = self._compiled(randint)
+        model = self.model
+        randint = self._joint and model.training and model.p_int > 0
+        compiled = self._steps.get(randint) or self._compiled(randint)
         x = model.features(x)
-        if len(compiled.inputs) == 1:
+        if compiled.order is None:  # x alone
             inputs: tuple = (x,)
         else:  # c_true (and do) given at each step
             c_true = model.bottleneck_values(c)
             if isinstance(x, torch.Tensor) and c_true.shape[:-1] != x.shape[:-1]:
                 model._diagram_inputs(x, c_true, None)  # its error for a batch of another shape
-            given = {"x": x, "c_true": c_true, "do": model.random_do(c_true) if randint else None}
-            inputs = tuple(given[n] for n in compiled.inputs)
-        targets = (y, c) if mode in ("joint", "independent") else (y,) if mode == "task" else (c,)  # the seeds' order
-        values = compiled.step.run(*inputs, *targets, compiled.grads())
-        task = (values[0], y) if mode != "concepts" else (None, None)
-        return (*task, values[-1], c, self._weight) if mode != "task" else (*task, None, None, None)
+            inputs = (x, c_true, model.random_do(c_true) if randint else None)
+            if compiled.order is not _XCD:
+                inputs = tuple(inputs[i] for i in compiled.order)
+        mode = self.mode
+        if mode == "joint" or mode == "independent":  # the seeds' order
+            values = compiled.run(*inputs, y, c, compiled.grads())
+            return values[0], y, values[-1], c, self._weight
+        if mode == "task":
+            return compiled.run(*inputs, y, compiled.grads())[0], y, None, None, None
+        return None, None, compiled.run(*inputs, c, compiled.grads())[-1], c, self._weight
+
+    def _task_grad(self, y: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """d BCE / d y for a binary task, `task_loss_grad`'s (σ(y) − t) / N with 1 / N a tensor
+        made once per batch size (a Python number is converted at every call)."""
+        if t.shape != y.shape:
+            t = t.reshape(y.shape)
+        n = y.numel()
+        scale = self._scales.get(-n)
+        if scale is None or scale.dtype != y.dtype or scale.device != y.device:
+            scale = self._scales[-n] = torch.tensor(1.0 / n, dtype=y.dtype, device=y.device)
+        return torch.sigmoid(y).sub_(t).mul_(scale)
 
     def _concept_grad(self, scores: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
         """d concept loss / d scores: Σ_k w_k · mean BCE_k / k's gradient (the plain mean in
@@ -597,28 +623,49 @@ class GeneratedStep:
         self._checked = True
 
     def _flush(self) -> None:
-        """The kept steps' losses, computed together: per-element losses of the concatenated
-        logits, summed per step, over each step's count (each step's mean, as `loss` takes it)."""
+        """The kept steps' losses, computed together: per-example losses of the concatenated
+        logits (the task's and the weighted concepts', added where both have one row per
+        example), then each step's mean (as `loss` takes it)."""
         kept, self._kept = self._kept, []
         if not kept:
             return
-        total: torch.Tensor | None = None
+        parts = []
         if kept[0][0] is not None:
-            total = _per_step_means([k[0] for k in kept], [k[1] for k in kept], None, self.model.task)
+            parts.append(_row_losses([k[0] for k in kept], [k[1] for k in kept], self.model.task))
         if kept[0][2] is not None:
-            concept = _per_step_means([k[2] for k in kept], [k[3] for k in kept], kept[0][4], "concepts")
-            total = concept if total is None else total + concept
-        assert total is not None
+            parts.append(_row_losses([k[2] for k in kept], [k[3] for k in kept], "concepts", self._concept_row_weight))
+        if len(parts) == 2 and parts[0][1] == parts[1][1]:  # the same rows: one mean of their sum
+            parts = [(parts[0][0].add_(parts[1][0]), parts[0][1])]
+        total = _step_means(*parts[0])
+        for rows, counts in parts[1:]:
+            total = total + _step_means(rows, counts)
         self._done.append(total)
+
+    def _concept_row_weight(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """w / k, what a row's concept losses are weighed by to give its share of the mean."""
+        w = self._weight
+        if w is None:
+            return None
+        row = self._row_weights.get(dtype)
+        if row is None:
+            row = self._row_weights[dtype] = w.to(dtype) / w.numel()
+        return row
 
 
 class _Compiled:
-    """A `TrainingStep`, the names of the inputs it takes and the params its gradients go to."""
+    """A `TrainingStep` (`run` its emitted function), the names of its inputs, the params its
+    gradients go to, and where its inputs come from: `order` indexes (x, c_true, do) in the
+    step's input order (None: x alone; `_XCD`: that order)."""
 
-    __slots__ = ("step", "inputs", "params")
+    __slots__ = ("step", "run", "inputs", "order", "params")
 
     def __init__(self, step: Any, inputs: list[str], params: list[torch.nn.Parameter]) -> None:
-        self.step, self.inputs, self.params = step, inputs, params
+        self.step, self.run, self.inputs, self.params = step, step.run, inputs, params
+        if inputs == ["x"]:
+            self.order: tuple[int, ...] | None = None
+        else:
+            order = tuple(("x", "c_true", "do").index(n) for n in inputs)
+            self.order = _XCD if order == _XCD else order
 
     def grads(self) -> list[torch.Tensor]:
         """Each param's `.grad` (zeros made where it has none), for the step to add to."""
@@ -629,6 +676,9 @@ class _Compiled:
                     p.grad = torch.zeros_like(p)
             grads = [p.grad for p in self.params]
         return grads  # type: ignore[return-value]
+
+
+_XCD = (0, 1, 2)
 
 
 def _example_outputs(model: ConceptModel) -> Any:
@@ -643,38 +693,42 @@ def _example_outputs(model: ConceptModel) -> Any:
         model.train(was)
 
 
-def _per_step_means(logits: list[torch.Tensor], targets: list[torch.Tensor], weight: torch.Tensor | None,
-                    kind: str) -> torch.Tensor:
-    """Each step's mean loss from its logits and targets: `task_loss` (kind a task) or the
-    weighted concept BCE (kind 'concepts'), computed for all the steps at once."""
+def _row_losses(logits: list[torch.Tensor], targets: list[torch.Tensor], kind: str,
+                row_weight: Callable[[torch.dtype], torch.Tensor | None] | None = None) -> tuple[torch.Tensor, tuple[int, ...]]:
+    """The steps' losses per example row (every leg but the last), concatenated, and each step's
+    count of rows: `task_loss` (kind a task; a row's mean over its outputs) or the concept BCE
+    (kind 'concepts'; a row's Σ_k w_k BCE_k / k, `row_weight(dtype)` giving w / k, or its mean
+    without weights). Each step's mean of its rows is its loss."""
     z = torch.cat(logits)
+    counts = tuple(lg.numel() // lg.shape[-1] for lg in logits)
     if kind == "multiclass":
-        rows = z.reshape(-1, z.shape[-1])
         t = torch.cat([t.reshape(-1) for t in targets])
-        per = F.cross_entropy(rows, t if t.dtype == torch.long else t.long(), reduction="none")
-        counts = [lg.numel() // lg.shape[-1] for lg in logits]
-    elif kind == "concepts":
-        t = torch.cat(targets).to(z.dtype)
-        per = F.binary_cross_entropy_with_logits(z, t, weight=weight, reduction="none").reshape(-1)
-        counts = [lg.numel() for lg in logits]
+        rows = F.cross_entropy(z.reshape(-1, z.shape[-1]), t if t.dtype == torch.long else t.long(), reduction="none")
+        return rows, counts
+    same = all(t.shape[1:] == targets[0].shape[1:] for t in targets)  # (one cat, then one reshape)
+    t = (torch.cat(targets) if same else torch.cat([t.reshape(-1) for t in targets])).reshape(z.shape).to(z.dtype)
+    if kind in ("binary", "concepts"):
+        per = F.binary_cross_entropy_with_logits(z, t, reduction="none")
+    elif kind == "regression":
+        per = (z - t) ** 2
     else:
-        z = z.reshape(-1)
-        same = all(t.shape[1:] == targets[0].shape[1:] for t in targets)  # (one cat, then one reshape)
-        t = (torch.cat(targets).reshape(-1) if same else torch.cat([t.reshape(-1) for t in targets])).to(z.dtype)
-        if kind == "binary":
-            per = F.binary_cross_entropy_with_logits(z, t, reduction="none")
-        elif kind == "regression":
-            per = (z - t) ** 2
-        else:
-            raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {kind!r}")
-        counts = [lg.numel() for lg in logits]
+        raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {kind!r}")
+    per = per.reshape(-1, per.shape[-1])
+    w = row_weight(per.dtype) if row_weight is not None else None
+    if w is not None:
+        return torch.mv(per, w), counts
+    return (per.reshape(-1) if per.shape[-1] == 1 else per.mean(-1)), counts
+
+
+def _step_means(rows: torch.Tensor, counts: tuple[int, ...]) -> torch.Tensor:
+    """Each step's mean of its rows (counts[i] rows for step i, in order)."""
     if len(set(counts)) == 1:  # steps of one size: a row per step
-        return per.reshape(len(counts), -1).mean(1)
+        return rows.reshape(len(counts), -1).mean(1)
     # steps of several sizes (an epoch's last, shorter batch): each step's mean as one product
-    # with a matrix of 1/count over its elements (made once per set of sizes), else one segmented mean
-    if len(counts) * per.numel() > _MEANS_LIMIT:
-        return torch.segment_reduce(per, "mean", lengths=torch.tensor(counts, device=per.device))
-    return torch.mv(_step_means_matrix(tuple(counts), per.dtype, per.device), per)
+    # with a matrix of 1/count over its rows (made once per set of sizes), else one segmented mean
+    if len(counts) * rows.numel() > _MEANS_LIMIT:
+        return torch.segment_reduce(rows, "mean", lengths=torch.tensor(counts, device=rows.device))
+    return torch.mv(_step_means_matrix(counts, rows.dtype, rows.device), rows)
 
 
 _MEANS_LIMIT = 1 << 20  # entries of the largest matrix `_step_means_matrix` makes

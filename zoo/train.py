@@ -391,15 +391,17 @@ def fit(
                     values = torch.cat([torch.stack(losses).reshape(-1).to(given), given]) if losses else given
                     if values.numel() != steps_per_epoch:
                         raise ValueError(f"step_fn gave {values.numel()} losses for the {steps_per_epoch} steps of epoch {epoch}")
-                    values = values.double()
                 else:
-                    values = torch.stack(losses).double()
-                finite = torch.isfinite(values)
-                if not bool(finite.all()):
-                    bad = int((~finite).nonzero()[0, 0])
-                    raise NonFiniteLossError(step - steps_per_epoch + bad, epoch, float(values[bad]))
+                    values = torch.stack(losses)
+                values = values.detach().cpu().double()
+                mean = float(values @ sizes) / n  # (one host read per epoch; a non-finite loss makes it non-finite)
+                if not math.isfinite(mean):
+                    finite = torch.isfinite(values)
+                    if not bool(finite.all()):
+                        bad = int((~finite).nonzero()[0, 0])
+                        raise NonFiniteLossError(step - steps_per_epoch + bad, epoch, float(values[bad]))
                 history["epoch"].append(epoch)
-                history["train_loss"].append(float((values.cpu() * sizes).sum() / n))
+                history["train_loss"].append(mean)
                 if val_tensors is not None and (epoch % val_every == 0 or epoch == epochs):
                     res = _evaluate(model, loss_fn, val_tensors, max(batch_size, 1024), device,
                                     metric_fn, step, epoch)

@@ -322,6 +322,30 @@ def test_written_out_torch_calls_and_their_fallbacks_agree_with_autograd(batch):
     assert "torch.mm(" in source and "if" in source, source
 
 
+WHERE_HEAD = ("dim f = 4, k = 3\ninput x[f]\ninput c_true[k]\ninput do[k] : bool\nparam W[f, k] ~ normal\n"
+              "param s[k] ~ normal\n")
+
+
+@pytest.mark.parametrize("body, written", [
+    ("h = einsum('f,fk->k', x, W)\nc = where(do, c_true, sigmoid(h))\noutput c", ["masked_fill(", "sigmoid_backward"]),
+    ("h = einsum('f,fk->k', x, W)\nc = where(do, c_true, tanh(h))\noutput c", ["masked_fill(", "tanh_backward"]),
+    ("h = einsum('f,fk->k', x, W)\nc = where(do, sigmoid(s), h)\noutput c", ["sigmoid_backward"]),
+    ("h = einsum('f,fk->k', x, W)\nc = where(do, c_true, s) * sigmoid(h)\noutput c", ["sigmoid_backward"]),
+])
+@pytest.mark.parametrize("batch", [(5,), (2, 3)])
+def test_written_out_where_and_output_kernel_vjps_agree_with_autograd(body, written, batch):
+    """A where's gradient to its second branch is written out as `g.masked_fill(m, 0)` where
+    that branch has the result's shape (else the general function: a parameter broadcast along
+    the batch sums it), and a sigmoid's or tanh's as torch's backward kernel of (g, y): the
+    same gradients as autograd either way."""
+    import linecache
+
+    plan = agree(WHERE_HEAD + body, batch)
+    source = "".join(linecache.getlines(plan._run_backward[next(iter(plan._run_backward))].__code__.co_filename))
+    for text in written:
+        assert text in source, source
+
+
 def _linear_module():
     checked, compiled = _load_quiet(LINEAR)
     return compiled.double()

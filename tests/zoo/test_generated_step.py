@@ -87,7 +87,8 @@ def test_one_step_is_autograds(name, mode):
 
 
 @pytest.mark.parametrize("sizes", [[16, 16, 16, 5], [16, 16], [5, 16, 9], [7]])
-@pytest.mark.parametrize("name, task", [("cem", "multiclass"), ("cbm", "binary")])
+@pytest.mark.parametrize("name, task", [("cem", "multiclass"), ("cbm", "binary"), ("weighted", "regression"),
+                                        ("cbm_randint_example", "binary")])
 @pytest.mark.parametrize("segmented", [False, True])
 def test_epoch_losses_are_each_steps_loss(sizes, name, task, segmented, monkeypatch):
     """Steps of several sizes: each step's mean as one matrix-vector product, or (past the
@@ -127,6 +128,63 @@ def test_fit_follows_autograds_trajectory(name, mode):
         torch.testing.assert_close(torch.tensor(h2["train_loss"]), torch.tensor(h1["train_loss"]), rtol=1e-10, atol=1e-12)
         torch.testing.assert_close(torch.tensor(h2["val_loss"]), torch.tensor(h1["val_loss"]), rtol=1e-10, atol=1e-12)
         assert h2["backward"] == "generated" and h1["backward"].startswith("autograd")
+
+
+@pytest.mark.parametrize("mode", ["concepts", "task", "independent"])
+@pytest.mark.parametrize("name, task", [("weighted", "binary"), ("cem", "multiclass"), ("cbm", "regression")])
+def test_epoch_losses_in_every_mode(name, task, mode):
+    """The losses computed together per example row (the task's and the weighted concepts',
+    added where both are there) are each step's `loss(batch, mode)`, in the stages of sequential
+    training too (one of the two terms alone, the concepts unweighted)."""
+    model = model_of(name, task)
+    step = model.generated_step(mode)
+    batches = [data(n=n, seed=s, task=task) for s, n in enumerate([16, 16, 9])]
+    want = [model.loss(b, mode).detach() for b in batches]
+    for b in batches:
+        step(b)
+    torch.testing.assert_close(step.epoch_losses(), torch.stack(want), rtol=1e-12, atol=1e-12)
+
+
+def test_step_losses_of_rows_that_do_not_line_up():
+    """Regression guard for the row-wise sum: a task read per example and concepts per example
+    and position have rows of different counts; each is then averaged per step on its own."""
+    from penrose_zoo.concepts import _row_losses, _step_means
+
+    g = torch.Generator().manual_seed(0)
+    sizes = [4, 4, 3]
+    zt = [torch.randn(n, 1, generator=g, dtype=torch.float64) for n in sizes]
+    tt = [(torch.rand(n, 1, generator=g) > 0.5).double() for n in sizes]
+    zc = [torch.randn(n, 5, 2, generator=g, dtype=torch.float64) for n in sizes]
+    tc = [(torch.rand(n, 5, 2, generator=g) > 0.5).double() for n in sizes]
+    w = torch.tensor([1.0, 3.0], dtype=torch.float64)
+    task_rows, task_counts = _row_losses(zt, tt, "binary")
+    concept_rows, concept_counts = _row_losses(zc, tc, "concepts", lambda dtype: (w / 2).to(dtype))
+    assert task_counts == (4, 4, 3) and concept_counts == (20, 20, 15)
+    got = _step_means(task_rows, task_counts) + _step_means(concept_rows, concept_counts)
+    bce = torch.nn.functional.binary_cross_entropy_with_logits
+    want = torch.stack([bce(a, b) + bce(c, d, weight=w) for a, b, c, d in zip(zt, tt, zc, tc)])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("randint", ["concept", "example"])
+def test_randint_draw_is_rand_below_p_int(dtype, randint):
+    """RandInt compares torch.rand with p_int held as a tensor (made once): the same mask as
+    `torch.rand(shape) < p_int`, in the default dtype rand draws in; a changed p_int is read again."""
+    model = penrose_zoo.ConceptBottleneckModel(f=F, k=K, p_int=0.3, randint=randint)
+    c = torch.zeros(64, K)
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        for p in (0.3, 0.1, 0.7):
+            model.p_int = p
+            torch.manual_seed(5)
+            got = model.random_do(c)
+            torch.manual_seed(5)
+            want = torch.rand(64, K if randint == "concept" else 1) < p
+            assert torch.equal(got, want.expand(64, K))
+    finally:
+        torch.set_default_dtype(old)
 
 
 def test_loss_returns_its_own_steps_loss_after_deferred_steps():
