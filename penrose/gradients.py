@@ -17,8 +17,9 @@ set of outputs given a gradient) the backward, built as a tree from slot numbers
 of the diagram, `penrose.pyast`); running the plan is calling them under `torch.no_grad()`: no
 graph is recorded, no loop over steps runs, and nothing reads text at run time. A training step
 (`training_step`) is one such function from the inputs to the gradients added to the params'
-tensors. The commonest rules (a linear layer, its vjps, a bias's gradient) are written out there
-as torch calls with their general function as the fallback (`_inlined`).
+tensors. The commonest rules (a contraction that is one matrix product of views, a linear layer
+among them, and its vjps; a bias's gradient; an operator on operands that line up) are written
+out there as torch calls with their general function as the fallback (`_inlined`).
 
 Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
 operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no gradient), einsum
@@ -432,7 +433,7 @@ class GradientPlan:
         fn, rules = rule.plan(v, _Reads(v, body, self.training, self.checked)) if isinstance(rule, _Reading) else rule(v)
         out = self._add(v, args, fn, rules, v.type.dtype == "float")
         fused = _addmm(v)
-        if fused is not None:  # x W + b as one addmm: the product's step computes nothing on its own
+        if fused is not None:  # x W + b as one step (mm, then add_): the product's step computes nothing on its own
             product = next(s for s in self._steps if s.out == args[0])
             self._fused[product.out] = (out, product.args + args[1:], fused)
         return out
@@ -830,7 +831,11 @@ def _rule_operator(v: V):
     fn = _OPERATORS.get(op)
     if fn is None:
         raise NoGeneratedBackward(f"the operator {op} has no generated backward", v.span)
-    forward = fn if al[0] is None and al[1] is None else (lambda a, b: fn(fa(a), fb(b)))
+    if al[0] is None and al[1] is None:  # written out as the operator itself
+        written = (lambda call, a, b: P.compare(op, a, b)) if op in P.CMPOPS else (lambda call, a, b: P.binop(op, a, b))
+        forward = _inlined(lambda a, b: fn(a, b), written)
+    else:
+        forward = lambda a, b: fn(fa(a), fb(b))  # noqa: E731
     if op in ("<", "<=", ">", ">=", "==", "!=", "//"):
         return forward, (None, None)
     if op == "+":
@@ -896,28 +901,28 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 
 
 def _addmm(v: V) -> Callable[..., Any] | None:
-    """For `einsum('c,cq->q', x, W) + b` (x batched, W and b not): the function
-    (x, W, b) -> torch.addmm(b, x, W) for a two-dimensional x (else the product plus b)."""
+    """For `x ⋅ W + b` (a contraction `_Blocks` writes as one matrix product, b unbatched with
+    the product's legs): the function (operands..., b) -> the product plus b, written out as
+    `torch.mm(...).add_(b)` for a batch of one dimension (cheaper than addmm, which copies the
+    broadcast bias first), the general contraction plus b its fallback."""
     if v.key != "+" or len(v.args) != 2:
         return None
     e, b = v.args
-    transpose = _linear(e) if e.op == "einsum" else None
-    if transpose is None or b.type.dtype != "float" or b.type.batched or e.args[0].type.dtype != "float":
+    blocks = _Blocks.of(e) if e.op == "einsum" else None
+    if blocks is None or b.type.dtype != "float" or b.type.batched:
         return None
-    if b.legs != e.legs or v.legs != e.legs or v.of(Aligned).alignment != ((0,), (0,)):
+    legs = tuple(range(len(e.legs)))
+    if b.legs != e.legs or v.legs != e.legs or v.of(Aligned).alignment != (legs, legs):
         return None
+    ein = e.of(Einsum)
+    contract = _contraction(ein.terms, tuple(ein.out), tuple(x.type.batched for x in e.args), True)
 
     def fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
-        """Any other rank of x (the written-out expression covers two dimensions)."""
-        return torch.matmul(x, w.t() if transpose else w) + bias
+        """Any other rank of the batch (the written-out expression covers one dimension)."""
+        return contract(x, w) + bias
 
-    def inline(call, x, w, bias):
-        """torch.mm(x, w).add_(bias) if x.dim() == 2 else fused(x, w, bias): the product, then
-        the bias added in place (cheaper than addmm, which copies the broadcast bias first)."""
-        w = P.method(w, "t") if transpose else w
-        return P.if_exp(_two_dims(x), P.method(P.call(P.path("torch.mm"), x, w), "add_", bias), call)
-
-    return _inlined(fused, inline)
+    i = blocks.i
+    return _inlined(fused, lambda call, a, b, bias: blocks.product(call, (a, b)[i], (a, b)[1 - i], bias))
 
 
 def _rule_neg(v: V):
@@ -937,21 +942,15 @@ def _rule_einsum(v: V):
             vjps.append(_diagonal_vjp(i, terms, out, batched, keep))
             continue
         vjps.append(_operand_vjp(i, terms, out, batched, keep, matmul))
-    linear = _linear(v)
-    if linear is not None:  # x W: the two products written out for two-dimensional x, the general vjps the fallback
-        transpose = linear
-
-        def inline_x(call, g, y, x, w):
-            return P.if_exp(_two_dims(g), P.call(P.path("torch.mm"), g, w if transpose else P.method(w, "t")), call)
-
-        def inline_w(call, g, y, x, w):
-            product = (P.call(P.path("torch.mm"), P.method(g, "t"), x) if transpose
-                       else P.call(P.path("torch.mm"), P.method(x, "t"), g))
-            return P.if_exp(_two_dims(g), P.if_exp(_two_dims(x), product, call), call)
-
-        general_x, general_w = vjps  # (`_operand_vjp`'s: a linear layer's terms repeat no label)
-        assert callable(general_x) and callable(general_w)
-        vjps = [_inlined(general_x, inline_x), _inlined(general_w, inline_w)]
+    blocks = _Blocks.of(v)
+    if blocks is not None:  # one matrix product of views: the product and its vjps written out, the general functions the fallback
+        i = blocks.i
+        general_a, general_b = vjps  # (`_operand_vjp`'s: the terms repeat no label)
+        assert callable(general_a) and callable(general_b)
+        forward = _inlined(forward, lambda call, a, b: blocks.product(call, (a, b)[i], (a, b)[1 - i]))
+        inline_x = lambda call, g, y, a, b: blocks.grad_x(call, g, (a, b)[i], (a, b)[1 - i])  # noqa: E731
+        inline_w = lambda call, g, y, a, b: blocks.grad_w(call, g, (a, b)[i], (a, b)[1 - i])  # noqa: E731
+        vjps = [_inlined(general_a, inline_x if i == 0 else inline_w), _inlined(general_b, inline_w if i == 0 else inline_x)]
     return forward, tuple(vjps)
 
 
@@ -1009,18 +1008,116 @@ def _broadcasts(e: V) -> bool:
     return False
 
 
-def _linear(e: V) -> bool | None:
-    """For `einsum('c,cq->q', x, W)` (x batched, W not; or W written [q, c]): whether W is
-    written [q, c] (transposed); None for any other contraction."""
-    if e.key != "einsum" or len(e.args) != 2 or _broadcasts(e):
+class _Blocks:
+    """A contraction of a batched operand x and an unbatched w that is one matrix product of
+    views at a batch of one dimension: x's term Px ++ C, w's C ++ Q (or Q ++ C, `transpose`),
+    the result Px ++ Q (the batch kept). x [N, Px, C] is the matrix [N·Px, C], w [C, Q] (or
+    [Q, C]), the result [N·Px, Q]; C is never empty, Px and Q may be (Q empty: a matrix-vector
+    product). `i` is x's operand position. A linear layer `einsum('c,cq->q', x, W)` is the
+    case of one label each. The trees (`penrose.pyast`) are the torch calls the generated
+    functions write out, guarded by the batch's rank."""
+
+    __slots__ = ("i", "np", "nc", "nq", "transpose")
+
+    def __init__(self, i: int, np: int, nc: int, nq: int, transpose: bool) -> None:
+        self.i, self.np, self.nc, self.nq, self.transpose = i, np, nc, nq, transpose
+
+    @staticmethod
+    def of(e: V) -> _Blocks | None:
+        if e.key != "einsum" or len(e.args) != 2 or _broadcasts(e):
+            return None
+        ein = e.of(Einsum)
+        if ein.sum_batch or any(x.type.dtype != "float" for x in e.args):
+            return None
+        batched = [x.type.batched for x in e.args]
+        if batched.count(True) != 1:
+            return None
+        i = batched.index(True)
+        a, w, out = tuple(ein.terms[i]), tuple(ein.terms[1 - i]), tuple(ein.out)
+        if any(len(set(t)) != len(t) for t in (a, w, out)):
+            return None
+        c = tuple(lab for lab in a if lab in w)
+        p = tuple(lab for lab in a if lab not in w)
+        q = tuple(lab for lab in w if lab not in a)
+        if not c or a != p + c or out != p + q or any(lab in out for lab in c):
+            return None
+        if w == c + q:
+            return _Blocks(i, len(p), len(c), len(q), False)
+        if q and w == q + c:
+            return _Blocks(i, len(p), len(c), len(q), True)
         return None
-    ein = e.of(Einsum)
-    (t1, t2), out = ein.terms, tuple(ein.out)
-    if ein.sum_batch or len(t1) != 1 or len(t2) != 2 or len(out) != 1 or t1[0] not in t2 or out[0] not in t2 or t1[0] == out[0]:
-        return None
-    if not (e.args[0].type.batched and not e.args[1].type.batched):
-        return None
-    return t2 != (t1[0], out[0])
+
+    # the operands as matrices (trees)
+    def _x2(self, x: Any) -> Any:
+        """x [N, Px, C] as [N·Px, C]."""
+        if self.np:
+            x = P.method(x, "flatten", P.const(0), P.const(self.np))
+        return P.method(x, "flatten", P.const(1)) if self.nc > 1 else x
+
+    def _w2(self, w: Any) -> Any:
+        """w as the matrix [C, Q] ([Q, C] where transposed), or the vector [C] where Q is empty."""
+        if not self.nq:
+            return P.method(w, "flatten") if self.nc > 1 else w
+        first, second = (self.nq, self.nc) if self.transpose else (self.nc, self.nq)
+        if first > 1:
+            w = P.method(w, "flatten", P.const(0), P.const(first - 1))
+        return P.method(w, "flatten", P.const(1)) if second > 1 else w
+
+    def _g2(self, g: Any) -> Any:
+        """The result's gradient [N, Px, Q] as [N·Px, Q] (the vector [N·Px] where Q is empty)."""
+        if not self.nq:
+            return P.method(g, "flatten") if self.np else g
+        if self.np:
+            g = P.method(g, "flatten", P.const(0), P.const(self.np))
+        return P.method(g, "flatten", P.const(1)) if self.nq > 1 else g
+
+    def _rank(self, t: Any, legs: int) -> Any:
+        """The tree of `t.dim() == 1 + legs` (a batch of one dimension)."""
+        return P.compare("==", P.method(t, "dim"), P.const(1 + legs))
+
+    @staticmethod
+    def _viewed(r: Any, shape: Any, needed: bool) -> Any:
+        return P.method(r, "view", shape) if needed else r
+
+    def product(self, call: Any, x: Any, w: Any, bias: Any = None) -> Any:
+        """x ⋅ w (plus `bias`, added in place) for a batch of one dimension, else `call`."""
+        x2, w2 = self._x2(x), self._w2(w)
+        if not self.nq:
+            r = P.call(P.path("torch.mv"), x2, w2)
+            shape = P.subscript(P.attr(x, "shape"), P.slice_(None, 1 + self.np))
+            r = self._viewed(r, shape, self.np > 0)
+        else:
+            r = P.call(P.path("torch.mm"), x2, P.method(w2, "t") if self.transpose else w2)
+            q = (P.subscript(P.attr(w, "shape"), P.slice_(None, self.nq)) if self.transpose
+                 else P.subscript(P.attr(w, "shape"), P.slice_(self.nc, None)))
+            shape = P.binop("+", P.subscript(P.attr(x, "shape"), P.slice_(None, 1 + self.np)), q)
+            r = self._viewed(r, shape, self.np > 0 or self.nq > 1)
+        if bias is not None:
+            r = P.method(r, "add_", bias)
+        return P.if_exp(self._rank(x, self.np + self.nc), r, call)
+
+    def grad_x(self, call: Any, g: Any, x: Any, w: Any) -> Any:
+        """d/dx: g [N·Px, Q] ⋅ wᵀ at x's shape, for a batch of one dimension, else `call`."""
+        g2, w2 = self._g2(g), self._w2(w)
+        if not self.nq:
+            r = P.call(P.path("torch.outer"), g2, w2)
+        else:
+            r = P.call(P.path("torch.mm"), g2, w2 if self.transpose else P.method(w2, "t"))
+        r = self._viewed(r, P.attr(x, "shape"), self.np > 0 or self.nc > 1)
+        return P.if_exp(self._rank(g, self.np + self.nq), P.if_exp(self._rank(x, self.np + self.nc), r, call), call)
+
+    def grad_w(self, call: Any, g: Any, x: Any, w: Any) -> Any:
+        """d/dw: x [N·Px, C]ᵀ ⋅ g summed over the rows, at w's shape, else `call`."""
+        x2, g2 = self._x2(x), self._g2(g)
+        if not self.nq:
+            r = P.call(P.path("torch.mv"), P.method(x2, "t"), g2)
+            needed = self.nc > 1
+        else:
+            r = (P.call(P.path("torch.mm"), P.method(g2, "t"), x2) if self.transpose
+                 else P.call(P.path("torch.mm"), P.method(x2, "t"), g2))
+            needed = self.nc > 1 or self.nq > 1
+        r = self._viewed(r, P.attr(w, "shape"), needed)
+        return P.if_exp(self._rank(g, self.np + self.nq), P.if_exp(self._rank(x, self.np + self.nc), r, call), call)
 
 
 def _einsum_vjp(i: int, contract: Callable, kept: tuple[str, ...], term: tuple[str, ...], expand: list[int]) -> Callable:

@@ -322,6 +322,54 @@ def test_written_out_torch_calls_and_their_fallbacks_agree_with_autograd(batch):
     assert "torch.mm(" in source and "if" in source, source
 
 
+BLOCKS_HEAD = "dim f = 4, k = 3, e = 2, r = 5\ninput x[f]\ninput z[k, e]\nparam A[k, e] ~ normal\nu = z * A\n"  # u: a gradient to it
+
+
+@pytest.mark.parametrize("body, written", [
+    # x [f] . W [f, k, e] + b [k, e]: Q of two legs, the bias fused (.add_)
+    ("param W[f, k, e] ~ normal\nparam b[k, e] ~ normal\ny = einsum('f,fke->ke', x, W) + b\noutput y", ["torch.mm(", ".add_("]),
+    # u [k, e] . S [e]: Px = k, Q empty (a matrix-vector product, its vjps outer and mv)
+    ("param S[e] ~ normal\ny = einsum('ke,e->k', u, S)\noutput y", ["torch.mv(", "torch.outer("]),
+    # u [k, e] . W [k, e, r]: C of two legs
+    ("param W[k, e, r] ~ normal\ny = einsum('ke,ker->r', u, W)\noutput y", ["torch.mm("]),
+    # the unbatched operand first, W written [r, k, e] (transposed), Px = f... none: u . W^T
+    ("param W[r, k, e] ~ normal\ny = einsum('rke,ke->r', W, u)\noutput y", ["torch.mm("]),
+    # Px = k and Q = r, W [e, r]: per concept the same map
+    ("param W[e, r] ~ normal\nparam b[k, r] ~ normal\ny = einsum('ke,er->kr', u, W) + b\noutput y", ["torch.mm(", ".add_("]),
+])
+@pytest.mark.parametrize("batch", [(5,), (2, 3), ()])
+def test_written_out_block_contractions_agree_with_autograd(body, written, batch):
+    """A contraction that is one matrix product of views (x [N, Px, C] as [N·Px, C], w [C, Q]
+    or [Q, C]) is written out with its vjps as torch.mm / mv / outer calls for a batch of one
+    dimension and falls back to the general functions for others: the same values and
+    gradients either way."""
+    import linecache
+
+    plan = agree(BLOCKS_HEAD + body, batch)
+    source = "".join(linecache.getlines(plan._run_forward.__code__.co_filename))
+    backward = plan._run_backward[next(iter(plan._run_backward))]
+    source += "".join(linecache.getlines(backward.__code__.co_filename))
+    for text in written:
+        assert text in source, source
+
+
+def test_contractions_written_out_only_where_one_matrix_product_fits():
+    """A label both operands keep (a batched matrix product), a repeated label, a summed batch
+    and a term whose legs need a permutation are not written out (the general functions run)."""
+    from penrose.gradients import _Blocks
+
+    def blocks(body):
+        checked, _ = _load_quiet(BLOCKS_HEAD + body)
+        v = [s.value for s in checked.stmts if s.value is not None][1]
+        return _Blocks.of(v)
+
+    assert blocks("param W[f, k] ~ normal\ny = einsum('f,fk->k', x, W)\noutput y") is not None
+    assert blocks("param W[k, e, r] ~ normal\ny = einsum('ke,ker->kr', u, W)\noutput y") is None  # k kept by both
+    assert blocks("param W[e, k] ~ normal\ny = einsum('ke,ek->', u, W)\noutput y") is None  # u's legs need permuting
+    assert blocks("param W[r, e] ~ normal\ny = einsum('ke,re->kr', u, W)\noutput y") is not None  # transposed W
+    assert blocks("param W[e, r, k] ~ normal\ny = einsum('ke,erk->r', u, W)\noutput y") is None  # W's C legs split
+
+
 WHERE_HEAD = ("dim f = 4, k = 3\ninput x[f]\ninput c_true[k]\ninput do[k] : bool\nparam W[f, k] ~ normal\n"
               "param s[k] ~ normal\n")
 
