@@ -4,10 +4,15 @@
     python bench/pyc.py --quick                # 1 seed, 30 epochs, fewer rows (PENROSE_REDUCED=1 does the same)
     python bench/pyc.py --sets trigonometry --seeds 0 1 2 --epochs 100
     python bench/pyc.py --sets dot xor --models cbm_int cem --randint example
+    python bench/pyc.py --data mine.npz        # one's own rows: arrays x, c (binary), y (binary)
 
 Set-up: PyC is an optional dependency, imported only here: `pip install --pre pytorch-concepts`
 (1.0.0a7 at the time of writing; it keeps the installed torch). Without it the script still runs
 the zoo's side and says that PyC is missing.
+
+`--data FILE.npz ...` adds sets of one's own (`penrose_zoo.data.load_concept_arrays`: arrays `x`
+(n, f), `c` (n, k) binary concepts, `y` (n,) binary task, optionally `concept_names`; split per seed
+as the toy sets are), run after the toy sets given with `--sets` (none by default with `--data`).
 
 Both libraries get the same rows (`penrose_zoo.data.toy_concepts(name, n, seed)`, which gives PyC's
 own rows and split for XOR, trigonometry and checkmark, and the CEM authors' dot), the same
@@ -56,7 +61,7 @@ sys.path.insert(0, str(HERE.parent))
 from common import reduced, threads_note  # noqa: E402
 
 import penrose_zoo  # noqa: E402
-from penrose_zoo.data import TOY_SETS, toy_concepts  # noqa: E402
+from penrose_zoo.data import TOY_SETS, DataError, load_concept_arrays, toy_concepts  # noqa: E402
 from penrose_zoo.interventions import RandomPolicy, intervention_curve, intervention_masks, intervention_score  # noqa: E402
 
 BATCH, LR = 256, 1e-2
@@ -284,7 +289,9 @@ def warm_up(pyc: bool, loop: str) -> None:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--sets", nargs="+", default=list(TOY_SETS), choices=TOY_SETS)
+    ap.add_argument("--sets", nargs="+", default=None, choices=TOY_SETS)
+    ap.add_argument("--data", nargs="+", default=[], metavar="FILE.npz",
+                    help="sets of one's own: .npz files of arrays x, c (binary concepts), y (binary task)")
     ap.add_argument("--seeds", nargs="+", type=int, default=None)
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--rows", type=int, default=None, help="rows generated per set (default 3000; 70 %% train)")
@@ -304,9 +311,21 @@ def main(argv=None):
     epochs = args.epochs or (30 if quick else 100)
     rows = args.rows or (1000 if quick else 3000)
     args.repeats = args.repeats or (1 if quick else 3)
+    sets = args.sets if args.sets is not None else ([] if args.data else list(TOY_SETS))
+    loaders = {name: (lambda seed, name=name: toy_concepts(name, n=rows, seed=seed)) for name in sets}
+    for path in args.data:
+        try:
+            loaded = load_concept_arrays(path)
+        except DataError as e:
+            print(f"bench/pyc.py: {e}", file=sys.stderr)
+            return 2
+        if loaded.name in loaders:
+            print(f"bench/pyc.py: two sets named {loaded.name!r}", file=sys.stderr)
+            return 2
+        loaders[loaded.name] = lambda seed, path=path: load_concept_arrays(path, seed)
     torch.set_num_threads(args.threads)
     pyc = have_pyc()
-    print(f"PyC vs penrose zoo on the toy concept sets: {rows} rows (70/10/20 train/val/test), seeds {seeds}, "
+    print(f"PyC vs penrose zoo on {', '.join(loaders) or 'no set'}: {rows} rows per toy set (70/10/20 train/val/test), seeds {seeds}, "
           f"{epochs} epochs, Adam lr {LR}, batch {BATCH}, RandInt {P_INT} per {args.randint}; {threads_note()}; "
           f"training time: the least CPU seconds of {args.repeats} run(s), garbage collector paused")
     if not pyc:
@@ -318,11 +337,11 @@ def main(argv=None):
     head = f"{'set':<13} {'model':<7} {'lib':<8} {'task acc':>8} {'concept':>8} {'score':>6} {'train s':>8}  curve"
     print(head)
     ratios, floor_ratios = [], []
-    for name in args.sets:
+    for name, load in loaders.items():
         for kind in args.models:
             results = {"penrose": [], "pyc": []}
             for seed in seeds:
-                data = toy_concepts(name, n=rows, seed=seed)
+                data = load(seed)
                 k = data.c_train.shape[1]
                 fractions = tuple(i / k for i in range(k + 1))
                 runs: dict = {"penrose": [], "pyc": []}
@@ -346,9 +365,9 @@ def main(argv=None):
                 ratios.append(ratio)
                 line = f"{'':<13} {kind:<7} training time PyC / penrose: {ratio:.1f}×"
                 if kind == "cbm":
-                    torch_s = statistics.fmean(min(run_torch(toy_concepts(name, n=rows, seed=s), s, epochs)
+                    torch_s = statistics.fmean(min(run_torch(load(s), s, epochs)
                                                    for _ in range(args.repeats)) for s in seeds)
-                    autograd_s = statistics.fmean(min(run_zoo(kind, toy_concepts(name, n=rows, seed=s), s, epochs, fractions,
+                    autograd_s = statistics.fmean(min(run_zoo(kind, load(s), s, epochs, fractions,
                                                               args.randint, "autograd")["seconds"] for _ in range(args.repeats))
                                                   for s in seeds)
                     floor_ratios.append(pyc_s / torch_s)

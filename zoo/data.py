@@ -64,6 +64,8 @@ __all__ = [
     "ToyData",
     "toy_concepts",
     "toy_split",
+    "concept_arrays",
+    "load_concept_arrays",
 ]
 
 
@@ -678,11 +680,73 @@ def toy_concepts(name: str, n: int = 10000, seed: int = 42, split_seed: int | No
     if n < 10:
         raise ValueError(f"n must be at least 10 rows, got {n}")
     x, c, y, concept_names, task_names, parents, task_parents = _TOY_GENERATORS[name](n, seed)
-    tr, va, te = toy_split(n, seed if split_seed is None else split_seed, val_fraction, test_fraction)
+    split = toy_split(n, seed if split_seed is None else split_seed, val_fraction, test_fraction)
+    return _split_rows(x, c, y, split, name=name, concept_names=concept_names, task_names=task_names,
+                       parents=parents, task_parents=task_parents)
+
+
+def _split_rows(x, c, y, split, **meta) -> ToyData:
+    """ToyData of rows x (float32), c (float32), y (int64) taken by `split` = (train, val, test)
+    index arrays; `meta` its other fields."""
     x = torch.as_tensor(np.asarray(x), dtype=torch.float32)
     c = torch.as_tensor(np.asarray(c), dtype=torch.float32)
-    y = torch.as_tensor(np.asarray(y), dtype=torch.int64)
-    itr, iva, ite = (torch.as_tensor(i, dtype=torch.int64) for i in (tr, va, te))
+    y = torch.as_tensor(np.asarray(y)).to(torch.int64)
+    itr, iva, ite = (torch.as_tensor(i, dtype=torch.int64) for i in split)
     return ToyData(x_train=x[itr], c_train=c[itr], y_train=y[itr], x_val=x[iva], c_val=c[iva], y_val=y[iva],
-                   x_test=x[ite], c_test=c[ite], y_test=y[ite], name=name, concept_names=concept_names,
-                   task_names=task_names, parents=parents, task_parents=task_parents)
+                   x_test=x[ite], c_test=c[ite], y_test=y[ite], **meta)
+
+
+def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names: Sequence[str] | None = None,
+                   task_name: str = "y", val_fraction: float = 0.1, test_fraction: float = 0.2) -> ToyData:
+    """One's own rows — x (n, f) inputs, c (n, k) binary concepts, y (n,) binary task labels —
+    split as the toy sets are (`toy_split(n, seed)`: 20 % test, 10 % validation), for the zoo's
+    concept models and `bench/pyc.py --data`. Arrays or tensors; a clear ValueError names the
+    array that does not fit."""
+    arrays = {}
+    for label, value, dims in (("x", x, 2), ("c", c, 2), ("y", y, 1)):
+        a = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
+        if a.ndim != dims:
+            raise ValueError(f"{label} must have {dims} dimension{'s' if dims > 1 else ''}, got shape {list(a.shape)}")
+        if a.dtype.kind not in "biuf":
+            raise ValueError(f"{label} must hold numbers, got dtype {a.dtype}")
+        if not np.isfinite(a.astype(np.float64)).all():
+            raise ValueError(f"{label} holds a value that is not finite")
+        arrays[label] = a
+    n = len(arrays["x"])
+    for label in ("c", "y"):
+        if len(arrays[label]) != n:
+            raise ValueError(f"{label} has {len(arrays[label])} rows, x has {n}")
+        if not np.isin(arrays[label], (0, 1)).all():
+            raise ValueError(f"{label} must be binary (0 or 1)")
+    if n < 10:
+        raise ValueError(f"need at least 10 rows, got {n}")
+    k = arrays["c"].shape[1]
+    names = tuple(str(v) for v in concept_names) if concept_names is not None else tuple(f"c{i}" for i in range(k))
+    if len(names) != k or len(set(names)) != k:
+        raise ValueError(f"concept_names must be {k} distinct names, got {list(names)}")
+    if task_name in names:
+        raise ValueError(f"the task's name {task_name!r} is also a concept's")
+    return _split_rows(arrays["x"], arrays["c"], arrays["y"], toy_split(n, seed, val_fraction, test_fraction),
+                       name=name, concept_names=names, task_names=(task_name,))
+
+
+def load_concept_arrays(path: str | os.PathLike, seed: int = 0, **kw) -> ToyData:
+    """`concept_arrays` of a NumPy `.npz` file holding arrays `x`, `c` and `y` (and optionally
+    `concept_names`, strings), named by the file's stem. Nothing is unpickled (object arrays are
+    refused); a `DataError` names the file and what is wrong with it."""
+    path = Path(path)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            missing = [k for k in ("x", "c", "y") if k not in f.files]
+            if missing:
+                raise DataError(f"no array {', '.join(repr(k) for k in missing)} (it holds {', '.join(f.files) or 'none'})", path)
+            x, c, y = f["x"], f["c"], f["y"]
+            names = [str(v) for v in f["concept_names"]] if "concept_names" in f.files else None
+    except DataError:
+        raise
+    except (OSError, ValueError) as e:
+        raise DataError(f"not a readable .npz of arrays: {e}", path) from None
+    try:
+        return concept_arrays(x, c, y, seed, name=path.stem, concept_names=names, **kw)
+    except ValueError as e:
+        raise DataError(str(e), path) from None

@@ -250,3 +250,81 @@ def test_fortunes_concepts_hashing_and_seed():
     assert set(a.text_val) != set(b.text_val)
     with pytest.raises(ValueError, match="no task group"):
         fortunes_concepts(categories=("computers", "zippy"))
+
+
+# ---- one's own rows (`concept_arrays`, `load_concept_arrays`, bench/pyc.py --data) ----
+
+
+def _rows(n=50, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(n, 3)).astype(np.float32)
+    c = (x[:, :2] > 0).astype(np.float32)
+    return x, c, (c[:, 0] * c[:, 1]).astype(np.int64)
+
+
+def test_concept_arrays_split_as_the_toy_sets():
+    from penrose_zoo.data import concept_arrays, toy_split
+
+    x, c, y = _rows()
+    d = concept_arrays(x, c, y, seed=3, concept_names=["left", "right"])
+    tr, va, te = toy_split(50, 3)
+    assert (len(d.x_train), len(d.x_val), len(d.x_test)) == (35, 5, 10) == (len(tr), len(va), len(te))
+    torch.testing.assert_close(d.x_test, torch.as_tensor(x[te]))
+    assert d.c_train.dtype == torch.float32 and d.y_train.dtype == torch.int64
+    assert d.concept_names == ("left", "right") and d.task_names == ("y",) and d.name == "data"
+    assert concept_arrays(torch.as_tensor(x), torch.as_tensor(c), torch.as_tensor(y)).concept_names == ("c0", "c1")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda x, c, y: (x[:, 0], c, y), r"x must have 2 dimensions, got shape \[50\]"),
+    (lambda x, c, y: (x, c[:40], y), "c has 40 rows, x has 50"),
+    (lambda x, c, y: (x, c * 2, y), r"c must be binary \(0 or 1\)"),
+    (lambda x, c, y: (x, c, y + 0.5), r"y must be binary \(0 or 1\)"),
+    (lambda x, c, y: (x.astype(str), c, y), "x must hold numbers"),
+    (lambda x, c, y: (x * float("nan"), c, y), "x holds a value that is not finite"),
+    (lambda x, c, y: (x[:5], c[:5], y[:5]), "need at least 10 rows, got 5"),
+])
+def test_concept_arrays_name_what_does_not_fit(change, message):
+    from penrose_zoo.data import concept_arrays
+
+    with pytest.raises(ValueError, match=message):
+        concept_arrays(*change(*_rows()))
+
+
+def test_concept_arrays_names_are_checked():
+    from penrose_zoo.data import concept_arrays
+
+    with pytest.raises(ValueError, match="concept_names must be 2 distinct names"):
+        concept_arrays(*_rows(), concept_names=["a", "a"])
+    with pytest.raises(ValueError, match="the task's name 'y' is also a concept's"):
+        concept_arrays(*_rows(), concept_names=["a", "y"])
+
+
+def test_load_concept_arrays_reads_npz_and_names_the_file(tmp_path):
+    import numpy as np
+
+    from penrose_zoo.data import DataError, load_concept_arrays
+
+    x, c, y = _rows()
+    good = tmp_path / "mine.npz"
+    np.savez(good, x=x, c=c, y=y, concept_names=np.array(["left", "right"]))
+    d = load_concept_arrays(good, seed=1)
+    assert d.name == "mine" and d.concept_names == ("left", "right") and len(d.x_train) == 35
+    missing = tmp_path / "missing.npz"
+    np.savez(missing, x=x, c=c)
+    with pytest.raises(DataError, match=r"missing\.npz: no array 'y' \(it holds x, c\)"):
+        load_concept_arrays(missing)
+    pickled = tmp_path / "pickled.npz"
+    np.savez(pickled, x=x, c=c, y=np.array([object()] * 50, dtype=object))
+    with pytest.raises(DataError, match=r"pickled\.npz: not a readable \.npz of arrays"):
+        load_concept_arrays(pickled)  # object arrays would need unpickling: refused
+    broken = tmp_path / "broken.npz"
+    broken.write_bytes(b"not a zip file")
+    with pytest.raises(DataError, match=r"broken\.npz: not a readable \.npz"):
+        load_concept_arrays(broken)
+    bad = tmp_path / "bad.npz"
+    np.savez(bad, x=x, c=c * 3, y=y)
+    with pytest.raises(DataError, match=r"bad\.npz: c must be binary"):
+        load_concept_arrays(bad)
