@@ -14,20 +14,37 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_pyc_bench_runs_small():
+def _own_rows(path):
+    """A set of one's own: 200 rows, 4 features, 3 concepts, a binary task of two of them."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(200, 4)).astype(np.float32)
+    c = (x[:, :3] > 0).astype(np.float32)
+    np.savez(path, x=x, c=c, y=(c[:, 0] * c[:, 1]).astype(np.int64))
+    return x, c
+
+
+def test_pyc_bench_runs_small(tmp_path):
+    """A toy set (`--sets`) and one of one's own (`--data FILE.npz`, named by the file) side by
+    side in one run."""
+    _own_rows(tmp_path / "mine.npz")
     env = {**os.environ, "PENROSE_REDUCED": "1"}
-    run = subprocess.run([sys.executable, "bench/pyc.py", "--sets", "checkmark", "--epochs", "3", "--rows", "200"],
+    run = subprocess.run([sys.executable, "bench/pyc.py", "--sets", "checkmark", "--data", str(tmp_path / "mine.npz"),
+                          "--epochs", "3", "--rows", "200"],
                          cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    rows = [line.split() for line in run.stdout.splitlines() if line.startswith("checkmark")]
-    libs = {(r[1], r[2]) for r in rows}
-    assert {("cbm", "penrose"), ("cbm_int", "penrose"), ("cem", "penrose"), ("hybrid", "penrose")} <= libs
-    for r in rows:
-        acc, concept, score, seconds = map(float, r[3:7])
-        assert 0 <= acc <= 1 and 0 <= concept <= 1 and 0 <= score <= 1 and seconds >= 0
-        assert len(r[7:]) == 4  # the curve: 0..3 of checkmark's 3 concepts set
+    for name in ("checkmark", "mine"):
+        rows = [line.split() for line in run.stdout.splitlines() if line.startswith(name + " ")]
+        libs = {(r[1], r[2]) for r in rows}
+        assert {("cbm", "penrose"), ("cbm_int", "penrose"), ("cem", "penrose"), ("hybrid", "penrose")} <= libs, name
+        for r in rows:
+            acc, concept, score, seconds = map(float, r[3:7])
+            assert 0 <= acc <= 1 and 0 <= concept <= 1 and 0 <= score <= 1 and seconds >= 0
+            assert len(r[7:]) == 4  # the curve: 0..3 of the 3 concepts set
+        if importlib.util.find_spec("torch_concepts") is not None:
+            assert {("cbm", "pyc"), ("cem", "pyc")} <= libs, name
     if importlib.util.find_spec("torch_concepts") is not None:
-        assert {("cbm", "pyc"), ("cem", "pyc")} <= libs
         assert re.search(r"training speed-up over PyC: min [\d.]+×", run.stdout)
         # the floor: the same CBM written directly in torch, timed beside PyC's
         assert re.search(r"PyC / hand-written torch loop: [\d.]+× \([\d.]+ s\)", run.stdout)
@@ -36,27 +53,12 @@ def test_pyc_bench_runs_small():
         assert "PyC (torch_concepts) is not installed" in run.stdout
 
 
-def test_pyc_bench_runs_on_ones_own_rows(tmp_path):
-    """`--data FILE.npz`: a set of one's own rows, named by the file, side by side as the toy
-    sets are; a file that does not fit is named and the run stops with status 2."""
+def test_pyc_bench_names_a_file_that_does_not_fit(tmp_path):
+    """`--data` with a file that lacks an array: named, and the run stops with status 2."""
     import numpy as np
 
-    rng = np.random.default_rng(0)
-    x = rng.normal(size=(200, 4)).astype(np.float32)
-    c = (x[:, :3] > 0).astype(np.float32)
-    np.savez(tmp_path / "mine.npz", x=x, c=c, y=(c[:, 0] * c[:, 1]).astype(np.int64))
-    env = {**os.environ, "PENROSE_REDUCED": "1"}
-    run = subprocess.run([sys.executable, "bench/pyc.py", "--data", str(tmp_path / "mine.npz"), "--epochs", "3",
-                          "--models", "cbm", "cem"], cwd=ROOT, capture_output=True, text=True, env=env, timeout=600)
-    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
-    rows = [line.split() for line in run.stdout.splitlines() if line.startswith("mine ")]
-    libs = {(r[1], r[2]) for r in rows}
-    assert {("cbm", "penrose"), ("cem", "penrose")} <= libs and not any(line.startswith("xor") for line in run.stdout.splitlines())
-    for r in rows:
-        assert len(r[7:]) == 4  # the curve: 0..3 of its 3 concepts set
-    if importlib.util.find_spec("torch_concepts") is not None:
-        assert {("cbm", "pyc"), ("cem", "pyc")} <= libs
+    x, c = _own_rows(tmp_path / "mine.npz")
     np.savez(tmp_path / "bad.npz", x=x, c=c)
     run = subprocess.run([sys.executable, "bench/pyc.py", "--data", str(tmp_path / "bad.npz")], cwd=ROOT,
-                         capture_output=True, text=True, env=env, timeout=600)
+                         capture_output=True, text=True, env={**os.environ, "PENROSE_REDUCED": "1"}, timeout=600)
     assert run.returncode == 2 and "bad.npz: no array 'y'" in run.stderr, run.stderr
