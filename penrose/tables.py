@@ -133,6 +133,15 @@ def _xavier_bounds(values: dict[str, float], shape: Sequence[int | None]) -> dic
     return {"a": -bound, "b": bound}
 
 
+def _fan_in_bounds(values: dict[str, float], shape: Sequence[int | None]) -> dict[str, float]:
+    """fan_in's range: +-gain / sqrt(fan_in), the fan-in the first size (a weight written
+    [in, out], as `x W` reads it): torch's `nn.Linear` and `nn.Conv` weights' default (their
+    kaiming_uniform with a = sqrt(5)). A size 0 or one known only at run time counts 1."""
+    fan_in = (shape[0] or 1) if shape else 1
+    bound = values["gain"] / math.sqrt(fan_in)
+    return {"a": -bound, "b": bound}
+
+
 @dataclass(frozen=True)
 class Initialiser:
     """One initialiser of the language (`param W[d, e] ~ uniform(a=-1, b=1)`), described once for
@@ -177,6 +186,7 @@ INITIALISERS = {
     "constant": Initialiser({"value": (0.0, "finite")}, "constant_", positional=("value",)),
     "uniform": Initialiser({"a": (0.0, "finite"), "b": (1.0, "finite")}, "uniform_", positional=("a", "b"), random=True),
     "xavier": Initialiser({"gain": (1.0, "nonneg")}, "uniform_", positional=("a", "b"), random=True, derive=_xavier_bounds),
+    "fan_in": Initialiser({"gain": (1.0, "nonneg")}, "uniform_", positional=("a", "b"), random=True, derive=_fan_in_bounds),
     "eye": Initialiser({}, "eye_"),
     # what a module computes for itself (an `unsaved` buffer's usual init): no torch.nn.init
     # function; the compiler emits the values' expression (compiler._made_node) and the

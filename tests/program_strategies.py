@@ -262,7 +262,7 @@ class _Gen:
 
     def init(self, legs) -> str:
         options = [" ~ normal(std=0.5)", " ~ normal(mean=0.1, std=0.3)", " ~ uniform(a=-1, b=1)", " ~ xavier",
-                   " ~ constant(value=0.7)", " ~ ones", "", " ~ xavier(gain=2)"]
+                   " ~ constant(value=0.7)", " ~ ones", "", " ~ xavier(gain=2)", " ~ fan_in"]
         if len(legs) == 2:
             options.append(" ~ eye")
         options += [f" ~ normal(std={c})" for c in self.const_in(0, 3, integer=False)]

@@ -4,7 +4,8 @@
     python tools/gen_tables.py --check    # exit 1 (naming the files) when one has drifted
 
 The files: the TextMate grammar (editors/penrose.tmLanguage.json) and its copy in the VS Code
-extension (its `support.function.builtin.pen` pattern), and the table of element-wise functions
+extension (its `support.function.builtin.pen` pattern, and its `inits` pattern from the
+initialisers of penrose/tables.py), and the table of element-wise functions
 in the language reference (docs/language.md, between its two marker comments). The Pygments
 lexer and the language server read `penrose.ops` directly. tests/editors/test_editors.py and
 tests/language/test_ops_table.py fail when a file differs from what this script writes.
@@ -22,6 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from penrose.ops import ELEMENTWISE, FUNCTIONS, OPS  # noqa: E402  (after the path is set)
+from penrose.tables import INITIALISERS  # noqa: E402
 
 GRAMMARS = [ROOT / "editors" / "penrose.tmLanguage.json", ROOT / "editors" / "vscode" / "syntaxes" / "penrose.tmLanguage.json"]
 LANGUAGE = ROOT / "docs" / "language.md"
@@ -30,10 +32,12 @@ END = "<!-- end of the element-wise functions -->"
 
 
 def grammar_text(text: str) -> str:
-    """The grammar with its builtin-function pattern naming every function of the table."""
+    """The grammar with its builtin-function pattern naming every function of the table, and
+    its init pattern every initialiser (in the table's order)."""
     grammar = json.loads(text)
     (builtin,) = [p for p in grammar["repository"]["functions"]["patterns"] if p["name"] == "support.function.builtin.pen"]
     builtin["match"] = r"\b(" + "|".join(sorted(FUNCTIONS)) + r")\b(?=\s*\()"
+    grammar["repository"]["inits"]["match"] = r"(~)\s*\b(" + "|".join(INITIALISERS) + r")\b"
     return json.dumps(grammar, indent=2, ensure_ascii=False) + "\n"
 
 

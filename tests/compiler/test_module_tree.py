@@ -107,7 +107,7 @@ def test_comment_and_docstring_text_cannot_escape():
 
 @pytest.mark.parametrize("name", sorted(INITIALISERS))
 def test_every_initialiser_gives_the_interpreter_and_the_module_the_same_values(name):
-    kw = {"normal": "(mean=0.5, std=2)", "constant": "(value=-3)", "uniform": "(a=-2, b=5)", "xavier": "(gain=3)"}.get(name, "")
+    kw = {"normal": "(mean=0.5, std=2)", "constant": "(value=-3)", "uniform": "(a=-2, b=5)", "xavier": "(gain=3)", "fan_in": "(gain=2)"}.get(name, "")
     text = f"dim a = 3, b = 4\nparam W[a, b] ~ {name}{kw}\nparam v[b]\ninput x[b]\ny = einsum('ab,b->a', W, x * v)\noutput y"
     for seed in (0, 7):
         module = penrose.compile(text, seed=seed)
@@ -115,6 +115,22 @@ def test_every_initialiser_gives_the_interpreter_and_the_module_the_same_values(
         assert set(params) == set(module.state_dict())
         for key, value in module.state_dict().items():
             assert torch.equal(value, params[key]), (name, key)
+
+
+def test_fan_in_has_the_range_of_torchs_linear_weights():
+    """`~ fan_in` over W[in, out] draws from the range torch's own nn.Linear(in, out) draws its
+    weight from (kaiming_uniform with a = sqrt(5): +-1/sqrt(in)); `gain` scales it."""
+    lin = torch.nn.Linear(64, 512)
+    torch_max = lin.weight.detach().abs().max().item()
+    for gain in (1.0, 2.0):
+        module = penrose.compile(f"dim i = 64, o = 512\nparam W[i, o] ~ fan_in(gain={gain})\ninput x[i]\n"
+                                 "y = einsum('i,io->o', x, W)\noutput y", seed=0)
+        got = module.W.detach().abs().max().item()
+        assert 0.99 * gain / 8 < got <= gain / 8 + 1e-7, (gain, got)
+        if gain == 1.0:
+            assert abs(got - torch_max) < 0.002, (got, torch_max)  # the same range as torch's module
+    with pytest.raises(penrose.PenroseCheckError, match="fan_in: gain must be finite and at least 0, got -1"):
+        penrose.load(text="dim i = 2\nparam W[i, i] ~ fan_in(gain=-1)\noutput W")
 
 
 def test_the_checker_reads_the_table():

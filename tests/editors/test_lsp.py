@@ -298,7 +298,7 @@ def test_completion(lsp):
     init = "param V[d, e] ~ "
     _change(lsp, uri, ATTENTION + init + "\n")
     got = lsp.request("textDocument/completion", {"textDocument": {"uri": uri}, "position": {"line": ATTENTION.count("\n"), "character": len(init)}})
-    assert {i["label"] for i in got["items"]} == {"normal", "zeros", "ones", "constant", "uniform", "xavier", "eye",
+    assert {i["label"] for i in got["items"]} == {"normal", "zeros", "ones", "constant", "uniform", "xavier", "fan_in", "eye",
                                                  "causal", "arange", "rotary", "rotary_cos", "rotary_sin"}
     inside = "param V[d, "
     _change(lsp, uri, ATTENTION + inside + "\n")

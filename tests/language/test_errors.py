@@ -91,7 +91,7 @@ CASES = [
     ("targets and values", B + "a, b = x * 2\noutput a", PenroseCheckError, r"2 target\(s\) but the value yields 1 tensor\(s\)", 3, 1),
     # -- init specs
     ("unknown init", B + "param W[e] ~ gaussian(std=1)\noutput x", PenroseCheckError,
-     r"unknown init 'gaussian'; one of normal, zeros, ones, constant, uniform, xavier, eye, causal, arange, rotary, rotary_cos, "
+     r"unknown init 'gaussian'; one of normal, zeros, ones, constant, uniform, xavier, fan_in, eye, causal, arange, rotary, rotary_cos, "
      r"rotary_sin", 3, 14),
     ("init near miss", B + "param W[e] ~ zero\noutput x", PenroseCheckError, r"unknown init 'zero'; did you mean 'zeros'\?", 3, 14),
     ("init keyword", B + "param W[e] ~ normal(sd=1)\noutput x", PenroseCheckError, r"normal\(\) takes mean, std, not 'sd'", 3, 24),
