@@ -47,6 +47,7 @@ the CBM row also times it through autograd, and the same CBM written directly in
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import statistics
 import sys
@@ -312,7 +313,8 @@ def main(argv=None):
     rows = args.rows or (1000 if quick else 3000)
     args.repeats = args.repeats or (1 if quick else 3)
     sets = args.sets if args.sets is not None else ([] if args.data else list(TOY_SETS))
-    loaders = {name: (lambda seed, name=name: toy_concepts(name, n=rows, seed=seed)) for name in sets}
+    # per set, its data of a seed, made (or read) once: every model and the CBM's floor runs use it
+    loaders = {name: functools.cache(lambda seed, name=name: toy_concepts(name, n=rows, seed=seed)) for name in sets}
     for path in args.data:
         try:
             loaded = load_concept_arrays(path)
@@ -322,7 +324,7 @@ def main(argv=None):
         if loaded.name in loaders:
             print(f"bench/pyc.py: two sets named {loaded.name!r}", file=sys.stderr)
             return 2
-        loaders[loaded.name] = lambda seed, path=path: load_concept_arrays(path, seed)
+        loaders[loaded.name] = functools.cache(lambda seed, path=path: load_concept_arrays(path, seed))
     torch.set_num_threads(args.threads)
     pyc = have_pyc()
     print(f"PyC vs penrose zoo on {', '.join(loaders) or 'no set'}: {rows} rows per toy set (70/10/20 train/val/test), seeds {seeds}, "

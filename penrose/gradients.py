@@ -143,11 +143,6 @@ def _inlined(fn: Callable[..., Any], template: Callable[..., Any]) -> Callable[.
     return fn
 
 
-def _two_dims(x: Any) -> Any:
-    """The tree of `x.dim() == 2`."""
-    return P.compare("==", P.method(x, "dim"), P.const(2))
-
-
 def _fitted(g: torch.Tensor, value: Any) -> torch.Tensor:
     """g at the shape of `value` (summed over the batch dims it broadcast along)."""
     shape = value.shape
@@ -432,10 +427,10 @@ class GradientPlan:
         args += self._extras(v, body, prefix)
         fn, rules = rule.plan(v, _Reads(v, body, self.training, self.checked)) if isinstance(rule, _Reading) else rule(v)
         out = self._add(v, args, fn, rules, v.type.dtype == "float")
-        fused = _addmm(v)
-        if fused is not None:  # x W + b as one step (mm, then add_): the product's step computes nothing on its own
+        blocks = _bias_added(v)
+        if blocks is not None:  # x W + b as one step (mm, then add_): the product's step computes nothing on its own
             product = next(s for s in self._steps if s.out == args[0])
-            self._fused[product.out] = (out, product.args + args[1:], fused)
+            self._fused[product.out] = (out, product.args + args[1:], _with_bias(blocks, product.fn))
         return out
 
     def _folded_where(self, v: V, args: tuple[int, ...]) -> int | None:
@@ -900,11 +895,9 @@ _OPERATORS: dict[str, Callable[[Any, Any], Any]] = {
 }
 
 
-def _addmm(v: V) -> Callable[..., Any] | None:
+def _bias_added(v: V) -> _Blocks | None:
     """For `x ⋅ W + b` (a contraction `_Blocks` writes as one matrix product, b unbatched with
-    the product's legs): the function (operands..., b) -> the product plus b, written out as
-    `torch.mm(...).add_(b)` for a batch of one dimension (cheaper than addmm, which copies the
-    broadcast bias first), the general contraction plus b its fallback."""
+    the product's legs): the product's `_Blocks`; None for any other value."""
     if v.key != "+" or len(v.args) != 2:
         return None
     e, b = v.args
@@ -914,8 +907,13 @@ def _addmm(v: V) -> Callable[..., Any] | None:
     legs = tuple(range(len(e.legs)))
     if b.legs != e.legs or v.legs != e.legs or v.of(Aligned).alignment != (legs, legs):
         return None
-    ein = e.of(Einsum)
-    contract = _contraction(ein.terms, tuple(ein.out), tuple(x.type.batched for x in e.args), True)
+    return blocks
+
+
+def _with_bias(blocks: _Blocks, contract: Callable[..., torch.Tensor]) -> Callable[..., torch.Tensor]:
+    """(operands..., b) -> the product's step `contract` plus b, written out as
+    `torch.mm(...).add_(b)` for a batch of one dimension (cheaper than addmm, which copies the
+    broadcast bias first)."""
 
     def fused(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
         """Any other rank of the batch (the written-out expression covers one dimension)."""
