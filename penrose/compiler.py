@@ -15,18 +15,16 @@ from __future__ import annotations
 import ast
 import functools
 import keyword
-import linecache
-from dataclasses import replace
+from dataclasses import dataclass, replace
 import math
 import os
 import re
 from pathlib import Path
-from typing import Any
 
 import torch
 
 from penrose.attrs import Aligned, Axis, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
-from penrose import ir, ops
+from penrose import generated, ir, ops
 from penrose import pyast as P
 from penrose import runtime
 from penrose.tables import init_call, quoted, unquote
@@ -1265,7 +1263,40 @@ def _block_used(checked: Checked, name: str) -> bool:
     return name in seen
 
 
-_COUNTER = [0]
+@dataclass(frozen=True, eq=False)
+class Recipe:
+    """What a generated module is made from: a checked diagram, its entries ((method, Checked)
+    pairs) and whether attention is fused. A pickled model carries its recipe (penrose.generated),
+    so the process that loads it regenerates the module from the diagram."""
+
+    checked: Checked
+    fuse_attention: bool = True
+    entries: tuple = ()
+
+    def source(self) -> str:
+        return generate_source(self.checked, standalone=False, fuse_attention=self.fuse_attention, entries=dict(self.entries))
+
+    def module(self, source: str | None = None):
+        """The generated module, registered under its content's name (made once per process)."""
+        cached = self.__dict__.get("_module")
+        if cached is None:
+            def to_code(text: str, filename: str):
+                return _python(text, filename, self.checked)
+
+            source = self.source() if source is None else source
+            label = os.path.splitext(os.path.basename(self.checked.diagram.file))[0] or self.checked.name
+            cached = generated.module_for(source, label, to_code, {"ShapeError": PenroseShapeError})
+            for value in vars(cached).values():  # every class of the diagram pickles as itself
+                if isinstance(value, type) and value.__module__ == cached.__name__ and issubclass(value, torch.nn.Module):
+                    generated.carries(value, self)
+            object.__setattr__(self, "_module", cached)
+        return cached
+
+    def __reduce__(self):
+        return (Recipe, (self.checked, self.fuse_attention, self.entries))
+
+    def __deepcopy__(self, memo):  # immutable: a copied model shares its recipe
+        return self
 
 
 def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True, entries: dict | None = None) -> torch.nn.Module:
@@ -1273,14 +1304,9 @@ def build(checked: Checked, seed: int | None = None, fuse_attention: bool = True
     Checked}); `seed` makes initialisation deterministic."""
     if seed is not None:
         seed = seed_value(seed)  # before any work: 'abc' or 2**70 is a PenroseArgumentError, not torch's
-    source = generate_source(checked, standalone=False, fuse_attention=fuse_attention, entries=entries)
-    _COUNTER[0] += 1
-    filename = f"<penrose:{_comment(checked.diagram.file)}#{_COUNTER[0]}>"
-    code = _python(source, filename, checked)
-    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
-    namespace: dict[str, Any] = {"__name__": f"penrose_generated_{_COUNTER[0]}", "ShapeError": PenroseShapeError}
-    exec(code, namespace)  # the source is generated from validated identifiers only
-    module = namespace["Model"]()
+    recipe = Recipe(checked, fuse_attention, tuple((entries or {}).items()))
+    source = recipe.source()
+    module = recipe.module(source).Model()
     if seed is not None:
         g = torch.Generator().manual_seed(seed)
         if not any(p.is_meta for p in module.parameters()):

@@ -276,7 +276,7 @@ class Steerling(torch.nn.Module):
             if not 0 <= cid < n:
                 raise PenroseShapeError(f"intervene_{what}: concept id {cid} is out of range; the {what} head has {n} concepts (0..{n - 1})")
             value = float(value)
-            if not math.isfinite(value):
+            if value != value or abs(value) == math.inf:  # not math.isfinite: torch.compile traces comparisons
                 raise PenroseShapeError(f"intervene_{what}: the weight for concept {cid} is {value}, not a finite number")
             ids.append(cid)
             vals.append(value)
@@ -297,7 +297,10 @@ class Steerling(torch.nn.Module):
             raise PenroseShapeError("input_ids is empty: the sequence needs at least one token")
         if T > self.model_config["block_size"]:
             raise PenroseShapeError(f"input_ids has {T} tokens, longer than the context (block_size = {self.model_config['block_size']})")
-        if not input_ids.is_meta and input_ids.numel():
+        if torch.compiler.is_compiling():  # no host sync in a captured graph: the check runs with it
+            torch._assert_async(((input_ids >= 0) & (input_ids < self.vocab_size)).all(),
+                                f"input_ids: a token id is out of range for vocab_size {self.vocab_size}")
+        elif not input_ids.is_meta and input_ids.numel():
             lo, hi = (int(x) for x in torch.aminmax(input_ids))
             if lo < 0 or hi >= self.vocab_size:
                 bad = lo if lo < 0 else hi
