@@ -31,9 +31,9 @@ and one keeps a subset on purpose: `penrose.gradients._RULES` (and `VJP` for the
 rows), the generated backward, which refuses an operation without a rule where a gradient has
 to pass (docs/gradients.md).
 
-Adding an element-wise function is one row here (docs/contributing.md). The editor grammars
-and the language reference's function list are written from this table:
-`python -m penrose.ops --write` (tests fail when they drift). Torch-free.
+Adding an element-wise function is one row here (docs/contributing.md). The TextMate grammar
+(grammar/penrose.tmLanguage.json) and the language reference's function list are written from
+this table: `python tools/gen_tables.py` (tests fail when they drift). Torch-free.
 
 >>> OPS["layernorm"].keyword("eps").rule
 'positive'

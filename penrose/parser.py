@@ -5,7 +5,7 @@
 >>> d.body[1].legs
 ('e',)
 
-Two readers of one language, the Lark grammar (penrose/grammar/penrose.lark):
+Two readers of one language, the Lark grammar (grammar/penrose.lark, `grammar_file()`):
 
 - the *fast path* (`_Fast`): one regular expression splits the text into tokens and a
   recursive-descent reader builds the IR from them directly, spans included. It declines
@@ -34,6 +34,8 @@ import sys
 import threading
 from dataclasses import replace
 from importlib import resources
+from importlib.resources.abc import Traversable
+from pathlib import Path
 
 from penrose import ir
 from penrose.errors import PenroseSyntaxError, Span
@@ -47,9 +49,50 @@ INSTANCE_PATTERN = r"(?:[A-Za-z_][A-Za-z0-9_]*|\d+|`[^`.\n]+`)(?:\.(?:[A-Za-z_][
 _INSTANCE = re.compile(INSTANCE_PATTERN)
 
 
+def grammar_file() -> Traversable:
+    """The Lark grammar: penrose/grammar/penrose.lark inside an installed wheel (setup.py copies it
+    there), else grammar/penrose.lark at the top of the source tree (a checkout on the path, or
+    an editable install)."""
+    installed = resources.files("penrose") / "grammar" / "penrose.lark"
+    if installed.is_file():
+        return installed
+    source = Path(__file__).resolve().parent.parent / "grammar" / "penrose.lark"
+    if not source.is_file():
+        raise FileNotFoundError(f"the grammar penrose.lark is neither in the installed package ({installed}) "
+                                f"nor at the top of the source tree ({source})")
+    return source
+
+
 def grammar_text() -> str:
-    """The Lark grammar, shipped inside the package (penrose.grammar)."""
-    return (resources.files("penrose.grammar") / "penrose.lark").read_text(encoding="utf-8")
+    """The text of the Lark grammar (`grammar_file()`)."""
+    return grammar_file().read_text(encoding="utf-8")
+
+
+# The keywords, as the grammar spells them, by their role: the statement a keyword starts
+# (`param_decl: "param" ...`), a modifier by its alias (`"as" INSTANCE -> as_mod`), and
+# the UNSAVED terminal. The fast path reads its keywords from here, so a keyword renamed in the
+# grammar is renamed for both readers.
+_STATEMENT_ROLES = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label")
+_MODIFIER_ROLES = ("as", "repeat")
+
+
+def _keywords(grammar: str) -> dict[str, str]:
+    """role -> keyword, read from the grammar's text (without Lark: the fast path never imports it)."""
+    found = dict(re.findall(r'^(\w+?)_(?:decl|stmt|def):\s*"(\w+)"', grammar, re.M))
+    found |= {role: word for word, role in re.findall(r'"(\w+)"[^\n]*->\s*(\w+)_mod\b', grammar)}
+    unsaved = re.search(r'^UNSAVED:\s*"(\w+)"', grammar, re.M)
+    if unsaved:
+        found["unsaved"] = unsaved.group(1)
+    missing = [r for r in (*_STATEMENT_ROLES, *_MODIFIER_ROLES, "unsaved") if r not in found]
+    if missing:
+        raise RuntimeError(f"{grammar_file()}: no keyword found for {', '.join(missing)}")
+    return found
+
+
+_WORD = _keywords(grammar_text())
+_KEYWORDS = frozenset(_WORD[r] for r in _STATEMENT_ROLES)  # statement keywords as written
+_STATEMENT = {_WORD[r]: r for r in _STATEMENT_ROLES}  # keyword as written -> role
+_MODIFIER = {_WORD[r]: r for r in _MODIFIER_ROLES}
 
 
 class _Lines:
@@ -96,7 +139,6 @@ _TOKENS = re.compile(
 _OPEN, _CLOSE = frozenset("(["), frozenset(")]")
 _COMPARE = frozenset(("<=", ">=", "==", "!=", "<", ">"))
 _BINARY = {"+": 1, "-": 1, "*": 2, "/": 2, "//": 2}  # binding power; all left-associative
-_KEYWORDS = frozenset(("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label"))
 
 
 class _Slow(Exception):
@@ -253,8 +295,8 @@ class _Fast:
         first = self.i
         if self.k[first] != "NAME":
             raise _Slow
-        word = self.v[first]
-        if word not in _KEYWORDS:  # where a statement starts, a keyword is one, and any other name an assignment's
+        word = _STATEMENT.get(self.v[first])  # the keyword's role
+        if word is None:  # where a statement starts, a keyword is one, and any other name an assignment's
             body.append(self.assign())
             return
         self.i += 1
@@ -331,7 +373,7 @@ class _Fast:
             self.i += 1
             init, end = self.init()
         saved = True
-        if kind == "buffer" and self.k[self.i] == "NAME" and self.v[self.i] == "unsaved":  # persistent=False
+        if kind == "buffer" and self.k[self.i] == "NAME" and self.v[self.i] == _WORD["unsaved"]:  # persistent=False
             saved, end = False, self.end(self.i)
             self.i += 1
         span = self.span_from(first, end)
@@ -395,8 +437,8 @@ class _Fast:
         value = self.expr()
         end = value[3], value[4]
         instance = repeat = None
-        while k[self.i] == "NAME" and self.v[self.i] in ("as", "repeat"):  # keywords only here
-            word = self.v[self.i]
+        while k[self.i] == "NAME" and self.v[self.i] in _MODIFIER:  # keywords only here
+            word = _MODIFIER[self.v[self.i]]
             self.i += 1
             if word == "as":
                 if instance is not None:

@@ -3,12 +3,12 @@
     python tools/gen_tables.py            # rewrite them
     python tools/gen_tables.py --check    # exit 1 (naming the files) when one has drifted
 
-The files: the TextMate grammar (editors/penrose.tmLanguage.json) and its copy in the VS Code
-extension (its `support.function.builtin.pen` pattern, and its `inits` pattern from the
-initialisers of penrose/tables.py), and the table of element-wise functions
-in the language reference (docs/language.md, between its two marker comments). The Pygments
-lexer and the language server read `penrose.ops` directly. tests/editors/test_editors.py and
-tests/language/test_ops_table.py fail when a file differs from what this script writes.
+The files: the TextMate grammar (grammar/penrose.tmLanguage.json: its `support.function.builtin.pen`
+pattern, and its `inits` pattern from the initialisers of penrose/tables.py; the VS Code
+extension copies it when built, editors/vscode/package.json), and the table of element-wise
+functions in the language reference (docs/language.md, between its two marker comments). The
+Pygments lexer and the language server read `penrose.ops` directly. tests/editors/test_editors.py
+and tests/language/test_ops_table.py fail when a file differs from what this script writes.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 from penrose.ops import ELEMENTWISE, FUNCTIONS, OPS  # noqa: E402  (after the path is set)
 from penrose.tables import INITIALISERS  # noqa: E402
 
-GRAMMARS = [ROOT / "editors" / "penrose.tmLanguage.json", ROOT / "editors" / "vscode" / "syntaxes" / "penrose.tmLanguage.json"]
+TEXTMATE = ROOT / "grammar" / "penrose.tmLanguage.json"
 LANGUAGE = ROOT / "docs" / "language.md"
 BEGIN = "<!-- element-wise functions: written from penrose/ops.py by tools/gen_tables.py, do not edit -->"
 END = "<!-- end of the element-wise functions -->"
@@ -62,12 +62,8 @@ def language_text(text: str) -> str:
 
 def expected() -> dict:
     """path -> the text this script writes there."""
-    out = {}
-    source = GRAMMARS[0].read_text(encoding="utf-8")
-    for path in GRAMMARS:
-        out[path] = grammar_text(source)
-    out[LANGUAGE] = language_text(LANGUAGE.read_text(encoding="utf-8"))
-    return out
+    return {TEXTMATE: grammar_text(TEXTMATE.read_text(encoding="utf-8")),
+            LANGUAGE: language_text(LANGUAGE.read_text(encoding="utf-8"))}
 
 
 def main(argv=None) -> int:

@@ -1,6 +1,6 @@
-"""Editor support: the TextMate grammar (run by a small TextMate-style tokenizer over its
-regexes, every one of which Python's `re` compiles), the VS Code extension's files, and the
-Pygments lexer on every zoo diagram."""
+"""Editor support: the TextMate grammar (grammar/penrose.tmLanguage.json, run by a small
+TextMate-style tokenizer over its regexes, every one of which Python's `re` compiles), the VS Code
+extension's files, and the Pygments lexer on every zoo diagram."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from penrose.tables import INITS, PEN_KEYWORDS
 
 ROOT = Path(__file__).resolve().parents[2]
 EDITORS = ROOT / "editors"
-GRAMMAR = json.loads((EDITORS / "penrose.tmLanguage.json").read_text(encoding="utf-8"))
+TEXTMATE = ROOT / "grammar" / "penrose.tmLanguage.json"
+GRAMMAR = json.loads(TEXTMATE.read_text(encoding="utf-8"))
 ZOO = sorted((ROOT / "zoo").rglob("*.pen"))
 
 
@@ -283,10 +284,8 @@ def test_the_vscode_extension_is_wired():
     (grammar,) = pkg["contributes"]["grammars"]
     assert lang["id"] == grammar["language"] == "pen" and ".pen" in lang["extensions"]
     assert grammar["scopeName"] == GRAMMAR["scopeName"] == "source.pen"
-    for rel in (pkg["main"], grammar["path"], lang["configuration"]):
+    for rel in (pkg["main"], lang["configuration"]):
         assert (folder / rel).is_file(), rel
-    assert (folder / grammar["path"]).read_text(encoding="utf-8") == (EDITORS / "penrose.tmLanguage.json").read_text(encoding="utf-8"), \
-        "editors/vscode/syntaxes/ holds a copy of editors/penrose.tmLanguage.json: copy it again"
     json.loads((folder / lang["configuration"]).read_text(encoding="utf-8"))
     assert "onLanguage:pen" in pkg["activationEvents"] and "vscode-languageclient" in pkg["dependencies"]
     assert pkg["contributes"]["configuration"]["properties"]["penrose.server.command"]["default"] == ["penrose", "lsp"]
@@ -295,6 +294,26 @@ def test_the_vscode_extension_is_wired():
     if shutil.which("node"):
         run = subprocess.run(["node", "--check", str(folder / pkg["main"])], capture_output=True, text=True)
         assert run.returncode == 0, run.stderr
+
+
+def test_the_vscode_extension_copies_the_grammar_when_built(tmp_path):
+    """The extension's grammar is grammar/penrose.tmLanguage.json, copied into it (an extension
+    packs only its own folder) by `npm install` and `vsce package`: git holds one copy."""
+    folder = EDITORS / "vscode"
+    pkg = json.loads((folder / "package.json").read_text(encoding="utf-8"))
+    (grammar,) = pkg["contributes"]["grammars"]
+    target = grammar["path"].removeprefix("./")
+    assert {"npm run grammar"} == {pkg["scripts"]["prepare"], pkg["scripts"]["vscode:prepublish"]}
+    assert f"'../../grammar/{TEXTMATE.name}', '{target}'" in pkg["scripts"]["grammar"]
+    ignored = subprocess.run(["git", "check-ignore", "-q", f"editors/vscode/{target}"], cwd=ROOT)
+    assert ignored.returncode == 0, f"editors/vscode/{target} is a build output: .gitignore must name it"
+    npm = shutil.which("npm")
+    if npm:  # run the script on a copy of the two folders
+        shutil.copytree(folder, tmp_path / "editors" / "vscode", ignore=shutil.ignore_patterns("node_modules", "syntaxes"))
+        shutil.copytree(TEXTMATE.parent, tmp_path / "grammar")
+        run = subprocess.run([npm, "run", "--silent", "grammar"], cwd=tmp_path / "editors" / "vscode", capture_output=True, text=True)
+        assert run.returncode == 0, run.stderr
+        assert (tmp_path / "editors" / "vscode" / target).read_bytes() == TEXTMATE.read_bytes()
 
 
 # ---- the Pygments lexer -------------------------------------------------------------------------

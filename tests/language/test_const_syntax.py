@@ -1,6 +1,6 @@
 """`const` declarations and the einops-style calls, as syntax: both parser paths read them alike,
 `penrose fmt` keeps them, and a malformed one is a positioned syntax error (penrose/parser.py,
-penrose/grammar/penrose.lark, penrose/fmt.py). Their checking and compiling is tested elsewhere."""
+grammar/penrose.lark, penrose/fmt.py). Their checking and compiling is tested elsewhere."""
 
 from __future__ import annotations
 

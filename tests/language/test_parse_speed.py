@@ -211,13 +211,15 @@ def test_parsing_a_valid_diagram_imports_no_lark():
 def test_the_fast_path_knows_every_keyword_and_operator_of_the_grammar():
     import re
 
-    from penrose.parser import _COMPARE, _KEYWORDS, _TOKENS, _parser
+    from penrose.parser import _COMPARE, _KEYWORDS, _MODIFIER, _TOKENS, _WORD, _parser
 
     terminals = {t.name: t.pattern for t in _parser().terminals}
     literals = {p.value for p in terminals.values() if p.type == "str"}
     words = {w for w in literals if w.isidentifier()}
-    # statement keywords; 'as' and 'repeat' after an assignment, 'unsaved' after a buffer
-    assert words == _KEYWORDS | {"as", "repeat", "unsaved"}
+    # the keywords the fast path read from the grammar's text are Lark's: statement keywords;
+    # 'as' and 'repeat' after an assignment, 'unsaved' after a buffer
+    assert words == set(_WORD.values()) == _KEYWORDS | set(_MODIFIER) | {_WORD["unsaved"]}
+    assert len(_WORD) == len(words) == 13
     compare = terminals["COMPARE"].to_regexp()
     assert {op for op in ("<", "<=", ">", ">=", "==", "!=", "=<", "<>", "=") if re.fullmatch(compare, op)} == _COMPARE
     for op in (literals - words) | _COMPARE:

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: `penrose.rendering.*` with the back ends.
 LAYERS: list[tuple[str, list[str]]] = [
     ("base", ["penrose.errors", "penrose.stack", "penrose.ops", "penrose.attrs", "penrose.pyast", "penrose.io",
-              "penrose.display", "penrose.grammar", "penrose.generated"]),  # grammar: the .lark file's package;
-    # generated: where compiled diagrams' modules are registered (imports nothing of penrose)
+              "penrose.display", "penrose.generated"]),  # generated: where compiled diagrams' modules are
+    # registered (imports nothing of penrose)
     ("ir", ["penrose.ir"]),
     ("parse", ["penrose.parser", "penrose.fmt"]),
     ("read", ["penrose.reading"]),  # path or text, includes, sizes: what checking needs first

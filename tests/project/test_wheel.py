@@ -28,6 +28,8 @@ from sources import package_folders
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {folder.name: name for name, folder in package_folders().items()}  # source folder -> import name
+GRAMMAR = ROOT / "grammar" / "penrose.lark"  # the one copy; the wheel carries it inside the package (setup.py)
+GRAMMAR_IN_WHEEL = "penrose/grammar/penrose.lark"
 
 DIAGRAM = """\
 # index legend: b batch, i input, h hidden
@@ -101,8 +103,10 @@ def venv(dist, tmp_path_factory):
     target = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                  capture_output=True, text=True, check=True).stdout.strip())
     (target / "_penrose_test_deps.pth").write_text(f"{deps}\n")
+    # without PYTHONPATH: a source tree on it holds the build's egg-info, and pip would take the
+    # wheel as installed already
     proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
-                           "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300)
+                           "--no-index", "-q", str(wheel)], capture_output=True, text=True, timeout=300, env=_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return env_dir
 
@@ -129,6 +133,7 @@ def test_wheel_holds_every_package_file(dist):
     assert not missing, f"files of the source tree missing from the wheel: {missing}"
     assert not any(n.startswith(("zoo/", "tests/", "grammar/")) for n in names), "a stray top-level folder in the wheel"
     assert "penrose/py.typed" in names and "penrose_zoo/py.typed" in names
+    assert zipfile.ZipFile(wheel).read(GRAMMAR_IN_WHEEL) == GRAMMAR.read_bytes(), "the wheel's grammar is not grammar/penrose.lark"
 
 
 def test_sdist_holds_every_package_file(dist):
@@ -139,7 +144,7 @@ def test_sdist_holds_every_package_file(dist):
     source = {f"{folder_of[f.split('/', 1)[0]]}/{f.split('/', 1)[1]}" for f in _source_files()}
     missing = sorted(source - names)
     assert not missing, f"files missing from the sdist: {missing}"
-    for needed in ("pyproject.toml", "setup.py", "README.md"):
+    for needed in ("pyproject.toml", "setup.py", "README.md", "MANIFEST.in", "grammar/penrose.lark"):
         assert needed in names
 
 
@@ -227,6 +232,19 @@ def test_console_commands_work_from_the_wheel(venv, tmp_path):
     listing = _run(venv, "penrose", "zoo", "list", cwd=tmp_path).stdout
     assert "concept_bottleneck" in listing
     assert "usage" in _run(venv, "penrose", "steerling", "--help", cwd=tmp_path).stdout.lower()
+
+
+def test_the_wheel_parses_with_the_grammar_it_carries(venv, tmp_path):
+    """Outside the tree the installed package reads the grammar inside it: the parser's keywords
+    and every syntax error, worded and placed by Lark, come from that file."""
+    where = _run(venv, "python", "-c", "import penrose; from penrose.parser import grammar_file\n"
+                 "print(grammar_file()); print(penrose.__file__)", cwd=tmp_path).stdout.split("\n")
+    assert where[0] == str(Path(where[1]).parent / "grammar" / "penrose.lark") and where[0].startswith(str(venv)), where
+    (tmp_path / "tiny.pen").write_text(DIAGRAM)
+    (tmp_path / "bad.pen").write_text("dim e = 2\ninput x[e]\ny = x +\noutput y\n")
+    assert "ok" in _run(venv, "penrose", "check", "tiny.pen", cwd=tmp_path).stdout
+    proc = _run(venv, "penrose", "check", "bad.pen", cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "bad.pen:3:8: error: unexpected end of line" in proc.stderr, proc.stderr
 
 
 def _frame(msg: dict) -> bytes:

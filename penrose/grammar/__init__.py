@@ -1,1 +1,0 @@
-"""The Lark grammar of the .pen language (penrose.lark), shipped inside the package."""
