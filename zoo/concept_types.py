@@ -154,6 +154,9 @@ class TypedConcepts(ConceptModel):
             return self.spec.units[self.spec.concepts.index(concept)][0]
         return super().concept_index(concept, position)
 
+    def concept_kinds(self) -> tuple[str, ...]:
+        return tuple(self.spec.column_types)
+
     def _by_type(self, kind: str) -> list[int]:
         return [i for i, t in enumerate(self.spec.column_types) if t == kind]
 

@@ -47,13 +47,15 @@ from penrose import PenroseShapeError
 from penrose.gradients import GradientPlan, NoGeneratedBackward
 from penrose_zoo.core import InterventionError, ZooModel, bce_grad_scaled, task_loss, task_loss_grad
 
-__all__ = ["BACKBONE_MODES", "BACKWARDS", "ConceptModel", "GeneratedStep", "resolve_concept"]
+__all__ = ["BACKBONE_MODES", "BACKWARDS", "LOSS_MODES", "ConceptModel", "GeneratedStep", "resolve_concept"]
 
 #: how a backbone in front of a concept model trains
 BACKBONE_MODES = ("finetune", "frozen", "cached")
 #: how `fit` differentiates: the generated backward where it covers the model, else autograd
 #: ('auto'); always the generated one (an error where it cannot); always autograd
 BACKWARDS = ("auto", "generated", "autograd")
+#: what `ConceptModel.loss(batch, mode)` computes (sequential training is 'concepts' then 'task')
+LOSS_MODES = ("joint", "independent", "concepts", "task")
 
 
 class ConceptModel(ZooModel):
@@ -303,7 +305,7 @@ class ConceptModel(ZooModel):
         for name in ("loss", "concept_loss", "concept_loss_terms", "_run", "_diagram_inputs"):
             if getattr(me, name) is not getattr(ConceptModel, name) or name in self.__dict__:
                 raise NoGeneratedBackward(f"{me.__name__} has its own {name.strip('_').replace('_', ' ')}")
-        if mode not in ("joint", "independent", "concepts", "task"):
+        if mode not in LOSS_MODES:
             raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
         if self.backbone is not None and self.backbone_mode == "finetune" and not self._features_given:
             raise NoGeneratedBackward("a fine-tuned backbone trains through autograd")
@@ -320,6 +322,8 @@ class ConceptModel(ZooModel):
         history's 'backward' says which ran. Other keywords go to `penrose_zoo.train.fit`."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        self.check_labels(train, "train")  # (before a cached backbone runs over the data)
+        self.check_labels(val, "val")
         if self.backbone is not None and self.backbone_mode == "cached":
             train = self._with_features(train)
             val = None if val is None else self._with_features(val)
@@ -335,6 +339,10 @@ class ConceptModel(ZooModel):
         tensors = tuple(getattr(data, "tensors", data))
         return (self.cache_features(tensors[0]),) + tensors[1:]
 
+    def label_roles(self, n: int) -> dict[int, str]:
+        """(x, c, y) batches: c the concepts' labels, y the task's."""
+        return {1: "concepts", 2: "task"} if n == 3 else {}
+
     def after_fit(self, train: Any) -> None:
         """Called at the end of `fit` with the training data (what forward reads)."""
 
@@ -348,6 +356,8 @@ class ConceptModel(ZooModel):
 
         if backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         step, why = None, "backward='autograd'"
         if backward != "autograd":
             try:

@@ -225,6 +225,35 @@ class ZooModel(torch.nn.Module):
     def loss(self, batch: tuple) -> torch.Tensor:
         raise NotImplementedError
 
+    def label_roles(self, n: int) -> dict[int, str]:
+        """Which tensors of an n-tensor batch are labels, by position: 'task' or 'concepts'
+        ((x, y): y is the task's; a model with concepts says more)."""
+        return {1: "task"} if n == 2 else {}
+
+    def concept_kinds(self) -> tuple[str, ...]:
+        """The type of each concept column ('binary', 'categorical', 'continuous'): binary here."""
+        return ("binary",) * self.sizes.get("k", 0)
+
+    def check_labels(self, data: Any, split: str = "train") -> None:
+        """Refuse, before training, labels this model's losses cannot read: task labels against
+        `task` (class ids 0..r−1; binary targets in [0, 1]) and concept labels against the
+        concepts' types (`concept_kinds`). A PenroseArgumentError names the tensor (as `fit`
+        does: "y_train (train_data[2])"), the first bad index and its value. (Labels out of range
+        would otherwise index past the logits, or drive a cross-entropy below zero.)"""
+        if data is None:
+            return
+        from penrose_zoo.train import data_tensors
+        from penrose_zoo.validate import concept_labels, task_labels
+
+        tensors, names = data_tensors(data, split)
+        for i, role in self.label_roles(len(tensors)).items():
+            if role == "task":
+                task_labels(tensors[i], names[i], self.task, self.sizes.get("r"))
+            else:
+                units = getattr(self, "concept_units", None)  # (a concept model's; categorical concepts span columns)
+                concept_labels(tensors[i], names[i], self.concept_kinds(), units() if callable(units) else None,
+                               getattr(self, "concept_names", None))
+
     def loss_fn(self, **options: Any) -> Callable:
         """`loss_fn(model, batch)` for `penrose_zoo.train.fit`."""
         return lambda model, batch: model.loss(batch, **options)
@@ -233,6 +262,8 @@ class ZooModel(torch.nn.Module):
         """Train with the zoo's one training loop (`penrose_zoo.train.fit`) on this model's loss."""
         from penrose_zoo.train import fit
 
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         return fit(self, self.loss_fn(), train, val, **fit_kwargs)
 
     def extra_repr(self) -> str:

@@ -37,12 +37,16 @@ from __future__ import annotations
 
 import hashlib
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
+
+from penrose.tables import FLOAT32_MAX
+from penrose_zoo.validate import is_invisible, printable
 
 __all__ = [
     "DataError",
@@ -66,6 +70,7 @@ __all__ = [
     "toy_split",
     "concept_arrays",
     "load_concept_arrays",
+    "read_npz",
 ]
 
 
@@ -709,8 +714,14 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
             raise ValueError(f"{label} must have {dims} dimension{'s' if dims > 1 else ''}, got shape {list(a.shape)}")
         if a.dtype.kind not in "biuf":
             raise ValueError(f"{label} must hold numbers, got dtype {a.dtype}")
-        if not np.isfinite(a.astype(np.float64)).all():
+        wide = a.astype(np.float64)
+        if not np.isfinite(wide).all():
             raise ValueError(f"{label} holds a value that is not finite")
+        if a.size and np.abs(wide).max() > FLOAT32_MAX:  # it would be ±inf as the float32 the models read
+            raise ValueError(f"{label} holds {wide.flat[int(np.abs(wide).argmax())]:g}, beyond float32's range (±3.4e38)")
+        if dims == 2 and a.shape[1] == 0:
+            raise ValueError(f"{label} has no columns (shape {list(a.shape)}): give at least one "
+                             f"{'feature' if label == 'x' else 'concept'}")
         arrays[label] = a
     n = len(arrays["x"])
     for label in ("c", "y"):
@@ -732,21 +743,123 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
 
 def load_concept_arrays(path: str | os.PathLike, seed: int = 0, **kw) -> ToyData:
     """`concept_arrays` of a NumPy `.npz` file holding arrays `x`, `c` and `y` (and optionally
-    `concept_names`, strings), named by the file's stem. Nothing is unpickled (object arrays are
-    refused); a `DataError` names the file and what is wrong with it."""
+    `concept_names`, strings), named by the file's stem. The file is read as untrusted input
+    (`read_npz`): a regular file and a zip archive of `.npy` arrays only, each array's size taken
+    from its header and checked against the bytes the archive holds and penrose's limits before
+    anything is allocated, nothing unpickled; every failure a `DataError` naming the file and the
+    array."""
     path = Path(path)
+    arrays = read_npz(path, ("x", "c", "y"), optional=("concept_names",))
+    given = arrays.get("concept_names")
+    names = None
+    if given is not None:
+        if given.ndim != 1 or given.dtype.kind != "U":
+            raise DataError(f"array 'concept_names' must be one string per concept, got dtype {given.dtype} and "
+                            f"shape {list(given.shape)}", path)
+        names = [unicodedata.normalize("NFC", str(v)).strip() for v in given]
+        blank = [i for i, v in enumerate(names) if is_invisible(v)]
+        if blank:
+            raise DataError(f"array 'concept_names': entry {blank[0]} ({printable(repr(names[blank[0]]))}) shows "
+                            "nothing; a concept needs a visible name", path)
     try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in ("x", "c", "y") if k not in f.files]
-            if missing:
-                raise DataError(f"no array {', '.join(repr(k) for k in missing)} (it holds {', '.join(f.files) or 'none'})", path)
-            x, c, y = f["x"], f["c"], f["y"]
-            names = [str(v) for v in f["concept_names"]] if "concept_names" in f.files else None
-    except DataError:
-        raise
-    except (OSError, ValueError) as e:
-        raise DataError(f"not a readable .npz of arrays: {e}", path) from None
-    try:
-        return concept_arrays(x, c, y, seed, name=path.stem, concept_names=names, **kw)
+        return concept_arrays(arrays["x"], arrays["c"], arrays["y"], seed, name=path.stem, concept_names=names, **kw)
     except ValueError as e:
         raise DataError(str(e), path) from None
+
+
+#: the kinds of array `read_npz` reads: booleans, integers, floats, and Unicode strings
+_NPZ_KINDS = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}
+
+
+def read_npz(path: str | os.PathLike, names: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """The arrays `names` (and those of `optional` it holds) of the `.npz` archive at `path`,
+    read as untrusted input. Refused, each a DataError naming the file (and the array): a path
+    that is not a regular file (a FIFO would block, a device never end) — checked before it is
+    opened; a `.npy` file (one array) or anything else that is not a zip archive; a damaged
+    archive; a missing array; an array whose header cannot be read, whose dtype is not booleans,
+    integers, floats or strings (object arrays would need unpickling; bfloat16 and other
+    extension types), whose header announces more bytes than the archive holds for it (a tiny
+    file claiming terabytes), or that is larger than penrose's limits (`penrose.checker.LIMITS`:
+    PENROSE_MAX_TENSOR_BYTES per array, PENROSE_MAX_TOTAL_BYTES together) — all before anything
+    is allocated."""
+    import stat
+    import zipfile
+
+    from penrose.checker import LIMITS
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read it: {getattr(e, 'strerror', None) or e}", path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError("not a regular file (a directory, a FIFO or a device); give a .npz file", path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        raise DataError(f"cannot read it: {e.strerror or e}", path) from None
+    if head.startswith(b"\x93NUMPY"):
+        raise DataError("a .npy file holds one array; save x, c and y together in a .npz "
+                        "(numpy.savez(path, x=x, c=c, y=y))", path)
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        raise DataError("not a .npz file (a zip archive of .npy arrays, as numpy.savez writes)"
+                        + ("; the file is empty" if not head else ""), path)
+    limit, total_limit = LIMITS.value("tensor_bytes"), LIMITS.value("total_bytes")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = {n.removesuffix(".npy"): n for n in z.namelist() if n.endswith(".npy")}
+            missing = [n for n in names if n not in members]
+            if missing:
+                held = ", ".join(members) or "none"
+                raise DataError(f"no array {', '.join(repr(n) for n in missing)} (it holds {held})", path)
+            total = 0
+            for name in [*names, *(n for n in optional if n in members)]:
+                info = z.getinfo(members[name])
+                with z.open(info) as f:
+                    shape, fortran, dtype, offset = _npy_header(f, name, path)
+                    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                    if nbytes + offset != info.file_size:
+                        raise DataError(f"array {name!r}: its header announces {list(shape)} {dtype} ({nbytes:,} bytes) "
+                                        f"but the archive holds {max(info.file_size - offset, 0):,} bytes of data", path)
+                    total += nbytes
+                    if nbytes > limit or total > total_limit:
+                        raise DataError(f"array {name!r}: {nbytes:,} bytes ({list(shape)} {dtype}), beyond penrose's "
+                                        f"limit of {limit if nbytes > limit else total_limit:,} bytes"
+                                        f"{' in all' if nbytes <= limit else ''} (PENROSE_MAX_TENSOR_BYTES, "
+                                        "PENROSE_MAX_TOTAL_BYTES raise it)", path)
+                    data = f.read(nbytes + 1)  # (one byte more: the end of the member, its CRC checked)
+                if len(data) != nbytes:
+                    raise DataError(f"array {name!r}: {len(data):,} bytes of data, its header announces {nbytes:,}", path)
+                array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+                out[name] = array.copy()  # (a writable array of its own)
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
+        # a damaged archive: a bad CRC, a truncated member, an unsupported compression or encryption
+        raise DataError(f"not a readable .npz archive ({type(e).__name__}: {e})", path) from None
+    return out
+
+
+def _npy_header(f, name: str, path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, data offset) of the .npy member `f`, its header read by
+    numpy's own parser (a literal; nothing is evaluated or unpickled)."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npy.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy.read_array_header_2_0(f)
+        else:
+            raise ValueError(f".npy format version {version[0]}.{version[1]} (penrose reads 1.0 and 2.0)")
+    except Exception as e:  # noqa: BLE001 - numpy's parser raises ValueError, TypeError (an unknown dtype), SyntaxError
+        raise DataError(f"array {name!r}: not a readable .npy header ({type(e).__name__}: {e})", path) from None
+    if dtype.hasobject or dtype.kind not in _NPZ_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise DataError(f"array {name!r}: dtype {dtype} is not one penrose reads ({', '.join(sorted(set(_NPZ_KINDS.values())))}"
+                        "; object arrays would need unpickling)", path)
+    if not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise DataError(f"array {name!r}: shape {shape} is not a shape", path)
+    return tuple(shape), bool(fortran), dtype, f.tell()

@@ -48,7 +48,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
+from penrose.errors import PenroseArgumentError, seed_value
 from penrose_zoo.core import InterventionError
+from penrose_zoo.validate import flag, number, whole
 
 if TYPE_CHECKING:
     from penrose_zoo.concepts import ConceptModel
@@ -70,6 +72,8 @@ __all__ = [
     "intervention_curve",
     "intervention_score",
     "DEFAULT_FRACTIONS",
+    "POLICIES",
+    "STRATEGIES",
 ]
 
 DEFAULT_FRACTIONS = tuple(i / 10 for i in range(11))
@@ -154,7 +158,7 @@ class RandomPolicy(Policy):
     name = "random"
 
     def __init__(self, seed: int = 0):
-        self.seed = seed
+        self.seed = seed_value(seed)
 
     def scores(self, model, x, c, out):
         g = torch.Generator().manual_seed(self.seed)
@@ -179,6 +183,8 @@ class OrderPolicy(Policy):
     name = "order"
 
     def __init__(self, order: Sequence):
+        if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, torch.Tensor)):
+            raise PenroseArgumentError(f"OrderPolicy's order must be a list of concept ids or names, got {order!r}")
         self.order = list(order)
 
     def ranking(self, model, x, c, out):
@@ -243,6 +249,16 @@ class FixedValue(Strategy):
     name = "fixed value"
 
     def __init__(self, value):
+        try:
+            v = torch.as_tensor(value, dtype=torch.float64) if not isinstance(value, (str, bytes, bool)) else None
+        except (TypeError, ValueError, RuntimeError):
+            v = None
+        if v is None or v.dim() > 1 or v.numel() == 0:
+            raise InterventionError(f"FixedValue needs a number or a list of numbers (one per concept), got {value!r}")
+        bad = ~torch.isfinite(v)
+        if bool(bad.any()):  # as `intervene` refuses it: a do() to inf or NaN is no value
+            where = "" if v.dim() == 0 else f" at index {int(bad.nonzero()[0, 0])}"
+            raise InterventionError(f"FixedValue holds a value that is not finite{where}: {value!r}")
         self.value = value
 
     def values(self, model, x, c):
@@ -262,9 +278,7 @@ class Quantile(Strategy):
     name = "quantile"
 
     def __init__(self, q: float = 0.95):
-        if not 0.5 <= q <= 1.0:
-            raise ValueError(f"Quantile q must be in [0.5, 1], got {q}")
-        self.q = float(q)
+        self.q = number(q, "Quantile q", low=0.5, high=1.0)
         self.low = self.high = None
 
     @torch.no_grad()
@@ -289,6 +303,25 @@ class Quantile(Strategy):
         return f"Quantile(q={self.q})"
 
 
+#: policies and strategies by name (those that need no argument), for `intervention_curve`
+POLICIES = {"random": RandomPolicy, "uncertainty": UncertaintyPolicy, "gradient": GradientPolicy}
+STRATEGIES = {"ground truth": GroundTruth}
+
+
+def _named(given: Any, what: str, table: dict, kind: type, default: Any) -> Any:
+    """A policy or strategy: the default for None, an instance as it is, a name from `table`."""
+    if given is None:
+        return default
+    if isinstance(given, kind):
+        return given
+    if isinstance(given, str) and given in table:
+        return table[given]()
+    hint = {"order": "OrderPolicy([...])", "fixed value": "FixedValue(v)",
+            "quantile": "Quantile(q).fit(model, x_train)"}.get(given) if isinstance(given, str) else None
+    raise PenroseArgumentError(f"{what} must be a {kind.__name__} or one of the names {', '.join(map(repr, table))}"
+                               + (f"; {given!r} needs its argument: {hint}" if hint else f", got {given!r}"))
+
+
 # ---- curves -----------------------------------------------------------------------------------
 
 
@@ -304,8 +337,7 @@ def intervention_masks(ranking: torch.Tensor, fraction: float, units: Sequence[S
     """do [n, k]: each example's first round(fraction · number of concepts) ranked concepts. With
     `units` (the columns of each concept, `model.concept_units()`), a concept stands where its
     best-ranked column stands and all its columns are set together."""
-    if not 0.0 <= fraction <= 1.0:
-        raise InterventionError(f"intervention fraction must be in [0, 1], got {fraction}")
+    fraction = number(fraction, "intervention fraction", low=0.0, high=1.0, error=InterventionError)
     position = _positions(ranking)
     if units is None or all(len(u) == 1 for u in units) and len(units) == ranking.shape[-1]:
         return position < int(round(fraction * ranking.shape[-1]))
@@ -331,9 +363,8 @@ def sequential_intervention_masks(model: ConceptModel | InterventionTarget, x: t
     far (`values` where set), and each example sets its best-ranked concept not yet set (a
     categorical concept's columns together). `x` is what the diagram reads."""
     units = model.concept_units()
-    steps = len(units) if steps is None else steps
-    if not 0 <= steps <= len(units):
-        raise InterventionError(f"sequential interventions take 0 to {len(units)} steps, got {steps}")
+    steps = len(units) if steps is None else whole(steps, "sequential intervention steps", low=0, high=len(units),
+                                                   error=InterventionError)
     column_unit = torch.zeros(c.shape[-1], dtype=torch.long, device=c.device)
     for j, u in enumerate(units):
         column_unit[list(u)] = j
@@ -389,16 +420,26 @@ def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, poli
                        strategy: Strategy | None = None, label: str = "", sequential: bool = False) -> InterventionCurve:
     """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
     ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy
-    RandomPolicy(0), default strategy GroundTruth(). Regression tasks report −MSE.
+    RandomPolicy(0), default strategy GroundTruth(); a policy or strategy may be given by name
+    ('random', 'uncertainty', 'gradient'; 'ground truth'). Regression tasks report −MSE.
+    Fractions outside [0, 1] or not finite, and anything else that is not one of these, are a
+    PenroseArgumentError naming the argument.
     sequential: re-rank after each concept is set (`sequential_intervention_masks`) instead of
     ranking once."""
     from penrose_zoo.metrics import accuracy
 
     _check_model(model)
-    policy = RandomPolicy(0) if policy is None else policy
-    strategy = GroundTruth() if strategy is None else strategy
-    x, c, y = tuple(getattr(data, "tensors", data))[:3]
-    fractions = tuple(float(f) for f in fractions)
+    policy = _named(policy, "policy", POLICIES, Policy, RandomPolicy(0))
+    strategy = _named(strategy, "strategy", STRATEGIES, Strategy, GroundTruth())
+    tensors = tuple(getattr(data, "tensors", data)) if isinstance(data, (tuple, list)) or hasattr(data, "tensors") else ()
+    if len(tensors) < 3 or not all(isinstance(t, torch.Tensor) for t in tensors[:3]):
+        raise PenroseArgumentError(f"data must be (x, c, y) tensors, got {type(data).__name__}")
+    x, c, y = tensors[:3]
+    if isinstance(fractions, (str, bytes)) or not isinstance(fractions, (Sequence, torch.Tensor)) or not len(fractions):
+        raise PenroseArgumentError(f"fractions must be a non-empty list of numbers from 0 to 1, got {fractions!r}")
+    fractions = tuple(number(f, f"fractions[{i}]", low=0.0, high=1.0, error=InterventionError)
+                      for i, f in enumerate(fractions))
+    sequential = flag(sequential, "sequential")
     was = model.training
     model.eval()
     try:
@@ -407,9 +448,6 @@ def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, poli
             out = model(feats)
             values = strategy.values(model, feats, c)
             units = model.concept_units()
-            for f in fractions:
-                if not 0.0 <= f <= 1.0:
-                    raise InterventionError(f"intervention fraction must be in [0, 1], got {f}")
             if sequential:
                 steps = [int(round(f * len(units))) for f in fractions]
                 masks = sequential_intervention_masks(model, feats, c, policy, values, max(steps, default=0))

@@ -260,8 +260,8 @@ def test_every_refusal_is_a_penrose_error():
 
 
 @pytest.mark.parametrize("doc, match", [
-    ({"format": "x"}, "not a"), ({"special_tokens": 5}, "special tokens"), ({"kind": "bpe", "bpe": "garbage"}, "field 'bpe'"),
-    ({"kind": "bpe", "bpe": {"model": 7}}, "field 'bpe' is not a tokenizer"), ({"kind": "nonesuch"}, "unknown tokenizer kind"),
+    ({"format": "x"}, "not a"), ({"special_tokens": 5}, "field 'special_tokens' = 5"), ({"kind": "bpe", "bpe": "garbage"}, "field 'bpe'"),
+    ({"kind": "bpe", "bpe": {"model": 7}}, "field 'bpe.model' must be a BPE model"), ({"kind": "nonesuch"}, "field 'kind' = 'nonesuch'"),
 ])
 def test_a_damaged_tokenizer_json(tmp_path, doc, match):
     from penrose_zoo.steerling.tokenizer import SPECIAL_TOKENS, TOKENIZER_FORMAT, TokenizerError, load_tokenizer

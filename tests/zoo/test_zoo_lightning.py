@@ -50,5 +50,5 @@ def test_binary_task_logs_its_accuracy(tmp_path):
 
 
 def test_bad_optimizer_is_named():
-    with pytest.raises(ValueError, match="optimizer must be 'adam', 'adamw' or 'sgd', got 'rmsprop'"):
+    with pytest.raises(ValueError, match="optimizer must be one of 'adam', 'adamw', 'sgd', got 'rmsprop'"):
         LightningZooModel(penrose_zoo.ConceptBottleneckModel(f=4, k=3), optimizer="rmsprop")

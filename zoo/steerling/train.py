@@ -302,7 +302,13 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
     reduction order. Only rank 0 writes the checkpoint, the log and the progress bar. One process
     runs the same loop with the null communicator."""
     from penrose_zoo.steerling import distributed
+    from penrose_zoo.validate import flag, whole
 
+    val_every, save_every = whole(val_every, "val_every", low=1), whole(save_every, "save_every", low=1)
+    if stop_after is not None:
+        stop_after = whole(stop_after, "stop_after", low=1)
+    progress = flag(progress, "progress")
+    cfg.resolved()  # (its fields checked before a process group is set up)
     comm = distributed.setup(fsdp=fsdp)
     try:
         return _train(cfg, out, val_every=val_every, save_every=save_every, stop_after=stop_after,
@@ -501,7 +507,10 @@ def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_
     from penrose_zoo.steerling import measure
     from penrose_zoo.steerling.attribution import forward_ids
     from penrose_zoo.steerling.steer import steering_effect
+    from penrose_zoo.validate import whole
 
+    max_batches = whole(max_batches, "max_batches", low=1)
+    steering_concepts = whole(steering_concepts, "steering_concepts", low=0)
     cfg = cfg.resolved()
     device = device or model.lm_head_weight().device
     was = model.training
