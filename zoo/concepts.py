@@ -46,6 +46,7 @@ import torch.nn.functional as F
 from penrose import PenroseShapeError
 from penrose.gradients import GradientPlan, NoGeneratedBackward
 from penrose_zoo.core import InterventionError, ZooModel, bce_grad_scaled, task_loss, task_loss_grad
+from penrose_zoo.validate import number
 
 __all__ = ["BACKBONE_MODES", "BACKWARDS", "LOSS_MODES", "ConceptModel", "GeneratedStep", "resolve_concept"]
 
@@ -74,9 +75,7 @@ class ConceptModel(ZooModel):
                  backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune",
                  p_int: float | None = None, randint: str = "concept", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        p_int = self.default_p_int if p_int is None else p_int
-        if not 0.0 <= p_int <= 1.0:
-            raise ValueError(f"p_int must be a probability, got {p_int}")
+        p_int = self.default_p_int if p_int is None else number(p_int, "p_int", low=0.0, high=1.0)
         if randint not in self.RANDINT:
             raise ValueError(f"randint must be one of {self.RANDINT}, got {randint!r}")
         self.p_int = float(p_int)

@@ -245,13 +245,14 @@ class ZooModel(torch.nn.Module):
         from penrose_zoo.train import data_tensors
         from penrose_zoo.validate import concept_labels, task_labels
 
-        tensors, names = data_tensors(data, split)
+        tensors, _ = data_tensors(data, split)
         for i, role in self.label_roles(len(tensors)).items():
+            name = f"{'y' if role == 'task' else 'c'}_{split} ({split}_data[{i}])"  # (fit's names, by role)
             if role == "task":
-                task_labels(tensors[i], names[i], self.task, self.sizes.get("r"))
+                task_labels(tensors[i], name, self.task, self.sizes.get("r"))
             else:
                 units = getattr(self, "concept_units", None)  # (a concept model's; categorical concepts span columns)
-                concept_labels(tensors[i], names[i], self.concept_kinds(), units() if callable(units) else None,
+                concept_labels(tensors[i], name, self.concept_kinds(), units() if callable(units) else None,
                                getattr(self, "concept_names", None))
 
     def loss_fn(self, **options: Any) -> Callable:

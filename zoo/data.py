@@ -45,8 +45,9 @@ from typing import Iterable, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from penrose.errors import PenroseArgumentError
 from penrose.tables import FLOAT32_MAX
-from penrose_zoo.validate import is_invisible, printable
+from penrose_zoo.validate import is_invisible, number, printable, whole
 
 __all__ = [
     "DataError",
@@ -142,10 +143,10 @@ def load_tabular(name: str, seed: int = 0, val_fraction: float = 0.2) -> Tabular
     seed: the split's `random_state`; the same seed gives the same split everywhere.
     val_fraction: share of rows held out for validation (stratified for classification).
     """
-    if name not in TABULAR_SETS:
+    if not isinstance(name, str) or name not in TABULAR_SETS:
         raise ValueError(f"unknown tabular data set {name!r}; choose from {sorted(TABULAR_SETS)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    seed = whole(seed, "seed", low=0, high=2**32 - 1)  # (scikit-learn's random_state range)
+    val_fraction = number(val_fraction, "val_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
     import sklearn.datasets
     from sklearn.model_selection import train_test_split
 
@@ -310,6 +311,8 @@ def read_category_corpus(
 
     Raises DataError (a ValueError) naming the path, and the line where one applies, when
       * `directory` does not exist, is empty, or holds no category files;
+      * a category file's name (its concept's name) shows nothing, holds a control character or
+        surrounding spaces, or is another's in a different Unicode normal form;
       * a requested category has no file;
       * a category file is broken:
           - zero non-empty entries (empty or whitespace/separators only);
@@ -325,6 +328,16 @@ def read_category_corpus(
     if not any(True for _ in root.iterdir()):
         raise DataError("empty directory: no category files", root)
     files, skipped = _category_files(root)
+    seen: dict[str, str] = {}
+    for name in files:  # a category's name is its file's: a concept name, printed and looked up
+        norm = unicodedata.normalize("NFC", name)
+        if is_invisible(name) or any(unicodedata.category(ch) == "Cc" for ch in name) or norm != name.strip():
+            raise DataError(f"category file {printable(repr(name))}: its name (the concept's name) must be visible text "
+                            "without control characters or surrounding spaces", root)
+        if norm in seen:
+            raise DataError(f"category files {printable(repr(seen[norm]))} and {printable(repr(name))} have the same "
+                            "name (Unicode NFC and NFD spellings of it)", root)
+        seen[norm] = name
     if not files:
         detail = "; skipped: " + ", ".join(skipped) if skipped else ""
         raise DataError(f"no category files{detail}", root)
@@ -654,8 +667,12 @@ def toy_split(n: int, split_seed: int, val_fraction: float = 0.1, test_fraction:
     """(train, val, test) index arrays: a permutation by `numpy.random.default_rng(split_seed)`,
     its first ⌊test_fraction·n⌋ entries the test set, the next ⌊val_fraction·n⌋ validation, the
     rest training (PyC's random splitter)."""
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(f"need 0 ≤ val_fraction, test_fraction and their sum < 1; got {val_fraction}, {test_fraction}")
+    val_fraction = number(val_fraction, "val_fraction", low=0.0, high=1.0, high_open=True)
+    test_fraction = number(test_fraction, "test_fraction", low=0.0, high=1.0, high_open=True)
+    if val_fraction + test_fraction >= 1:
+        raise PenroseArgumentError(f"val_fraction + test_fraction must be below 1 (some rows train); got {val_fraction}, "
+                                   f"{test_fraction}")
+    split_seed = whole(split_seed, "split_seed", low=0)
     n_test, n_val = int(test_fraction * n), int(val_fraction * n)
     order = np.random.default_rng(split_seed).permutation(n)
     return order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test]
@@ -680,10 +697,12 @@ def toy_concepts(name: str, n: int = 10000, seed: int = 42, split_seed: int | No
     (the sign of each h_i does not fix the sign of their sum), so a bottleneck must leak or
     carry extra units to solve them — the CEM paper's point.
     """
-    if name not in _TOY_GENERATORS:
+    if not isinstance(name, str) or name not in _TOY_GENERATORS:
         raise ValueError(f"unknown toy data set {name!r}; choose from {', '.join(TOY_SETS)}")
-    if n < 10:
-        raise ValueError(f"n must be at least 10 rows, got {n}")
+    n = whole(n, "n", low=10, high=10**8)  # (rows: 10 at least, and what memory holds)
+    seed = whole(seed, "seed", low=0, high=2**32 - 2)  # (NumPy's RandomState range; checkmark seeds seed + 1)
+    if split_seed is not None:
+        split_seed = whole(split_seed, "split_seed", low=0)
     x, c, y, concept_names, task_names, parents, task_parents = _TOY_GENERATORS[name](n, seed)
     split = toy_split(n, seed if split_seed is None else split_seed, val_fraction, test_fraction)
     return _split_rows(x, c, y, split, name=name, concept_names=concept_names, task_names=task_names,
@@ -707,6 +726,7 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
     split as the toy sets are (`toy_split(n, seed)`: 20 % test, 10 % validation), for the zoo's
     concept models and `bench/pyc.py --data`. Arrays or tensors; a clear ValueError names the
     array that does not fit."""
+    seed = whole(seed, "seed", low=0)
     arrays = {}
     for label, value, dims in (("x", x, 2), ("c", c, 2), ("y", y, 1)):
         a = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)

@@ -290,6 +290,9 @@ class Quantile(Strategy):
             b = model.bottleneck(model(x_train)).double()
         finally:
             model.train(was)
+        if b.numel() == 0 or not bool(torch.isfinite(b).all()):  # (NaN quantiles would set concepts to NaN)
+            raise InterventionError("Quantile.fit: the model's bottleneck values on x_train are "
+                                    + ("empty (no rows)" if b.numel() == 0 else "not all finite (NaN or inf inputs or weights?)"))
         qs = torch.tensor([1 - self.q, self.q], dtype=torch.float64, device=b.device)
         self.low, self.high = torch.quantile(b.reshape(-1, b.shape[-1]), qs, dim=0)
         return self

@@ -92,7 +92,12 @@ class LightningZooModel(pl.LightningModule):
 
 def tensor_loader(data, batch_size: int, shuffle: bool = False, seed: int = 0) -> torch.utils.data.DataLoader:
     """A DataLoader of tuples from a tuple of row-aligned tensors (what `fit` takes)."""
-    tensors = tuple(getattr(data, "tensors", data))
-    g = torch.Generator().manual_seed(seed)
+    from penrose.errors import seed_value
+    from penrose_zoo.train import data_tensors
+    from penrose_zoo.validate import flag, whole
+
+    tensors, _ = data_tensors(data, "data")  # (as `fit` reads its data: tensors with the same rows)
+    batch_size, shuffle = whole(batch_size, "batch_size", low=1), flag(shuffle, "shuffle")
+    g = torch.Generator().manual_seed(seed_value(seed))
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*tensors), batch_size=batch_size,
                                        shuffle=shuffle, generator=g)

@@ -352,6 +352,9 @@ def fit(
     val_tensors = None
     if val_data is not None:
         val_tensors, val_names = data_tensors(val_data, "val")
+        if len(val_tensors) != len(train_tensors):  # (the loss would meet it only after an epoch of training)
+            raise PenroseArgumentError(f"val_data holds {len(val_tensors)} tensors, train_data {len(train_tensors)}; "
+                                       "batches of both go to loss_fn, so they hold the same roles")
         for t, name in zip(val_tensors, val_names):
             check_finite(t, name)
 

@@ -174,8 +174,8 @@ def _read_rows(path: Path) -> tuple[list[str], Iterable[tuple[str, dict]]]:
                 try:
                     import pyarrow.parquet
                 except ImportError:
-                    raise CatalogError(f"{path}: reading parquet needs pandas or pyarrow (neither is installed); "
-                                       "install one, or give the catalog as CSV") from None
+                    raise CatalogError(f"{path}: reading parquet needs pyarrow (pandas reads parquet through it, "
+                                       "and it is not installed); install it, or give the catalog as CSV") from None
                 records = pyarrow.parquet.read_table(path).to_pylist()
         except CatalogError:
             raise

@@ -427,6 +427,8 @@ def _steering(args, model, names):
     if inject and unlearn:
         raise PenroseError("give --inject or --unlearn, not both: the release steers along one direction")
     L = model.model_config["n_layers"]
+    if args.inject_layer is not None and args.inject_layer > L:  # (the release would inject nowhere)
+        raise PenroseError(f"--inject-layer {args.inject_layer}: this model has {L} layers (1..{L})")
     if inject:
         strengths = {s for _, s in inject}
         if len(strengths) > 1:
@@ -876,7 +878,7 @@ def _evaluate(args) -> int:
             if not eq or not cat.strip() or not target.strip():
                 raise PenroseError(f"--concept takes CATEGORY=ID|NAME, got {item!r}")
             target = target.strip()
-            mapping[cat.strip()] = int(target) if target.isdigit() else target
+            mapping[cat.strip()] = int(target) if target.isascii() and target.isdigit() else target
         r = evaluate_pretrained(args.checkpoint, args.data, catalog=args.catalog, concepts=mapping, dtype=args.dtype,
                                 seq_len=args.seq_len, max_chunks=args.max_chunks, max_batches=args.max_batches)
     if args.json:

@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from penrose.errors import PenroseError
-from penrose_zoo.steerling.checkpoints import (FORMAT, concept_id, config_differences, load_checkpoint,
+from penrose_zoo.steerling.checkpoints import (FORMAT, check_steps, concept_id, config_differences, load_checkpoint,
                                                read_train_state, save_checkpoint)
 from penrose_zoo.steerling.train_config import PRESETS, TrainConfig
 
@@ -341,8 +341,11 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
             log(f"{out}: already trained for {step} steps")
             return state
         model = Steerling.load(out)
+        check_steps(out, state)  # the weights are the step it resumes from
         tok = load_tokenizer(out / "tokenizer.json")
     else:
+        if out.exists() and not out.is_dir():
+            raise PenroseError(f"--out {out} is a file, not a folder")
         if out.exists() and any(out.iterdir()):
             raise PenroseError(f"--out {out} exists and is not empty (and holds no training state to resume)")
         step, history = 0, {"train": [], "val": []}
@@ -474,7 +477,7 @@ def corpus_concept_ids(categories, n_known: int, *, catalog: str | None = None, 
             cid = list(known).index(want)
         elif isinstance(want, int) and not isinstance(want, bool):
             cid = want
-        elif str(want).strip().isdigit():
+        elif str(want).strip().isascii() and str(want).strip().isdigit():  # (not "٣": int() reads it as 3)
             cid = int(want)
         elif cat is not None:
             try:
