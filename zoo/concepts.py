@@ -44,6 +44,7 @@ import torch
 import torch.nn.functional as F
 
 from penrose import PenroseShapeError
+from penrose.errors import PenroseArgumentError
 from penrose.gradients import GradientPlan, NoGeneratedBackward
 from penrose_zoo.core import InterventionError, ZooModel, bce_grad_scaled, task_loss, task_loss_grad
 from penrose_zoo.validate import number
@@ -82,10 +83,16 @@ class ConceptModel(ZooModel):
         self.randint = randint
         self._threshold: tuple[tuple, torch.Tensor] | None = None  # (p_int, dtype, device) -> p_int as a tensor
         k = self.sizes["k"]
+        if k < 1:  # (no bottleneck: every concept loss, intervention and explanation would be empty)
+            raise PenroseArgumentError(f"{type(self).__name__}: a concept model needs at least one concept, got k = {k}")
         if concept_names is None:
             concept_names = tuple(f"c{i}" for i in range(k))
+        if isinstance(concept_names, str) or not all(isinstance(n, str) and n for n in concept_names):
+            raise PenroseArgumentError(f"concept_names must be a list of non-empty strings, got {concept_names!r}")
         if len(concept_names) != k:
             raise ValueError(f"{len(concept_names)} concept names for k = {k} concepts")
+        if len(set(concept_names)) != k:  # (a name would set the first of them only)
+            raise PenroseArgumentError(f"concept_names must be distinct, got {list(concept_names)}")
         self.concept_names = tuple(concept_names)
         self.register_buffer("concept_weights", self._concept_weights(concept_weight, k), persistent=False)
         self.register_buffer("_no_do", torch.zeros(k, dtype=torch.bool), persistent=False)
@@ -108,8 +115,12 @@ class ConceptModel(ZooModel):
             if unknown:
                 raise ValueError(f"concept_weight names {unknown[0]!r}, not a concept; the names are "
                                  f"{', '.join(self.concept_names)}")
-            weight = [float(weight.get(n, 1.0)) for n in self.concept_names]
-        w = torch.as_tensor(weight, dtype=torch.float32)
+            weight = [weight.get(n, 1.0) for n in self.concept_names]
+        try:
+            w = torch.as_tensor(weight, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            raise PenroseArgumentError(f"concept_weight must be a number, one per concept or a dict of them by name, "
+                                       f"got {weight!r}") from None
         if w.dim() == 0:
             w = w.expand(k).clone()
         if w.shape != (k,):
@@ -229,7 +240,11 @@ class ConceptModel(ZooModel):
         if len(set(ids)) != len(ids):
             raise InterventionError(f"intervention names a concept twice: ids {ids}")
         ref = self._no_c
-        v = torch.as_tensor(values, dtype=ref.dtype, device=ref.device)
+        try:
+            v = torch.as_tensor(values, dtype=ref.dtype, device=ref.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise InterventionError(f"intervention values must be numbers (one, one per concept, or a tensor), "
+                                    f"got {values!r}") from None
         if v.dim() == 0:
             v = v.expand(len(ids))
         if v.shape[-1] != len(ids):
@@ -400,10 +415,13 @@ class ConceptModel(ZooModel):
         `intervene_all`, the accuracy when every concept is set to its true value. data: (x, c, y)."""
         from penrose_zoo.metrics import accuracy, mean_concept_auc
 
+        tensors = tuple(getattr(data, "tensors", data)) if isinstance(data, (tuple, list)) or hasattr(data, "tensors") else ()
+        if len(tensors) != 3:
+            raise PenroseArgumentError(f"evaluate's data must be (x, c, y), got {type(data).__name__} of {len(tensors)}")
         was = self.training
         self.eval()
         try:
-            x, c, y = data
+            x, c, y = tensors
             out = self(x)
             probs = self.concept_probabilities(out)
             res = {"acc": accuracy(out.y, y), "concept_acc": ((probs > 0.5) == (c > 0.5)).double().mean().item(),

@@ -21,7 +21,7 @@ What each check takes:
   task_labels(y, name, task, classes)  class ids 0..classes−1 (whole numbers), binary targets in
                                        [0, 1], any finite regression target
   concept_labels(c, name, kinds, ...)  binary and categorical columns in [0, 1], a categorical
-                                       concept's columns summing to 1 in each row
+                                       concept's columns summing to at most 1 in each row
 
 `cli_whole(low=, high=)` and `cli_number(...)` are argparse `type=` functions with the same rules
 on text written in ASCII digits; `COUNT` (at least 1), `NONNEGATIVE`, `SEED` (0 to 2³² − 1),
@@ -162,7 +162,8 @@ def concept_labels(c: Any, name: str, kinds: Sequence[str], units: Sequence[Sequ
                    columns: Sequence[str] | None = None) -> None:
     """Concept labels the concept losses can read, column by column: 'binary' and 'categorical'
     columns in [0, 1] (soft labels allowed), the columns of a categorical concept (`units`)
-    summing to 1 in every row; 'continuous' columns any finite number. A PenroseArgumentError
+    summing to at most 1 in every row (one value, or a distribution; all 0: no label); 'continuous'
+    columns any finite number. A PenroseArgumentError
     names the tensor, the index, the value and the concept."""
     import torch
 
@@ -187,12 +188,13 @@ def concept_labels(c: Any, name: str, kinds: Sequence[str], units: Sequence[Sequ
         if len(unit) < 2 or any(kinds[i] != "categorical" for i in unit):
             continue
         total = c[..., list(unit)].double().sum(-1)
-        bad = ((total - 1).abs() > 1e-3) & torch.isfinite(total)
+        bad = (total > 1 + 1e-3) & torch.isfinite(total)  # (0: no label for that row, its loss 0)
         if bool(bad.any()):
             index, value = _first_bad(bad, total)
             label = f" ({', '.join(repr(columns[i]) for i in unit)})" if columns is not None else ""
             raise PenroseArgumentError(f"{name}: the columns {list(unit)}{label} of a categorical concept sum to "
-                                       f"{value:g} in row {index}; they are one-hot (or a distribution), summing to 1")
+                                       f"{value:g} in row {index}; a categorical concept takes one value (one-hot, "
+                                       "or a distribution: at most 1 in all)")
 
 
 # ---- the command line --------------------------------------------------------------------------

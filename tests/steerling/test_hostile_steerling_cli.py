@@ -228,3 +228,86 @@ def test_weights_that_are_not_train_jsons_step_are_refused(trained, tmp_path, ca
     assert main(run + ["--stop-after", "1"]) == 0  # resumable at step 1
     Steerling.load(tmp_path / "half").save(tmp_path / "half", metadata={"step": "0"})
     _refused(capsys, run, "model.safetensors: holds step 0 but train.json says step 1")
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda m: m.pop("chunks"), "field 'chunks': missing 'chunks'"),
+    (lambda m: m["config"].update(n_concepts="8"), "field 'config': n_concepts must be a whole number"),
+    (lambda m: m["config"].update(bogus=1), "field 'config': unknown field(s) bogus"),
+    (lambda m: m["chunks"][0].update(spans=[[0, 10**6, "alpha"]]), "field 'chunks[0]': span [0, 1000000, 'alpha'] is not inside"),
+    (lambda m: m["chunks"][0].update(labels=["nope"]), "field 'chunks[0]': a concept or label is not a planted concept"),
+    (lambda m: m["lexicon"].update(alpha=[1, 2]), "field 'lexicon': expected a list of strings"),
+])
+def test_a_damaged_planted_manifest(tmp_path, change, message):
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.planted import MANIFEST, load_planted
+
+    assert main(["planted", "--out", str(tmp_path / "p"), "--chunks", "10"]) == 0
+    doc = json.loads((tmp_path / "p" / MANIFEST).read_text())
+    change(doc)
+    (tmp_path / "p" / MANIFEST).write_text(json.dumps(doc))
+    with pytest.raises(PenroseError, match=rf"\.planted\.json: {__import__('re').escape(message)}"):
+        load_planted(tmp_path / "p")
+
+
+def test_known_answer_on_a_corpus_changed_since_it_was_planted(tmp_path, capsys):
+    assert main(["planted", "--out", str(tmp_path / "p"), "--chunks", "20"]) == 0
+    with open(tmp_path / "p" / "alpha", "a") as f:
+        f.write("%\nta gibe ro fa nu.\n")  # a chunk the manifest does not know: its truth is unknown (was a KeyError)
+    assert main(["train", "--data", str(tmp_path / "p"), "--steps", "1", "--seq-len", "32", "--batch-size", "4",
+                 "--out", str(tmp_path / "run"), "--no-progress"]) == 0
+    _refused(capsys, ["known-answer", "--checkpoint", str(tmp_path / "run"), "--samples", "1"],
+             "is not in .planted.json: the corpus was changed after")
+
+
+# ---- the API under the commands: the same rules ------------------------------------------------
+
+@pytest.mark.parametrize("kw, message", [
+    ({"temperature": float("nan")}, "temperature must be a finite number of at least 0, got nan"),  # was greedy, silently
+    ({"temperature": -1.0}, "temperature must be a finite number of at least 0"),
+    ({"top_p": 0.0}, r"top_p must be a finite number in \(0, 1\], got 0.0"),  # was NaN probabilities in torch.multinomial
+    ({"steps_per_block": 0}, "steps_per_block must be a whole number of at least 1, got 0"),
+    ({"max_new_tokens": 2.0}, r"max_new_tokens must be a whole number of at least 0, got 2.0 \(float\)"),
+])
+def test_generation_arguments(trained, kw, message):
+    from penrose.errors import PenroseArgumentError
+    from penrose_zoo.steerling.generate import generate
+    from penrose_zoo.steerling.model import Steerling
+
+    model = Steerling.load(trained)
+    args = {"max_new_tokens": 2, **kw}
+    with pytest.raises(PenroseArgumentError, match=message):
+        generate(model, [257, 99], args.pop("max_new_tokens"), **args)
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"lr": -1.0}, "lr must be a finite number above 0, got -1.0"),
+    ({"seq_len": 1}, "seq_len must be a whole number of at least 2, got 1"),
+    ({"batch_size": 0}, "batch_size must be a whole number of at least 1, got 0"),
+    ({"teacher_forcing_steps": -5}, "teacher_forcing_steps must be a whole number of at least 0"),  # was written, then unreadable
+    ({"lambda_concept": float("nan")}, "lambda_concept must be a finite number of at least 0, got nan"),
+    ({"grad_clip": 0.0}, "grad_clip must be a finite number above 0"),
+    ({"epsilon": "no"}, "epsilon must be True or False, got 'no'"),
+    ({"preset": ["tiny"]}, r"unknown preset \['tiny'\]"),
+    ({"categories": "cats"}, "categories must be a list of category file names, got 'cats'"),
+])
+def test_train_config_fields(change, message):
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling.train import TrainConfig
+
+    with pytest.raises(PenroseError, match=message):
+        TrainConfig(**change).resolved()
+
+
+def test_train_and_known_answer_arguments(trained, tmp_path):
+    from penrose.errors import PenroseArgumentError
+    from penrose_zoo.steerling.known_answer import known_answer
+    from penrose_zoo.steerling.train import TrainConfig, train
+
+    with pytest.raises(PenroseArgumentError, match="val_every must be a whole number of at least 1, got 0"):
+        train(TrainConfig(data=str(trained.parent / "corpus")), tmp_path / "o", val_every=0)  # was a ZeroDivisionError
+    assert not (tmp_path / "o").exists()
+    for kw, message in (({"samples": 0}, "samples must be"), ({"strength": float("inf")}, "strength must be a finite"),
+                        ({"concepts": "alpha"}, "concepts must be a list of concept names")):
+        with pytest.raises(PenroseArgumentError, match=message):
+            known_answer(trained, **kw)

@@ -134,8 +134,11 @@ def test_typed_concepts_check_each_column_by_its_type(data):
     two = c.clone()
     two[4, 3] = 1
     with pytest.raises(PenroseArgumentError, match=r"columns \[2, 3, 4\] \('c2=a', 'c2=b', 'c2=c'\) of a categorical "
-                                                   r"concept sum to 2 in row \(4,\)"):
+                                                   r"concept sum to 2 in row \(4,\); a categorical concept takes one value"):
         model.fit((x, two, y), **FIT)
+    unlabelled = c.clone()
+    unlabelled[:5, 2] = 0  # no value of c2 for five rows: their loss for it is 0
+    model.fit((x, unlabelled, y), **FIT)
     with pytest.raises(PenroseArgumentError, match=r"concept column 0 \('c0'\) is binary"):
         model.fit((x, c - 2 * (torch.arange(6) == 0), y), **FIT)
 
@@ -145,6 +148,28 @@ def test_cav_probes_check_their_concept_labels(data):
     model = penrose_zoo.ConceptActivationVectors(d=2, k=2, j=1, r=2)
     with pytest.raises(PenroseArgumentError, match=r"c_train \(train_data\[1\]\) holds 2.0"):
         model.fit_probes((x, c * 2), **FIT)
+
+
+@pytest.mark.parametrize("kw, message", [
+    ({"k": 0}, "a concept model needs at least one concept, got k = 0"),  # a bottleneck of nothing trained silently
+    ({"concept_weight": "a"}, "concept_weight must be a number, one per concept or a dict of them by name, got 'a'"),
+    ({"concept_weight": {"c0": "x"}}, "concept_weight must be a number"),  # was float()'s own ValueError
+    ({"concept_names": "ab"}, "concept_names must be a list of non-empty strings, got 'ab'"),
+    ({"k": 2, "concept_names": ["a", "a"]}, r"concept_names must be distinct, got \['a', 'a'\]"),
+])
+def test_concept_model_arguments(kw, message):
+    with pytest.raises(PenroseArgumentError, match=message):
+        penrose_zoo.ConceptBottleneckModel(f=2, **kw)
+
+
+def test_typed_concept_weights_and_values(data, trained):
+    with pytest.raises(PenroseArgumentError, match=r"concept_weight for 'c1' must be a finite number of at least 0, got 'a'"):
+        penrose_zoo.TypedConceptBottleneckModel(f=2, concept_weight=[1, "a", 2, 3])
+    x = data.val_tuple()[0][:2]
+    with pytest.raises(InterventionError, match=r"intervention values must be numbers .*, got \['high'\]"):
+        trained.intervene(x, [0], ["high"])
+    with pytest.raises(PenroseArgumentError, match=r"evaluate's data must be \(x, c, y\), got tuple of 2"):
+        trained.evaluate(data.val_tuple()[:2])
 
 
 def test_p_int_must_be_a_probability():

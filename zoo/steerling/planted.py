@@ -299,19 +299,58 @@ def write_planted(corpus: PlantedCorpus, directory: str | os.PathLike, *, replac
 
 
 def load_planted(directory: str | os.PathLike) -> PlantedCorpus:
-    """The corpus written by write_planted (its DIR/.planted.json)."""
+    """The corpus written by write_planted (its DIR/.planted.json), read as untrusted input
+    (penrose.io.read_json's limits; every field of its type, the config checked as PlantedConfig
+    checks it, every span inside its chunk's text and naming a planted concept): a PenroseError
+    naming the file and the field otherwise."""
+    from penrose.errors import PenroseError
+    from penrose.io import read_json
+
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no planted-corpus manifest (write one with `penrose steerling planted --out DIR`)")
-    m = json.loads(path.read_text(encoding="utf-8"))
-    if m.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a planted-corpus manifest (format {m.get('format')!r})")
-    conf = dict(m["config"])
-    conf["filler_sentences"] = tuple(conf["filler_sentences"])
-    chunks = tuple(PlantedChunk(c["text"], tuple(c["concepts"]), tuple(c["labels"]),
-                                tuple((int(a), int(b), str(n)) for a, b, n in c["spans"])) for c in m["chunks"])
-    return PlantedCorpus(PlantedConfig(**conf), {k: tuple(v) for k, v in m["lexicon"].items()},
-                         {k: tuple(v) for k, v in m["filler"].items()}, chunks)
+        raise PenroseError(f"{path}: no planted-corpus manifest (write one with `penrose steerling planted --out DIR`)")
+    m = read_json(path, max_bytes=1 << 30)
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise PenroseError(f"{path}: not a planted-corpus manifest (format {m.get('format') if isinstance(m, dict) else m!r})")
+    field = "config"
+    try:
+        conf = dict(m["config"])
+        unknown = sorted(set(conf) - {f.name for f in dataclasses.fields(PlantedConfig)})
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}")
+        if "filler_sentences" in conf:
+            conf["filler_sentences"] = tuple(conf["filler_sentences"])
+        config = PlantedConfig(**conf)
+        words: dict[str, dict[str, tuple[str, ...]]] = {}
+        for field in ("lexicon", "filler"):
+            words[field] = {str(k): tuple(_strings(v)) for k, v in dict(m[field]).items()}
+        chunks = []
+        field = "chunks"
+        for i, c in enumerate(m["chunks"]):
+            field = f"chunks[{i}]"
+            text = c["text"]
+            if not isinstance(text, str):
+                raise ValueError("'text' is not a string")
+            spans = tuple((a, b, n) for a, b, n in c["spans"])
+            for a, b, n in spans:
+                if type(a) is not int or type(b) is not int or not 0 <= a < b <= len(text) or n not in config.names:
+                    raise ValueError(f"span {[a, b, n]} is not inside its text of {len(text)} characters, or names no "
+                                     "planted concept")
+            concepts, labels = tuple(_strings(c["concepts"])), tuple(_strings(c["labels"]))
+            if not set(concepts + labels) <= set(config.names):
+                raise ValueError("a concept or label is not a planted concept")
+            chunks.append(PlantedChunk(text, concepts, labels, spans))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else str(e).removeprefix("error: ")
+        raise PenroseError(f"{path}: field {field!r}: {detail}") from None
+    return PlantedCorpus(config, words["lexicon"], words["filler"], tuple(chunks))
+
+
+def _strings(value) -> list[str]:
+    """A JSON list of strings, or a ValueError."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {str(value)[:60]!r}")
+    return value
 
 
 def chunk_token_labels(chunk: PlantedChunk, offsets: list[tuple[int, int]], names) -> torch.Tensor:
