@@ -43,8 +43,9 @@ from typing import Any
 
 from penrose.errors import PenroseArgumentError
 
-__all__ = ["COUNT", "NONNEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "WEIGHT", "choice", "cli_device", "cli_number", "cli_whole",
-           "concept_labels", "flag", "is_invisible", "json_text", "number", "printable", "task_labels", "whole"]
+__all__ = ["COUNT", "NONNEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "WEIGHT", "choice", "cli_device", "cli_number",
+           "cli_whole", "concept_labels", "device_here", "flag", "is_invisible", "json_text", "number", "printable",
+           "task_labels", "whole"]
 
 
 def _bounds(low: float | None, high: float | None, low_open: bool = False, high_open: bool = False) -> str:
@@ -236,7 +237,9 @@ def cli_number(low: float | None = None, high: float | None = None, *, low_open:
 
 
 def cli_device(text: str) -> str:
-    """argparse type: a torch device that exists here ('cpu', 'cuda', 'cuda:1', ...)."""
+    """argparse type: a torch device's name ('cpu', 'cuda', 'cuda:1', ...); whether this machine
+    has it is `device_here`'s question, asked when the command runs (so a documented command line
+    parses on any machine)."""
     import argparse
 
     import torch
@@ -245,12 +248,21 @@ def cli_device(text: str) -> str:
         device = torch.device(text)
     except (RuntimeError, ValueError):
         raise argparse.ArgumentTypeError(f"expected a device (cpu, cuda, cuda:1, ...), got {text!r}") from None
-    if device.type == "cuda" and (not torch.cuda.is_available()
-                                  or (device.index or 0) >= torch.cuda.device_count()):
-        raise argparse.ArgumentTypeError(f"{text!r}: no such CUDA device here ({torch.cuda.device_count()} visible)")
-    if device.type not in ("cpu", "cuda", "mps"):
+    if device.type not in ("cpu", "cuda"):
         raise argparse.ArgumentTypeError(f"expected cpu, cuda or cuda:N, got {text!r}")
     return text
+
+
+def device_here(text: str | None, name: str = "device") -> None:
+    """A PenroseArgumentError unless this machine has the device `text` (None: the default)."""
+    import torch
+
+    if text is None:
+        return
+    device = torch.device(text)
+    if device.type == "cuda" and (not torch.cuda.is_available() or (device.index or 0) >= torch.cuda.device_count()):
+        raise PenroseArgumentError(f"{name} {text!r}: no such CUDA device on this machine "
+                                   f"({torch.cuda.device_count()} visible)")
 
 
 # ---- printing ---------------------------------------------------------------------------------

@@ -134,6 +134,7 @@ CK = "CHECKPOINT"  # replaced by the trained checkpoint
     (["generate", "--checkpoint", CK, "--prompt", "a", "--temperature", "-1"], "argument --temperature: expected a finite number of at least 0"),
     (["generate", "--checkpoint", CK, "--prompt", "a", "--top-p", "0"], "argument --top-p: expected a finite number in (0, 1], got 0"),
     (["generate", "--checkpoint", CK, "--prompt", "a", "--device", "banana"], "argument --device: expected a device"),
+    (["generate", "--checkpoint", CK, "--prompt", "a", "--device", "cuda:99"], "--device 'cuda:99': no such CUDA device"),
     (["steer", "--checkpoint", CK, "--prompt", "a", "--max-new-tokens", "-3"], "argument --max-new-tokens"),
     (["steer", "--checkpoint", CK, "--prompt", "a", "--inject", "0=1", "--cutoff-tokens", "-1"], "argument --cutoff-tokens"),
     (["steer", "--checkpoint", CK, "--prompt", "a", "--repetition-penalty", "0.5"], "argument --repetition-penalty: expected a finite number of at least 1"),

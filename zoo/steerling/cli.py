@@ -95,7 +95,9 @@ def _checkpoint_option(parser, *, device: bool = False) -> None:
 def _load_model(args):
     """The model of --checkpoint in --dtype on --device (memory-mapped, checked before anything is read)."""
     from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.validate import device_here
 
+    device_here(getattr(args, "device", None), "--device")
     return Steerling.load(args.checkpoint, dtype=args.dtype, device=getattr(args, "device", None))
 
 
