@@ -68,6 +68,7 @@ class ConceptModel(ZooModel):
     tasks = ("multiclass", "binary", "regression")
     default_task = "multiclass"
 
+    batch_form: ClassVar[tuple[str, ...] | None] = ("x", "c", "y")
     default_p_int: ClassVar[float] = 0.0
     #: RandInt's granularity: one draw per concept and example, or one per example
     RANDINT = ("concept", "example")
@@ -352,10 +353,6 @@ class ConceptModel(ZooModel):
     def _with_features(self, data: Any) -> tuple:
         tensors = tuple(getattr(data, "tensors", data))
         return (self.cache_features(tensors[0]),) + tensors[1:]
-
-    def label_roles(self, n: int) -> dict[int, str]:
-        """(x, c, y) batches: c the concepts' labels, y the task's."""
-        return {1: "concepts", 2: "task"} if n == 3 else {}
 
     def after_fit(self, train: Any) -> None:
         """Called at the end of `fit` with the training data (what forward reads)."""

@@ -124,6 +124,17 @@ class InterventionTarget(torch.nn.Module):
         return torch.ones(self.sizes["k"], dtype=torch.bool)
 
 
+def _check_labels(model, c: torch.Tensor, y: torch.Tensor) -> None:
+    """The curve's labels as training takes them (`penrose_zoo.validate`): concept labels by the
+    concepts' types (a ground-truth intervention sets them), task labels by the task (accuracy
+    compares with them)."""
+    from penrose_zoo.validate import concept_labels, task_labels
+
+    kinds = model.concept_kinds() if hasattr(model, "concept_kinds") else ("binary",) * c.shape[-1]
+    concept_labels(c, "data[1] (c)", kinds, model.concept_units(), getattr(model, "concept_names", None))
+    task_labels(y, "data[2] (y)", model.task, model.sizes.get("r"))
+
+
 def _check_model(model):
     from penrose_zoo.concepts import ConceptModel
 
@@ -438,6 +449,7 @@ def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, poli
     if len(tensors) < 3 or not all(isinstance(t, torch.Tensor) for t in tensors[:3]):
         raise PenroseArgumentError(f"data must be (x, c, y) tensors, got {type(data).__name__}")
     x, c, y = tensors[:3]
+    _check_labels(model, c, y)
     if isinstance(fractions, (str, bytes)) or not isinstance(fractions, (Sequence, torch.Tensor)) or not len(fractions):
         raise PenroseArgumentError(f"fractions must be a non-empty list of numbers from 0 to 1, got {fractions!r}")
     fractions = tuple(number(f, f"fractions[{i}]", low=0.0, high=1.0, error=InterventionError)

@@ -150,10 +150,11 @@ def task_labels(y: Any, name: str, task: str, classes: int | None = None) -> Non
             bad = bad & torch.isfinite(y)  # (NaN and ±inf: `fit`'s finiteness check names them)
         rule = "a binary task's labels are 0 or 1 (or a probability between)"
     else:
-        bad = (y < 0) | (y >= (classes or 0))
+        bad = (y < 0) | (y >= classes) if classes is not None else y < 0
         if y.is_floating_point():
             bad = (bad | (y != y.round())) & torch.isfinite(y)
-        rule = f"a multiclass task's labels are class ids 0..{(classes or 0) - 1}"
+        rule = (f"a multiclass task's labels are class ids 0..{classes - 1}" if classes is not None
+                else "a multiclass task's labels are class ids, whole numbers from 0")
     if bool(bad.any()):
         index, value = _first_bad(bad, y)
         raise PenroseArgumentError(f"{name} holds {value!r} at index {index}; {rule}")

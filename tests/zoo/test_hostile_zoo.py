@@ -73,6 +73,8 @@ def test_fit_refuses_a_loss_function_that_is_not_one(data, cbm):
 def test_val_data_of_other_roles_is_refused_before_training(data, cbm):
     # regression: (x, c, y) training with (x, c) validation failed in the loss after a whole epoch
     with pytest.raises(PenroseArgumentError, match="val_data holds 2 tensors, train_data 3"):
+        fit(cbm, cbm.loss_fn(), data.train_tuple(), data.val_tuple()[:2], **FIT)  # any model's loop
+    with pytest.raises(PenroseArgumentError, match=r"val_data must be \(x, c, y\) for ConceptBottleneckModel"):
         cbm.fit(data.train_tuple(), data.val_tuple()[:2], **FIT)
 
 
@@ -116,6 +118,24 @@ def test_soft_labels_and_nan_are_left_to_their_own_rules(data, cbm):
     bad[3, 1] = float("inf")
     with pytest.raises(NonFiniteInputError, match=r"has inf at index \(3, 1\)"):  # named as before, not as a label
         cbm.fit((x, bad, y), **FIT)
+
+
+@pytest.mark.parametrize("model, batch, message", [
+    # regression: the loss failed to unpack the batch at the first step ("not enough values to unpack")
+    (lambda: penrose_zoo.ConceptBottleneckModel(f=2, k=2), lambda x, c, y: (x, y),
+     r"train_data must be \(x, c, y\) for ConceptBottleneckModel, got 2 tensors"),
+    (lambda: penrose_zoo.LinearModel(f=2, r=2, task="multiclass"), lambda x, c, y: (x, c, y),
+     r"train_data must be \(x, y\) for LinearModel, got 3 tensors"),
+    (lambda: penrose_zoo.SelfAttention(), lambda x, c, y: (x,), r"train_data must be \(Z, target, weight\)"),
+])
+def test_batches_of_the_wrong_form(data, model, batch, message):
+    with pytest.raises(PenroseArgumentError, match=message):
+        model().fit(batch(*data.train_tuple()), **FIT)
+
+
+def test_a_binary_target_as_a_column(data):
+    x, _, y = data.train_tuple()  # regression: BCE's "Target size ([32, 1]) must be the same as input size ([32])"
+    penrose_zoo.LinearModel(f=2, r=1, task="binary").fit((x, y[:, None].float()), **FIT)
 
 
 def test_a_classifier_without_concepts_checks_its_task_labels(data):
@@ -220,6 +240,14 @@ def test_policies_by_name(data, trained):
 def test_curve_fractions(data, trained, kw, message):
     with pytest.raises((InterventionError, PenroseArgumentError), match=message):
         intervention_curve(trained, data.val_tuple(), **kw)
+
+
+def test_curve_labels_are_checked_as_trainings(data, trained):
+    x, c, y = data.val_tuple()  # regression: a ground-truth intervention set concepts to 3, accuracy compared with 7
+    with pytest.raises(PenroseArgumentError, match=r"data\[1\] \(c\) holds 3.0 at index \(\d+, \d\): concept column"):
+        intervention_curve(trained, (x, c * 3, y))
+    with pytest.raises(PenroseArgumentError, match=r"data\[2\] \(y\) holds \d at index \(0,\); a multiclass task's labels"):
+        intervention_curve(trained, (x, c, y + 7))
 
 
 def test_curve_data_and_policy_arguments(data, trained):
