@@ -385,6 +385,15 @@ def test_data_set_arguments(call, message):
         call()
 
 
+def test_recipe_arguments():
+    from penrose_zoo.recipes import run
+
+    with pytest.raises(PenroseArgumentError, match="recipe must be one of 'linear', 'mlp'"):
+        run("linaer")
+    with pytest.raises(PenroseArgumentError, match="quick must be True or False, got 'yes'"):
+        run("linear", quick="yes")
+
+
 # ---- the validation layer itself --------------------------------------------------------------
 
 def test_numbers_and_whole_numbers():
