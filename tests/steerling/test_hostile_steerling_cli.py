@@ -85,7 +85,8 @@ def test_explain_heatmap_replaces_a_figure_never_another_file(trained, tmp_path,
     _refused(capsys, explain + ["--heatmap", str(fifo)], "it is a FIFO, not a regular file")
     _refused(capsys, explain + ["--heatmap", str(tmp_path / "none" / "h.png")], "folder")
     heat = tmp_path / "h.png"
-    assert main(explain + ["--heatmap", str(heat)]) == 0 and main(explain + ["--heatmap", str(heat)]) == 0  # a figure again
+    heat.write_bytes(b"\x89PNG\r\n\x1a\n" + b"an earlier heatmap")
+    assert main(explain + ["--heatmap", str(heat)]) == 0 and heat.stat().st_size > 100  # a figure replaced
     (tmp_path / "keep.txt").write_text("mine")
     assert main(explain + ["--heatmap", str(tmp_path / "keep.txt"), "--force"]) == 0  # --force: the user's choice
     assert (tmp_path / "keep.txt").read_bytes().startswith(b"\x89PNG")
@@ -263,6 +264,13 @@ def test_known_answer_on_a_corpus_changed_since_it_was_planted(tmp_path, capsys)
 
 # ---- the API under the commands: the same rules ------------------------------------------------
 
+@pytest.fixture(scope="module")
+def tiny_model(trained):
+    from penrose_zoo.steerling.model import Steerling
+
+    return Steerling.load(trained)
+
+
 @pytest.mark.parametrize("kw, message", [
     ({"temperature": float("nan")}, "temperature must be a finite number of at least 0, got nan"),  # was greedy, silently
     ({"temperature": -1.0}, "temperature must be a finite number of at least 0"),
@@ -270,12 +278,11 @@ def test_known_answer_on_a_corpus_changed_since_it_was_planted(tmp_path, capsys)
     ({"steps_per_block": 0}, "steps_per_block must be a whole number of at least 1, got 0"),
     ({"max_new_tokens": 2.0}, r"max_new_tokens must be a whole number of at least 0, got 2.0 \(float\)"),
 ])
-def test_generation_arguments(trained, kw, message):
+def test_generation_arguments(tiny_model, kw, message):
     from penrose.errors import PenroseArgumentError
     from penrose_zoo.steerling.generate import generate
-    from penrose_zoo.steerling.model import Steerling
 
-    model = Steerling.load(trained)
+    model = tiny_model
     args = {"max_new_tokens": 2, **kw}
     with pytest.raises(PenroseArgumentError, match=message):
         generate(model, [257, 99], args.pop("max_new_tokens"), **args)
