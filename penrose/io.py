@@ -266,3 +266,51 @@ def _sync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def atomic_write_folder(path, write, *, replace: bool = False, hint: str = "") -> Path:
+    """`write(tmp)` fills a new temporary folder (a Path) beside `path`, which then takes its
+    place: a reader sees the old folder or the new one, never a mix of the two. An existing
+    folder that holds anything is refused (a PenroseError naming it, and `hint`) unless
+    `replace`, and then removed only after the new one is complete; a writer that fails leaves
+    the old folder as it was and no temporary folder. The new folder keeps the old one's mode
+    (a new one: 0777 less the umask). Returns the folder's path."""
+    import shutil
+
+    name = os.fspath(path)
+    target = Path(os.path.abspath(name))
+    if target.exists() and not target.is_dir():
+        raise PenroseError(f"cannot write {name}: it is a file, not a folder", Span(name))
+    if target.is_dir() and any(target.iterdir()) and not replace:
+        raise PenroseError(f"{name} exists and is not empty{'; ' + hint if hint else ''}", Span(name))
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        mode = target.stat().st_mode & 0o7777 if target.is_dir() else 0o777 & ~_umask()
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+    except OSError as e:
+        raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
+    try:
+        write(tmp)
+        os.chmod(tmp, mode)
+    except BaseException as e:  # the old folder is untouched
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
+        raise
+    old = Path(f"{tmp}.old") if os.path.lexists(target) else None  # (tmp's name is unique: so is this one)
+    try:
+        if old is not None:
+            os.replace(target, old)  # aside, removed once the new folder stands in its place
+        os.replace(tmp, target)
+    except OSError as e:
+        if old is not None and not os.path.lexists(target):
+            os.replace(old, target)  # put it back
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise PenroseError(f"cannot write {name}: {e.strerror or e}", Span(name)) from None
+    if old is not None:
+        if old.is_dir() and not old.is_symlink():
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.unlink(old)
+    _sync_folder(target.parent)
+    return Path(name)

@@ -164,6 +164,8 @@ class ConceptActivationVectors(ZooModel):
 
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         if mode == "joint":
             return fit(self, self.loss_fn(mode="joint"), train, val, **fit_kwargs)
         h1 = fit(self, self.loss_fn(mode="head"), train, val, **fit_kwargs)
@@ -174,10 +176,16 @@ class ConceptActivationVectors(ZooModel):
         h2 = self.fit_probes(train, val, **second)
         return {"head": h1, "probes": h2}
 
+    def label_roles(self, n: int) -> dict[int, str]:
+        """(a, c, y): c the probes' concept labels, y the head's task labels; (a, c) for the probes."""
+        return {1: "concepts", 2: "task"} if n == 3 else {1: "concepts"} if n == 2 else {}
+
     def fit_probes(self, train: Data, val: Data | None = None, **fit_kwargs: Any) -> dict[str, Any]:
         """Train the probes alone on (a, c[, y]) data; the head's parameters stay as they are."""
         from penrose_zoo.train import fit
 
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         head = [p for n, p in self.diagram.named_parameters() if n not in ("V", "b_v") and p.requires_grad]
         for p in head:
             p.requires_grad_(False)

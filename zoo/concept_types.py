@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from penrose_zoo.concepts import ConceptModel
 from penrose_zoo.core import Explanation
+from penrose_zoo.validate import number
 
 __all__ = ["CONCEPT_TYPES", "ConceptSpec", "TypedConcepts"]
 
@@ -117,13 +118,14 @@ class TypedConcepts(ConceptModel):
             unknown = sorted(set(concept_weight) - set(spec.concepts))
             if unknown:
                 raise ValueError(f"concept_weight names {unknown[0]!r}, not a concept; the concepts are {', '.join(spec.concepts)}")
-            per_concept = [float(concept_weight.get(n, 1.0)) for n in spec.concepts]
+            given = [concept_weight.get(n, 1.0) for n in spec.concepts]
         elif isinstance(concept_weight, (int, float)):
-            per_concept = [float(concept_weight)] * len(spec.concepts)
+            given = [concept_weight] * len(spec.concepts)
         else:
-            per_concept = [float(w) for w in concept_weight]
-            if len(per_concept) != len(spec.concepts):
-                raise ValueError(f"concept_weight needs one weight per concept ({len(spec.concepts)}), got {len(per_concept)}")
+            given = list(concept_weight) if not isinstance(concept_weight, str) else [concept_weight]
+            if len(given) != len(spec.concepts):
+                raise ValueError(f"concept_weight needs one weight per concept ({len(spec.concepts)}), got {len(given)}")
+        per_concept = [number(w, f"concept_weight for {n!r}", low=0) for w, n in zip(given, spec.concepts)]
         columns = [0.0] * spec.k
         for w, unit in zip(per_concept, spec.units):
             for i in unit:
@@ -153,6 +155,9 @@ class TypedConcepts(ConceptModel):
         if isinstance(concept, str) and concept in self.spec.concepts and concept not in self.concept_names:
             return self.spec.units[self.spec.concepts.index(concept)][0]
         return super().concept_index(concept, position)
+
+    def concept_kinds(self) -> tuple[str, ...]:
+        return tuple(self.spec.column_types)
 
     def _by_type(self, kind: str) -> list[int]:
         return [i for i, t in enumerate(self.spec.column_types) if t == kind]

@@ -106,6 +106,7 @@ class ConceptWhiteningModel(ConceptModel):
         last round's history. `backward` (in fit_kwargs): as `ConceptModel.fit_stage`."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        self.check_labels(train, "train")  # (before the whitening and the alignment read c)
         tensors = tuple(getattr(train, "tensors", train))
         if self.backbone is not None:
             tensors = self._with_features(tensors)

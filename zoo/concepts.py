@@ -44,16 +44,20 @@ import torch
 import torch.nn.functional as F
 
 from penrose import PenroseShapeError
+from penrose.errors import PenroseArgumentError
 from penrose.gradients import GradientPlan, NoGeneratedBackward
 from penrose_zoo.core import InterventionError, ZooModel, bce_grad_scaled, task_loss, task_loss_grad
+from penrose_zoo.validate import number
 
-__all__ = ["BACKBONE_MODES", "BACKWARDS", "ConceptModel", "GeneratedStep", "resolve_concept"]
+__all__ = ["BACKBONE_MODES", "BACKWARDS", "LOSS_MODES", "ConceptModel", "GeneratedStep", "resolve_concept"]
 
 #: how a backbone in front of a concept model trains
 BACKBONE_MODES = ("finetune", "frozen", "cached")
 #: how `fit` differentiates: the generated backward where it covers the model, else autograd
 #: ('auto'); always the generated one (an error where it cannot); always autograd
 BACKWARDS = ("auto", "generated", "autograd")
+#: what `ConceptModel.loss(batch, mode)` computes (sequential training is 'concepts' then 'task')
+LOSS_MODES = ("joint", "independent", "concepts", "task")
 
 
 class ConceptModel(ZooModel):
@@ -64,6 +68,7 @@ class ConceptModel(ZooModel):
     tasks = ("multiclass", "binary", "regression")
     default_task = "multiclass"
 
+    batch_form: ClassVar[tuple[str, ...] | None] = ("x", "c", "y")
     default_p_int: ClassVar[float] = 0.0
     #: RandInt's granularity: one draw per concept and example, or one per example
     RANDINT = ("concept", "example")
@@ -72,19 +77,23 @@ class ConceptModel(ZooModel):
                  backbone: torch.nn.Module | None = None, backbone_mode: str = "finetune",
                  p_int: float | None = None, randint: str = "concept", **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        p_int = self.default_p_int if p_int is None else p_int
-        if not 0.0 <= p_int <= 1.0:
-            raise ValueError(f"p_int must be a probability, got {p_int}")
+        p_int = self.default_p_int if p_int is None else number(p_int, "p_int", low=0.0, high=1.0)
         if randint not in self.RANDINT:
             raise ValueError(f"randint must be one of {self.RANDINT}, got {randint!r}")
         self.p_int = float(p_int)
         self.randint = randint
         self._threshold: tuple[tuple, torch.Tensor] | None = None  # (p_int, dtype, device) -> p_int as a tensor
         k = self.sizes["k"]
+        if k < 1:  # (no bottleneck: every concept loss, intervention and explanation would be empty)
+            raise PenroseArgumentError(f"{type(self).__name__}: a concept model needs at least one concept, got k = {k}")
         if concept_names is None:
             concept_names = tuple(f"c{i}" for i in range(k))
+        if isinstance(concept_names, str) or not all(isinstance(n, str) and n for n in concept_names):
+            raise PenroseArgumentError(f"concept_names must be a list of non-empty strings, got {concept_names!r}")
         if len(concept_names) != k:
             raise ValueError(f"{len(concept_names)} concept names for k = {k} concepts")
+        if len(set(concept_names)) != k:  # (a name would set the first of them only)
+            raise PenroseArgumentError(f"concept_names must be distinct, got {list(concept_names)}")
         self.concept_names = tuple(concept_names)
         self.register_buffer("concept_weights", self._concept_weights(concept_weight, k), persistent=False)
         self.register_buffer("_no_do", torch.zeros(k, dtype=torch.bool), persistent=False)
@@ -107,8 +116,12 @@ class ConceptModel(ZooModel):
             if unknown:
                 raise ValueError(f"concept_weight names {unknown[0]!r}, not a concept; the names are "
                                  f"{', '.join(self.concept_names)}")
-            weight = [float(weight.get(n, 1.0)) for n in self.concept_names]
-        w = torch.as_tensor(weight, dtype=torch.float32)
+            weight = [weight.get(n, 1.0) for n in self.concept_names]
+        try:
+            w = torch.as_tensor(weight, dtype=torch.float32)
+        except (TypeError, ValueError, RuntimeError):
+            raise PenroseArgumentError(f"concept_weight must be a number, one per concept or a dict of them by name, "
+                                       f"got {weight!r}") from None
         if w.dim() == 0:
             w = w.expand(k).clone()
         if w.shape != (k,):
@@ -228,7 +241,11 @@ class ConceptModel(ZooModel):
         if len(set(ids)) != len(ids):
             raise InterventionError(f"intervention names a concept twice: ids {ids}")
         ref = self._no_c
-        v = torch.as_tensor(values, dtype=ref.dtype, device=ref.device)
+        try:
+            v = torch.as_tensor(values, dtype=ref.dtype, device=ref.device)
+        except (TypeError, ValueError, RuntimeError):
+            raise InterventionError(f"intervention values must be numbers (one, one per concept, or a tensor), "
+                                    f"got {values!r}") from None
         if v.dim() == 0:
             v = v.expand(len(ids))
         if v.shape[-1] != len(ids):
@@ -303,7 +320,7 @@ class ConceptModel(ZooModel):
         for name in ("loss", "concept_loss", "concept_loss_terms", "_run", "_diagram_inputs"):
             if getattr(me, name) is not getattr(ConceptModel, name) or name in self.__dict__:
                 raise NoGeneratedBackward(f"{me.__name__} has its own {name.strip('_').replace('_', ' ')}")
-        if mode not in ("joint", "independent", "concepts", "task"):
+        if mode not in LOSS_MODES:
             raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
         if self.backbone is not None and self.backbone_mode == "finetune" and not self._features_given:
             raise NoGeneratedBackward("a fine-tuned backbone trains through autograd")
@@ -320,6 +337,8 @@ class ConceptModel(ZooModel):
         history's 'backward' says which ran. Other keywords go to `penrose_zoo.train.fit`."""
         if mode not in self.modes:
             raise ValueError(f"{type(self).__name__} trains in modes {self.modes}, got {mode!r}")
+        self.check_labels(train, "train")  # (before a cached backbone runs over the data)
+        self.check_labels(val, "val")
         if self.backbone is not None and self.backbone_mode == "cached":
             train = self._with_features(train)
             val = None if val is None else self._with_features(val)
@@ -348,6 +367,8 @@ class ConceptModel(ZooModel):
 
         if backward not in BACKWARDS:
             raise ValueError(f"backward must be one of {BACKWARDS}, got {backward!r}")
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         step, why = None, "backward='autograd'"
         if backward != "autograd":
             try:
@@ -391,10 +412,13 @@ class ConceptModel(ZooModel):
         `intervene_all`, the accuracy when every concept is set to its true value. data: (x, c, y)."""
         from penrose_zoo.metrics import accuracy, mean_concept_auc
 
+        tensors = tuple(getattr(data, "tensors", data)) if isinstance(data, (tuple, list)) or hasattr(data, "tensors") else ()
+        if len(tensors) != 3:
+            raise PenroseArgumentError(f"evaluate's data must be (x, c, y), got {type(data).__name__} of {len(tensors)}")
         was = self.training
         self.eval()
         try:
-            x, c, y = data
+            x, c, y = tensors
             out = self(x)
             probs = self.concept_probabilities(out)
             res = {"acc": accuracy(out.y, y), "concept_acc": ((probs > 0.5) == (c > 0.5)).double().mean().item(),

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from penrose.checked import Checked
+from penrose.errors import PenroseArgumentError
 from penrose.reading import merge_sizes
 from penrose.workspace import Workspace
 
@@ -104,10 +105,13 @@ def task_loss(y: torch.Tensor, target: torch.Tensor, task: str) -> torch.Tensor:
         if y.dim() != 2:  # (a 2-d y goes in as it is: no view node for autograd to walk)
             y, target = y.reshape(-1, y.shape[-1]), target.reshape(-1)
         return F.cross_entropy(y, target if target.dtype == torch.long else target.long())
-    if task == "binary":
-        return F.binary_cross_entropy_with_logits(y.squeeze(-1), target.to(y.dtype))
-    if task == "regression":
-        return F.mse_loss(y.squeeze(-1), target.to(y.dtype))
+    if task in ("binary", "regression"):
+        y = y.squeeze(-1)
+        if target.shape != y.shape and target.numel() == y.numel():  # (one per example as a column [n, 1])
+            target = target.reshape(y.shape)
+        if task == "binary":
+            return F.binary_cross_entropy_with_logits(y, target.to(y.dtype))
+        return F.mse_loss(y, target.to(y.dtype))
     raise ValueError(f"task must be 'multiclass', 'binary' or 'regression', got {task!r}")
 
 
@@ -158,6 +162,9 @@ class ZooModel(torch.nn.Module):
     example_sizes: ClassVar[dict] = {}
     tasks: ClassVar[tuple[str, ...]] = ("multiclass", "binary", "regression")
     default_task: ClassVar[str] = "multiclass"
+    #: the tensors of a training batch by role ('y' the task's labels, 'c' the concepts'), as
+    #: `loss` reads them; None: any (`check_labels` checks the count and the labels)
+    batch_form: ClassVar[tuple[str, ...] | None] = None
 
     def __init__(self, *, seed: int | None = 0, task: str | None = None, **sizes: int) -> None:
         super().__init__()
@@ -225,6 +232,43 @@ class ZooModel(torch.nn.Module):
     def loss(self, batch: tuple) -> torch.Tensor:
         raise NotImplementedError
 
+    def label_roles(self, n: int) -> dict[int, str]:
+        """Which tensors of an n-tensor batch are labels, by position: 'task' (`batch_form`'s
+        'y') or 'concepts' ('c')."""
+        form = self.batch_form
+        if form is None or n != len(form):
+            return {}
+        return {i: "task" if role == "y" else "concepts" for i, role in enumerate(form) if role in ("y", "c")}
+
+    def concept_kinds(self) -> tuple[str, ...]:
+        """The type of each concept column ('binary', 'categorical', 'continuous'): binary here."""
+        return ("binary",) * self.sizes.get("k", 0)
+
+    def check_labels(self, data: Any, split: str = "train") -> None:
+        """Refuse, before training, labels this model's losses cannot read: task labels against
+        `task` (class ids 0..r−1; binary targets in [0, 1]) and concept labels against the
+        concepts' types (`concept_kinds`). A PenroseArgumentError names the tensor (as `fit`
+        does: "y_train (train_data[2])"), the first bad index and its value. (Labels out of range
+        would otherwise index past the logits, or drive a cross-entropy below zero.)"""
+        if data is None:
+            return
+        from penrose_zoo.train import data_tensors
+        from penrose_zoo.validate import concept_labels, task_labels
+
+        tensors, _ = data_tensors(data, split)
+        form = self.batch_form
+        if form is not None and len(tensors) != len(form):  # (the loss would fail to unpack it at the first step)
+            raise PenroseArgumentError(f"{split}_data must be ({', '.join(form)}) for {type(self).__name__}, got "
+                                       f"{len(tensors)} tensor{'s' if len(tensors) != 1 else ''}")
+        for i, role in self.label_roles(len(tensors)).items():
+            name = f"{'y' if role == 'task' else 'c'}_{split} ({split}_data[{i}])"  # (fit's names, by role)
+            if role == "task":
+                task_labels(tensors[i], name, self.task, self.sizes.get("r"))
+            else:
+                units = getattr(self, "concept_units", None)  # (a concept model's; categorical concepts span columns)
+                concept_labels(tensors[i], name, self.concept_kinds(), units() if callable(units) else None,
+                               getattr(self, "concept_names", None))
+
     def loss_fn(self, **options: Any) -> Callable:
         """`loss_fn(model, batch)` for `penrose_zoo.train.fit`."""
         return lambda model, batch: model.loss(batch, **options)
@@ -233,6 +277,8 @@ class ZooModel(torch.nn.Module):
         """Train with the zoo's one training loop (`penrose_zoo.train.fit`) on this model's loss."""
         from penrose_zoo.train import fit
 
+        self.check_labels(train, "train")
+        self.check_labels(val, "val")
         return fit(self, self.loss_fn(), train, val, **fit_kwargs)
 
     def extra_repr(self) -> str:

@@ -37,12 +37,17 @@ from __future__ import annotations
 
 import hashlib
 import os
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, NamedTuple, Sequence
 
 import numpy as np
 import torch
+
+from penrose.errors import PenroseArgumentError
+from penrose.tables import FLOAT32_MAX
+from penrose_zoo.validate import is_invisible, number, printable, whole
 
 __all__ = [
     "DataError",
@@ -66,6 +71,7 @@ __all__ = [
     "toy_split",
     "concept_arrays",
     "load_concept_arrays",
+    "read_npz",
 ]
 
 
@@ -137,10 +143,10 @@ def load_tabular(name: str, seed: int = 0, val_fraction: float = 0.2) -> Tabular
     seed: the split's `random_state`; the same seed gives the same split everywhere.
     val_fraction: share of rows held out for validation (stratified for classification).
     """
-    if name not in TABULAR_SETS:
+    if not isinstance(name, str) or name not in TABULAR_SETS:
         raise ValueError(f"unknown tabular data set {name!r}; choose from {sorted(TABULAR_SETS)}")
-    if not 0.0 < val_fraction < 1.0:
-        raise ValueError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    seed = whole(seed, "seed", low=0, high=2**32 - 1)  # (scikit-learn's random_state range)
+    val_fraction = number(val_fraction, "val_fraction", low=0.0, high=1.0, low_open=True, high_open=True)
     import sklearn.datasets
     from sklearn.model_selection import train_test_split
 
@@ -305,6 +311,8 @@ def read_category_corpus(
 
     Raises DataError (a ValueError) naming the path, and the line where one applies, when
       * `directory` does not exist, is empty, or holds no category files;
+      * a category file's name (its concept's name) shows nothing, holds a control character or
+        surrounding spaces, or is another's in a different Unicode normal form;
       * a requested category has no file;
       * a category file is broken:
           - zero non-empty entries (empty or whitespace/separators only);
@@ -320,6 +328,16 @@ def read_category_corpus(
     if not any(True for _ in root.iterdir()):
         raise DataError("empty directory: no category files", root)
     files, skipped = _category_files(root)
+    seen: dict[str, str] = {}
+    for name in files:  # a category's name is its file's: a concept name, printed and looked up
+        norm = unicodedata.normalize("NFC", name)
+        if is_invisible(name) or any(unicodedata.category(ch) == "Cc" for ch in name) or norm != name.strip():
+            raise DataError(f"category file {printable(repr(name))}: its name (the concept's name) must be visible text "
+                            "without control characters or surrounding spaces", root)
+        if norm in seen:
+            raise DataError(f"category files {printable(repr(seen[norm]))} and {printable(repr(name))} have the same "
+                            "name (Unicode NFC and NFD spellings of it)", root)
+        seen[norm] = name
     if not files:
         detail = "; skipped: " + ", ".join(skipped) if skipped else ""
         raise DataError(f"no category files{detail}", root)
@@ -649,8 +667,12 @@ def toy_split(n: int, split_seed: int, val_fraction: float = 0.1, test_fraction:
     """(train, val, test) index arrays: a permutation by `numpy.random.default_rng(split_seed)`,
     its first ⌊test_fraction·n⌋ entries the test set, the next ⌊val_fraction·n⌋ validation, the
     rest training (PyC's random splitter)."""
-    if not (0 <= val_fraction < 1 and 0 <= test_fraction < 1 and val_fraction + test_fraction < 1):
-        raise ValueError(f"need 0 ≤ val_fraction, test_fraction and their sum < 1; got {val_fraction}, {test_fraction}")
+    val_fraction = number(val_fraction, "val_fraction", low=0.0, high=1.0, high_open=True)
+    test_fraction = number(test_fraction, "test_fraction", low=0.0, high=1.0, high_open=True)
+    if val_fraction + test_fraction >= 1:
+        raise PenroseArgumentError(f"val_fraction + test_fraction must be below 1 (some rows train); got {val_fraction}, "
+                                   f"{test_fraction}")
+    split_seed = whole(split_seed, "split_seed", low=0)
     n_test, n_val = int(test_fraction * n), int(val_fraction * n)
     order = np.random.default_rng(split_seed).permutation(n)
     return order[n_test + n_val:], order[n_test:n_test + n_val], order[:n_test]
@@ -675,10 +697,12 @@ def toy_concepts(name: str, n: int = 10000, seed: int = 42, split_seed: int | No
     (the sign of each h_i does not fix the sign of their sum), so a bottleneck must leak or
     carry extra units to solve them — the CEM paper's point.
     """
-    if name not in _TOY_GENERATORS:
+    if not isinstance(name, str) or name not in _TOY_GENERATORS:
         raise ValueError(f"unknown toy data set {name!r}; choose from {', '.join(TOY_SETS)}")
-    if n < 10:
-        raise ValueError(f"n must be at least 10 rows, got {n}")
+    n = whole(n, "n", low=10, high=10**8)  # (rows: 10 at least, and what memory holds)
+    seed = whole(seed, "seed", low=0, high=2**32 - 2)  # (NumPy's RandomState range; checkmark seeds seed + 1)
+    if split_seed is not None:
+        split_seed = whole(split_seed, "split_seed", low=0)
     x, c, y, concept_names, task_names, parents, task_parents = _TOY_GENERATORS[name](n, seed)
     split = toy_split(n, seed if split_seed is None else split_seed, val_fraction, test_fraction)
     return _split_rows(x, c, y, split, name=name, concept_names=concept_names, task_names=task_names,
@@ -702,6 +726,7 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
     split as the toy sets are (`toy_split(n, seed)`: 20 % test, 10 % validation), for the zoo's
     concept models and `bench/pyc.py --data`. Arrays or tensors; a clear ValueError names the
     array that does not fit."""
+    seed = whole(seed, "seed", low=0)
     arrays = {}
     for label, value, dims in (("x", x, 2), ("c", c, 2), ("y", y, 1)):
         a = np.asarray(value.detach().cpu() if isinstance(value, torch.Tensor) else value)
@@ -709,8 +734,14 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
             raise ValueError(f"{label} must have {dims} dimension{'s' if dims > 1 else ''}, got shape {list(a.shape)}")
         if a.dtype.kind not in "biuf":
             raise ValueError(f"{label} must hold numbers, got dtype {a.dtype}")
-        if not np.isfinite(a.astype(np.float64)).all():
+        wide = a.astype(np.float64)
+        if not np.isfinite(wide).all():
             raise ValueError(f"{label} holds a value that is not finite")
+        if a.size and np.abs(wide).max() > FLOAT32_MAX:  # it would be ±inf as the float32 the models read
+            raise ValueError(f"{label} holds {wide.flat[int(np.abs(wide).argmax())]:g}, beyond float32's range (±3.4e38)")
+        if dims == 2 and a.shape[1] == 0:
+            raise ValueError(f"{label} has no columns (shape {list(a.shape)}): give at least one "
+                             f"{'feature' if label == 'x' else 'concept'}")
         arrays[label] = a
     n = len(arrays["x"])
     for label in ("c", "y"):
@@ -732,21 +763,123 @@ def concept_arrays(x, c, y, seed: int = 0, *, name: str = "data", concept_names:
 
 def load_concept_arrays(path: str | os.PathLike, seed: int = 0, **kw) -> ToyData:
     """`concept_arrays` of a NumPy `.npz` file holding arrays `x`, `c` and `y` (and optionally
-    `concept_names`, strings), named by the file's stem. Nothing is unpickled (object arrays are
-    refused); a `DataError` names the file and what is wrong with it."""
+    `concept_names`, strings), named by the file's stem. The file is read as untrusted input
+    (`read_npz`): a regular file and a zip archive of `.npy` arrays only, each array's size taken
+    from its header and checked against the bytes the archive holds and penrose's limits before
+    anything is allocated, nothing unpickled; every failure a `DataError` naming the file and the
+    array."""
     path = Path(path)
+    arrays = read_npz(path, ("x", "c", "y"), optional=("concept_names",))
+    given = arrays.get("concept_names")
+    names = None
+    if given is not None:
+        if given.ndim != 1 or given.dtype.kind != "U":
+            raise DataError(f"array 'concept_names' must be one string per concept, got dtype {given.dtype} and "
+                            f"shape {list(given.shape)}", path)
+        names = [unicodedata.normalize("NFC", str(v)).strip() for v in given]
+        blank = [i for i, v in enumerate(names) if is_invisible(v)]
+        if blank:
+            raise DataError(f"array 'concept_names': entry {blank[0]} ({printable(repr(names[blank[0]]))}) shows "
+                            "nothing; a concept needs a visible name", path)
     try:
-        with np.load(path, allow_pickle=False) as f:
-            missing = [k for k in ("x", "c", "y") if k not in f.files]
-            if missing:
-                raise DataError(f"no array {', '.join(repr(k) for k in missing)} (it holds {', '.join(f.files) or 'none'})", path)
-            x, c, y = f["x"], f["c"], f["y"]
-            names = [str(v) for v in f["concept_names"]] if "concept_names" in f.files else None
-    except DataError:
-        raise
-    except (OSError, ValueError) as e:
-        raise DataError(f"not a readable .npz of arrays: {e}", path) from None
-    try:
-        return concept_arrays(x, c, y, seed, name=path.stem, concept_names=names, **kw)
+        return concept_arrays(arrays["x"], arrays["c"], arrays["y"], seed, name=path.stem, concept_names=names, **kw)
     except ValueError as e:
         raise DataError(str(e), path) from None
+
+
+#: the kinds of array `read_npz` reads: booleans, integers, floats, and Unicode strings
+_NPZ_KINDS = {"b": "booleans", "i": "integers", "u": "integers", "f": "floats", "U": "strings"}
+
+
+def read_npz(path: str | os.PathLike, names: Sequence[str], optional: Sequence[str] = ()) -> dict[str, np.ndarray]:
+    """The arrays `names` (and those of `optional` it holds) of the `.npz` archive at `path`,
+    read as untrusted input. Refused, each a DataError naming the file (and the array): a path
+    that is not a regular file (a FIFO would block, a device never end) — checked before it is
+    opened; a `.npy` file (one array) or anything else that is not a zip archive; a damaged
+    archive; a missing array; an array whose header cannot be read, whose dtype is not booleans,
+    integers, floats or strings (object arrays would need unpickling; bfloat16 and other
+    extension types), whose header announces more bytes than the archive holds for it (a tiny
+    file claiming terabytes), or that is larger than penrose's limits (`penrose.checker.LIMITS`:
+    PENROSE_MAX_TENSOR_BYTES per array, PENROSE_MAX_TOTAL_BYTES together) — all before anything
+    is allocated."""
+    import stat
+    import zipfile
+
+    from penrose.checker import LIMITS
+
+    path = Path(path)
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError) as e:
+        raise DataError(f"cannot read it: {getattr(e, 'strerror', None) or e}", path) from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataError("not a regular file (a directory, a FIFO or a device); give a .npz file", path)
+    try:
+        with open(path, "rb") as f:
+            head = f.read(6)
+    except OSError as e:
+        raise DataError(f"cannot read it: {e.strerror or e}", path) from None
+    if head.startswith(b"\x93NUMPY"):
+        raise DataError("a .npy file holds one array; save x, c and y together in a .npz "
+                        "(numpy.savez(path, x=x, c=c, y=y))", path)
+    if not head.startswith((b"PK\x03\x04", b"PK\x05\x06")):
+        raise DataError("not a .npz file (a zip archive of .npy arrays, as numpy.savez writes)"
+                        + ("; the file is empty" if not head else ""), path)
+    limit, total_limit = LIMITS.value("tensor_bytes"), LIMITS.value("total_bytes")
+    out: dict[str, np.ndarray] = {}
+    try:
+        with zipfile.ZipFile(path) as z:
+            members = {n.removesuffix(".npy"): n for n in z.namelist() if n.endswith(".npy")}
+            missing = [n for n in names if n not in members]
+            if missing:
+                held = ", ".join(members) or "none"
+                raise DataError(f"no array {', '.join(repr(n) for n in missing)} (it holds {held})", path)
+            total = 0
+            for name in [*names, *(n for n in optional if n in members)]:
+                info = z.getinfo(members[name])
+                with z.open(info) as f:
+                    shape, fortran, dtype, offset = _npy_header(f, name, path)
+                    nbytes = int(np.prod(shape, dtype=object)) * dtype.itemsize
+                    if nbytes + offset != info.file_size:
+                        raise DataError(f"array {name!r}: its header announces {list(shape)} {dtype} ({nbytes:,} bytes) "
+                                        f"but the archive holds {max(info.file_size - offset, 0):,} bytes of data", path)
+                    total += nbytes
+                    if nbytes > limit or total > total_limit:
+                        raise DataError(f"array {name!r}: {nbytes:,} bytes ({list(shape)} {dtype}), beyond penrose's "
+                                        f"limit of {limit if nbytes > limit else total_limit:,} bytes"
+                                        f"{' in all' if nbytes <= limit else ''} (PENROSE_MAX_TENSOR_BYTES, "
+                                        "PENROSE_MAX_TOTAL_BYTES raise it)", path)
+                    data = f.read(nbytes + 1)  # (one byte more: the end of the member, its CRC checked)
+                if len(data) != nbytes:
+                    raise DataError(f"array {name!r}: {len(data):,} bytes of data, its header announces {nbytes:,}", path)
+                array = np.frombuffer(data, dtype=dtype).reshape(shape, order="F" if fortran else "C")
+                out[name] = array.copy()  # (a writable array of its own)
+    except DataError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, NotImplementedError, RuntimeError) as e:
+        # a damaged archive: a bad CRC, a truncated member, an unsupported compression or encryption
+        raise DataError(f"not a readable .npz archive ({type(e).__name__}: {e})", path) from None
+    return out
+
+
+def _npy_header(f, name: str, path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """(shape, fortran order, dtype, data offset) of the .npy member `f`, its header read by
+    numpy's own parser (a literal; nothing is evaluated or unpickled)."""
+    from numpy.lib import format as npy
+
+    try:
+        version = npy.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = npy.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = npy.read_array_header_2_0(f)
+        else:
+            raise ValueError(f".npy format version {version[0]}.{version[1]} (penrose reads 1.0 and 2.0)")
+    except Exception as e:  # noqa: BLE001 - numpy's parser raises ValueError, TypeError (an unknown dtype), SyntaxError
+        raise DataError(f"array {name!r}: not a readable .npy header ({type(e).__name__}: {e})", path) from None
+    if dtype.hasobject or dtype.kind not in _NPZ_KINDS or dtype.fields is not None or dtype.subdtype is not None:
+        raise DataError(f"array {name!r}: dtype {dtype} is not one penrose reads ({', '.join(sorted(set(_NPZ_KINDS.values())))}"
+                        "; object arrays would need unpickling)", path)
+    if not all(isinstance(n, int) and n >= 0 for n in shape):
+        raise DataError(f"array {name!r}: shape {shape} is not a shape", path)
+    return tuple(shape), bool(fortran), dtype, f.tell()

@@ -48,7 +48,9 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import torch
 
+from penrose.errors import PenroseArgumentError, seed_value
 from penrose_zoo.core import InterventionError
+from penrose_zoo.validate import flag, number, whole
 
 if TYPE_CHECKING:
     from penrose_zoo.concepts import ConceptModel
@@ -70,6 +72,8 @@ __all__ = [
     "intervention_curve",
     "intervention_score",
     "DEFAULT_FRACTIONS",
+    "POLICIES",
+    "STRATEGIES",
 ]
 
 DEFAULT_FRACTIONS = tuple(i / 10 for i in range(11))
@@ -120,6 +124,17 @@ class InterventionTarget(torch.nn.Module):
         return torch.ones(self.sizes["k"], dtype=torch.bool)
 
 
+def _check_labels(model, c: torch.Tensor, y: torch.Tensor) -> None:
+    """The curve's labels as training takes them (`penrose_zoo.validate`): concept labels by the
+    concepts' types (a ground-truth intervention sets them), task labels by the task (accuracy
+    compares with them)."""
+    from penrose_zoo.validate import concept_labels, task_labels
+
+    kinds = model.concept_kinds() if hasattr(model, "concept_kinds") else ("binary",) * c.shape[-1]
+    concept_labels(c, "data[1] (c)", kinds, model.concept_units(), getattr(model, "concept_names", None))
+    task_labels(y, "data[2] (y)", model.task, model.sizes.get("r"))
+
+
 def _check_model(model):
     from penrose_zoo.concepts import ConceptModel
 
@@ -154,7 +169,7 @@ class RandomPolicy(Policy):
     name = "random"
 
     def __init__(self, seed: int = 0):
-        self.seed = seed
+        self.seed = seed_value(seed)
 
     def scores(self, model, x, c, out):
         g = torch.Generator().manual_seed(self.seed)
@@ -179,6 +194,8 @@ class OrderPolicy(Policy):
     name = "order"
 
     def __init__(self, order: Sequence):
+        if isinstance(order, (str, bytes)) or not isinstance(order, (Sequence, torch.Tensor)):
+            raise PenroseArgumentError(f"OrderPolicy's order must be a list of concept ids or names, got {order!r}")
         self.order = list(order)
 
     def ranking(self, model, x, c, out):
@@ -243,6 +260,16 @@ class FixedValue(Strategy):
     name = "fixed value"
 
     def __init__(self, value):
+        try:
+            v = torch.as_tensor(value, dtype=torch.float64) if not isinstance(value, (str, bytes, bool)) else None
+        except (TypeError, ValueError, RuntimeError):
+            v = None
+        if v is None or v.dim() > 1 or v.numel() == 0:
+            raise InterventionError(f"FixedValue needs a number or a list of numbers (one per concept), got {value!r}")
+        bad = ~torch.isfinite(v)
+        if bool(bad.any()):  # as `intervene` refuses it: a do() to inf or NaN is no value
+            where = "" if v.dim() == 0 else f" at index {int(bad.nonzero()[0, 0])}"
+            raise InterventionError(f"FixedValue holds a value that is not finite{where}: {value!r}")
         self.value = value
 
     def values(self, model, x, c):
@@ -262,9 +289,7 @@ class Quantile(Strategy):
     name = "quantile"
 
     def __init__(self, q: float = 0.95):
-        if not 0.5 <= q <= 1.0:
-            raise ValueError(f"Quantile q must be in [0.5, 1], got {q}")
-        self.q = float(q)
+        self.q = number(q, "Quantile q", low=0.5, high=1.0)
         self.low = self.high = None
 
     @torch.no_grad()
@@ -276,6 +301,9 @@ class Quantile(Strategy):
             b = model.bottleneck(model(x_train)).double()
         finally:
             model.train(was)
+        if b.numel() == 0 or not bool(torch.isfinite(b).all()):  # (NaN quantiles would set concepts to NaN)
+            raise InterventionError("Quantile.fit: the model's bottleneck values on x_train are "
+                                    + ("empty (no rows)" if b.numel() == 0 else "not all finite (NaN or inf inputs or weights?)"))
         qs = torch.tensor([1 - self.q, self.q], dtype=torch.float64, device=b.device)
         self.low, self.high = torch.quantile(b.reshape(-1, b.shape[-1]), qs, dim=0)
         return self
@@ -287,6 +315,25 @@ class Quantile(Strategy):
 
     def __repr__(self):
         return f"Quantile(q={self.q})"
+
+
+#: policies and strategies by name (those that need no argument), for `intervention_curve`
+POLICIES = {"random": RandomPolicy, "uncertainty": UncertaintyPolicy, "gradient": GradientPolicy}
+STRATEGIES = {"ground truth": GroundTruth}
+
+
+def _named(given: Any, what: str, table: dict, kind: type, default: Any) -> Any:
+    """A policy or strategy: the default for None, an instance as it is, a name from `table`."""
+    if given is None:
+        return default
+    if isinstance(given, kind):
+        return given
+    if isinstance(given, str) and given in table:
+        return table[given]()
+    hint = {"order": "OrderPolicy([...])", "fixed value": "FixedValue(v)",
+            "quantile": "Quantile(q).fit(model, x_train)"}.get(given) if isinstance(given, str) else None
+    raise PenroseArgumentError(f"{what} must be a {kind.__name__} or one of the names {', '.join(map(repr, table))}"
+                               + (f"; {given!r} needs its argument: {hint}" if hint else f", got {given!r}"))
 
 
 # ---- curves -----------------------------------------------------------------------------------
@@ -304,8 +351,7 @@ def intervention_masks(ranking: torch.Tensor, fraction: float, units: Sequence[S
     """do [n, k]: each example's first round(fraction · number of concepts) ranked concepts. With
     `units` (the columns of each concept, `model.concept_units()`), a concept stands where its
     best-ranked column stands and all its columns are set together."""
-    if not 0.0 <= fraction <= 1.0:
-        raise InterventionError(f"intervention fraction must be in [0, 1], got {fraction}")
+    fraction = number(fraction, "intervention fraction", low=0.0, high=1.0, error=InterventionError)
     position = _positions(ranking)
     if units is None or all(len(u) == 1 for u in units) and len(units) == ranking.shape[-1]:
         return position < int(round(fraction * ranking.shape[-1]))
@@ -331,9 +377,8 @@ def sequential_intervention_masks(model: ConceptModel | InterventionTarget, x: t
     far (`values` where set), and each example sets its best-ranked concept not yet set (a
     categorical concept's columns together). `x` is what the diagram reads."""
     units = model.concept_units()
-    steps = len(units) if steps is None else steps
-    if not 0 <= steps <= len(units):
-        raise InterventionError(f"sequential interventions take 0 to {len(units)} steps, got {steps}")
+    steps = len(units) if steps is None else whole(steps, "sequential intervention steps", low=0, high=len(units),
+                                                   error=InterventionError)
     column_unit = torch.zeros(c.shape[-1], dtype=torch.long, device=c.device)
     for j, u in enumerate(units):
         column_unit[list(u)] = j
@@ -389,16 +434,27 @@ def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, poli
                        strategy: Strategy | None = None, label: str = "", sequential: bool = False) -> InterventionCurve:
     """Task accuracy after setting, in each example, the first ⌊φ·k⌉ concepts of `policy`'s
     ranking to `strategy`'s values, for φ in `fractions`. data: (x, c, y); default policy
-    RandomPolicy(0), default strategy GroundTruth(). Regression tasks report −MSE.
+    RandomPolicy(0), default strategy GroundTruth(); a policy or strategy may be given by name
+    ('random', 'uncertainty', 'gradient'; 'ground truth'). Regression tasks report −MSE.
+    Fractions outside [0, 1] or not finite, and anything else that is not one of these, are a
+    PenroseArgumentError naming the argument.
     sequential: re-rank after each concept is set (`sequential_intervention_masks`) instead of
     ranking once."""
     from penrose_zoo.metrics import accuracy
 
     _check_model(model)
-    policy = RandomPolicy(0) if policy is None else policy
-    strategy = GroundTruth() if strategy is None else strategy
-    x, c, y = tuple(getattr(data, "tensors", data))[:3]
-    fractions = tuple(float(f) for f in fractions)
+    policy = _named(policy, "policy", POLICIES, Policy, RandomPolicy(0))
+    strategy = _named(strategy, "strategy", STRATEGIES, Strategy, GroundTruth())
+    tensors = tuple(getattr(data, "tensors", data)) if isinstance(data, (tuple, list)) or hasattr(data, "tensors") else ()
+    if len(tensors) < 3 or not all(isinstance(t, torch.Tensor) for t in tensors[:3]):
+        raise PenroseArgumentError(f"data must be (x, c, y) tensors, got {type(data).__name__}")
+    x, c, y = tensors[:3]
+    _check_labels(model, c, y)
+    if isinstance(fractions, (str, bytes)) or not isinstance(fractions, (Sequence, torch.Tensor)) or not len(fractions):
+        raise PenroseArgumentError(f"fractions must be a non-empty list of numbers from 0 to 1, got {fractions!r}")
+    fractions = tuple(number(f, f"fractions[{i}]", low=0.0, high=1.0, error=InterventionError)
+                      for i, f in enumerate(fractions))
+    sequential = flag(sequential, "sequential")
     was = model.training
     model.eval()
     try:
@@ -407,9 +463,6 @@ def intervention_curve(model: ConceptModel | InterventionTarget, data: Any, poli
             out = model(feats)
             values = strategy.values(model, feats, c)
             units = model.concept_units()
-            for f in fractions:
-                if not 0.0 <= f <= 1.0:
-                    raise InterventionError(f"intervention fraction must be in [0, 1], got {f}")
             if sequential:
                 steps = [int(round(f * len(units))) for f in fractions]
                 masks = sequential_intervention_masks(model, feats, c, policy, values, max(steps, default=0))

@@ -7,7 +7,10 @@
     trainer = pl.Trainer(max_epochs=20, logger=pl.loggers.CSVLogger("logs"))
     trainer.fit(module, train_loader, val_loader)                   # batches: tuples, as for fit
 
-The training step is the model's own loss (`model.loss(batch, **loss_options)`, with `mode` for
+The arguments follow `fit`'s rules (an lr or weight decay that is negative or not finite, an
+unknown optimizer or mode is a PenroseArgumentError naming it), and every batch's labels are
+checked against the model's task and concept types (`ZooModel.check_labels`) before its loss is
+taken. The training step is the model's own loss (`model.loss(batch, **loss_options)`, with `mode` for
 concept models), logged as `train_loss`; the validation step logs `val_loss` and, for concept
 models, `val_acc` and `val_concept_acc` — the names Lightning's loggers, checkpoints
 (`ModelCheckpoint(monitor="val_loss")`) and early stopping read. `penrose_zoo.train.fit` stays the
@@ -19,6 +22,10 @@ from __future__ import annotations
 import pytorch_lightning as pl
 import torch
 
+from penrose.errors import PenroseArgumentError
+from penrose_zoo.train import OPTIMIZERS
+from penrose_zoo.validate import choice, number
+
 __all__ = ["LightningZooModel", "tensor_loader"]
 
 
@@ -28,8 +35,16 @@ class LightningZooModel(pl.LightningModule):
     def __init__(self, model: torch.nn.Module, lr: float = 1e-2, weight_decay: float = 0.0, optimizer: str = "adam",
                  **loss_options):
         super().__init__()
-        if optimizer not in ("adam", "adamw", "sgd"):
-            raise ValueError(f"optimizer must be 'adam', 'adamw' or 'sgd', got {optimizer!r}")
+        from penrose_zoo.concepts import LOSS_MODES, ConceptModel
+        from penrose_zoo.core import ZooModel
+
+        if not isinstance(model, ZooModel):
+            raise PenroseArgumentError(f"model must be a penrose_zoo model (a ZooModel), got {type(model).__name__}")
+        choice(optimizer, "optimizer", OPTIMIZERS)
+        lr = number(lr, "lr", low=0)  # `fit`'s rules: a negative rate climbs the loss
+        weight_decay = number(weight_decay, "weight_decay", low=0)
+        if "mode" in loss_options and isinstance(model, ConceptModel):
+            choice(loss_options["mode"], "mode", LOSS_MODES)
         self.model = model
         self.lr, self.weight_decay, self.optimizer_name = lr, weight_decay, optimizer
         self.loss_options = loss_options
@@ -38,13 +53,21 @@ class LightningZooModel(pl.LightningModule):
     def forward(self, *args, **kwargs):
         return self.model(*args, **kwargs)
 
+    def _checked(self, batch, split: str) -> tuple:
+        """The batch as a tuple, its labels checked against the model's task and concept types
+        (`ZooModel.check_labels`, as `fit` checks its data; the batch's tensors are named
+        `{split}_data[i]`)."""
+        batch = tuple(batch)
+        self.model.check_labels(batch, split)
+        return batch
+
     def training_step(self, batch, batch_idx):
-        loss = self.model.loss(tuple(batch), **self.loss_options)
+        loss = self.model.loss(self._checked(batch, "train"), **self.loss_options)
         self.log("train_loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=batch[0].shape[0])
         return loss
 
     def validation_step(self, batch, batch_idx):
-        batch = tuple(batch)
+        batch = self._checked(batch, "val")
         loss = self.model.loss(batch, **self.loss_options)
         n = batch[0].shape[0]
         self.log("val_loss", loss, prog_bar=True, batch_size=n)
@@ -69,7 +92,12 @@ class LightningZooModel(pl.LightningModule):
 
 def tensor_loader(data, batch_size: int, shuffle: bool = False, seed: int = 0) -> torch.utils.data.DataLoader:
     """A DataLoader of tuples from a tuple of row-aligned tensors (what `fit` takes)."""
-    tensors = tuple(getattr(data, "tensors", data))
-    g = torch.Generator().manual_seed(seed)
+    from penrose.errors import seed_value
+    from penrose_zoo.train import data_tensors
+    from penrose_zoo.validate import flag, whole
+
+    tensors, _ = data_tensors(data, "data")  # (as `fit` reads its data: tensors with the same rows)
+    batch_size, shuffle = whole(batch_size, "batch_size", low=1), flag(shuffle, "shuffle")
+    g = torch.Generator().manual_seed(seed_value(seed))
     return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(*tensors), batch_size=batch_size,
                                        shuffle=shuffle, generator=g)

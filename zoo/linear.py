@@ -26,6 +26,7 @@ class LinearModel(ZooModel):
 
     diagram_file = "linear.pen"
     defaults = {"f": 30, "r": 1}
+    batch_form = ("x", "y")
     default_task = "binary"
 
     def __init__(self, *, feature_names: Sequence[str] | None = None, **kwargs: Any) -> None:

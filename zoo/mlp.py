@@ -31,6 +31,7 @@ class MLP(ZooModel):
 
     diagram_file = "mlp.pen"
     defaults = {"f": 30, "j": 64, "r": 1}
+    batch_form = ("x", "y")
     default_task = "binary"
 
     def forward(self, x: torch.Tensor) -> MlpOutputs:

@@ -36,6 +36,7 @@ class NeuralAdditiveModel(ZooModel):
 
     diagram_file = "neural_additive_model.pen"
     defaults = {"f": 30, "i": 32, "j": 16, "r": 1}
+    batch_form = ("x", "y")
     default_task = "binary"
 
     def __init__(self, *, output_penalty: float = 1e-3, feature_names: Sequence[str] | None = None,

@@ -208,8 +208,11 @@ def _cav_recipe():
 
 def run(name: str, quick: bool = False, seed: int = 0, progress: bool = False) -> Result:
     """Train the recipe `name` (see RECIPES) and return its validation metrics."""
-    if name not in RECIPES:
-        raise KeyError(f"unknown recipe {name!r}; choose from {', '.join(RECIPES)}")
+    from penrose.errors import seed_value
+    from penrose_zoo.validate import choice, flag
+
+    choice(name, "recipe", tuple(RECIPES))
+    quick, progress, seed = flag(quick, "quick"), flag(progress, "progress"), seed_value(seed)
     model_name, data, fn = RECIPES[name]
     t0 = time.perf_counter()
     model, metrics, settings, _ = fn(quick, seed, progress)

@@ -43,6 +43,7 @@ class SelfAttention(ZooModel):
     defaults = {"e": 32, "h": 4, "d": 8}
     example_sizes = {"t": 8}
     tasks = ("regression",)
+    batch_form = ("Z", "target", "weight")
     default_task = "regression"
 
     def forward(self, Z: torch.Tensor) -> SelfAttentionOutputs:

@@ -62,6 +62,7 @@ class SelfExplainingNetwork(ZooModel):
 
     diagram_file = "senn.pen"
     defaults = {"f": 30, "j": 32, "k": 5, "i": 32, "r": 1}
+    batch_form = ("x", "y")
     default_task = "binary"
 
     def __init__(self, *, robustness: float = 1e-1, reconstruction: float = 1e-2, sparsity: float = 0.0,

@@ -17,7 +17,11 @@ from typing import Callable, Mapping, Sequence
 import torch
 from tqdm.auto import tqdm
 
-__all__ = ["FlatAdam", "NonFiniteInputError", "NonFiniteLossError", "fit", "check_finite", "iterate_batches"]
+from penrose.errors import PenroseArgumentError, seed_value
+from penrose_zoo.validate import flag, number, whole
+
+__all__ = ["FlatAdam", "NonFiniteInputError", "NonFiniteLossError", "fit", "check_finite", "data_tensors",
+           "iterate_batches"]
 
 
 class NonFiniteInputError(ValueError):
@@ -43,7 +47,7 @@ class NonFiniteLossError(FloatingPointError):
 _ROLES = {1: ("x",), 2: ("x", "y"), 3: ("x", "c", "y")}
 
 
-def _as_tuple(data, split: str) -> tuple[tuple[torch.Tensor, ...], tuple[str, ...]]:
+def data_tensors(data, split: str) -> tuple[tuple[torch.Tensor, ...], tuple[str, ...]]:
     """Normalise data to (tensors, names). Accepts a tuple/list of tensors, a TensorDataset
     (anything with `.tensors`), a single tensor, or a mapping name -> tensor."""
     if isinstance(data, torch.Tensor):
@@ -59,18 +63,18 @@ def _as_tuple(data, split: str) -> tuple[tuple[torch.Tensor, ...], tuple[str, ..
             for i in range(len(tensors))
         )
     if not tensors:
-        raise ValueError(f"{split}_data holds no tensors")
+        raise PenroseArgumentError(f"{split}_data holds no tensors")
     for name, t in zip(names, tensors):
         if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+            raise PenroseArgumentError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
         if t.ndim == 0:
-            raise ValueError(f"{name} is a scalar; data tensors need a leading sample dimension")
+            raise PenroseArgumentError(f"{name} is a scalar; data tensors need a leading sample dimension")
     n = tensors[0].shape[0]
     for name, t in zip(names, tensors):
         if t.shape[0] != n:
-            raise ValueError(f"{name} has {t.shape[0]} samples but {names[0]} has {n}")
+            raise PenroseArgumentError(f"{name} has {t.shape[0]} samples but {names[0]} has {n}")
     if n == 0:
-        raise ValueError(f"{split}_data has zero samples")
+        raise PenroseArgumentError(f"{split}_data has zero samples")
     return tensors, names
 
 
@@ -173,11 +177,20 @@ class FlatAdam:
                     p.grad = p.grad.clone()
 
 
+#: the optimizers `fit` makes by name
+OPTIMIZERS = ("adam", "adamw", "sgd")
+
+
 def _make_optimizer(optimizer, params, lr: float, weight_decay: float) -> torch.optim.Optimizer | FlatAdam:
     if isinstance(optimizer, torch.optim.Optimizer):
         return optimizer
     if callable(optimizer):
         return optimizer(params, lr=lr, weight_decay=weight_decay)
+    if not isinstance(optimizer, str) or optimizer not in OPTIMIZERS:
+        raise PenroseArgumentError(f"optimizer must be one of {', '.join(map(repr, OPTIMIZERS))}, an Optimizer or a "
+                                   f"factory; got {optimizer!r}")
+    if not params:
+        raise PenroseArgumentError("the model has no trainable parameters (every one has requires_grad=False)")
     if optimizer in ("adam", "adamw") and FlatAdam.supports(params):
         # a small model's step is overhead: one flat buffer makes the update six operations
         return FlatAdam(params, lr, weight_decay, decoupled=(optimizer == "adamw"))
@@ -189,8 +202,6 @@ def _make_optimizer(optimizer, params, lr: float, weight_decay: float) -> torch.
         "adamw": lambda: torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, fused=fused or None),
         "sgd": lambda: torch.optim.SGD(params, lr=lr, momentum=0.9, weight_decay=weight_decay),
     }
-    if optimizer not in table:
-        raise ValueError(f"optimizer must be one of {sorted(table)}, an Optimizer or a factory; got {optimizer!r}")
     return table[optimizer]()
 
 
@@ -305,15 +316,31 @@ def fit(
 
     Returns a history dict: 'epoch', 'train_loss' (mean over each epoch's batches, per epoch),
     'val_epoch', 'val_loss' and 'val_metric' / 'val_<name>' (per validation), 'steps', 'seconds'.
-    Raises NonFiniteInputError (ValueError) before training if any float input holds NaN/inf,
+    Raises PenroseArgumentError (a TypeError and ValueError) naming the argument for an epoch
+    count, batch size or val_every that is not a whole number in range, an lr or weight_decay
+    that is negative or not finite, a grad_clip that is not above 0 (a negative rate or clip
+    would climb the loss), a seed that is not a seed;
+    NonFiniteInputError (ValueError) before training if any float input holds NaN/inf,
     and NonFiniteLossError (FloatingPointError) naming the step if the loss becomes non-finite.
     The losses stay on the device until the end of each epoch (no host sync per step; with
     `progress`, every tenth is read for the bar), so a non-finite loss stops training at the end
     of its epoch, naming the step where it first appeared.
     """
-    if epochs < 0 or batch_size < 1 or val_every < 1:
-        raise ValueError(f"need epochs ≥ 0, batch_size ≥ 1, val_every ≥ 1; got {epochs}, {batch_size}, {val_every}")
-    train_tensors, train_names = _as_tuple(train_data, "train")
+    epochs = whole(epochs, "epochs", low=0)
+    batch_size = whole(batch_size, "batch_size", low=1)
+    val_every = whole(val_every, "val_every", low=1)
+    lr = number(lr, "lr", low=0)  # (torch's optimizers take 0; a negative rate climbs the loss)
+    weight_decay = number(weight_decay, "weight_decay", low=0)
+    if grad_clip is not None:
+        grad_clip = number(grad_clip, "grad_clip", low=0, low_open=True)
+    seed = seed_value(seed)
+    progress, flush_denormal = flag(progress, "progress"), flag(flush_denormal, "flush_denormal")
+    for name, fn in (("metric_fn", metric_fn), ("step_fn", step_fn)):
+        if fn is not None and not callable(fn):
+            raise PenroseArgumentError(f"{name} must be callable or None, got {type(fn).__name__}")
+    if not callable(loss_fn):
+        raise PenroseArgumentError(f"loss_fn must be callable, got {type(loss_fn).__name__}")
+    train_tensors, train_names = data_tensors(train_data, "train")
     for t, name in zip(train_tensors, train_names):
         check_finite(t, name)
     prepare = getattr(step_fn, "prepare", None)
@@ -324,7 +351,10 @@ def fit(
         train_tensors = prepared
     val_tensors = None
     if val_data is not None:
-        val_tensors, val_names = _as_tuple(val_data, "val")
+        val_tensors, val_names = data_tensors(val_data, "val")
+        if len(val_tensors) != len(train_tensors):  # (the loss would meet it only after an epoch of training)
+            raise PenroseArgumentError(f"val_data holds {len(val_tensors)} tensors, train_data {len(train_tensors)}; "
+                                       "batches of both go to loss_fn, so they hold the same roles")
         for t, name in zip(val_tensors, val_names):
             check_finite(t, name)
 

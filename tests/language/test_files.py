@@ -492,3 +492,28 @@ def test_a_name_with_a_nul_character_is_a_penrose_error():
     ('embedded null byte') for '\\x00'."""
     with pytest.raises(penrose.PenroseError, match="holds no NUL character"):
         penrose.compile("\x00")
+
+
+def test_a_folder_is_written_whole_or_not_at_all(tmp_path):
+    """penrose.io.atomic_write_folder (penrose steerling init and planted): a new folder takes the
+    old one's place at once; a failing writer leaves the old one as it was and nothing beside it."""
+    out = tmp_path / "ck"
+    out.mkdir()
+    (out / "train.json").write_text("old")
+    os.chmod(out, 0o750)
+    with pytest.raises(PenroseError, match=r"ck exists and is not empty; give --force"):
+        io.atomic_write_folder(out, lambda d: (d / "a").write_text("new"), hint="give --force")
+
+    def fails(d):
+        (d / "a").write_text("half")
+        raise OSError(28, "No space left on device")
+
+    with pytest.raises(PenroseError, match="cannot write .*ck: No space left on device"):
+        io.atomic_write_folder(out, fails, replace=True)
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"] and (out / "train.json").read_text() == "old"
+    io.atomic_write_folder(out, lambda d: (d / "a").write_text("new"), replace=True)
+    assert [p.name for p in out.iterdir()] == ["a"] and stat.S_IMODE(out.stat().st_mode) == 0o750
+    assert [p.name for p in tmp_path.iterdir()] == ["ck"]  # no temporary or old folder left
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(PenroseError, match="it is a file, not a folder"):
+        io.atomic_write_folder(tmp_path / "f", lambda d: None)

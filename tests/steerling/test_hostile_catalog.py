@@ -76,3 +76,48 @@ def test_the_cli_reports_a_bad_catalog_without_a_traceback(tmp_path):
                          cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode != 0 and "Traceback" not in run.stderr and "_csv.Error" not in run.stderr
     assert "over the limit" in run.stderr
+
+
+@pytest.mark.parametrize("body, message", [
+    # issue 37: each of these was read as a concept
+    (HEADER + "1,\u200b,,known,,,,,,\n", r"c.csv:2: row 1: name is '\\u200b', which shows nothing"),  # a zero-width space
+    (HEADER + "1,\u200b\u2060\ufeff ,,known,,,,,,\n", r"row 1: name is .*, which shows nothing"),
+    (HEADER + "1,caf\u00e9,,known,,,,,,\n2,cafe\u0301,,known,,,,,,\n",
+     r"c.csv:3: row 2: known concept name 'café' appears twice"),  # NFC and NFD spellings: one name
+    (HEADER + "9007199254740993,big,,known,,,,,,\n", r"concept_id is '9007199254740993'; expected a whole number from 0 to 2,147,483,647"),
+    (HEADER + "-1,neg,,known,,,,,,\n", r"concept_id is '-1'; expected a whole number from 0 to"),
+    (HEADER + "1,ok,,known,-3,,,,,\n", r"group_id is '-3'; expected a whole number"),
+    (HEADER + "1,cats\x1b]0;owned\x07,,known,,,,,,\n", r"name 'cats\\x1b\]0;owned\\x07' holds the control character '\\x1b'"),
+    (HEADER + "1,cats,,known,2,grp\x1b[2K,,,,\n", r"group_name 'grp\\x1b\[2K' holds the control character"),
+    (HEADER + "1.5,cats,,known,,,,,,\n", r"concept_id is '1.5'; expected a whole number"),
+])
+def test_hostile_names_and_ids(tmp_path, body, message):
+    with pytest.raises(CatalogError, match=message):
+        _load(tmp_path, body)
+
+
+def test_ids_are_read_exactly_and_names_normalised(tmp_path):
+    cat = _load(tmp_path, HEADER + "2147483647,top,,known,,,,,,\n3.0,three,,known,,,,,,\n4,cafe\u0301,,known,,,,,,\n")
+    assert [c.concept_id for c in cat] == [3, 4, 2147483647]  # never through a float (2**53 + 1 rounded)
+    assert cat.lookup("cafe\u0301").concept_id == 4 and cat.lookup("caf\u00e9").name == "caf\u00e9"
+
+
+def test_a_damaged_parquet_file_is_a_catalog_error(tmp_path):
+    p = tmp_path / "c.parquet"
+    p.write_bytes(b"PAR1" + b"\x00" * 64)  # (without a parquet engine: the error says what to install)
+    with pytest.raises(CatalogError, match=r"c.parquet: (not a readable parquet file|reading parquet needs)"):
+        ConceptCatalog.load(p)
+
+
+@pytest.mark.parametrize("value, message", [
+    (True, "concept_id is True; expected a whole number"),  # a boolean column is not an id column
+    (float(2**53 + 2), "concept_id is 9007199254740994.0; expected a whole number from 0 to"),
+    (float("nan"), "concept_id is empty"),
+    (-2, "concept_id is -2; expected a whole number from 0 to"),
+])
+def test_typed_values_as_parquet_gives_them(value, message):
+    from penrose_zoo.steerling.catalog import _concept
+
+    with pytest.raises(CatalogError, match=message):
+        _concept({"concept_id": value, "name": "a"}, "c.parquet: row 1")
+    assert _concept({"concept_id": 7.0, "name": "a", "is_steerable": True}, "w").concept_id == 7

@@ -234,6 +234,9 @@ def test_a_good_train_state_reads(tmp_path):
 
 
 @pytest.mark.parametrize("doc, match", [({"known": ["a", "a"]}, r"known\[1\]' = 'a' repeats known\[0\]"),
+                                        ({"known": ["caf\u00e9", "cafe\u0301"]}, r"known\[1\]' = '.*' repeats known\[0\]"),
+                                        ({"known": ["a", "\u200b"]}, r"known\[1\]' = '\\u200b': expected a concept name \(visible"),
+                                        ({"known": ["a", "b\x1b]0;x\x07"]}, r"known\[1\]' = 'b\\x1b\]0;x\\x07'.*no control"),
                                         ({"known": ["a", None]}, r"known\[1\]' = None"), ({"known": "ab"}, "list 'known'"),
                                         ({"known": ["a"]}, "has 1 names, but the model has 2")])
 def test_concept_names_are_checked(tmp_path, doc, match):
@@ -260,8 +263,8 @@ def test_every_refusal_is_a_penrose_error():
 
 
 @pytest.mark.parametrize("doc, match", [
-    ({"format": "x"}, "not a"), ({"special_tokens": 5}, "special tokens"), ({"kind": "bpe", "bpe": "garbage"}, "field 'bpe'"),
-    ({"kind": "bpe", "bpe": {"model": 7}}, "field 'bpe' is not a tokenizer"), ({"kind": "nonesuch"}, "unknown tokenizer kind"),
+    ({"format": "x"}, "not a"), ({"special_tokens": 5}, "field 'special_tokens' = 5"), ({"kind": "bpe", "bpe": "garbage"}, "field 'bpe'"),
+    ({"kind": "bpe", "bpe": {"model": 7}}, "field 'bpe.model' must be a BPE model"), ({"kind": "nonesuch"}, "field 'kind' = 'nonesuch'"),
 ])
 def test_a_damaged_tokenizer_json(tmp_path, doc, match):
     from penrose_zoo.steerling.tokenizer import SPECIAL_TOKENS, TOKENIZER_FORMAT, TokenizerError, load_tokenizer
@@ -287,3 +290,80 @@ def test_sampling_nan_logits_is_a_clear_error():
         sample_logits(torch.zeros(1, 3), banned=[0, 1, 2])
     with pytest.raises(PenroseError, match="NaN"):
         sample_token(logits[1], GenerationConfig())
+
+
+def _bpe_doc():
+    from penrose_zoo.steerling.tokenizer import BPETokenizer
+
+    tok = BPETokenizer.train(["the cat sat on the mat"] * 20, vocab_size=300)
+    return json.loads(json.dumps({"format": "penrose-steerling-tokenizer", "version": 1, "kind": "bpe",
+                                  "special_tokens": list(tok.special_tokens), **tok._payload()}))
+
+
+def _last_token(vocab: dict) -> str:
+    return max(vocab, key=vocab.get)
+
+
+@pytest.mark.parametrize("change, match", [
+    # issue 37: a missing id put a word on the special ids (text encoded as <|pad|>); an id past the end was accepted
+    (lambda v: v.pop(_first_token(v, 5)), r"= \d+ is past the end of the \d+ ids, and id 5 is missing"),
+    (lambda v: v.__setitem__(_last_token(v), 10**6), r"= 1000000 is past the end of the \d+ ids, and id \d+ is missing"),
+    (lambda v: v.__setitem__(_last_token(v), 0), r"= 0: the id of .* too; each id names one token"),
+    (lambda v: v.__setitem__(_last_token(v), -1), r"= -1: expected a whole number of at least 0"),
+    (lambda v: v.__setitem__(_last_token(v), True), r"= True: expected a whole number of at least 0"),
+    (lambda v: v.__setitem__(_last_token(v), 3.0), r"= 3.0: expected a whole number"),
+])
+def test_a_bpe_tokenizer_with_ids_that_are_not_0_to_n(tmp_path, change, match):
+    from penrose_zoo.steerling.tokenizer import TokenizerError, load_tokenizer
+
+    doc = _bpe_doc()
+    assert load_tokenizer(_written(tmp_path, doc)).vocab_size == len(doc["bpe"]["model"]["vocab"]) + 4
+    change(doc["bpe"]["model"]["vocab"])
+    with pytest.raises(TokenizerError, match=r"tokenizer\.json: field bpe\.model\.vocab\[.*\] " + match):
+        load_tokenizer(_written(tmp_path, doc))
+
+
+def _first_token(vocab: dict, i: int) -> str:
+    return next(k for k, v in vocab.items() if v == i)
+
+
+def _written(tmp_path, doc):
+    (tmp_path / "tokenizer.json").write_text(json.dumps(doc))
+    return tmp_path
+
+
+def test_added_tokens_count_among_the_ids(tmp_path):
+    from penrose_zoo.steerling.tokenizer import TokenizerError, load_tokenizer
+
+    doc = _bpe_doc()
+    doc["bpe"]["added_tokens"] = [{"id": 2, "content": "<x>", "special": True, "single_word": False, "lstrip": False,
+                                   "rstrip": False, "normalized": False}]
+    with pytest.raises(TokenizerError, match=r"field bpe\.added_tokens\[0\]\.id = 2: the id of bpe\.model\.vocab"):
+        load_tokenizer(_written(tmp_path, doc))
+    doc["bpe"]["model"]["type"] = "WordLevel"
+    with pytest.raises(TokenizerError, match=r"field 'bpe\.model' must be a BPE model"):
+        load_tokenizer(_written(tmp_path, doc))
+
+
+@pytest.mark.parametrize("change, match", [
+    ({"kind": "release", "special_tokens": ["<|pad|>", "<|bos|>", "<|endofchunk|>", "<|mask|>"], "instruct": "false"},
+     r"field 'instruct' = 'false': expected true or false"),  # issue 37: bool("false") is True
+    ({"kind": "release", "instruct": 0}, r"field 'instruct' = 0: expected true or false"),
+    ({"version": "1"}, r"field 'version' = '1': expected 1"),
+    ({"version": True}, r"field 'version' = True: expected 1"),
+    ({"kind": ["byte"]}, r"field 'kind' = \['byte'\]"),
+])
+def test_tokenizer_fields_have_strict_json_types(tmp_path, change, match):
+    from penrose_zoo.steerling.tokenizer import SPECIAL_TOKENS, TOKENIZER_FORMAT, TokenizerError, load_tokenizer
+
+    doc = {"format": TOKENIZER_FORMAT, "version": 1, "kind": "byte", "special_tokens": list(SPECIAL_TOKENS), **change}
+    with pytest.raises(TokenizerError, match=match):
+        load_tokenizer(_written(tmp_path, doc))
+
+
+def test_config_instruct_must_be_a_boolean(tmp_path):
+    from penrose_zoo.steerling.tokenizer import TokenizerError, tokenizer_for
+
+    (tmp_path / "config.json").write_text(json.dumps({"vocab_size": 100281, "instruct": "false"}))
+    with pytest.raises(TokenizerError, match=r"config.json's field 'instruct' = 'false': expected true or false"):
+        tokenizer_for(tmp_path)

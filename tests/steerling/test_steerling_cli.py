@@ -7,21 +7,14 @@ import json
 import pytest
 import torch
 
-from test_steerling_train import write_corpus
 from penrose_zoo.steerling.cli import main
 
 torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="module")
-def ckpt(tmp_path_factory):
-    root = tmp_path_factory.mktemp("cli")
-    data = write_corpus(root / "corpus")
-    out = root / "run"
-    rc = main(["train", "--preset", "tiny", "--data", str(data), "--steps", "4", "--seq-len", "32",
-               "--batch-size", "4", "--val-every", "2", "--out", str(out), "--no-progress"])
-    assert rc == 0
-    return out
+def ckpt(tiny_run):
+    return tiny_run  # (conftest.py: trained once for the session)
 
 
 def test_train_writes_checkpoint(ckpt):

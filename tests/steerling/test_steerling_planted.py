@@ -11,6 +11,7 @@ import os
 import pytest
 import torch
 
+from penrose.errors import PenroseError
 from penrose_zoo.steerling.cli import main
 from penrose_zoo.steerling.lm_data import LMBatch, load_concept_corpus, pack_chunks
 from penrose_zoo.steerling.planted import (MANIFEST, PlantedConfig, generate_planted, load_planted, packed_token_labels,
@@ -57,14 +58,14 @@ def test_config_errors():
         PlantedConfig(n_concepts=3, withheld=2)
     with pytest.raises(ValueError, match="n_concepts"):
         PlantedConfig(n_concepts=1)
-    with pytest.raises(ValueError, match="probability"):
+    with pytest.raises(ValueError, match="co_occur must be a finite number from 0 to 1, got 1.5"):
         PlantedConfig(co_occur=1.5)
 
 
 def test_written_corpus_reads_as_training_data(tmp_path):
     corpus = generate_planted(PlantedConfig(n_chunks=300, seed=1))
     d = write_planted(corpus, tmp_path / "p")
-    with pytest.raises(FileExistsError):
+    with pytest.raises(PenroseError, match=r"p exists and is not empty; give a new folder, or replace"):
         write_planted(corpus, d)
     cc = load_concept_corpus(d)  # the reader the training code uses: the manifest is skipped
     assert list(cc.concept_names) == sorted(corpus.labelled_names)

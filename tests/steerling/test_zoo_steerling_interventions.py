@@ -101,6 +101,13 @@ def test_errors(lm):
         KnownConcepts(lm, [1, 9])
     with pytest.raises(ValueError, match="2 names for 3 concepts"):
         KnownConcepts(lm, [0, 1, 2], names=["a", "b"])
+    # hostile arguments (docs/security.md): a fractional or string id, a NaN value, a name twice
+    with pytest.raises(ValueError, match=r"concepts\[0\] must be a whole number, got 2.7 \(float\)"):
+        KnownConcepts(lm, [2.7])
+    with pytest.raises(ValueError, match="active_value must be a finite number, got nan"):
+        KnownConcepts(lm, [0], active_value=float("nan"))
+    with pytest.raises(ValueError, match=r"names must be distinct non-empty strings, got \['a', 'a'\]"):
+        KnownConcepts(lm, [0, 1], names=["a", "a"])
     with pytest.raises(TypeError, match="token ids"):
         KnownConcepts(lm)(torch.randn(2, 3))
     assert KnownConcepts(lm).concept_names == tuple(f"known{i}" for i in range(6))

@@ -224,7 +224,9 @@ def test_auto_is_generated_where_covered_and_says_why_not_elsewhere():
     assert model_of("cbm").fit((x, c, y), epochs=1, batch_size=16, lr=1e-2, progress=False)["backward"] == "generated"
     typed = penrose_zoo.TypedConceptBottleneckModel(f=F, r=2, seed=0).double()
     ex = typed.example_inputs(batch=8)
-    h = typed.fit((ex["x"], ex["c_true"], torch.zeros(8, dtype=torch.long)), epochs=1, batch_size=4, lr=1e-2, progress=False)
+    labels = ex["c_true"].clone()
+    labels[:, 2:5] = torch.eye(3, dtype=labels.dtype)[torch.arange(8) % 3]  # c2's one value of a, b, c
+    h = typed.fit((ex["x"], labels, torch.zeros(8, dtype=torch.long)), epochs=1, batch_size=4, lr=1e-2, progress=False)
     assert h["backward"].startswith("autograd (") and "its own loss" in h["backward"]
     with pytest.raises(NoGeneratedBackward, match="its own loss"):
         typed.generated_step()

@@ -99,7 +99,7 @@ def test_docs_zoo_python_examples_run():
     "penrose_zoo.core", "penrose_zoo.linear", "penrose_zoo.mlp", "penrose_zoo.self_attention",
     "penrose_zoo.sparse_autoencoder", "penrose_zoo.concept_bottleneck_model", "penrose_zoo.concept_embedding_model",
     "penrose_zoo.prototype_concept_model", "penrose_zoo.neural_additive_model", "penrose_zoo.mixture_of_linear_models",
-    "penrose_zoo", "penrose_zoo.plots", "penrose_zoo.cli",
+    "penrose_zoo", "penrose_zoo.plots", "penrose_zoo.cli", "penrose_zoo.validate",
 ])
 def test_docstring_examples(module):
     import doctest

@@ -85,7 +85,7 @@ def test_masks_set_the_first_ranked_concepts():
     assert intervention_masks(ranking, 0.5).tolist() == [[False, True, False, True], [True, True, False, False]]
     assert intervention_masks(ranking, 0.0).sum() == 0 and intervention_masks(ranking, 1.0).all()
     assert intervention_masks(ranking, 0.3).sum(1).tolist() == [1, 1]  # round(1.2)
-    with pytest.raises(InterventionError, match="fraction must be in"):
+    with pytest.raises(InterventionError, match="intervention fraction must be a finite number from 0 to 1, got 1.5"):
         intervention_masks(ranking, 1.5)
 
 
@@ -166,7 +166,7 @@ def test_sequential_random_and_order_policies_keep_their_order():
         once = intervention_curve(model, data, policy, (0, 0.25, 0.5, 1))
         seq = intervention_curve(model, data, policy, (0, 0.25, 0.5, 1), sequential=True)
         assert once.accuracy == seq.accuracy
-    with pytest.raises(InterventionError, match="0 to 4 steps, got 5"):
+    with pytest.raises(InterventionError, match="sequential intervention steps must be a whole number from 0 to 4, got 5"):
         sequential_intervention_masks(model, data[0], data[1], RandomPolicy(0), data[1], steps=5)
 
 

@@ -11,6 +11,7 @@ import torch
 pl = pytest.importorskip("pytorch_lightning")
 
 import penrose_zoo  # noqa: E402
+from penrose.errors import PenroseArgumentError  # noqa: E402
 from penrose_zoo.data import toy_concepts  # noqa: E402
 from penrose_zoo.lightning import LightningZooModel, tensor_loader  # noqa: E402
 
@@ -50,5 +51,29 @@ def test_binary_task_logs_its_accuracy(tmp_path):
 
 
 def test_bad_optimizer_is_named():
-    with pytest.raises(ValueError, match="optimizer must be 'adam', 'adamw' or 'sgd', got 'rmsprop'"):
+    with pytest.raises(ValueError, match="optimizer must be one of 'adam', 'adamw', 'sgd', got 'rmsprop'"):
         LightningZooModel(penrose_zoo.ConceptBottleneckModel(f=4, k=3), optimizer="rmsprop")
+
+
+# ---- the Lightning adapter --------------------------------------------------------------------
+
+def test_lightning_adapter_follows_fits_rules():
+    """Hostile arguments and labels (docs/security.md): fit's rules, every batch's labels checked."""
+    data = toy_concepts("xor", n=100, seed=0)
+    model = penrose_zoo.ConceptBottleneckModel(f=2, k=2, r=1, task="binary")
+    for kw, message in (({"lr": -1.0}, "lr must be a finite number of at least 0"),
+                        ({"lr": float("nan")}, "lr must be"), ({"weight_decay": -1}, "weight_decay must be"),
+                        ({"mode": "sequential"}, "mode must be one of 'joint', 'independent', 'concepts', 'task'")):
+        with pytest.raises(PenroseArgumentError, match=message):
+            LightningZooModel(model, **kw)
+    with pytest.raises(PenroseArgumentError, match="model must be a penrose_zoo model"):
+        LightningZooModel(torch.nn.Linear(2, 1))
+    module = LightningZooModel(model)
+    x, c, y = data.train_tuple()
+    # issue 37: task labels {0, 3} on a binary task trained to a loss of -17
+    with pytest.raises(PenroseArgumentError, match=r"y_train \(train_data\[2\]\) holds 3 at index"):
+        module.training_step((x[:8], c[:8], y[:8] * 3), 0)
+    with pytest.raises(PenroseArgumentError, match=r"c_val \(val_data\[1\]\) holds 5.0"):
+        module.validation_step((x[:8], c[:8] * 5, y[:8]), 0)
+    with pytest.raises(PenroseArgumentError, match="batch_size must be a whole number of at least 1, got 0"):
+        tensor_loader(data.train_tuple(), 0)

@@ -87,9 +87,9 @@ def test_split_is_a_partition_in_pycs_order():
 def test_bad_arguments_are_named():
     with pytest.raises(ValueError, match="unknown toy data set 'xr'.*xor"):
         toy_concepts("xr")
-    with pytest.raises(ValueError, match="at least 10"):
+    with pytest.raises(ValueError, match="n must be a whole number from 10 to"):
         toy_concepts("xor", n=3)
-    with pytest.raises(ValueError, match="sum < 1"):
+    with pytest.raises(ValueError, match="val_fraction \+ test_fraction must be below 1"):
         toy_split(10, 0, 0.5, 0.6)
 
 

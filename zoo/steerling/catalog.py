@@ -38,12 +38,16 @@ from __future__ import annotations
 
 import difflib
 import math
+import numbers
 import os
+import re
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 from penrose.errors import PenroseError
+from penrose_zoo.validate import is_invisible
 
 __all__ = ["Concept", "ConceptCatalog", "CatalogError", "COLUMNS"]
 
@@ -56,6 +60,7 @@ ALIASES = {"concept_name": "name", "concept_description": "description", "public
 HEADS = ("known", "unknown")
 MAX_FIELD = 65536  # characters in one CSV field
 MAX_FILE_BYTES = 256 << 20  # a catalog file (the release's ~135k concepts take ~20 MB)
+MAX_ID = 2**31 - 1  # a concept or group id (an index into a head)
 
 
 class CatalogError(PenroseError, LookupError):
@@ -88,8 +93,8 @@ def _missing(v) -> bool:
 def _flag(v, col: str, where: str) -> bool:
     if _missing(v):
         return False
-    if isinstance(v, bool):
-        return v
+    if isinstance(v, bool) or type(v).__name__ == "bool_":
+        return bool(v)
     if isinstance(v, (int, float)) and v in (0, 1):
         return bool(v)
     s = str(v).strip().lower()
@@ -101,15 +106,36 @@ def _flag(v, col: str, where: str) -> bool:
 
 
 def _int(v, col: str, where: str) -> int:
-    try:
-        if isinstance(v, str) and not v.strip().isascii():
-            raise ValueError  # float() reads other scripts' digits ("٣" as 3)
-        f = float(v)
-        if not f.is_integer():
-            raise ValueError
-        return int(f)
-    except (TypeError, ValueError):
-        raise CatalogError(f"{where}: {col} is {v!r}; expected a whole number") from None
+    """A whole number from 0 to MAX_ID: digits read exactly (never through a float, which rounds
+    ids past 2⁵³), a float only when it is whole (a parquet column with gaps is float64)."""
+    value = None
+    if isinstance(v, str):
+        t = v.strip()
+        if re.fullmatch(r"\+?[0-9]+", t):
+            value = int(t)
+        elif re.fullmatch(r"\+?[0-9]+\.0*", t):  # "3.0", as a spreadsheet writes it
+            value = int(t.split(".")[0])
+    elif isinstance(v, bool) or type(v).__name__ == "bool_":
+        value = None
+    elif isinstance(v, numbers.Integral):
+        value = int(v)
+    elif isinstance(v, numbers.Real) and math.isfinite(f := float(v)) and f.is_integer() and abs(f) <= 2**53:
+        value = int(f)
+    if value is None or not 0 <= value <= MAX_ID:
+        raise CatalogError(f"{where}: {col} is {v!r}; expected a whole number from 0 to {MAX_ID:,}")
+    return value
+
+
+def _text(v, col: str, where: str) -> str:
+    """A name: NFC-normalised (the same name in NFC and NFD is one name), stripped, something
+    visible (not only zero-width or format characters), no control character."""
+    text = unicodedata.normalize("NFC", str(v)).strip()
+    if is_invisible(text):
+        raise CatalogError(f"{where}: {col} is {v!r}, which shows nothing; every concept needs a visible {col.replace('_', ' ')}")
+    bad = next((ch for ch in text if unicodedata.category(ch) == "Cc"), None)
+    if bad is not None:
+        raise CatalogError(f"{where}: {col} {v!r} holds the control character {bad!r}")
+    return text
 
 
 def _concept(row: dict, where: str) -> Concept:
@@ -117,18 +143,18 @@ def _concept(row: dict, where: str) -> Concept:
     for col in REQUIRED:
         if _missing(row.get(col)):
             raise CatalogError(f"{where}: {col} is empty; every concept needs a {col.replace('_', ' ')}")
-    head = "known" if _missing(row.get("head")) else str(row["head"]).strip().lower()
+    head = "known" if _missing(row.get("head")) else unicodedata.normalize("NFC", str(row["head"])).strip().lower()
     if head not in HEADS:
         raise CatalogError(f"{where}: head is {row['head']!r}; expected known or unknown")
     gid = row.get("group_id")
     gname = row.get("group_name")
     return Concept(
         concept_id=_int(row["concept_id"], "concept_id", where),
-        name=str(row["name"]).strip(),
-        description="" if _missing(row.get("description")) else str(row["description"]).strip(),
+        name=_text(row["name"], "name", where),
+        description="" if _missing(row.get("description")) else unicodedata.normalize("NFC", str(row["description"])).strip(),
         head=head,
         group_id=None if _missing(gid) else _int(gid, "group_id", where),
-        group_name=None if _missing(gname) else str(gname).strip(),
+        group_name=None if _missing(gname) else _text(gname, "group_name", where),
         **{f: _flag(row.get(f), f, where) for f in FLAGS},
     )
 
@@ -136,17 +162,25 @@ def _concept(row: dict, where: str) -> Concept:
 def _read_rows(path: Path) -> tuple[list[str], Iterable[tuple[str, dict]]]:
     """(column names, (where, row) pairs) of a CSV or parquet file."""
     if path.suffix.lower() in (".parquet", ".pq"):
+        size = path.stat().st_size
+        if size > MAX_FILE_BYTES:
+            raise CatalogError(f"{path}: {size:,} bytes, over the limit of {MAX_FILE_BYTES:,} for a catalog")
         try:
-            import pandas
-
-            records = pandas.read_parquet(path).to_dict("records")
-        except ImportError:
             try:
-                import pyarrow.parquet
+                import pandas
+
+                records = pandas.read_parquet(path).to_dict("records")
             except ImportError:
-                raise CatalogError(f"{path}: reading parquet needs pandas or pyarrow (neither is installed); "
-                                   "install one, or give the catalog as CSV") from None
-            records = pyarrow.parquet.read_table(path).to_pylist()
+                try:
+                    import pyarrow.parquet
+                except ImportError:
+                    raise CatalogError(f"{path}: reading parquet needs pyarrow (pandas reads parquet through it, "
+                                       "and it is not installed); install it, or give the catalog as CSV") from None
+                records = pyarrow.parquet.read_table(path).to_pylist()
+        except CatalogError:
+            raise
+        except Exception as e:  # noqa: BLE001 - pyarrow's ArrowInvalid, OSError, ...: a damaged file
+            raise CatalogError(f"{path}: not a readable parquet file ({type(e).__name__}: {e})") from None
         cols = list(records[0]) if records else []
         return cols, ((f"{path}: row {i + 1}", r) for i, r in enumerate(records))
     header, records = read_csv(path)
@@ -359,7 +393,7 @@ class ConceptCatalog:
         """The concept `resolve` finds (its head included)."""
         if isinstance(name_or_id, int) and not isinstance(name_or_id, bool):
             return self.get(name_or_id, head)
-        key = str(name_or_id).strip()
+        key = unicodedata.normalize("NFC", str(name_or_id)).strip()
         named = [c for c in self._by_name.get(key, []) if head is None or c.head == head]
         if len(named) == 1:
             return named[0]

@@ -17,16 +17,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import unicodedata
 from pathlib import Path
 
 import torch
 
 from penrose.errors import PenroseError
+from penrose_zoo.validate import is_invisible
 
-__all__ = ["FORMAT", "concept_id", "config_differences", "load_checkpoint", "load_optimizer", "optimizer_state_tensors",
+__all__ = ["FORMAT", "VERSION", "check_steps", "concept_id", "config_differences", "load_checkpoint", "load_optimizer", "optimizer_state_tensors",
            "read_concept_names", "read_optimizer", "read_train_state", "save_checkpoint"]
 
 FORMAT = "penrose-steerling-train"
+#: train.json's version: 2 tags model.safetensors and optimizer.safetensors with their step
+VERSION = 2
 
 # Fields that do not change the trained weights (not compared on resume).
 _FREE = ()
@@ -58,14 +62,15 @@ def save_checkpoint(out: Path, model, tok, concept_names, opt, cfg, step: int, h
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    model.save(out)
+    tag = {"step": str(step)}  # the weights and moments say which step they are (check_steps)
+    model.save(out, metadata=tag)
     tok.save(out / "tokenizer.json")
     atomic_write_text(out / "concepts.json", json.dumps({"known": list(concept_names)}, indent=1) + "\n")
     if optimizer_tensors is None:
         optimizer_tensors = optimizer_state_tensors(opt, list(model.parameters()))
-    atomic_write_file(out / "optimizer.safetensors", lambda tmp: save_file(optimizer_tensors, tmp))
-    state = {"format": FORMAT, "version": 1, "config": dataclasses.asdict(cfg), "step": step, "history": history}
-    atomic_write_text(out / "train.json", json.dumps(state, indent=1) + "\n")
+    atomic_write_file(out / "optimizer.safetensors", lambda tmp: save_file(optimizer_tensors, tmp, metadata=tag))
+    state = {"format": FORMAT, "version": VERSION, "config": dataclasses.asdict(cfg), "step": step, "history": history}
+    atomic_write_text(out / "train.json", json.dumps(state, indent=1) + "\n")  # last: the checkpoint is complete
 
 
 def read_train_state(path: str | os.PathLike) -> dict:
@@ -80,6 +85,9 @@ def read_train_state(path: str | os.PathLike) -> dict:
     state = read_json(p, max_bytes=64 << 20)  # the history grows with the steps
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{p}: not a penrose steerling training state (no field 'format' = {FORMAT!r})")
+    version = state.get("version", 1)
+    if type(version) is not int or not 1 <= version <= VERSION:
+        raise CheckpointError(f"{p}: field 'version' = {version!r}: expected 1 to {VERSION} (a newer penrose wrote it?)")
     step = state.get("step")
     if isinstance(step, bool) or not isinstance(step, int) or step < 0:
         raise CheckpointError(f"{p}: field 'step' = {step!r}: expected a whole number of at least 0")
@@ -126,6 +134,32 @@ def _check_train_config(file: Path, config: dict) -> None:
                                   + (" (finite, not negative)" if isinstance(v, (int, float)) and not isinstance(v, bool) else ""))
 
 
+def check_steps(path: str | os.PathLike, state: dict) -> None:
+    """The weights and the optimizer state are the step train.json says (a version-2 checkpoint
+    tags both files with it): a save interrupted between its files, or weights written over the
+    checkpoint by something else (`Steerling.save`), would otherwise resume or evaluate silently
+    with weights train.json does not describe. A CheckpointError naming the file otherwise."""
+    from safetensors import safe_open
+
+    from penrose_zoo.steerling.schema import CheckpointError
+
+    if state.get("version", 1) < 2:
+        return  # (written before the tags)
+    for name in ("model.safetensors", "optimizer.safetensors"):
+        file = Path(path) / name
+        if not file.is_file():
+            raise CheckpointError(f"{file}: missing; a training checkpoint holds it")
+        try:
+            with safe_open(str(file), framework="pt") as f:
+                tag = (f.metadata() or {}).get("step")
+        except Exception as e:  # noqa: BLE001 - safetensors' own error: a damaged header
+            raise CheckpointError(f"{file}: not a readable safetensors file ({e})") from None
+        if tag != str(state["step"]):
+            raise CheckpointError(f"{file}: holds {'no step' if tag is None else f'step {tag}'} but train.json says step "
+                                  f"{state['step']}: the checkpoint was interrupted while it was written, or the file "
+                                  "was replaced; its weights are not the ones train.json describes")
+
+
 def read_optimizer(path: str | os.PathLike) -> dict[str, torch.Tensor]:
     """optimizer.safetensors of a training checkpoint: its tensors, every one finite (a NaN moment
     would carry on into every later step) and keyed "i.name"; a CheckpointError naming the file and
@@ -168,6 +202,7 @@ def load_checkpoint(path: str | os.PathLike):
         raise PenroseError(f"--checkpoint: no folder {str(path)!r}")
     state = read_train_state(path)
     model = Steerling.load(path)
+    check_steps(path, state)
     tok = tokenizer_for(path, vocab_size=model.vocab_size)  # its tokenizer.json, vocabulary checked
     names = read_concept_names(path, model.sizes["c"])
     return model, tok, names, state
@@ -185,11 +220,13 @@ def read_concept_names(path: str | os.PathLike, n: int | None = None) -> list[st
         raise CheckpointError(f"{file}: expected an object with a list 'known' (the known concept names)")
     seen: dict[str, int] = {}
     for i, name in enumerate(names):
-        if not isinstance(name, str) or not name.strip():
-            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r}: expected a concept name (a non-empty string)")
-        if name in seen:
-            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r} repeats known[{seen[name]}]")
-        seen[name] = i
+        if not isinstance(name, str) or is_invisible(name) or any(unicodedata.category(ch) == "Cc" for ch in name):
+            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r}: expected a concept name (visible text, "
+                                  "no control characters)")
+        norm = unicodedata.normalize("NFC", name)  # (one name in NFC and NFD is one name)
+        if norm in seen:
+            raise CheckpointError(f"{file}: field 'known[{i}]' = {name!r} repeats known[{seen[norm]}]")
+        seen[norm] = i
     if n is not None and len(names) != n:
         raise CheckpointError(f"{file}: field 'known' has {len(names)} names, but the model has {n} known concepts")
     return names

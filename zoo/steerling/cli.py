@@ -41,7 +41,14 @@ import os
 import sys
 from typing import Any
 
-from penrose.cli import ascii_float, ascii_int, ascii_number  # ASCII digits only (argparse int() takes "٣")
+from penrose.cli import ascii_float, ascii_number  # ASCII digits only (argparse int() takes "٣")
+from penrose_zoo.validate import (COUNT, NONNEGATIVE, POSITIVE, PROBABILITY, SEED, WEIGHT, cli_device, cli_number,
+                                  cli_whole, json_text, printable)
+
+# Every numeric option is checked as it is parsed (penrose_zoo.validate): ASCII digits, its range.
+TOP_P = cli_number(0, 1, low_open=True)
+VOCAB = cli_whole(260, 2**31)  # the byte tokenizer's 256 bytes and 4 special tokens at least
+SEQ_LEN = cli_whole(2, 1 << 20)  # a bos and one token at least
 
 TINY_MODEL = dict(n_layers=2, n_head=4, n_kv_heads=2, n_embd=64, block_size=256, diff_block_size=8,
                   intermediate_size=128)
@@ -66,12 +73,12 @@ def _steering_options(parser) -> None:
                         help="--unlearn: the raw injection alpha (default -7, the release's)")
     parser.add_argument("--unlearn-group", action="store_true",
                         help="--unlearn: inject along the concept's whole catalog group (needs --catalog)")
-    parser.add_argument("--inject-layer", type=ascii_int, default=None, metavar="N",
+    parser.add_argument("--inject-layer", type=COUNT, default=None, metavar="N",
                         help="inject after layers N, N+1, ... (1-based; default n_layers // 4 for --inject, "
                              "n_layers // 2 for --unlearn)")
     parser.add_argument("--schedule", default=None, choices=["fixed", "hard_cutoff"],
                         help="injection schedule (default: hard_cutoff for --inject, fixed for --unlearn)")
-    parser.add_argument("--cutoff-tokens", type=ascii_int, default=None, metavar="N",
+    parser.add_argument("--cutoff-tokens", type=COUNT, default=None, metavar="N",
                         help="hard_cutoff: tokens generated with the injection on (default 32)")
 
 
@@ -82,13 +89,15 @@ def _checkpoint_option(parser, *, device: bool = False) -> None:
     parser.add_argument("--dtype", default=None, choices=["float32", "bfloat16", "float16"],
                         help="the weights' dtype (default: float32 for penrose checkpoints, as stored for the published layout)")
     if device:
-        parser.add_argument("--device", default=None, help="cpu (default), cuda, cuda:1, ...")
+        parser.add_argument("--device", type=cli_device, default=None, help="cpu (default), cuda, cuda:1, ...")
 
 
 def _load_model(args):
     """The model of --checkpoint in --dtype on --device (memory-mapped, checked before anything is read)."""
     from penrose_zoo.steerling.model import Steerling
+    from penrose_zoo.validate import device_here
 
+    device_here(getattr(args, "device", None), "--device")
     return Steerling.load(args.checkpoint, dtype=args.dtype, device=getattr(args, "device", None))
 
 
@@ -118,11 +127,11 @@ def _parser() -> argparse.ArgumentParser:
     g = sub.add_parser("generate", help="sample text from a checkpoint")
     _checkpoint_option(g, device=True)
     g.add_argument("--prompt", required=True)
-    g.add_argument("--max-new-tokens", type=ascii_int, default=32)
-    g.add_argument("--temperature", type=ascii_float, default=1.0, help="0 = greedy")
-    g.add_argument("--top-p", type=ascii_float, default=0.9)
-    g.add_argument("--steps-per-block", type=ascii_int, default=8, help="block diffusion: unmasking steps per block")
-    g.add_argument("--seed", type=ascii_int, default=0)
+    g.add_argument("--max-new-tokens", type=COUNT, default=32)
+    g.add_argument("--temperature", type=WEIGHT, default=1.0, help="0 = greedy")
+    g.add_argument("--top-p", type=TOP_P, default=0.9, help="above 0, at most 1")
+    g.add_argument("--steps-per-block", type=COUNT, default=8, help="block diffusion: unmasking steps per block")
+    g.add_argument("--seed", type=SEED, default=0)
     g.add_argument("--intervene", action="append", default=[], metavar="CONCEPT=WEIGHT",
                    help="set a known concept's weight at every position (repeatable); CONCEPT is an id, "
                         "or a name with --catalog")
@@ -131,11 +140,13 @@ def _parser() -> argparse.ArgumentParser:
     _steering_options(g)
 
     i = sub.add_parser("init", help="write a randomly initialised checkpoint")
-    i.add_argument("--out", required=True)
+    i.add_argument("--out", required=True, help="a new or empty folder (an existing checkpoint only with --force)")
+    i.add_argument("--force", action="store_true", help="replace what --out holds (a checkpoint, trained or not)")
     i.add_argument("--tiny", action="store_true", help="a tiny configuration (the default is the release's: 8B)")
     i.add_argument("--causal", action="store_true", help="the causal variant (autoregressive generation)")
-    i.add_argument("--vocab-size", type=ascii_int, default=None)
-    i.add_argument("--seed", type=ascii_int, default=0)
+    i.add_argument("--vocab-size", type=VOCAB, default=None,
+                   help="at least 260 (the byte tokenizer's; default: 260 with --tiny, else the release's 100,281)")
+    i.add_argument("--seed", type=SEED, default=0)
 
     n = sub.add_parser("info", help="print a checkpoint's sizes and parameter count")
     _checkpoint_option(n, device=True)
@@ -144,31 +155,31 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--preset", default="tiny", help="tiny | small")
     t.add_argument("--data", default="fortunes", help="'fortunes' or a directory of category files")
     t.add_argument("--categories", default=None, help="comma-separated category files to read (default all)")
-    t.add_argument("--max-chunks", type=ascii_int, default=0, help="use a fixed sample of this many training chunks")
-    t.add_argument("--steps", type=ascii_int, default=100)
+    t.add_argument("--max-chunks", type=NONNEGATIVE, default=0, help="use a fixed sample of this many training chunks (0 = all)")
+    t.add_argument("--steps", type=COUNT, default=100)
     t.add_argument("--out", required=True, help="checkpoint folder (resumed if it holds one)")
     t.add_argument("--variant", default="causal", choices=["causal", "block_causal"],
                    help="causal: next-token loss; block_causal: masked diffusion loss")
     t.add_argument("--epsilon", action="store_true", help="keep the residual ε (default: pure bottleneck)")
-    t.add_argument("--lambda-concept", type=ascii_float, default=0.1)
-    t.add_argument("--lambda-indep", type=ascii_float, default=1.0)
-    t.add_argument("--lambda-rec", type=ascii_float, default=0.1)
-    t.add_argument("--lambda-bottleneck", type=ascii_float, default=0.0,
+    t.add_argument("--lambda-concept", type=WEIGHT, default=0.1)
+    t.add_argument("--lambda-indep", type=WEIGHT, default=1.0)
+    t.add_argument("--lambda-rec", type=WEIGHT, default=0.1)
+    t.add_argument("--lambda-bottleneck", type=WEIGHT, default=0.0,
                    help="with --epsilon: also the token loss of h̄ = k̂ + û (the post's L_token), weighted; "
                         "without it the release form gives the known embeddings no gradient")
-    t.add_argument("--negative-weight", type=ascii_float, default=1.0, help="weight of unannotated concepts as negatives")
-    t.add_argument("--teacher-forcing-steps", type=ascii_int, default=0, help="anneal teacher forcing 1 → 0 over N steps (with --epsilon it acts through the h̄ loss of --lambda-bottleneck)")
+    t.add_argument("--negative-weight", type=WEIGHT, default=1.0, help="weight of unannotated concepts as negatives")
+    t.add_argument("--teacher-forcing-steps", type=NONNEGATIVE, default=0, help="anneal teacher forcing 1 → 0 over N steps (with --epsilon it acts through the h̄ loss of --lambda-bottleneck)")
     t.add_argument("--tokenizer", default="byte", choices=["byte", "bpe"])
-    t.add_argument("--bpe-vocab", type=ascii_int, default=1024)
-    t.add_argument("--seq-len", type=ascii_int, default=None)
-    t.add_argument("--batch-size", type=ascii_int, default=None)
-    t.add_argument("--lr", type=ascii_float, default=None)
-    t.add_argument("--seed", type=ascii_int, default=0)
-    t.add_argument("--val-every", type=ascii_int, default=50)
-    t.add_argument("--save-every", type=ascii_int, default=100)
-    t.add_argument("--stop-after", type=ascii_int, default=None, help="stop after N steps of this call (resumable)")
+    t.add_argument("--bpe-vocab", type=VOCAB, default=1024, help="at least 260 (bytes and the special tokens)")
+    t.add_argument("--seq-len", type=SEQ_LEN, default=None, help="tokens per row, at least 2")
+    t.add_argument("--batch-size", type=COUNT, default=None)
+    t.add_argument("--lr", type=POSITIVE, default=None)
+    t.add_argument("--seed", type=SEED, default=0)
+    t.add_argument("--val-every", type=COUNT, default=50)
+    t.add_argument("--save-every", type=COUNT, default=100)
+    t.add_argument("--stop-after", type=COUNT, default=None, help="stop after N steps of this call (resumable)")
     t.add_argument("--no-progress", action="store_true")
-    t.add_argument("--threads", type=ascii_int, default=None, help="torch.set_num_threads")
+    t.add_argument("--threads", type=COUNT, default=None, help="torch.set_num_threads")
     t.add_argument("--fsdp", action="store_true",
                    help="under torchrun: shard parameters, gradients and optimizer state (FSDP2) instead of DDP")
 
@@ -178,9 +189,11 @@ def _parser() -> argparse.ArgumentParser:
     x.add_argument("--json", action="store_true")
     x.add_argument("--heatmap", default=None,
                    help="PNG path (default: CHECKPOINT/explain.png for a training checkpoint, else explain.png here: "
-                        "a downloaded checkpoint folder is left as it is)")
-    x.add_argument("--top", type=ascii_int, default=3, help="concepts shown per token")
-    x.add_argument("--ig-steps", type=ascii_int, default=32)
+                        "a downloaded checkpoint folder is left as it is); an existing file is replaced when it is "
+                        "a PNG image (an earlier heatmap), any other only with --force")
+    x.add_argument("--force", action="store_true", help="replace an existing --heatmap file that is not a PNG image")
+    x.add_argument("--top", type=COUNT, default=3, help="concepts shown per token")
+    x.add_argument("--ig-steps", type=COUNT, default=32)
     x.add_argument("--concept", default=None, metavar="NAME|ID",
                    help="also: this known concept's probability per token and its token attribution")
     x.add_argument("--catalog", default=None, metavar="FILE", help="concept labels (CSV or parquet) for --concept")
@@ -194,17 +207,18 @@ def _parser() -> argparse.ArgumentParser:
     s.add_argument("--scale", type=ascii_float, default=None, help="multiply the concept's weight by S")
     s.add_argument("--value", type=ascii_float, default=None, help="set the concept's weight to V instead")
     s.add_argument("--prompt", required=True)
-    s.add_argument("--max-new-tokens", type=ascii_int, default=40,
+    s.add_argument("--max-new-tokens", type=COUNT, default=40,
                    help="with --inject / --unlearn rounded up to a multiple of the diffusion block (the release's sampler)")
     s.add_argument("--json", action="store_true")
     _steering_options(s)
-    s.add_argument("--temperature", type=ascii_float, default=0.0,
+    s.add_argument("--temperature", type=WEIGHT, default=0.0,
                    help="--inject / --unlearn: 0 = greedy (default); above 0 temperature sampling with --top-p")
-    s.add_argument("--top-p", type=ascii_float, default=0.8)
+    s.add_argument("--top-p", type=TOP_P, default=0.8, help="above 0, at most 1")
     s.add_argument("--entropy-sampling", action="store_true",
                    help="--inject / --unlearn: the release's default entropy-adaptive sampler")
-    s.add_argument("--repetition-penalty", type=ascii_float, default=1.1, help="the release's default 1.1")
-    s.add_argument("--seed", type=ascii_int, default=0)
+    s.add_argument("--repetition-penalty", type=cli_number(low=1), default=1.1,
+                   help="at least 1 (no penalty); the release's default 1.1")
+    s.add_argument("--seed", type=SEED, default=0)
 
     v = sub.add_parser("evaluate", help="validation loss and the interpretability metrics")
     _checkpoint_option(v)
@@ -215,51 +229,53 @@ def _parser() -> argparse.ArgumentParser:
                    help="labels file (CSV or parquet) that names the known concepts the corpus categories are")
     v.add_argument("--concept", action="append", default=None, metavar="CATEGORY=ID|NAME", dest="concept_map",
                    help="the known concept of a corpus category (repeatable; else by --catalog name)")
-    v.add_argument("--seq-len", type=ascii_int, default=None, help="tokens per row (default: the tiny preset's)")
-    v.add_argument("--max-chunks", type=ascii_int, default=0, help="a fixed sample of the corpus (0 = all)")
+    v.add_argument("--seq-len", type=SEQ_LEN, default=None, help="tokens per row (default: the tiny preset's)")
+    v.add_argument("--max-chunks", type=NONNEGATIVE, default=0, help="a fixed sample of the corpus (0 = all)")
     v.add_argument("--json", action="store_true")
-    v.add_argument("--max-batches", type=ascii_int, default=16)
+    v.add_argument("--max-batches", type=COUNT, default=16)
 
     c = sub.add_parser("concepts", help="look concepts up in a catalog (labels file)")
     c.add_argument("--catalog", default=os.environ.get("STEERLING_CONCEPTS_PATH"), metavar="FILE",
                    help="CSV or parquet labels file (default: $STEERLING_CONCEPTS_PATH)")
     c.add_argument("--search", default=None, metavar="TEXT", help="words to find in names and descriptions")
     c.add_argument("--id", default=None, metavar="NAME|ID", help="show one concept")
-    c.add_argument("--group", type=ascii_int, default=None, metavar="GROUP_ID", help="the concepts of a group")
+    c.add_argument("--group", type=NONNEGATIVE, default=None, metavar="GROUP_ID", help="the concepts of a group")
     c.add_argument("--head", default=None, choices=["known", "unknown"])
     c.add_argument("--steerable", action="store_true", help="steerable concepts only")
-    c.add_argument("--limit", type=ascii_int, default=50)
+    c.add_argument("--limit", type=NONNEGATIVE, default=50, help="matches shown (0 = all)")
     c.add_argument("--json", action="store_true")
 
     pl = sub.add_parser("planted", help="write a planted-concept corpus (known answers; penrose_zoo.steerling.planted)")
     pl.add_argument("--out", required=True, help="new folder: one category file per labelled concept, .planted.json")
-    pl.add_argument("--seed", type=ascii_int, default=0)
-    pl.add_argument("--chunks", type=ascii_int, default=4000)
-    pl.add_argument("--concepts", type=ascii_int, default=8, help="planted concepts, withheld and pattern ones included")
-    pl.add_argument("--words", type=ascii_int, default=6, help="words per concept")
-    pl.add_argument("--shared-words", type=ascii_int, default=1, help="words concept i shares with concept i + 1")
-    pl.add_argument("--withheld", type=ascii_int, default=1, help="the last concepts: planted, never labelled")
-    pl.add_argument("--rare", type=ascii_int, default=1, help="rare concepts (draw weight --rare-weight)")
-    pl.add_argument("--rare-weight", type=ascii_float, default=0.25)
-    pl.add_argument("--co-occur", type=ascii_float, default=0.5, help="P(concept 2k brings its partner 2k + 1)")
-    pl.add_argument("--extra-concept", type=ascii_float, default=0.3, help="P(one more random concept)")
+    pl.add_argument("--force", action="store_true", help="replace what --out holds")
+    pl.add_argument("--seed", type=SEED, default=0)
+    pl.add_argument("--chunks", type=COUNT, default=4000, help="chunks to write (at most 1,000,000)")
+    pl.add_argument("--concepts", type=COUNT, default=8,
+                    help="planted concepts, withheld and pattern ones included (2 to 24)")
+    pl.add_argument("--words", type=COUNT, default=6, help="words per concept (at least 2)")
+    pl.add_argument("--shared-words", type=NONNEGATIVE, default=1, help="words concept i shares with concept i + 1")
+    pl.add_argument("--withheld", type=NONNEGATIVE, default=1, help="the last concepts: planted, never labelled")
+    pl.add_argument("--rare", type=NONNEGATIVE, default=1, help="rare concepts (draw weight --rare-weight)")
+    pl.add_argument("--rare-weight", type=POSITIVE, default=0.25)
+    pl.add_argument("--co-occur", type=PROBABILITY, default=0.5, help="P(concept 2k brings its partner 2k + 1)")
+    pl.add_argument("--extra-concept", type=PROBABILITY, default=0.3, help="P(one more random concept)")
     pl.add_argument("--no-pattern", action="store_true", help="no numbers (pattern) concept")
 
     ka = sub.add_parser("known-answer", help="on a checkpoint trained on a planted corpus: detection vs a linear probe, "
                                              "logit share, steering, attribution, unknown-concept recovery")
     ka.add_argument("--checkpoint", required=True, metavar="DIR", help="a `train` checkpoint whose --data is a planted corpus")
-    ka.add_argument("--samples", type=ascii_int, default=64, help="generations per concept and condition")
-    ka.add_argument("--new-tokens", type=ascii_int, default=48)
+    ka.add_argument("--samples", type=COUNT, default=64, help="generations per concept and condition")
+    ka.add_argument("--new-tokens", type=COUNT, default=48)
     ka.add_argument("--strength", type=ascii_float, default=1.0, help="injected weight of the concept (post-top-k)")
-    ka.add_argument("--max-batches", type=ascii_int, default=32, help="validation / training batches measured")
-    ka.add_argument("--seed", type=ascii_int, default=0)
+    ka.add_argument("--max-batches", type=COUNT, default=32, help="validation / training batches measured")
+    ka.add_argument("--seed", type=SEED, default=0)
     ka.add_argument("--epsilon-off", action="store_true",
                     help="steer as the release's intervene_known does: ε switched off (the head reads k̂ + û); "
                          "default: the weight edited with ε held (steer.edit_keeping_epsilon)")
-    ka.add_argument("--unlearn-strength", type=ascii_float, default=20.0,
+    ka.add_argument("--unlearn-strength", type=WEIGHT, default=20.0,
                     help="strength of the release's relu logit mask in the unlearning measurement (0: skip it)")
     ka.add_argument("--steer", default=None, metavar="A,B", help="the labelled concepts steered (default all)")
-    ka.add_argument("--threads", type=ascii_int, default=None)
+    ka.add_argument("--threads", type=COUNT, default=None)
     ka.add_argument("--json", action="store_true")
 
     from penrose_zoo.steerling.scaling import add_arguments
@@ -277,20 +293,39 @@ def main(argv=None) -> int:
     if not args.command:
         p.print_help()
         return 2
+    stdout, sys.stdout = sys.stdout, _Escaped(sys.stdout)  # names from files print escaped
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
                 "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling,
                 "planted": _planted, "known-answer": _known_answer}[args.command](args)
     except PenroseError as e:
-        print(e.render(), file=sys.stderr)
+        print(printable(e.render(), keep="\n"), file=sys.stderr)
         return 1
     except ValueError as e:  # penrose_zoo.data.DataError (corpus problems) is a ValueError
         from penrose_zoo.data import DataError
 
         if not isinstance(e, DataError):
             raise
-        print(f"error: {e}", file=sys.stderr)
+        print(printable(f"error: {e}", keep="\n"), file=sys.stderr)
         return 1
+    finally:
+        sys.stdout = stdout
+
+
+class _Escaped:
+    """The commands' standard output: every control and invisible format character but line
+    breaks and tabs written as an escape (penrose_zoo.validate.printable), so a concept name, a
+    category file's name or generated text cannot move the cursor, retitle the terminal or erase
+    lines. (JSON output is written with json_text, whose escapes are JSON's.)"""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        return self._stream.write(printable(text, keep="\n\t"))
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
 
 
 def _intervention(items, catalog: str | None = None) -> dict[int, float]:
@@ -394,6 +429,8 @@ def _steering(args, model, names):
     if inject and unlearn:
         raise PenroseError("give --inject or --unlearn, not both: the release steers along one direction")
     L = model.model_config["n_layers"]
+    if args.inject_layer is not None and args.inject_layer > L:  # (the release would inject nowhere)
+        raise PenroseError(f"--inject-layer {args.inject_layer}: this model has {L} layers (1..{L})")
     if inject:
         strengths = {s for _, s in inject}
         if len(strengths) > 1:
@@ -452,14 +489,46 @@ def _generate(args) -> int:
 
 
 def _init(args) -> int:
+    from pathlib import Path
+
+    from penrose.io import atomic_write_folder
     from penrose_zoo.steerling.model import RELEASE_VOCAB_SIZE, Steerling
 
     m, c = (TINY_MODEL, TINY_CONCEPTS) if args.tiny else ({}, {})
     vocab = args.vocab_size or (260 if args.tiny else RELEASE_VOCAB_SIZE)
+    out = Path(args.out)
+    _refuse_to_replace(out, CHECKPOINT_FILES, "a checkpoint", args.force)  # before the model is built
     model = Steerling.from_release_config(m, c, vocab, causal=args.causal, seed=args.seed)
-    path = model.save(args.out)
-    print(f"wrote {path} ({model.num_parameters():,} parameters, {model.variant})")
+    # the whole folder at once: a trained checkpoint's train.json, optimizer and tokenizer never
+    # stay beside new weights
+    atomic_write_folder(out, model.save, replace=args.force)
+    print(f"wrote {printable(out)} ({model.num_parameters():,} parameters, {model.variant})")
     return 0
+
+
+#: what a checkpoint folder holds (`init`, `train`, `explain`'s default heatmap)
+CHECKPOINT_FILES = ("config.json", "model.safetensors", "model.safetensors.index.json", "tokenizer.json",
+                    "concepts.json", "optimizer.safetensors", "train.json", "explain.png")
+
+
+def _refuse_to_replace(out, known: tuple[str, ...], what: str, force: bool) -> None:
+    """A PenroseError unless the folder `out` is new or empty, or holds only `known` files (and
+    shards `model-*.safetensors`) and `force` is given: --force replaces a checkpoint, never a
+    folder of other files."""
+    from penrose.errors import PenroseError
+
+    if out.exists() and not out.is_dir():
+        raise PenroseError(f"--out {printable(out)} is a file, not a folder")
+    held = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if not held:
+        return
+    if not force:
+        raise PenroseError(f"--out {printable(out)} exists and is not empty ({printable(', '.join(held[:5]))}"
+                           f"{', ...' if len(held) > 5 else ''}); give --force to replace {what} there, or a new folder")
+    others = [n for n in held if n not in known and not (n.startswith("model-") and n.endswith(".safetensors"))]
+    if others:
+        raise PenroseError(f"--out {printable(out)} holds files that are not {what}'s ({printable(', '.join(others[:5]))}"
+                           f"{', ...' if len(others) > 5 else ''}): --force replaces {what} only; give a new folder")
 
 
 def _info(args) -> int:
@@ -490,7 +559,7 @@ def _train(args) -> int:
                   progress=not args.no_progress, fsdp=args.fsdp)
     last = state["history"]["val"][-1] if state["history"]["val"] else {}
     if os.environ.get("RANK", "0") == "0":  # under torchrun: rank 0 reports
-        print(json.dumps({"out": args.out, "step": state["step"], "val": last}))
+        print(json_text({"out": args.out, "step": state["step"], "val": last}))
     return 0
 
 
@@ -505,10 +574,29 @@ def _prompt_ids(tok, text: str, model):
     return torch.tensor([ids])
 
 
+def _heatmap_target(heat, *, force: bool) -> None:
+    """explain's heatmap file may be written: its folder exists, it is not a folder, FIFO or
+    read-only file (penrose.io.writable_target), and an existing file is a PNG image (an earlier
+    heatmap, replaced) — any other file is replaced only with --force."""
+    from penrose.errors import PenroseError
+    from penrose.io import writable_target
+
+    writable_target(heat)
+    if not heat.is_file() or force:
+        return
+    with open(heat, "rb") as f:
+        if f.read(8) == b"\x89PNG\r\n\x1a\n":
+            return
+    raise PenroseError(f"--heatmap {printable(heat)} exists and is not a PNG image (an earlier heatmap); give --force "
+                       "to replace it, or another --heatmap")
+
+
 def _explain(args) -> int:
     from pathlib import Path
 
     import torch
+
+    from penrose.io import atomic_write_file
 
     from penrose_zoo.steerling.attribution import (ConceptTarget, LogitTarget, concept_attribution, forward_ids,
                                                    integrated_gradients)
@@ -516,6 +604,9 @@ def _explain(args) -> int:
     model, tok, names = _open(args)
     model.eval()
     focus = _concept_arg(args, names) if args.concept is not None else None
+    own = (Path(args.checkpoint) / "train.json").is_file()
+    heat = Path(args.heatmap) if args.heatmap else (Path(args.checkpoint) if own else Path.cwd()) / "explain.png"
+    _heatmap_target(heat, force=args.force)  # before the work
     ids = _prompt_ids(tok, args.text, model)
     if model.variant == "block_causal":  # the next token is predicted at an appended [MASK]
         ids = torch.cat([ids, torch.tensor([[tok.mask_id]])], 1)
@@ -536,8 +627,6 @@ def _explain(args) -> int:
         attr = concept_attribution(model, out, torch.full((1, T), pred))
         kid, kval = attr.top_known(args.top)
     ig = integrated_gradients(model, ids, LogitTarget(T - 1, pred), steps=args.ig_steps, chunk_size=8)
-    own = (Path(args.checkpoint) / "train.json").is_file()
-    heat = Path(args.heatmap) if args.heatmap else (Path(args.checkpoint) if own else Path.cwd()) / "explain.png"
     shown = probs.max(0).values.topk(min(12, probs.shape[1])).indices
     import matplotlib
 
@@ -550,9 +639,10 @@ def _explain(args) -> int:
     ax.set_xticks(range(T), [repr(p)[1:-1] for p in pieces], fontsize=6, rotation=90)
     ax.set_title("σ(known concept logit) per token")
     fig.tight_layout()
-    heat.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(heat, dpi=120)
-    plt.close(fig)
+    try:
+        atomic_write_file(heat, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    finally:
+        plt.close(fig)
     result: dict[str, Any] = {
         "tokens": tokens,
         "prediction": {"token": pred_text, "logit": float(attr.logit[0, -1, 0]),
@@ -581,7 +671,7 @@ def _explain(args) -> int:
                                                                     for p, a in zip(pieces, cig.attributions[0])],
                                                       "completeness_error": cig.max_completeness_error}}
     if args.json:
-        print(json.dumps(result, indent=1, ensure_ascii=False))
+        print(json_text(result, indent=1))
         return 0
     for row in tokens:
         print(f"{row['token']!r:>10}  " + ", ".join(f"{c['name']} {c['weight']:.2f}" for c in row["concepts"]))
@@ -655,7 +745,7 @@ def _steer(args) -> int:
            "unsteered": base, "steered": steered,
            "top_token_mass_unsteered": m0, "top_token_mass_steered": m1}
     if args.json:
-        print(json.dumps(res, indent=1, ensure_ascii=False))
+        print(json_text(res, indent=1))
     else:
         print(f"concept {cname!r} (id {cid}); its top tokens: {res['top_tokens']}")
         print(f"unsteered: {args.prompt}{base!s}")
@@ -706,7 +796,7 @@ def _steer_recipe(args) -> int:
                                     "epsilon_percent": eps} for entries, eps in fa.chunks]},
     }
     if args.json:
-        print(json.dumps(res, indent=1, ensure_ascii=False))
+        print(json_text(res, indent=1))
         return 0
     for c in res["concepts"]:
         print(f"concept {c['name']!r} (id {c['id']}); its top tokens: {[t['token'] for t in c['top_tokens']]}")
@@ -731,6 +821,7 @@ def _scaling(args) -> int:
 
 
 def _planted(args) -> int:
+    from penrose.errors import PenroseError
     from penrose_zoo.steerling.planted import PlantedConfig, generate_planted, write_planted
 
     try:
@@ -739,11 +830,13 @@ def _planted(args) -> int:
                             rare_weight=args.rare_weight, co_occur=args.co_occur, extra_concept=args.extra_concept,
                             n_chunks=args.chunks, seed=args.seed)
         corpus = generate_planted(cfg)
-        out = write_planted(corpus, args.out)
-    except (ValueError, FileExistsError) as e:
+    except ValueError as e:
+        if isinstance(e, PenroseError):  # (a field out of range: main prints it)
+            raise
         print(f"error: {e}", file=sys.stderr)
         return 1
-    print(f"{out}: {len(corpus.chunks)} chunks; labelled concepts {', '.join(corpus.labelled_names)}"
+    out = write_planted(corpus, args.out, replace=args.force)
+    print(f"{printable(out)}: {len(corpus.chunks)} chunks; labelled concepts {', '.join(corpus.labelled_names)}"
           + (f"; withheld {', '.join(cfg.withheld_names)}" if cfg.withheld else "")
           + (f"; pattern (numbers) {cfg.pattern_name}" if cfg.pattern_name else ""))
     return 0
@@ -760,7 +853,7 @@ def _known_answer(args) -> int:
                      max_batches=args.max_batches, seed=args.seed,
                      concepts=[c for c in args.steer.split(",") if c] if args.steer else None,
                      epsilon_off=args.epsilon_off, unlearn_strength=args.unlearn_strength)
-    print(json.dumps(r, indent=1) if args.json else format_report(r))
+    print(json_text(r, indent=1) if args.json else format_report(r))
     return 0
 
 
@@ -787,11 +880,11 @@ def _evaluate(args) -> int:
             if not eq or not cat.strip() or not target.strip():
                 raise PenroseError(f"--concept takes CATEGORY=ID|NAME, got {item!r}")
             target = target.strip()
-            mapping[cat.strip()] = int(target) if target.isdigit() else target
+            mapping[cat.strip()] = int(target) if target.isascii() and target.isdigit() else target
         r = evaluate_pretrained(args.checkpoint, args.data, catalog=args.catalog, concepts=mapping, dtype=args.dtype,
                                 seq_len=args.seq_len, max_chunks=args.max_chunks, max_batches=args.max_batches)
     if args.json:
-        print(json.dumps(r, indent=1))
+        print(json_text(r, indent=1))
         return 0
     for k, v in r.items():
         if k in ("concept_auc_per_concept", "steering", "val_parts", "concepts_scored"):
@@ -824,7 +917,7 @@ def _concepts(args) -> int:
     hits = [c for c in hits if (args.head is None or c.head == args.head) and (c.is_steerable or not args.steerable)]
     shown = hits[: args.limit] if args.limit > 0 else hits
     if args.json:
-        print(json.dumps({"matches": len(hits), "concepts": [asdict(c) for c in shown]}, indent=1, ensure_ascii=False))
+        print(json_text({"matches": len(hits), "concepts": [asdict(c) for c in shown]}, indent=1))
         return 0 if hits else 1
     if not hits:
         what = f" matches {args.search!r}" if args.search is not None else " is listed"

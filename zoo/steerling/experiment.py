@@ -35,14 +35,16 @@ def main(argv=None) -> int:
 
     from penrose_zoo.steerling.train import TrainConfig, evaluate_checkpoint, train
 
+    from penrose_zoo.validate import COUNT, NONNEGATIVE, SEED
+
     p = argparse.ArgumentParser(prog="python -m penrose_zoo.steerling.experiment")
-    p.add_argument("--steps", type=int, default=1500)
+    p.add_argument("--steps", type=COUNT, default=1500)
     p.add_argument("--preset", default="small")
-    p.add_argument("--max-chunks", type=int, default=0)
+    p.add_argument("--max-chunks", type=NONNEGATIVE, default=0)
     p.add_argument("--out", default="build/experiment")
     p.add_argument("--figures", default="docs/figures/experiments")
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=COUNT, default=1)
+    p.add_argument("--seed", type=SEED, default=0)
     a = p.parse_args(argv)
     torch.set_num_threads(a.threads)
     figs = Path(a.figures)

@@ -94,12 +94,18 @@ def sample_logits(logits: Tensor, temperature: float = 1.0, top_p: float = 1.0,
     return tok, probs.max(dim=-1).values
 
 
-def _check(model, prompt: list[int] | Tensor, max_new_tokens: int) -> Tensor:
+def _check(model, prompt: list[int] | Tensor, max_new_tokens: int, temperature: float = 1.0, top_p: float = 1.0) -> Tensor:
+    """The prompt as ids, and the sampling arguments checked (penrose_zoo.validate): max_new_tokens
+    a whole number of at least 0 that fits the context, temperature finite and at least 0 (0:
+    greedy), top_p above 0 and at most 1."""
+    from penrose_zoo.validate import number, whole
+
+    max_new_tokens = whole(max_new_tokens, "max_new_tokens", low=0)
+    number(temperature, "temperature", low=0)
+    number(top_p, "top_p", low=0, high=1, low_open=True)
     ids = torch.as_tensor(prompt, dtype=torch.long).reshape(-1)
     if ids.numel() == 0:
         raise PenroseShapeError("the prompt is empty; give at least one token (a bos token will do)")
-    if max_new_tokens < 0:
-        raise PenroseShapeError(f"max_new_tokens must be >= 0, got {max_new_tokens}")
     context = model.model_config["block_size"]
     if ids.numel() + max_new_tokens > context:
         raise PenroseShapeError(f"prompt ({ids.numel()} tokens) + max_new_tokens ({max_new_tokens}) exceed the context (block_size = {context})")
@@ -124,7 +130,7 @@ def generate_autoregressive(model, prompt, max_new_tokens: int, *, temperature: 
     """Left-to-right sampling (the causal variant): one full forward pass per new token (the
     diagrams have no key/value cache). `intervene`: intervene_known / intervene_unknown dicts.
     `steering` (a SteeringConfig): its relu logit mask only — the injection needs masked positions."""
-    ids = _check(model, prompt, max_new_tokens)
+    ids = _check(model, prompt, max_new_tokens, temperature, top_p)
     prep = _prepared(model, steering)
     if prep is not None and prep.direction is not None:
         raise PenroseShapeError("residual-stream injection is the release's block-diffusion recipe (it injects at the "
@@ -150,11 +156,12 @@ def generate_block_diffusion(model, prompt, max_new_tokens: int, *, mask_id: int
     `steering` (a SteeringConfig): the release's injection at the still-masked positions of each
     pass (α by its schedule, tokens committed counted over the generation) and its relu logit mask
     subtracted before sampling."""
-    ids = _check(model, prompt, max_new_tokens)
-    if not 0 <= mask_id < model.vocab_size:
+    from penrose_zoo.validate import whole
+
+    ids = _check(model, prompt, max_new_tokens, temperature, top_p)
+    if not 0 <= whole(mask_id, "mask_id") < model.vocab_size:
         raise PenroseShapeError(f"mask_id {mask_id} is out of range for vocab_size {model.vocab_size}")
-    if steps_per_block < 1:
-        raise PenroseShapeError(f"steps_per_block must be >= 1, got {steps_per_block}")
+    whole(steps_per_block, "steps_per_block", low=1)
     prep = _prepared(model, steering)
     device = next(model.parameters()).device
     blk = model.sizes["blk"]
@@ -200,7 +207,10 @@ def generate(model, prompt, max_new_tokens: int, *, mask_id: int | None = None, 
     """Autoregressive for a causal model, block diffusion otherwise (mask_id defaults to the
     last vocabulary id, where the release puts its mask token)."""
     if model.variant == "causal":
-        kw.pop("steps_per_block", None)
+        if "steps_per_block" in kw:  # (block diffusion's; checked all the same)
+            from penrose_zoo.validate import whole
+
+            whole(kw.pop("steps_per_block"), "steps_per_block", low=1)
         return generate_autoregressive(model, prompt, max_new_tokens, **kw)
     if mask_id is None:
         mask_id = model.vocab_size - 1

@@ -61,8 +61,11 @@ class KnownConcepts(InterventionTarget):
     def __init__(self, model: torch.nn.Module, concepts: Sequence[int] | None = None, names: Sequence[str] | None = None,
                  position: int = -1, active_value: float = 1.0) -> None:
         super().__init__()
+        from penrose_zoo.validate import number, whole
+
         n_known = int(cast(ConceptLM, model).concept_embeddings("known").shape[0])
-        ids = list(range(n_known)) if concepts is None else [int(c) for c in concepts]
+        ids = (list(range(n_known)) if concepts is None
+               else [whole(c, f"concepts[{i}]") for i, c in enumerate(concepts)])  # (not 2.7, not "3")
         if not ids:
             raise ValueError("KnownConcepts needs at least one known concept")
         bad = [c for c in ids if not 0 <= c < n_known]
@@ -75,8 +78,10 @@ class KnownConcepts(InterventionTarget):
         self.concept_ids = ids
         self.concept_names = names
         self.sizes = {"k": len(ids)}
-        self.position = int(position)
-        self.active_value = float(active_value)
+        if not all(isinstance(n, str) and n for n in names) or len(set(names)) != len(names):
+            raise ValueError(f"names must be distinct non-empty strings, got {list(names)}")
+        self.position = whole(position, "position")
+        self.active_value = number(active_value, "active_value")  # (a NaN weight would set concepts to NaN)
         self._cache: tuple[Tensor, int, Any] | None = None
         self.training = False
 

@@ -262,6 +262,15 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     from penrose_zoo.steerling.steer import SteeringConfig, prepare_steering
     from penrose_zoo.steerling.train import TrainConfig, batch_of, data_dir, load_corpus, packed
 
+    from penrose.errors import PenroseArgumentError
+    from penrose_zoo.validate import flag, number, whole
+
+    samples, new_tokens = whole(samples, "samples", low=1), whole(new_tokens, "new_tokens", low=1)
+    strength, unlearn_strength = number(strength, "strength"), number(unlearn_strength, "unlearn_strength", low=0)
+    max_batches, seed = whole(max_batches, "max_batches", low=1), whole(seed, "seed", low=0, high=2**32 - 1)
+    epsilon_off = flag(epsilon_off, "epsilon_off")
+    if concepts is not None and (isinstance(concepts, str) or not all(isinstance(c, str) for c in concepts)):
+        raise PenroseArgumentError(f"concepts must be a list of concept names, got {concepts!r}")
     model, tok, names, state = load_checkpoint(checkpoint)
     model.eval()
     cfg = TrainConfig(**state["config"]).resolved()
@@ -277,6 +286,10 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     all_names = list(names) + [n for n in planted.names if n not in names]  # labelled, then withheld
     withheld = [n for n in planted.config.withheld_names]
     corpus = load_corpus(cfg)
+    changed = next((c.text for c in (*corpus.train, *corpus.val) if c.text not in truth), None)
+    if changed is not None:  # (its truth is unknown: every measure below reads it)
+        raise PenroseError(f"{where}: the chunk {changed[:60]!r}... is not in {MANIFEST}: the corpus was changed after "
+                           "`penrose steerling planted` wrote it")
     train_data, val_data = packed(cfg, corpus, tok)
     byte_tok = type(tok).__name__ == "ByteTokenizer"
 
@@ -373,6 +386,8 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     per = max(samples // groups, 1)
     def one_length(texts):  # up to `groups` prompts of the most common token length: one batch
         enc = [tok.prompt_ids(x) for x in dict.fromkeys(texts)]
+        if not enc:  # no validation chunk carries the concept: nothing to suppress
+            return []
         modal = max(set(map(len, enc)), key=lambda n: sum(len(x) == n for x in enc))
         return [x for x in enc if len(x) == modal][:groups]
 

@@ -195,9 +195,10 @@ class Steerling(torch.nn.Module):
             out["mask_token_id"] = int(self.mask_token_id)
         return out
 
-    def save(self, path: str | os.PathLike) -> Path:
+    def save(self, path: str | os.PathLike, *, metadata: dict[str, str] | None = None) -> Path:
         """Write `path/model.safetensors` (release keys, tied embedding once) and
-        `path/config.json` (the configs as differences from the release defaults)."""
+        `path/config.json` (the configs as differences from the release defaults). `metadata`:
+        more entries of the safetensors header (a training checkpoint's step)."""
         from safetensors.torch import save_file
 
         from penrose.io import atomic_write_file, atomic_write_text
@@ -205,9 +206,9 @@ class Steerling(torch.nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         tensors = {k: v.contiguous().cpu() for k, v in self.release_state_dict().items()}
+        header = {**(metadata or {}), "format": "pt", "producer": "penrose_zoo.steerling"}
         # one mode rule for both files (penrose.io: an existing file keeps its mode, a new one 0666 less the umask)
-        atomic_write_file(path / "model.safetensors",
-                          lambda tmp: save_file(tensors, tmp, metadata={"format": "pt", "producer": "penrose_zoo.steerling"}))
+        atomic_write_file(path / "model.safetensors", lambda tmp: save_file(tensors, tmp, metadata=header))
         atomic_write_text(path / "config.json", json.dumps(self.config_dict(), indent=2) + "\n")
         return path
 

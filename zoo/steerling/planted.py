@@ -63,6 +63,10 @@ CONCEPT_NAMES = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "t
 _CONSONANTS = "bdfgklmnprstvz"
 _VOWELS = "aeiou"
 DETERMINERS = ("ta", "ro", "ne")
+#: pseudo-words of 2 or 3 consonant-vowel syllables; a corpus may use a quarter of them (new ones
+#: are drawn at random until they differ from those taken, which stays quick below that)
+MAX_WORDS = ((len(_CONSONANTS) * len(_VOWELS)) ** 2 + (len(_CONSONANTS) * len(_VOWELS)) ** 3) // 4
+MAX_CHUNKS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -86,21 +90,36 @@ class PlantedConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not 2 <= self.n_concepts <= len(CONCEPT_NAMES):
-            raise ValueError(f"n_concepts must be in 2..{len(CONCEPT_NAMES)}, got {self.n_concepts}")
-        if not 0 <= self.withheld < self.n_concepts - (1 if self.pattern_concept else 0):
-            raise ValueError(f"withheld={self.withheld} must leave at least one labelled concept "
-                             f"(n_concepts={self.n_concepts})")
-        if self.words_per_concept < 2 or not 0 <= self.shared_words < self.words_per_concept:
-            raise ValueError("words_per_concept must be >= 2 and shared_words in 0..words_per_concept-1")
-        lo, hi = self.filler_sentences
-        if not 0 <= lo <= hi:
-            raise ValueError(f"filler_sentences must be a range lo <= hi, got {self.filler_sentences}")
-        if self.max_concepts < 1 or self.n_chunks < 1:
-            raise ValueError("max_concepts and n_chunks must be >= 1")
+        from penrose.errors import PenroseArgumentError
+        from penrose_zoo.validate import flag, number, whole
+
+        whole(self.n_concepts, "n_concepts", low=2, high=len(CONCEPT_NAMES))
+        pattern = flag(self.pattern_concept, "pattern_concept")
+        lexical = self.n_concepts - (1 if pattern else 0)
+        whole(self.withheld, "withheld", low=0)
+        if self.withheld >= lexical:
+            raise PenroseArgumentError(f"withheld={self.withheld} must leave at least one labelled concept "
+                                       f"(n_concepts={self.n_concepts})")
+        whole(self.words_per_concept, "words_per_concept", low=2)
+        whole(self.shared_words, "shared_words", low=0, high=self.words_per_concept - 1)
+        whole(self.rare, "rare", low=0, high=lexical - self.withheld)
+        number(self.rare_weight, "rare_weight", low=0, low_open=True)
+        for name in ("filler_nouns", "filler_verbs", "max_concepts"):
+            whole(getattr(self, name), name, low=1)
+        whole(self.n_chunks, "n_chunks", low=1, high=MAX_CHUNKS)
+        whole(self.seed, "seed", low=0)
         for name in ("co_occur", "extra_concept"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} must be a probability, got {getattr(self, name)}")
+            number(getattr(self, name), name, low=0.0, high=1.0)
+        span = self.filler_sentences
+        if not (isinstance(span, tuple) and len(span) == 2 and all(isinstance(v, int) and not isinstance(v, bool)
+                                                                    for v in span) and 0 <= span[0] <= span[1]):
+            raise PenroseArgumentError(f"filler_sentences must be a range (lo, hi) with 0 <= lo <= hi, got {span!r}")
+        words = self.filler_nouns + self.filler_verbs + lexical * self.words_per_concept
+        if words > MAX_WORDS:  # the generator would draw pseudo-words for ever
+            raise PenroseArgumentError(f"{words:,} distinct words are needed ({lexical} concepts x words_per_concept="
+                                       f"{self.words_per_concept}, and the filler); the generator makes at most "
+                                       f"{MAX_WORDS:,}: lower words_per_concept to "
+                                       f"{max((MAX_WORDS - self.filler_nouns - self.filler_verbs) // lexical, 2):,} or less")
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -248,39 +267,90 @@ def generate_planted(cfg: PlantedConfig | None = None) -> PlantedCorpus:
     return PlantedCorpus(cfg, lexicon, filler, tuple(chunks))
 
 
-def write_planted(corpus: PlantedCorpus, directory: str | os.PathLike) -> Path:
+def write_planted(corpus: PlantedCorpus, directory: str | os.PathLike, *, replace: bool = False) -> Path:
     """One category file per labelled concept (entries separated by `%` lines; a chunk in the file
-    of each of its labels) and the truth in DIR/.planted.json. The folder must be new or empty."""
+    of each of its labels) and the truth in DIR/.planted.json. The folder must be new or empty;
+    with `replace`, a planted corpus already there (a folder holding .planted.json and its
+    category files, nothing else) is replaced. The folder is written whole, then put in place
+    (`penrose.io.atomic_write_folder`): never half a corpus."""
+    from penrose.errors import PenroseError
+    from penrose.io import atomic_write_folder
+
     out = Path(directory)
-    if out.exists() and any(out.iterdir()):
-        raise FileExistsError(f"{out} exists and is not empty")
-    out.mkdir(parents=True, exist_ok=True)
-    for name in corpus.labelled_names:
-        entries = [c.text for c in corpus.chunks if name in c.labels]
-        (out / name).write_text("\n%\n".join(entries) + "\n", encoding="utf-8")
-    manifest = {"format": FORMAT, "config": dataclasses.asdict(corpus.config),
-                "lexicon": {k: list(v) for k, v in corpus.lexicon.items()},
-                "filler": {k: list(v) for k, v in corpus.filler.items()},
-                "chunks": [{"text": c.text, "concepts": list(c.concepts), "labels": list(c.labels),
-                            "spans": [list(s) for s in c.spans]} for c in corpus.chunks]}
-    (out / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
-    return out
+    if replace and out.is_dir() and any(out.iterdir()):
+        if not (out / MANIFEST).is_file():
+            raise PenroseError(f"{out} holds no planted corpus ({MANIFEST}): it is not replaced; give a new or empty folder")
+        others = sorted(p.name for p in out.iterdir() if p.name != MANIFEST and not (p.is_file() and p.name in CONCEPT_NAMES))
+        if others:
+            raise PenroseError(f"{out} holds files a planted corpus does not ({', '.join(others[:5])}): it is not replaced")
+
+    def write(tmp: Path) -> None:
+        for name in corpus.labelled_names:
+            entries = [c.text for c in corpus.chunks if name in c.labels]
+            (tmp / name).write_text("\n%\n".join(entries) + "\n", encoding="utf-8")
+        manifest = {"format": FORMAT, "config": dataclasses.asdict(corpus.config),
+                    "lexicon": {k: list(v) for k, v in corpus.lexicon.items()},
+                    "filler": {k: list(v) for k, v in corpus.filler.items()},
+                    "chunks": [{"text": c.text, "concepts": list(c.concepts), "labels": list(c.labels),
+                                "spans": [list(s) for s in c.spans]} for c in corpus.chunks]}
+        (tmp / MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
+
+    return atomic_write_folder(out, write, replace=replace, hint="give a new folder, or replace the planted corpus there (--force, replace=True)")
 
 
 def load_planted(directory: str | os.PathLike) -> PlantedCorpus:
-    """The corpus written by write_planted (its DIR/.planted.json)."""
+    """The corpus written by write_planted (its DIR/.planted.json), read as untrusted input
+    (penrose.io.read_json's limits; every field of its type, the config checked as PlantedConfig
+    checks it, every span inside its chunk's text and naming a planted concept): a PenroseError
+    naming the file and the field otherwise."""
+    from penrose.errors import PenroseError
+    from penrose.io import read_json
+
     path = Path(directory) / MANIFEST
     if not path.is_file():
-        raise FileNotFoundError(f"{path}: no planted-corpus manifest (write one with `penrose steerling planted --out DIR`)")
-    m = json.loads(path.read_text(encoding="utf-8"))
-    if m.get("format") != FORMAT:
-        raise ValueError(f"{path}: not a planted-corpus manifest (format {m.get('format')!r})")
-    conf = dict(m["config"])
-    conf["filler_sentences"] = tuple(conf["filler_sentences"])
-    chunks = tuple(PlantedChunk(c["text"], tuple(c["concepts"]), tuple(c["labels"]),
-                                tuple((int(a), int(b), str(n)) for a, b, n in c["spans"])) for c in m["chunks"])
-    return PlantedCorpus(PlantedConfig(**conf), {k: tuple(v) for k, v in m["lexicon"].items()},
-                         {k: tuple(v) for k, v in m["filler"].items()}, chunks)
+        raise PenroseError(f"{path}: no planted-corpus manifest (write one with `penrose steerling planted --out DIR`)")
+    m = read_json(path, max_bytes=1 << 30)
+    if not isinstance(m, dict) or m.get("format") != FORMAT:
+        raise PenroseError(f"{path}: not a planted-corpus manifest (format {m.get('format') if isinstance(m, dict) else m!r})")
+    field = "config"
+    try:
+        conf = dict(m["config"])
+        unknown = sorted(set(conf) - {f.name for f in dataclasses.fields(PlantedConfig)})
+        if unknown:
+            raise ValueError(f"unknown field(s) {', '.join(unknown)}")
+        if "filler_sentences" in conf:
+            conf["filler_sentences"] = tuple(conf["filler_sentences"])
+        config = PlantedConfig(**conf)
+        words: dict[str, dict[str, tuple[str, ...]]] = {}
+        for field in ("lexicon", "filler"):
+            words[field] = {str(k): tuple(_strings(v)) for k, v in dict(m[field]).items()}
+        chunks = []
+        field = "chunks"
+        for i, c in enumerate(m["chunks"]):
+            field = f"chunks[{i}]"
+            text = c["text"]
+            if not isinstance(text, str):
+                raise ValueError("'text' is not a string")
+            spans = tuple((a, b, n) for a, b, n in c["spans"])
+            for a, b, n in spans:
+                if type(a) is not int or type(b) is not int or not 0 <= a < b <= len(text) or n not in config.names:
+                    raise ValueError(f"span {[a, b, n]} is not inside its text of {len(text)} characters, or names no "
+                                     "planted concept")
+            concepts, labels = tuple(_strings(c["concepts"])), tuple(_strings(c["labels"]))
+            if not set(concepts + labels) <= set(config.names):
+                raise ValueError("a concept or label is not a planted concept")
+            chunks.append(PlantedChunk(text, concepts, labels, spans))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        detail = f"missing {e}" if isinstance(e, KeyError) else str(e).removeprefix("error: ")
+        raise PenroseError(f"{path}: field {field!r}: {detail}") from None
+    return PlantedCorpus(config, words["lexicon"], words["filler"], tuple(chunks))
+
+
+def _strings(value) -> list[str]:
+    """A JSON list of strings, or a ValueError."""
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"expected a list of strings, got {str(value)[:60]!r}")
+    return value
 
 
 def chunk_token_labels(chunk: PlantedChunk, offsets: list[tuple[int, int]], names) -> torch.Tensor:

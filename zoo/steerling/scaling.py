@@ -299,6 +299,7 @@ def run(mode_name: str, out: str | Path, *, data: str = "fortunes", device: str 
     """Every run of a mode (rows cached in OUT/runs), the analysis and the plots; returns results.
     results.json is rewritten after each run (plots at the end); analyse_only: train nothing,
     analyse the cached runs of these settings."""
+    from penrose.io import atomic_write_text
     from penrose_zoo.steerling.train import load_corpus, make_tokenizer, packed
 
     log = log or (lambda m: print(m, file=sys.stderr))
@@ -334,7 +335,7 @@ def run(mode_name: str, out: str | Path, *, data: str = "fortunes", device: str 
                     r = train_one(cfg, corpus, tok, tr, va, device=device, bf16=bf16,
                                   eval_batches=mode["eval_batches"])
                     row = {"family": family, "variant": variant, "size": size, "seed": seed, **r}
-                    path.write_text(json.dumps({"setting": setting, "row": row}, indent=1) + "\n")
+                    atomic_write_text(path, json.dumps({"setting": setting, "row": row}, indent=1) + "\n")
                     rows.append(row)
                     _write(out, mode_name, mode, data, device, bf16, seeds, families, variants, rows, t0)
                     log(f"{key}: N {r['N']:,}  D {r['D']:,}  val {r['val_loss']:.4f}  "
@@ -356,7 +357,9 @@ def _write(out, mode_name, mode, data, device, bf16, seeds, families, variants, 
                           "batch_size": mode["batch_size"], "seq_len": mode["seq_len"],
                           "eval_batches": mode["eval_batches"], "torch_threads": torch.get_num_threads()},
                **res, "per_size": rows, "seconds": time.time() - t0}
-    (out / "results.json").write_text(json.dumps(results, indent=1, default=_json_default) + "\n")
+    from penrose.io import atomic_write_text
+
+    atomic_write_text(out / "results.json", json.dumps(results, indent=1, default=_json_default) + "\n")
     return results
 
 
@@ -457,19 +460,33 @@ def tables(results: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
+def _seeds(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated seeds, each as --seed takes it (0 to 2³² − 1)."""
+    from penrose_zoo.validate import SEED
+
+    seeds = tuple(SEED(t) for t in text.split(",") if t.strip())
+    if not seeds:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected comma-separated seeds, got {text!r}")
+    return seeds
+
+
 def add_arguments(p) -> None:
+    from penrose_zoo.validate import COUNT, cli_device
+
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="3 sizes, 1 seed (under 10 minutes on 2 cores)")
     g.add_argument("--tiny", action="store_true", help="2 tiny sizes, a few steps (a smoke test)")
     p.add_argument("--out", required=True, help="folder for results.json, the plots and the run cache")
     p.add_argument("--data", default="fortunes", help="'fortunes' or a directory of category files")
-    p.add_argument("--device", default="cpu", help="cpu (default) or cuda (bf16 autocast, the larger sizes)")
+    p.add_argument("--device", type=cli_device, default="cpu", help="cpu (default) or cuda (bf16 autocast, the larger sizes)")
     p.add_argument("--no-bf16", action="store_true", help="with --device cuda: train in float32")
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: causal,block_causal")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated variants (base is needed "
                    f"for the comparisons; default {','.join(DEFAULT_VARIANTS)}; all: {','.join(VARIANTS)})")
-    p.add_argument("--seeds", default=None, help="comma-separated seeds (default: the mode's)")
-    p.add_argument("--threads", type=int, default=1, help="torch.set_num_threads (1 is fastest on 2 cores)")
+    p.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: the mode's)")
+    p.add_argument("--threads", type=COUNT, default=1, help="torch.set_num_threads (1 is fastest on 2 cores)")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
     p.add_argument("--analyse-only", action="store_true", help="train nothing: analyse the runs cached in --out")
 
@@ -489,7 +506,7 @@ def run_args(a) -> int:
     if bad:
         raise PenroseError(f"unknown family or variant {', '.join(bad)}; families {', '.join(FAMILIES)}, "
                            f"variants {', '.join(VARIANTS)}")
-    seeds = tuple(int(s) for s in a.seeds.split(",")) if a.seeds else None
+    seeds = a.seeds
     res = run(mode, a.out, data=a.data, device=a.device, bf16=False if a.no_bf16 else None, families=fams,
               variants=vars_, seeds=seeds, analyse_only=a.analyse_only)
     if a.json:

@@ -435,34 +435,81 @@ def _read_doc(path: Path) -> dict:
 
 
 def load_tokenizer(path: str | os.PathLike) -> ByteTokenizer | BPETokenizer | SteerlingTokenizer:
-    """Read a tokenizer written by `save` (a file, or a directory holding tokenizer.json)."""
+    """Read a tokenizer written by `save` (a file, or a directory holding tokenizer.json), as
+    untrusted input: each field of its JSON type (`"instruct": "false"` is not false), the
+    format's version, the special tokens exactly; for a BPE tokenizer, the `tokenizers` model a
+    BPE whose ids (vocabulary and added tokens) are exactly 0..n−1, each once — a missing id
+    would shift the special ids onto a word (text encoded as <|pad|>), an id past the end would
+    index outside the model's embedding. Every problem a TokenizerError naming the file and the
+    field."""
     path = Path(path)
     if path.is_dir():
         path = path / "tokenizer.json"
     doc = _read_doc(path)
+    version = doc.get("version")
+    if type(version) is not int or version != 1:
+        raise TokenizerError(f"{path}: field 'version' = {version!r}: expected 1")
     kind = doc.get("kind")
+    if kind not in ("byte", "bpe", "release"):
+        raise TokenizerError(f"{path}: field 'kind' = {kind!r}: expected 'byte', 'bpe' or 'release'")
+    instruct = doc.get("instruct", False)
     if kind == "release":
-        instruct = bool(doc.get("instruct", False))
+        if not isinstance(instruct, bool):
+            raise TokenizerError(f"{path}: field 'instruct' = {instruct!r}: expected true or false")
         want = RELEASE_SPECIAL_TOKENS + (RELEASE_INSTRUCT_TOKENS if instruct else ())
     else:
         want = SPECIAL_TOKENS
     special = doc.get("special_tokens", [])
     if not isinstance(special, list) or tuple(special) != want:
-        raise TokenizerError(f"{path}: special tokens {doc.get('special_tokens')} differ from {list(want)}")
+        raise TokenizerError(f"{path}: field 'special_tokens' = {special!r}: expected {list(want)}")
     if kind == "byte":
         return ByteTokenizer()
-    if kind == "bpe":
-        from tokenizers import Tokenizer
-
-        if not isinstance(doc.get("bpe"), dict):
-            raise TokenizerError(f"{path}: field 'bpe' must be an object (the tokenizers library's model)")
-        try:
-            return BPETokenizer(Tokenizer.from_str(json.dumps(doc["bpe"])))
-        except Exception as e:  # noqa: BLE001 - the tokenizers library's own error: a damaged file
-            raise TokenizerError(f"{path}: field 'bpe' is not a tokenizer the tokenizers library reads ({e})") from None
     if kind == "release":
         return SteerlingTokenizer(instruct=instruct)
-    raise TokenizerError(f"{path}: unknown tokenizer kind {kind!r}")
+    bpe = doc.get("bpe")
+    if not isinstance(bpe, dict):
+        raise TokenizerError(f"{path}: field 'bpe' must be an object (the tokenizers library's model)")
+    n = _check_bpe_ids(path, bpe)
+    from tokenizers import Tokenizer
+
+    try:
+        tok = BPETokenizer(Tokenizer.from_str(json.dumps(bpe)))
+    except Exception as e:  # noqa: BLE001 - the tokenizers library's own error: a damaged file
+        raise TokenizerError(f"{path}: field 'bpe' is not a tokenizer the tokenizers library reads ({e})") from None
+    if tok.base_size != n:  # (the library's count of what it read: the ids checked above, nothing more)
+        raise TokenizerError(f"{path}: field 'bpe' holds {n:,} ids but the tokenizers library reads {tok.base_size:,}")
+    return tok
+
+
+def _check_bpe_ids(path: Path, bpe: dict) -> int:
+    """The number of ids of a `tokenizers` BPE document, after checking that its model is a BPE
+    and that the ids of `model.vocab` and `added_tokens` are whole numbers making 0..n−1, each
+    once; a TokenizerError naming the field otherwise."""
+    model = bpe.get("model")
+    if not isinstance(model, dict) or model.get("type") != "BPE":
+        raise TokenizerError(f"{path}: field 'bpe.model' must be a BPE model (its 'type' \"BPE\")")
+    vocab = model.get("vocab")
+    if not isinstance(vocab, dict) or not vocab:
+        raise TokenizerError(f"{path}: field 'bpe.model.vocab' must be an object of tokens and their ids")
+    added = bpe.get("added_tokens", [])
+    if not isinstance(added, list) or not all(isinstance(a, dict) for a in added):
+        raise TokenizerError(f"{path}: field 'bpe.added_tokens' must be a list of objects")
+    owner: dict[int, str] = {}
+    entries = [(f"bpe.model.vocab[{k!r}]", v) for k, v in vocab.items()]
+    entries += [(f"bpe.added_tokens[{i}].id", a.get("id")) for i, a in enumerate(added)]
+    for field, i in entries:
+        if type(i) is not int or i < 0:
+            raise TokenizerError(f"{path}: field {field} = {i!r}: expected a whole number of at least 0")
+        if i in owner:
+            raise TokenizerError(f"{path}: field {field} = {i}: the id of {owner[i]} too; each id names one token")
+        owner[i] = field
+    n = len(owner)
+    past = [i for i in owner if i >= n]
+    if past:  # as many ids as tokens, all distinct: one past the end means one missing below it
+        missing = min(set(range(n)) - set(owner))
+        raise TokenizerError(f"{path}: field {owner[min(past)]} = {min(past)} is past the end of the {n:,} ids, and "
+                             f"id {missing} is missing; the ids are 0..{n - 1}, each once (the special tokens follow)")
+    return n
 
 
 def check_vocab(tok, vocab_size: int, where: str = "the checkpoint") -> None:
@@ -474,6 +521,8 @@ def check_vocab(tok, vocab_size: int, where: str = "the checkpoint") -> None:
 
 def _by_vocab(vocab: int, where: str, instruct=None):
     """The tokenizer a vocabulary size implies when no tokenizer.json says otherwise."""
+    if instruct is not None and not isinstance(instruct, bool):
+        raise TokenizerError(f"{where}: config.json's field 'instruct' = {instruct!r}: expected true or false")
     if vocab in (RELEASE_VOCAB_SIZE, RELEASE_INSTRUCT_VOCAB_SIZE):
         is_instruct = vocab == RELEASE_INSTRUCT_VOCAB_SIZE
         if instruct is not None and bool(instruct) != is_instruct:

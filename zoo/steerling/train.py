@@ -48,7 +48,7 @@ from pathlib import Path
 import torch
 
 from penrose.errors import PenroseError
-from penrose_zoo.steerling.checkpoints import (FORMAT, concept_id, config_differences, load_checkpoint,
+from penrose_zoo.steerling.checkpoints import (FORMAT, check_steps, concept_id, config_differences, load_checkpoint,
                                                read_train_state, save_checkpoint)
 from penrose_zoo.steerling.train_config import PRESETS, TrainConfig
 
@@ -302,7 +302,13 @@ def train(cfg: TrainConfig, out: str | os.PathLike, *, val_every: int = 50, save
     reduction order. Only rank 0 writes the checkpoint, the log and the progress bar. One process
     runs the same loop with the null communicator."""
     from penrose_zoo.steerling import distributed
+    from penrose_zoo.validate import flag, whole
 
+    val_every, save_every = whole(val_every, "val_every", low=1), whole(save_every, "save_every", low=1)
+    if stop_after is not None:
+        stop_after = whole(stop_after, "stop_after", low=1)
+    progress = flag(progress, "progress")
+    cfg.resolved()  # (its fields checked before a process group is set up)
     comm = distributed.setup(fsdp=fsdp)
     try:
         return _train(cfg, out, val_every=val_every, save_every=save_every, stop_after=stop_after,
@@ -335,8 +341,11 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
             log(f"{out}: already trained for {step} steps")
             return state
         model = Steerling.load(out)
+        check_steps(out, state)  # the weights are the step it resumes from
         tok = load_tokenizer(out / "tokenizer.json")
     else:
+        if out.exists() and not out.is_dir():
+            raise PenroseError(f"--out {out} is a file, not a folder")
         if out.exists() and any(out.iterdir()):
             raise PenroseError(f"--out {out} exists and is not empty (and holds no training state to resume)")
         step, history = 0, {"train": [], "val": []}
@@ -468,7 +477,7 @@ def corpus_concept_ids(categories, n_known: int, *, catalog: str | None = None, 
             cid = list(known).index(want)
         elif isinstance(want, int) and not isinstance(want, bool):
             cid = want
-        elif str(want).strip().isdigit():
+        elif str(want).strip().isascii() and str(want).strip().isdigit():  # (not "٣": int() reads it as 3)
             cid = int(want)
         elif cat is not None:
             try:
@@ -501,7 +510,10 @@ def evaluate_model(model, cfg: TrainConfig, train_data, val_data, names, *, max_
     from penrose_zoo.steerling import measure
     from penrose_zoo.steerling.attribution import forward_ids
     from penrose_zoo.steerling.steer import steering_effect
+    from penrose_zoo.validate import whole
 
+    max_batches = whole(max_batches, "max_batches", low=1)
+    steering_concepts = whole(steering_concepts, "steering_concepts", low=0)
     cfg = cfg.resolved()
     device = device or model.lm_head_weight().device
     was = model.training

@@ -60,15 +60,44 @@ class TrainConfig:
     model_overrides: dict | None = None    # model-config fields replacing the preset's (scaling sizes)
     concept_overrides: dict | None = None  # concept-config fields replacing the preset's
 
+    def check(self) -> None:
+        """Every field of its type and in its range (penrose_zoo.validate), a PenroseArgumentError
+        naming the field otherwise: counts whole and at least 1 (`steps`, `batch_size`,
+        `val_batches`) or 0 (`max_chunks`, `teacher_forcing_steps`, `warmup`), `seq_len` at least 2,
+        `bpe_vocab` at least 260, loss weights finite and not negative, `lr` and `grad_clip` above 0,
+        the seed 0 to 2³² − 1. (A checkpoint's saved configuration is read by
+        `checkpoints.read_train_state`.)"""
+        from penrose_zoo.validate import flag, number, whole
+
+        for name, low in (("steps", 1), ("max_chunks", 0), ("teacher_forcing_steps", 0), ("bpe_vocab", 260),
+                          ("val_batches", 1)):
+            whole(getattr(self, name), name, low=low)
+        whole(self.seed, "seed", low=0, high=2**32 - 1)
+        for name, low in (("seq_len", 2), ("batch_size", 1), ("warmup", 0)):
+            if getattr(self, name) is not None:
+                whole(getattr(self, name), name, low=low)
+        for name in ("lambda_concept", "lambda_indep", "lambda_rec", "lambda_bottleneck", "negative_weight",
+                     "weight_decay"):
+            number(getattr(self, name), name, low=0)
+        for name in ("lr", "grad_clip"):
+            if name == "grad_clip" or self.lr is not None:
+                number(getattr(self, name), name, low=0, low_open=True)
+        for name in ("epsilon", "unknown_detach"):
+            flag(getattr(self, name), name)
+        if not isinstance(self.data, str) or not self.data:
+            raise PenroseError(f"data must be 'fortunes' or a folder of category files, got {self.data!r}")
+        if self.categories is not None and not (isinstance(self.categories, list)
+                                                and all(isinstance(c, str) and c for c in self.categories)):
+            raise PenroseError(f"categories must be a list of category file names, got {self.categories!r}")
+
     def resolved(self) -> "TrainConfig":
-        if self.preset not in PRESETS:
+        if not isinstance(self.preset, str) or self.preset not in PRESETS:
             raise PenroseError(f"unknown preset {self.preset!r}; choose one of {', '.join(PRESETS)}")
         if self.variant not in ("causal", "block_causal"):
             raise PenroseError(f"variant must be 'causal' or 'block_causal', got {self.variant!r}")
         if self.tokenizer not in ("byte", "bpe"):
             raise PenroseError(f"tokenizer must be 'byte' or 'bpe', got {self.tokenizer!r}")
-        if self.steps < 1:
-            raise PenroseError(f"--steps must be at least 1, got {self.steps}")
+        self.check()
         p = PRESETS[self.preset]
         return dataclasses.replace(self, **{k: p[k] for k in ("seq_len", "batch_size", "lr", "warmup")
                                            if getattr(self, k) is None})
