@@ -118,6 +118,10 @@ class Workspace:
         with self._lock:
             return self._texts.get(self._file_key(os.fspath(path)))
 
+    def exists(self, path: str) -> bool:
+        """Whether a file is there to include: open in an editor (saved or not), or on disk."""
+        return self.text(path) is not None or os.path.lexists(path)
+
     def forget(self, path: str | os.PathLike[str]) -> None:
         """Drop what is cached of `path` (a change the stamps may not show)."""
         with self._lock:
@@ -167,7 +171,7 @@ class Workspace:
         """The include graph of `diagram` (`penrose.loader.Includes`), its files read through this
         workspace's cache."""
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
-        return walk_includes(diagram, folders, self._read_include)
+        return walk_includes(diagram, folders, self._read_include, self.exists)
 
     def files(self, path: str | os.PathLike[str]) -> list[str]:
         """The files the last `load` of `path` read: the file and all it includes (those that
@@ -185,6 +189,10 @@ class Workspace:
         through the loader without caching."""
         sizes = merge_sizes(sizes)
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
+        if isinstance(source, ir.Diagram) and text is None:  # includes read as this workspace reads them
+            from penrose.checker import check
+
+            return check(source, sizes, includes=self.includes(source, folders))
         if text is None and not is_path(source):
             checked: Checked = load_entries(source, sizes=sizes, include_paths=folders, read_include=self._read_include)[0]
             return checked
@@ -243,7 +251,7 @@ class Workspace:
                 diagram = found
             from penrose.checker import check
 
-            checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
+            checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include, self.exists))
             return stamps, checked
         except PenroseError as e:
             return stamps, e

@@ -251,6 +251,7 @@ def test_definition_and_includes(lsp):
     since = lsp.mark()
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": lib_uri, "languageId": "pen", "version": 1, "text": lib}})
     assert lsp.diagnostics(lib_uri, since) == []
+    assert lsp.diagnostics(uri, since) == []  # main.pen is checked again with the open text (on the check thread: wait for it)
     assert definition("x, W)", 3, lib, lib_uri) == {"uri": lib_uri, "range": _range(3, 8, 3, 9)}
     broken = lib.replace("x, W)", "x, Wx)")
     since = lsp.mark()
