@@ -53,6 +53,8 @@ _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HINT = re.compile(r"did you mean '([^']+)'\?")
 TENSOR_KINDS = ("input", "param", "buffer", "formal", "tensor")
 MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open)
+LATEX_MAX_VALUES = 100  # a hover shows a statement's equation up to this many operations
+PLAN_MAX_OPERANDS = 32  # and plans an einsum of up to this many operands (1,000 took 12 s)
 SETTLE_S = 0.02  # seconds without an edit before the server checks (edits closer together make one check)
 
 # ---- positions ---------------------------------------------------------------------------------
@@ -709,6 +711,8 @@ class Analyzer:
             return None
         lines = [f"**einsum** `'{v.of(Einsum).spec}'`", "", "```", _einsum_text(v, s), "```"]
         try:
+            if len(v.args) > PLAN_MAX_OPERANDS:  # planning takes seconds there: not on the thread that answers requests
+                raise PenroseError(f"{len(v.args):,} operands are planned by `penrose plan`, not in a hover")
             plan = einsum_plan(c, v)
         except PenroseError as e:
             lines.append(f"\nno plan: {e.message}")
@@ -995,6 +999,15 @@ def _einsum_text(v, s) -> str:
 
 
 def _statement_latex(c, s) -> str:
+    """The statement's equation as LaTeX, for a statement of at most LATEX_MAX_VALUES operations
+    (sympy's work grows faster than the statement: 200 nested einsums took 4 s, 800 two minutes,
+    all of it on the thread that answers every request)."""
+    from itertools import islice
+
+    from penrose.views import values
+
+    if s.value is None or sum(1 for _ in islice(values(s.value), LATEX_MAX_VALUES + 1)) > LATEX_MAX_VALUES:
+        return ""
     try:
         from penrose.rendering.explain import statement_latex
 

@@ -572,3 +572,25 @@ def test_only_an_edit_followed_at_once_by_a_whole_text_of_the_same_document_is_d
     assert not superseded(change("file:///a.pen", whole), change("file:///a.pen", {"text": 5}))  # refused later: keep this one
     assert not superseded(change("file:///a.pen", whole), change("file:///a.pen", whole, version="7"))
     assert not superseded(change("file:///a.pen", whole, id=3), change("file:///a.pen", whole))  # a request is answered
+
+
+def test_hovers_on_huge_statements_stay_quick():
+    """Regression: a hover on an einsum built a LaTeX equation of its whole statement with sympy
+    (400 nested einsums: 24 s, on the thread that answers every request) and planned an einsum of
+    any size (1,000 operands: 12 s). Past LATEX_MAX_VALUES operations and PLAN_MAX_OPERANDS
+    operands they are left out and said so."""
+    from penrose.lsp import PLAN_MAX_OPERANDS, Analyzer
+
+    head = "# index legend: t token, e embedding\ndim t = 3, e = 4\ninput x[t, e]\nparam W[e, e]\n"
+    a = Analyzer()
+    nested = head + "y = " + "einsum('te,ef->tf', " * 400 + "x" + ", W)" * 400 + "\noutput y\n"
+    many = head + "y = einsum('" + ",".join(["te"] * 200) + "->te', " + ", ".join(["x"] * 200) + ")\noutput y\n"
+    for name, text in (("nested", nested), ("many", many)):
+        path = f"/tmp/penrose-hover-{name}.pen"
+        a.set_text(path, text)
+        assert not [d for d in a.analyse(path).diagnostics if d.severity == "error"]
+        start = time.monotonic()
+        hover, _ = a.hover(path, 4, 6)
+        assert time.monotonic() - start < 3, name
+        assert hover.startswith("**einsum**") and "```latex" not in hover
+    assert "no plan: 200 operands are planned by `penrose plan`, not in a hover" in hover and PLAN_MAX_OPERANDS < 200
