@@ -228,9 +228,9 @@ class Limits:
       (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
     - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
     - block_depth: how deep block calls may nest, a block calling a block calling a block...
-      (PENROSE_MAX_BLOCK_DEPTH; default 64). Each level is a nested Python call in the compiled
-      forward (4 frames), the standalone source (4) and the interpreter (5); 64 levels take
-      about 260 and 330 of Python's default 1,000 frames, and leave the rest to the caller.
+      (PENROSE_MAX_BLOCK_DEPTH; default 100). Each level is a nested Python call in the compiled
+      forward (4 frames), the standalone source (4) and the interpreter (5); 100 levels take
+      about 410 and 510 of Python's default 1,000 frames, and leave the rest to the caller.
     - expanded: the statements one call of the diagram runs, each block body counted once per
       run (`repeat` counts and nesting multiplied) (PENROSE_MAX_EXPANDED; default 500,000). The
       compiled module builds a copy of a block per run, so this bounds its size and build time
@@ -249,7 +249,7 @@ class Limits:
 
     _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT",
             "block_depth": "PENROSE_MAX_BLOCK_DEPTH", "expanded": "PENROSE_MAX_EXPANDED"}
-    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000, "block_depth": 64, "expanded": 500_000}
+    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000, "block_depth": 100, "expanded": 500_000}
 
     def value(self, name: str) -> int:
         set_here = getattr(self, name)
