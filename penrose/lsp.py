@@ -52,7 +52,7 @@ KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, fr
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HINT = re.compile(r"did you mean '([^']+)'\?")
 TENSOR_KINDS = ("input", "param", "buffer", "formal", "tensor")
-MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open)
+MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open) or editor's text it parses
 LATEX_MAX_VALUES = 100  # a hover shows a statement's equation up to this many operations
 PLAN_MAX_OPERANDS = 32  # and plans an einsum of up to this many operands (1,000 took 12 s)
 SETTLE_S = 0.02  # seconds without an edit before the server checks (edits closer together make one check)
@@ -190,7 +190,7 @@ class Result:
         lines, old = self.lines, self.checked_lines
         return old is None or (line < len(lines) and line < len(old) and lines[line] == old[line])
 
-    @property
+    @functools.cached_property
     def lines(self) -> list[str]:
         return self.text.split("\n")
 
@@ -217,7 +217,7 @@ class Analyzer:
         # callable giving them (the server's workspace folders); None: anywhere (a Python caller)
         self.roots = roots
         # parses (open texts over the disk, read through `read_disk`), include graphs, stamps
-        self.workspace = Workspace(self.include_paths, reader=self.read_disk)
+        self.workspace = Workspace(self.include_paths, reader=self.read_disk, max_text=MAX_FILE_BYTES)
         self.docs: dict[str, str] = {}  # path -> text of the open documents
         self.results: dict[str, Result] = {}  # path -> its last full analysis (parse and check)
         self._parsed: dict[str, Result] = {}  # path -> a parse of newer text than its last analysis (`result`)

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from penrose import ir
-from penrose.errors import PenroseError
+from penrose.errors import PenroseError, Span
 from penrose.io import read_text
 from penrose.loader import load_entries
 from penrose.reading import (
@@ -73,6 +73,11 @@ def stamp(path: str | os.PathLike[str]) -> Stamp:
     return ("disk", st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _size(text: str) -> int:
+    """Bytes of `text` as UTF-8 (counted only where its length leaves a doubt)."""
+    return len(text.encode("utf-8", "surrogatepass")) if len(text) < (1 << 26) else 4 * len(text)
+
+
 def _key(what: tuple[str, str], text: str | None, sizes: dict[str, Any], folders: tuple[str, ...]) -> Key:
     """A cached check's key: text is read, and relative paths resolve, from the working folder."""
     return (*what, text, tuple(sorted(sizes.items())), folders, os.getcwd())
@@ -88,9 +93,10 @@ class Workspace:
     """
 
     def __init__(self, include_paths: Paths = (), *, max_checked: int = 256,
-                 reader: Callable[[str], str] | None = None):
+                 reader: Callable[[str], str] | None = None, max_text: int | None = None):
         self.include_paths = include_folders(include_paths)
         self._read = reader or read_text  # how a file is read from disk (the language server's limits it)
+        self.max_text = max_text  # bytes (UTF-8) of an editor's text that is parsed; a larger one is refused
         self.parses = 0
         self._lock = threading.RLock()
         self._texts: dict[str, str] = {}  # file key -> an editor's unsaved text
@@ -150,6 +156,9 @@ class Workspace:
         else:
             try:
                 text = now[1] if now[0] == "text" else self._read(name)
+                if now[0] == "text" and self.max_text is not None and _size(text) > self.max_text:
+                    raise PenroseError(f"cannot read {name}: the editor's text is {_size(text):,} bytes, over the limit "
+                                       f"of {self.max_text:,}", Span(name))
                 found = _EMPTY if is_blank(text) else parse(text, file=name)
             except PenroseError as e:
                 found = e

@@ -594,3 +594,27 @@ def test_hovers_on_huge_statements_stay_quick():
         assert time.monotonic() - start < 3, name
         assert hover.startswith("**einsum**") and "```latex" not in hover
     assert "no plan: 200 operands are planned by `penrose plan`, not in a hover" in hover and PLAN_MAX_OPERANDS < 200
+
+
+def test_an_open_document_over_the_size_limit_is_refused_not_parsed(lsp):
+    """An editor's text over MAX_FILE_BYTES (8 MiB, as for a file read from disk) would take a
+    parse of half a minute on every request after an edit: refused at once, where it is open and
+    where it is included."""
+    from penrose.lsp import MAX_FILE_BYTES
+
+    uri = (lsp.ws / "huge_doc.pen").as_uri()
+    text = "dim e = 2\n" + "# " + "x" * MAX_FILE_BYTES + "\n"
+    since = lsp.mark()
+    start = time.monotonic()
+    _open(lsp, uri, text)
+    (diag,) = _until(lsp, uri, since, lambda d: True)
+    assert diag["message"] == (f"cannot read {lsp.ws / 'huge_doc.pen'}: the editor's text is {len(text):,} bytes, "
+                               f"over the limit of {MAX_FILE_BYTES:,}")
+    assert diag["range"]["start"] == {"line": 0, "character": 0}
+    answer = _ask(lsp, "textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 4}}, 700)
+    assert answer["result"] is None and time.monotonic() - start < WAIT
+    includer = (lsp.ws / "includes_huge.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, includer, 'include "huge_doc.pen"\ninput x[e]\noutput x\n')
+    (diag,) = _until(lsp, includer, since, lambda d: True)
+    assert "over the limit of" in diag["message"] and diag["range"]["start"] == {"line": 0, "character": 0}
