@@ -22,6 +22,12 @@ changes, in the editor (its unsaved text is what the includer sees) or on disk. 
 and blocks only (a library, no `output`) is checked as part of a file that includes it: an open
 one, else a diagram beside it.
 
+Checks run off the event loop, on one worker thread (`Checks`), once edits pause: a storm of
+edits is checked once, at its last version, and a check outdated while it runs is not published.
+Requests never wait for a check: they read a parse of the document as it is now, typed by its
+last check where its lines are unchanged (`Analyzer.result`). The server keeps its own copy of
+each open document, changed with the protocol's line ends (`apply_change`).
+
 The analysis (`Analyzer`) is plain Python, free of pygls; `server` wires it to pygls (the
 `editor` extra: `pip install 'penrose-diagrams[editor]'`). Positions inside are 0-based (line,
 character in code points); the server converts them to the client's encoding (UTF-16 unless
