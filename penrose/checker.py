@@ -59,6 +59,7 @@ from penrose.check_einops import _Einops
 from penrose.check_exprs import _Exprs
 from penrose.check_ops import TYPE_RULES, _Ops
 from penrose.checked import SCALAR, Checked, CStmt, Decl, Instance, TType, V
+from penrose.reading import file_key
 from penrose.attrs import BlockCall, Ref
 from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.sizes import Sizes
@@ -79,8 +80,6 @@ from penrose.tables import (
     unquote,
 )
 from penrose.views import legend_warnings, values
-
-from penrose.reading import file_key
 
 if TYPE_CHECKING:
     from penrose.reading import Includes

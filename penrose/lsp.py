@@ -215,9 +215,12 @@ class Analyzer:
     [(2, 9, "unknown tensor 'z'")]
     """
 
-    def __init__(self, include_paths=(), roots=None) -> None:
+    def __init__(self, include_paths=(), roots=None, checked_elsewhere: bool = False) -> None:
         from penrose.workspace import Workspace
 
+        # True in the server: open documents are checked on its check thread, and queries about
+        # one not checked yet read its parse instead of checking it on the thread that answers them
+        self.checked_elsewhere = checked_elsewhere
         self.include_paths = tuple(include_paths)
         # where files on disk may be read (besides the include paths): a list of folders, or a
         # callable giving them (the server's workspace folders); None: anywhere (a Python caller)
@@ -499,10 +502,10 @@ class Analyzer:
         typed by that last check where its lines are unchanged. A request is answered from the
         latest text without waiting for a check."""
         r = self.results.get(path)
-        if r is None:
-            return self.analyse(path)
         text = self.docs.get(path)
-        if text is None or _clean(text) == r.text:
+        if r is None and not (self.checked_elsewhere and text is not None):
+            return self.analyse(path)
+        if r is not None and (text is None or _clean(text) == r.text):
             return r
         quick = self._parsed.get(path)
         if quick is None or quick.text != _clean(text):
@@ -1128,7 +1131,7 @@ def server(include_paths=()) -> LanguageServer:
         uris_ = [f.uri for f in (ws.folders or {}).values()] + ([ws.root_uri] if ws.root_uri else [])
         return [p for p in (to_fs_path(u) for u in uris_ if isinstance(u, str) and u.startswith("file:")) if p]
 
-    an = Analyzer(include_paths, roots=workspace_roots)
+    an = Analyzer(include_paths, roots=workspace_roots, checked_elsewhere=True)
     uris: dict[str, str] = {}  # path -> the URI the client uses for it
 
     def path_of(uri: str) -> str:
