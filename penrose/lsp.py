@@ -505,7 +505,8 @@ class Analyzer:
         text = self.docs.get(path)
         if r is None and not (self.checked_elsewhere and text is not None):
             return self.analyse(path)
-        if r is not None and (text is None or _clean(text) == r.text):
+        if text is None or (r is not None and _clean(text) == r.text):
+            assert r is not None, "a file not open is analysed above"
             return r
         quick = self._parsed.get(path)
         if quick is None or quick.text != _clean(text):
