@@ -5,7 +5,8 @@ contain itself). The graph is a `networkx.DiGraph` over block names, an edge `f 
 block `g` that `f`'s body calls, holding the span of the first such call. `order` gives the
 blocks callees first, so the checker checks a block before any block that calls it; it raises a
 positioned `PenroseCheckError` naming the recursion (`recursion between blocks: f -> g -> f`)
-at the call that closes it.
+at the call that closes it, and one naming the chain where calls nest deeper than
+`LIMITS.block_depth` (each level is a nested Python call when the diagram runs).
 
     >>> from penrose.parser import parse
     >>> from penrose import ir
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 from penrose import ir
 from penrose.errors import PenroseCheckError
+from penrose.tables import LIMITS, Limits
 
 
 def calls(body) -> list[tuple[str, object]]:
@@ -64,7 +66,33 @@ def order(blocks: dict) -> list[str]:
     try:
         cycle = nx.find_cycle(g)
     except nx.NetworkXNoCycle:
-        return list(nx.dfs_postorder_nodes(g))
+        names = list(nx.dfs_postorder_nodes(g))
+        _depth_ok(g, names)
+        return names
     path = " -> ".join([cycle[0][0]] + [callee for _, callee in cycle])
     caller, callee = cycle[-1]
     raise PenroseCheckError(f"recursion between blocks: {path}", g.edges[caller, callee]["span"])
+
+
+def _depth_ok(g, names: list[str]) -> None:
+    """No chain of block calls is longer than LIMITS.block_depth blocks (`names`: callees first).
+    Refused at the call that makes a chain one too long, naming the chain."""
+    limit = LIMITS.value("block_depth")
+    depth: dict[str, int] = {}
+    deepest: dict[str, str] = {}  # block -> its callee on its longest chain
+    for name in names:
+        callees = list(g.successors(name))
+        depth[name] = 1 + max((depth[c] for c in callees), default=0)
+        if callees:
+            deepest[name] = max(callees, key=lambda c: depth[c])
+        if depth[name] > limit:
+            chain = [name]
+            while chain[-1] in deepest:
+                chain.append(deepest[chain[-1]])
+            shown = chain if len(chain) <= 6 else [*chain[:3], "...", *chain[-2:]]
+            raise PenroseCheckError(
+                f"block calls nest {depth[name]} deep through this call ({' -> '.join(shown)}), beyond the limit of "
+                f"{limit}: each level is a nested Python call when the diagram runs, and too many exceed Python's "
+                f"recursion limit; call the blocks one after another instead, or {Limits.how_to_raise('block_depth')}",
+                g.edges[name, deepest[name]]["span"],
+            )

@@ -18,7 +18,9 @@ carry their legs, size classes, dtype and batching. It raises `PenroseCheckError
   a conflict names both sizes and both places. Sizes come from dim defaults, from `sizes`
   overrides, and, for legs only inputs carry, from the inputs at run time. Every param and
   buffer fits in `LIMITS.tensor_bytes` (as float32), all of them together (blocks and repeats
-  counted) in `LIMITS.total_bytes`; a `repeat` count is 1 to `LIMITS.repeat`.
+  counted) in `LIMITS.total_bytes`; a `repeat` count is 1 to `LIMITS.repeat`; block calls nest
+  at most `LIMITS.block_depth` deep; one call of the diagram runs at most `LIMITS.expanded`
+  statements, each block body counted once per run (repeats and nesting multiplied).
 - dtypes: integer ids only where ids are expected (gather), bool masks only in where().
 - values: init arguments are finite, std and gain at least 0, uniform's a at most b; keyword
   values follow the table of operations (eps > 0, 0 <= p < 1, ...), each given once; every
@@ -46,7 +48,6 @@ from __future__ import annotations
 
 import keyword
 import math
-import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Protocol, cast
@@ -58,7 +59,8 @@ from penrose.check_einops import _Einops
 from penrose.check_exprs import _Exprs
 from penrose.check_ops import TYPE_RULES, _Ops
 from penrose.checked import SCALAR, Checked, CStmt, Decl, Instance, TType, V
-from penrose.attrs import Ref
+from penrose.reading import file_key
+from penrose.attrs import BlockCall, Ref
 from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.sizes import Sizes
 from penrose.stack import deep, too_deep
@@ -77,7 +79,7 @@ from penrose.tables import (
     quoted,
     unquote,
 )
-from penrose.views import legend_warnings
+from penrose.views import legend_warnings, values
 
 if TYPE_CHECKING:
     from penrose.reading import Includes
@@ -204,6 +206,7 @@ class _Checker(_Exprs, _Ops, _Einops):
         result.warnings = sorted(found, key=lambda w: (w[1].file != self.file, w[1].line, w[1].col))  # in file order
         self._allocations_ok([self.blocks[n] for n in self.block_defs] + [result])
         self._total_ok(result)
+        self._expanded_ok(result)
         return result
 
     def _entries(self, d: Decl) -> int:
@@ -255,10 +258,45 @@ class _Checker(_Exprs, _Ops, _Einops):
                     span,
                 )
 
+    def _expanded_ok(self, top: Checked):
+        """One call of the diagram runs at most LIMITS.expanded statements, a block's body counted
+        once per run: refused at the `repeat` (or the call) that takes the count past it."""
+        limit = LIMITS.value("expanded")
+        runs: dict[str, int] = {}  # block -> statements one run of it takes, its own calls expanded
+        for name, body in self.blocks.items():  # callees first
+            runs[name] = self._expanded(body, runs, limit, name)
+        self._expanded(top, runs, limit, None)
+
+    @staticmethod
+    def _expanded(body: Checked, runs: dict[str, int], limit: int, name: str | None) -> int:
+        total = 0
+        for s in body.stmts:
+            if s.value is None:
+                continue
+            total += 1
+            for v in values(s.value):
+                if v.op != "block":
+                    continue
+                call = v.of(BlockCall)
+                times = call.repeat or 1
+                total += times * runs[call.block]
+                if total > limit:
+                    each = runs[call.block]
+                    count = f"{times:,} runs of block {call.block!r}" if call.repeat else f"block {call.block!r}"
+                    where = f"block {name!r}" if name else "the diagram"
+                    repeat = s.stmt.repeat if isinstance(s.stmt, ir.Assign) and call.repeat else None
+                    raise PenroseCheckError(
+                        f"{count} ({each:,} statement{'s' if each != 1 else ''} a run, its block calls expanded) make one "
+                        f"run of {where} {total:,} statements, beyond the limit of {limit:,} (a repeated block is built "
+                        f"once per repeat, and every statement runs on each call); {Limits.how_to_raise('expanded')}",
+                        repeat.span if repeat is not None else v.span,
+                    )
+        return total
+
     # -- pass 1: dims and blocks (of this file and its includes)
     def _collect(self, diagram: ir.Diagram) -> list:
         # real paths: a cycle through a symlinked file or folder is still a cycle
-        path = os.path.realpath(diagram.file) if not diagram.file.startswith("<") else diagram.file
+        path = file_key(diagram.file)
         self.including.append(path)
         body = []
         for s in diagram.body:
@@ -291,7 +329,7 @@ class _Checker(_Exprs, _Ops, _Einops):
     def _include(self, inc: ir.Include, diagram: ir.Diagram):
         """Collect an included file, read by the loader (penrose/reading.py: where includes may reach)."""
         target = self.includes.target(inc, diagram.file)
-        if os.path.realpath(target) in self.including:
+        if file_key(target) in self.including:
             raise PenroseCheckError(f"include cycle: {inc.path!r} includes itself", inc.span)
         sub = self.includes.diagram(inc, target)
         rest = self._collect(sub)

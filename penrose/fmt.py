@@ -154,9 +154,7 @@ def _binop(e: ir.BinOp, parent: int) -> str:
     rule = FORMAT[e.op]
     p = rule.prec
     if rule.assoc == "right":  # `**`: the exponent is a unary expression
-        left, right = _expr(e.left, p + 1), _expr(e.right, _UNARY)
-        op = rule.symbol if rule.hug and _simple(e.left) and _simple_exponent(e.right) else f" {rule.symbol} "
-        text = f"{left}{op}{right}"
+        text = _power_chain(e)
     elif rule.assoc == "none":  # `(a < b) == c` keeps its parentheses
         text = f"{_expr(e.left, p + 1)} {rule.symbol} {_expr(e.right, p + 1)}"
     else:  # a left-associative chain a + b - c + ...: walk its left spine, print it flat
@@ -170,6 +168,24 @@ def _binop(e: ir.BinOp, parent: int) -> str:
             parts.append(f" {FORMAT[b.op].symbol} {_expr(b.right, p + 1)}")
         text = "".join(parts)
     return f"({text})" if p < parent else text
+
+
+def _power_chain(e: ir.BinOp) -> str:
+    """`a ** b ** c ...`, walked down its right spine once (a chain of 5,000 powers formats in
+    linear time: `_simple_exponent` asked at every level would walk the rest of it each time)."""
+    chain = []
+    node: object = e
+    while isinstance(node, ir.BinOp) and node.op == e.op:
+        chain.append(node)
+        node = node.right
+    rule = FORMAT[e.op]
+    text = _expr(node, _UNARY)  # the last exponent
+    hugs = _simple_exponent(node)  # whether `**` hugs the exponent below
+    for b in reversed(chain):  # an inner `**` binds tighter than its unary context: no parentheses
+        hug = rule.hug and _simple(b.left) and hugs
+        text = f"{_expr(b.left, rule.prec + 1)}{rule.symbol if hug else f' {rule.symbol} '}{text}"
+        hugs = _simple(b.left) and hugs
+    return text
 
 
 def _simple(e) -> bool:

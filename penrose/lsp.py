@@ -22,6 +22,12 @@ changes, in the editor (its unsaved text is what the includer sees) or on disk. 
 and blocks only (a library, no `output`) is checked as part of a file that includes it: an open
 one, else a diagram beside it.
 
+Checks run off the event loop, on one worker thread (`Checks`), once edits pause: a storm of
+edits is checked once, at its last version, and a check outdated while it runs is not published.
+Requests never wait for a check: they read a parse of the document as it is now, typed by its
+last check where its lines are unchanged (`Analyzer.result`). The server keeps its own copy of
+each open document, changed with the protocol's line ends (`apply_change`).
+
 The analysis (`Analyzer`) is plain Python, free of pygls; `server` wires it to pygls (the
 `editor` extra: `pip install 'penrose-diagrams[editor]'`). Positions inside are 0-based (line,
 character in code points); the server converts them to the client's encoding (UTF-16 unless
@@ -52,7 +58,10 @@ KEYWORDS = tuple(sorted(PEN_KEYWORDS))  # the language's keywords and dtypes, fr
 _WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _HINT = re.compile(r"did you mean '([^']+)'\?")
 TENSOR_KINDS = ("input", "param", "buffer", "formal", "tensor")
-MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open)
+MAX_FILE_BYTES = 8 * 1024 * 1024  # the largest file the server reads from disk (an include, a file not open) or editor's text it parses
+LATEX_MAX_VALUES = 100  # a hover shows a statement's equation up to this many operations
+PLAN_MAX_OPERANDS = 32  # and plans an einsum of up to this many operands (1,000 took 12 s)
+SETTLE_S = 0.02  # seconds without an edit before the server checks (edits closer together make one check)
 
 # ---- positions ---------------------------------------------------------------------------------
 
@@ -71,6 +80,49 @@ class Range:
 
     def size(self) -> tuple:
         return (self.end_line - self.line, self.end_char - self.char if self.end_line == self.line else 1 << 30)
+
+
+_EOL = re.compile(r"\r\n|\r|\n")  # the protocol's line ends (str.splitlines also splits at \x0c, \u2028 ...)
+
+
+def _utf16(ch: str) -> int:
+    return 2 if ord(ch) > 0xFFFF else 1
+
+
+def code_point(line: str, units: int, width=_utf16) -> int:
+    """The index into `line` (no line end) of the position `units` client code units in, each
+    character `width(ch)` units wide (UTF-16 by default); past the end, the end.
+
+    >>> code_point("a\\U0001F600b", 3), code_point("ab", 99)
+    (2, 2)
+    """
+    n = 0
+    for i, ch in enumerate(line):
+        if n >= units:
+            return i
+        n += width(ch)
+    return len(line)
+
+
+def apply_change(text: str, start: tuple[int, int], end: tuple[int, int], new: str, width=_utf16) -> str:
+    """`text` with the range from `start` to `end` ((line, character) as the client counts them:
+    lines end at LF, CRLF or CR, characters in code units of `width`) replaced by `new`. A
+    position past the end of a line or of the text is read at that end, a range that ends before
+    it starts as the range between the two (as editors do).
+
+    >>> apply_change("ab\\u2028c\\nxy\\n", (1, 1), (1, 2), "Z").split("\\n")  # U+2028 ends no line
+    ['ab\u2028c', 'xZ', '']
+    """
+    ends = [m.start() for m in _EOL.finditer(text)] + [len(text)]  # where each line's text ends
+    starts = [0] + [m.end() for m in _EOL.finditer(text)]
+
+    def offset(line: int, char: int) -> int:
+        if line >= len(starts):
+            return len(text)
+        return starts[line] + code_point(text[starts[line]:ends[line]], char, width)
+
+    a, b = sorted((offset(*start), offset(*end)))
+    return text[:a] + new + text[b:]
 
 
 def span_range(span: Span) -> Range:
@@ -144,7 +196,7 @@ class Result:
         lines, old = self.lines, self.checked_lines
         return old is None or (line < len(lines) and line < len(old) and lines[line] == old[line])
 
-    @property
+    @functools.cached_property
     def lines(self) -> list[str]:
         return self.text.split("\n")
 
@@ -163,17 +215,21 @@ class Analyzer:
     [(2, 9, "unknown tensor 'z'")]
     """
 
-    def __init__(self, include_paths=(), roots=None) -> None:
+    def __init__(self, include_paths=(), roots=None, checked_elsewhere: bool = False) -> None:
         from penrose.workspace import Workspace
 
+        # True in the server: open documents are checked on its check thread, and queries about
+        # one not checked yet read its parse instead of checking it on the thread that answers them
+        self.checked_elsewhere = checked_elsewhere
         self.include_paths = tuple(include_paths)
         # where files on disk may be read (besides the include paths): a list of folders, or a
         # callable giving them (the server's workspace folders); None: anywhere (a Python caller)
         self.roots = roots
         # parses (open texts over the disk, read through `read_disk`), include graphs, stamps
-        self.workspace = Workspace(self.include_paths, reader=self.read_disk)
+        self.workspace = Workspace(self.include_paths, reader=self.read_disk, max_text=MAX_FILE_BYTES)
         self.docs: dict[str, str] = {}  # path -> text of the open documents
-        self.results: dict[str, Result] = {}
+        self.results: dict[str, Result] = {}  # path -> its last full analysis (parse and check)
+        self._parsed: dict[str, Result] = {}  # path -> a parse of newer text than its last analysis (`result`)
         self._defs: dict[str, tuple] = {}  # normalised path -> (Diagram, its Defs)
 
     # -- documents
@@ -186,9 +242,10 @@ class Analyzer:
 
     def close(self, path: str) -> list[str]:
         self.docs.pop(path, None)
-        if not any(_norm(p) == _norm(path) for p in self.docs):
+        if not any(_norm(p) == _norm(path) for p in list(self.docs)):
             self.workspace.close(path)
         self.results.pop(path, None)
+        self._parsed.pop(path, None)
         return [p for p in self.affected(path) if p != path]
 
     def file_changed(self, path: str) -> list[str]:
@@ -199,7 +256,7 @@ class Analyzer:
     def affected(self, path: str) -> list[str]:
         key = _norm(path)
         out = [path] if path in self.docs else []
-        for p, r in self.results.items():
+        for p, r in list(self.results.items()):  # a snapshot: the server's check thread adds to it
             if p == path or p not in self.docs:
                 continue
             if key in r.deps or (r.context and (_norm(r.context) == key or key in self._deps_of(r.context))):
@@ -229,7 +286,7 @@ class Analyzer:
             roots = self.roots() if callable(self.roots) else self.roots
             folders = [*roots, *self.include_paths]
             if not folders:  # a client without workspace folders: those of its open documents
-                folders = sorted({os.path.dirname(os.path.abspath(p)) for p in self.docs if not p.startswith("<")})
+                folders = sorted({os.path.dirname(os.path.abspath(p)) for p in list(self.docs) if not p.startswith("<")})
             from penrose.reading import _inside
 
             if not _inside(path, folders):
@@ -260,7 +317,9 @@ class Analyzer:
 
         return deep(self._analyse)(path)  # one worker thread for the parse, the includes and the check
 
-    def _analyse(self, path: str) -> Result:
+    def _analyse(self, path: str, check: bool = True) -> Result:
+        """`analyse`; with check=False only the parse and the names of the document as it is now,
+        typed by its last check (`checked`, `checked_lines`), and not kept in `results`."""
         from penrose.parser import parse
 
         start = time.perf_counter()
@@ -275,7 +334,7 @@ class Analyzer:
         text = self.text_of(path)
         if text is None:
             text = ""
-        res = Result(path, text.lstrip("\ufeff").replace("\r\n", "\n"))
+        res = Result(path, _clean(text))
         prev = self.results.get(path)
         try:
             found = self._parse_file(path) if text.strip() and path in self.docs else parse(text, file=path)
@@ -288,9 +347,16 @@ class Analyzer:
                 res.defs, res.checked, res.deps, res.includes = prev.defs, prev.checked, prev.deps, prev.includes
                 res.checked_lines = prev.checked_lines or prev.lines
             res.seconds = time.perf_counter() - start
-            self.results[path] = res
+            if check:
+                self.results[path] = res
             return res
         self._index(res)
+        if not check:  # the names as written now; types where the lines are as last checked
+            if prev is not None:
+                res.checked, res.context = prev.checked, prev.context
+                res.checked_lines = prev.checked_lines or prev.lines
+            res.seconds = time.perf_counter() - start
+            return res
         if any(isinstance(s, ir.Output) for s in res.diagram.body):
             self._check(res, res.diagram)
         else:  # a library of dims and blocks: checked within a diagram that includes it
@@ -351,13 +417,13 @@ class Analyzer:
     def _includer(self, path: str) -> str | None:
         """A diagram that includes the library `path`: an open document, else a file beside it."""
         key = _norm(path)
-        for p, r in sorted(self.results.items()):
+        for p, r in sorted(list(self.results.items())):
             if p != path and key in r.deps and r.diagram is not None and _has_output(r.diagram):
                 return p
         folder = os.path.dirname(os.path.abspath(path))
         try:
             names = sorted(n for n in os.listdir(folder) if n.endswith(".pen"))
-        except OSError:
+        except (OSError, ValueError):  # no such folder; a name holding NUL (an editor's document may)
             return None
         for name in names:
             other = os.path.join(folder, name)
@@ -431,8 +497,23 @@ class Analyzer:
 
     # -- queries (0-based positions in code points)
     def result(self, path: str) -> Result:
+        """What the queries read: the last analysis of `path`, or, when the open document has
+        changed since (its check still queued or running), a parse of its text as it is now,
+        typed by that last check where its lines are unchanged. A request is answered from the
+        latest text without waiting for a check."""
         r = self.results.get(path)
-        return r if r is not None else self.analyse(path)
+        text = self.docs.get(path)
+        if r is None and not (self.checked_elsewhere and text is not None):
+            return self.analyse(path)
+        if text is None or (r is not None and _clean(text) == r.text):
+            assert r is not None, "a file not open is analysed above"
+            return r
+        quick = self._parsed.get(path)
+        if quick is None or quick.text != _clean(text):
+            from penrose.stack import deep
+
+            quick = self._parsed[path] = deep(self._analyse)(path, check=False)
+        return quick
 
     def definition(self, path: str, line: int, char: int):
         """(file, Range) of what the name at the position means, or None."""
@@ -640,6 +721,8 @@ class Analyzer:
             return None
         lines = [f"**einsum** `'{v.of(Einsum).spec}'`", "", "```", _einsum_text(v, s), "```"]
         try:
+            if len(v.args) > PLAN_MAX_OPERANDS:  # planning takes seconds there: not on the thread that answers requests
+                raise PenroseError(f"{len(v.args):,} operands are planned by `penrose plan`, not in a hover")
             plan = einsum_plan(c, v)
         except PenroseError as e:
             lines.append(f"\nno plan: {e.message}")
@@ -741,11 +824,14 @@ class Analyzer:
         return out
 
     def format(self, path: str) -> str | None:
-        """The document in canonical form (`penrose fmt`), or None when it does not parse."""
+        """The document in canonical form (`penrose fmt`), or None when it does not parse or
+        cannot be read (never the form of an empty text: that edit would blank the file)."""
         from penrose.fmt import format_diagram
         from penrose.parser import parse
 
-        raw = self.text_of(path) or ""
+        raw = self.text_of(path)
+        if raw is None:
+            return None
         try:
             text = format_diagram(parse(raw, file=path))
         except PenroseError:
@@ -754,6 +840,11 @@ class Analyzer:
         if first > 0 and raw[first - 1] == "\r":
             text = text.replace("\n", "\r\n")
         return text
+
+
+def _clean(text: str) -> str:
+    """A document's text as positions count it: no byte-order mark, LF line ends."""
+    return text.lstrip("\ufeff").replace("\r\n", "\n")
 
 
 def _has_output(d: ir.Diagram) -> bool:
@@ -918,12 +1009,97 @@ def _einsum_text(v, s) -> str:
 
 
 def _statement_latex(c, s) -> str:
+    """The statement's equation as LaTeX, for a statement of at most LATEX_MAX_VALUES operations
+    (sympy's work grows faster than the statement: 200 nested einsums took 4 s, 800 two minutes,
+    all of it on the thread that answers every request)."""
+    from itertools import islice
+
+    from penrose.views import values
+
+    if s.value is None or sum(1 for _ in islice(values(s.value), LATEX_MAX_VALUES + 1)) > LATEX_MAX_VALUES:
+        return ""
     try:
         from penrose.rendering.explain import statement_latex
 
         return statement_latex(c, s)
     except Exception:  # the equation is a nicety (sympy may refuse an odd statement)
         return ""
+
+
+# ---- checks off the event loop ----------------------------------------------------------------
+
+
+class Checks:
+    """Documents to check, checked one at a time on a worker thread, each at its latest version.
+
+    `schedule(paths)` queues paths and returns at once; the worker calls `work(path)` for each,
+    once `settle` seconds have passed without a new schedule (a storm of edits is read in full
+    before any check begins, and no check competes with the reading for the interpreter). A path
+    scheduled again before its turn is checked once, at its last text, and `stale(path)` tells
+    `work` that its path was scheduled again while it ran, so that its now outdated result is
+    dropped rather than published.
+
+    >>> done = []
+    >>> checks = Checks(done.append)
+    >>> checks.schedule(["a.pen", "b.pen", "a.pen"])
+    >>> checks.wait(5)
+    True
+    >>> sorted(done)
+    ['a.pen', 'b.pen']
+    """
+
+    def __init__(self, work, settle: float = SETTLE_S):
+        import threading
+
+        self._work, self.settle = work, settle
+        self._last = 0.0  # time.monotonic() of the last schedule
+        self._cond = threading.Condition()
+        self._pending: dict[str, None] = {}  # ordered: the order paths were first scheduled
+        self._running: str | None = None
+        self._thread: threading.Thread | None = None
+        self.lock = threading.RLock()  # held while a result is published, and by whoever clears one
+
+    def schedule(self, paths) -> None:
+        import threading
+
+        with self._cond:
+            for p in paths:
+                self._pending.setdefault(p, None)
+            self._last = time.monotonic()
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="penrose-lsp-checks", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def stale(self, path: str) -> bool:
+        """Whether `path` is queued again (its text or an include changed since its check began)."""
+        with self._cond:
+            return path in self._pending
+
+    def wait(self, timeout: float) -> bool:
+        """Wait until nothing is queued or running (tests, benchmarks); False on timeout."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._pending and self._running is None, timeout)
+
+    def _loop(self) -> None:
+        import logging
+
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: bool(self._pending))
+                while (left := self._last + self.settle - time.monotonic()) > 0:  # more edits may follow
+                    self._cond.wait(left)
+                path = next(iter(self._pending))
+                del self._pending[path]
+                self._running = path
+            try:
+                self._work(path)
+            except Exception:  # noqa: BLE001 - one failed check must not stop the others
+                logging.getLogger(__name__).exception("checking %s failed", path)
+            finally:
+                with self._cond:
+                    self._running = None
+                    self._cond.notify_all()
 
 
 # ---- the server (pygls) ------------------------------------------------------------------------
@@ -956,7 +1132,7 @@ def server(include_paths=()) -> LanguageServer:
         uris_ = [f.uri for f in (ws.folders or {}).values()] + ([ws.root_uri] if ws.root_uri else [])
         return [p for p in (to_fs_path(u) for u in uris_ if isinstance(u, str) and u.startswith("file:")) if p]
 
-    an = Analyzer(include_paths, roots=workspace_roots)
+    an = Analyzer(include_paths, roots=workspace_roots, checked_elsewhere=True)
     uris: dict[str, str] = {}  # path -> the URI the client uses for it
 
     def path_of(uri: str) -> str:
@@ -988,24 +1164,43 @@ def server(include_paths=()) -> LanguageServer:
 
         return T.Range(start=pos(r.line, r.char), end=pos(r.end_line, r.end_char))
 
+    def width(ch: str) -> int:  # a character's code units in the client's position encoding
+        return int(ls.workspace.position_codec.impl.code_units_for_char(ch))
+
     def from_client(path: str, p: T.Position) -> tuple[int, int]:
-        sp = ls.workspace.position_codec.position_from_client_units(lines_of(path), T.Position(line=p.line, character=p.character))
-        return sp.line, sp.character
+        lines = lines_of(path)
+        return p.line, code_point(lines[p.line], p.character, width) if p.line < len(lines) else p.character
+
+    def check(p: str):
+        """The check thread's work: analyse `p` as it is now; publish unless it changed meanwhile."""
+        if p not in an.docs:
+            return  # closed since it was queued
+        res = an.analyse(p)
+        with checks.lock:
+            if p not in an.docs:  # closed while it was checked: its diagnostics were cleared
+                an.results.pop(p, None)
+            elif not checks.stale(p):  # else a newer version is queued: this result is outdated
+                send(p, res)
+
+    checks = Checks(check)
 
     def publish(paths):
-        for p in paths:
-            res = an.analyse(p)
-            lines = res.lines
-            diags = []
-            for d in res.diagnostics:
-                related = [T.DiagnosticRelatedInformation(location=T.Location(uri=uri_of(x.file), range=to_client(x.file, x.range)), message=x.message)
-                           for x in d.related if not x.file.startswith("<")]
-                diags.append(T.Diagnostic(
-                    range=to_client(p, d.range, lines), message=d.message, severity=T.DiagnosticSeverity(SEVERITY[d.severity]),
-                    source="penrose", related_information=related or None,
-                    data={"suggestion": d.suggestion} if d.suggestion else None,
-                ))
-            ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri_of(p), diagnostics=diags))
+        """Check `paths` again (open documents), off the event loop, latest versions only."""
+        checks.schedule(paths)
+
+    def send(p: str, res: Result):
+        """Publish the diagnostics of `res`, the analysis of the open document `p`."""
+        lines = res.lines
+        diags = []
+        for d in res.diagnostics:
+            related = [T.DiagnosticRelatedInformation(location=T.Location(uri=uri_of(x.file), range=to_client(x.file, x.range)), message=x.message)
+                       for x in d.related if not x.file.startswith("<")]
+            diags.append(T.Diagnostic(
+                range=to_client(p, d.range, lines), message=d.message, severity=T.DiagnosticSeverity(SEVERITY[d.severity]),
+                source="penrose", related_information=related or None,
+                data={"suggestion": d.suggestion} if d.suggestion else None,
+            ))
+        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=uri_of(p), diagnostics=diags))
 
     @ls.feature(T.INITIALIZED)
     def initialized(params: T.InitializedParams):
@@ -1023,8 +1218,19 @@ def server(include_paths=()) -> LanguageServer:
 
     @ls.feature(T.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(params: T.DidChangeTextDocumentParams):
-        doc = ls.workspace.get_text_document(params.text_document.uri)
-        publish(an.set_text(path_of(params.text_document.uri), doc.source))
+        """Apply the changes to our copy of the text, lines counted as the protocol counts them
+        (pygls's own copy splits lines where str.splitlines does: at a form feed, U+2028 ...)."""
+        path = path_of(params.text_document.uri)
+        text = an.docs.get(path)
+        if text is None:  # a change to a document never opened: there is no text to change
+            return
+        for ch in params.content_changes:
+            if isinstance(ch, T.TextDocumentContentChangePartial):
+                r = ch.range
+                text = apply_change(text, (r.start.line, r.start.character), (r.end.line, r.end.character), ch.text, width)
+            else:
+                text = ch.text
+        publish(an.set_text(path, text))
 
     @ls.feature(T.TEXT_DOCUMENT_DID_SAVE)
     def did_save(params: T.DidSaveTextDocumentParams):
@@ -1033,8 +1239,10 @@ def server(include_paths=()) -> LanguageServer:
     @ls.feature(T.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(params: T.DidCloseTextDocumentParams):
         path = path_of(params.text_document.uri)
-        ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
-        publish(an.close(path))
+        with checks.lock:  # a check of it still running publishes nothing after this
+            others = an.close(path)
+            ls.text_document_publish_diagnostics(T.PublishDiagnosticsParams(uri=params.text_document.uri, diagnostics=[]))
+        publish(others)
 
     @ls.feature(T.WORKSPACE_DID_CHANGE_WATCHED_FILES)
     def watched(params: T.DidChangeWatchedFilesParams):
@@ -1074,13 +1282,22 @@ def server(include_paths=()) -> LanguageServer:
 
     @ls.feature(T.TEXT_DOCUMENT_FORMATTING)
     def formatting(params: T.DocumentFormattingParams):
+        """The whole open document in canonical form: one edit. A document the editor has not
+        opened gets none, and a message saying so (an edit made against a text the editor may not
+        hold would garble it: an unreadable file once gave the form of an empty text, which blanked
+        the first line)."""
         path = path_of(params.text_document.uri)
-        raw = an.text_of(path) or ""
+        raw = an.docs.get(path)
+        if raw is None:
+            why = an.refusal(path)
+            ls.window_show_message(T.ShowMessageParams(type=T.MessageType.Warning, message=(
+                f"penrose: cannot format {path}: it is not open in the editor" + (f"; {why}" if why else ""))))
+            return []
         text = an.format(path)
         if text is None or text == raw:
             return []
         lines = raw.split("\n")
-        end = T.Position(line=len(lines), character=0)
+        end = to_client(path, Range(len(lines) - 1, len(lines[-1]), len(lines) - 1, len(lines[-1])), lines).end
         return [T.TextEdit(range=T.Range(start=T.Position(line=0, character=0), end=end), new_text=text)]
 
     @ls.feature(T.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
@@ -1102,16 +1319,28 @@ def server(include_paths=()) -> LanguageServer:
 
     @ls.feature(T.TEXT_DOCUMENT_CODE_ACTION, T.CodeActionOptions(code_action_kinds=[T.CodeActionKind.QuickFix]))
     def code_action(params: T.CodeActionParams):
+        """"Change to 'W_k'" for each of the document's current diagnostics with a suggestion that
+        the client sends back (one it made up, or one outdated by edits since, gets none)."""
+        path = path_of(params.text_document.uri)
+        lines = lines_of(path)
+        def key(message, name, r: T.Range):
+            return message, name, r.start.line, r.start.character, r.end.line, r.end.character
+
+        ours = {key(d.message, d.suggestion, to_client(path, d.range, lines))
+                for d in an.result(path).diagnostics if d.suggestion} if path in an.docs else set()
         actions = []
         for d in params.context.diagnostics:
             name = (d.data or {}).get("suggestion") if isinstance(d.data, dict) else None
-            if name and d.range.start.line == d.range.end.line:
+            if key(d.message, name, d.range) not in ours:
+                continue
+            if isinstance(name, str) and d.range.start.line == d.range.end.line:
                 edit = T.WorkspaceEdit(changes={params.text_document.uri: [T.TextEdit(range=d.range, new_text=name)]})
                 actions.append(T.CodeAction(title=f"Change to '{name}'", kind=T.CodeActionKind.QuickFix, diagnostics=[d], edit=edit,
                                             is_preferred=True))
         return actions
 
     ls.penrose_analyzer = an  # type: ignore[attr-defined]  # our analyser, kept on pygls's server for callers
+    ls.penrose_checks = checks  # type: ignore[attr-defined]
     return ls
 
 

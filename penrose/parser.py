@@ -993,6 +993,8 @@ def parse(text: str, file: str = "<string>") -> ir.Diagram:
     """
     text = _normalise(text)
     lines = _Lines(text, file)
+    if "\r" in text:
+        raise _lone_cr(text, lines)
     try:
         body, comments = _parse_fast(text, lines) or _parse_lark(text, lines)
         body = _attach_comments(body, comments, lines)
@@ -1070,6 +1072,17 @@ def _unclosed(e: PenroseSyntaxError, lines: _Lines) -> PenroseSyntaxError:
 
 def _too_deep(lines: _Lines):
     return too_deep(Span(lines.file, 1, 1, 1, 2, lines.line(1)), kind=PenroseSyntaxError)
+
+
+def _lone_cr(text: str, lines: _Lines) -> PenroseSyntaxError:
+    """The error at the first CR without an LF after it (CRLFs are LFs by now). An editor shows a
+    line break there and penrose would not, so a comment would swallow the line after it."""
+    at = text.index("\r")
+    line = text.count("\n", 0, at) + 1
+    col = at - (text.rfind("\n", 0, at) + 1) + 1
+    shown = lines.line(line).replace("\r", "\u240d")  # a CR in the caret line would send the terminal's cursor back
+    return PenroseSyntaxError("a carriage return (CR) without a line feed after it: a line of a .pen file ends with "
+                              "LF or CRLF; save the file with those line ends", Span(lines.file, line, col, line, col + 1, shown))
 
 
 def _normalise(text: str) -> str:

@@ -230,11 +230,13 @@ def _inside(path: str, folders: Sequence[str]) -> bool:
     return False
 
 
-def resolve_include(path: str, span: Span, including_file: str, top_file: str, include_paths: Sequence[str] = ()) -> str:
+def resolve_include(path: str, span: Span, including_file: str, top_file: str, include_paths: Sequence[str] = (),
+                    exists: Callable[[str], bool] = os.path.lexists) -> str:
     """The absolute path of the file `include path` names, or a positioned PenroseCheckError.
 
     `include_paths` are absolute folders (`include_folders`). Nothing is opened here, and
-    nothing outside the allowed folders is even looked at.
+    nothing outside the allowed folders is even looked at. `exists(target)` says whether a
+    candidate is there (default: on disk; an editor's workspace also counts its unsaved files).
     """
     if not path.endswith(".pen"):
         raise PenroseCheckError(f"cannot include {path!r}: an include names a .pen file", span)
@@ -246,6 +248,8 @@ def resolve_include(path: str, span: Span, including_file: str, top_file: str, i
         candidates = [os.path.normpath(os.path.join(base, path))]
         candidates += [os.path.normpath(os.path.join(f, path)) for f in include_paths]
     for target in candidates:
+        if "\x00" in target:  # no file has such a name (an editor's document may, or the text)
+            raise PenroseCheckError(f"cannot include {path!r}: a file name holds no NUL character", span)
         if not _inside(target, folders):
             allowed = " or ".join(folders)
             raise PenroseCheckError(
@@ -253,7 +257,7 @@ def resolve_include(path: str, span: Span, including_file: str, top_file: str, i
                 "(allow another folder with --include-path DIR or include_paths=[DIR])",
                 span,
             )
-        if os.path.lexists(target):
+        if exists(target):
             if os.path.isdir(target):
                 raise PenroseCheckError(f"cannot include {path!r}: {target} is a directory", span)
             return target
@@ -261,8 +265,11 @@ def resolve_include(path: str, span: Span, including_file: str, top_file: str, i
 
 
 def file_key(path: str) -> str:
-    """A file as a key: symlinks resolved, case folded where the file system folds it."""
-    return path if path.startswith("<") else os.path.normcase(os.path.realpath(path))
+    """A file as a key: symlinks resolved, case folded where the file system folds it (a name
+    no file can have, one holding a NUL, as it is)."""
+    if path.startswith("<") or "\x00" in path:
+        return path
+    return os.path.normcase(os.path.realpath(path))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -306,11 +313,13 @@ def _read_included(target: str) -> ir.Diagram:
     return read_file(target, included=True)
 
 
-def walk_includes(diagram: ir.Diagram, include_paths: Sequence[str] = (), read: Reader | None = None) -> Includes:
+def walk_includes(diagram: ir.Diagram, include_paths: Sequence[str] = (), read: Reader | None = None,
+                  exists: Callable[[str], bool] = os.path.lexists) -> Includes:
     """Resolve and read the files `diagram` includes, transitively (each file once, cycles
     included: the checker names the cycle). `include_paths` are absolute folders
     (`include_folders`); `read(target)` parses a file or raises PenroseError (default: from
-    disk; a `Workspace` passes its cache and an editor's unsaved text).
+    disk; a `Workspace` passes its cache and an editor's unsaved text) and `exists(target)`
+    says whether a file is there (a `Workspace` counts the unsaved ones).
 
     >>> walk_includes(read("dim e = 2\\ninput x[e]\\noutput x")).files
     {}
@@ -327,7 +336,7 @@ def walk_includes(diagram: ir.Diagram, include_paths: Sequence[str] = (), read: 
             if not isinstance(s, ir.Include) or (d.file, s.path) in targets:
                 continue
             try:
-                target = resolve_include(s.path, s.span, d.file, top, include_paths)
+                target = resolve_include(s.path, s.span, d.file, top, include_paths, exists)
             except PenroseError as e:
                 targets[(d.file, s.path)] = e
                 continue

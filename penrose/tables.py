@@ -227,6 +227,14 @@ class Limits:
     - total_bytes: all params and buffers together, blocks and repeats counted
       (PENROSE_MAX_TOTAL_BYTES; default 2**36, 64 GiB).
     - repeat: the largest `repeat` count (PENROSE_MAX_REPEAT; default 10,000).
+    - block_depth: how deep block calls may nest, a block calling a block calling a block...
+      (PENROSE_MAX_BLOCK_DEPTH; default 100). Each level is a nested Python call in the compiled
+      forward (4 frames), the standalone source (4) and the interpreter (5); 100 levels take
+      about 410 and 510 of Python's default 1,000 frames, and leave the rest to the caller.
+    - expanded: the statements one call of the diagram runs, each block body counted once per
+      run (`repeat` counts and nesting multiplied) (PENROSE_MAX_EXPANDED; default 500,000). The
+      compiled module builds a copy of a block per run, so this bounds its size and build time
+      too (500,000 statements: at most 250,000 copies, a few seconds and about 1 GiB).
 
     >>> from penrose.checker import LIMITS
     >>> LIMITS.value("repeat")
@@ -236,9 +244,12 @@ class Limits:
     tensor_bytes: int | None = None
     total_bytes: int | None = None
     repeat: int | None = None
+    block_depth: int | None = None
+    expanded: int | None = None
 
-    _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT"}
-    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000}
+    _ENV = {"tensor_bytes": "PENROSE_MAX_TENSOR_BYTES", "total_bytes": "PENROSE_MAX_TOTAL_BYTES", "repeat": "PENROSE_MAX_REPEAT",
+            "block_depth": "PENROSE_MAX_BLOCK_DEPTH", "expanded": "PENROSE_MAX_EXPANDED"}
+    _DEFAULT = {"tensor_bytes": 2**34, "total_bytes": 2**36, "repeat": 10_000, "block_depth": 100, "expanded": 500_000}
 
     def value(self, name: str) -> int:
         set_here = getattr(self, name)

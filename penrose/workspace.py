@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from penrose import ir
-from penrose.errors import PenroseError
+from penrose.errors import PenroseError, Span
 from penrose.io import read_text
 from penrose.loader import load_entries
 from penrose.reading import (
@@ -73,6 +73,11 @@ def stamp(path: str | os.PathLike[str]) -> Stamp:
     return ("disk", st.st_mtime_ns, st.st_size, st.st_ino)
 
 
+def _size(text: str) -> int:
+    """Bytes of `text` as UTF-8 (counted only where its length leaves a doubt)."""
+    return len(text.encode("utf-8", "surrogatepass")) if len(text) < (1 << 26) else 4 * len(text)
+
+
 def _key(what: tuple[str, str], text: str | None, sizes: dict[str, Any], folders: tuple[str, ...]) -> Key:
     """A cached check's key: text is read, and relative paths resolve, from the working folder."""
     return (*what, text, tuple(sorted(sizes.items())), folders, os.getcwd())
@@ -88,9 +93,10 @@ class Workspace:
     """
 
     def __init__(self, include_paths: Paths = (), *, max_checked: int = 256,
-                 reader: Callable[[str], str] | None = None):
+                 reader: Callable[[str], str] | None = None, max_text: int | None = None):
         self.include_paths = include_folders(include_paths)
         self._read = reader or read_text  # how a file is read from disk (the language server's limits it)
+        self.max_text = max_text  # bytes (UTF-8) of an editor's text that is parsed; a larger one is refused
         self.parses = 0
         self._lock = threading.RLock()
         self._texts: dict[str, str] = {}  # file key -> an editor's unsaved text
@@ -117,6 +123,10 @@ class Workspace:
             return None
         with self._lock:
             return self._texts.get(self._file_key(os.fspath(path)))
+
+    def exists(self, path: str) -> bool:
+        """Whether a file is there to include: open in an editor (saved or not), or on disk."""
+        return self.text(path) is not None or os.path.lexists(path)
 
     def forget(self, path: str | os.PathLike[str]) -> None:
         """Drop what is cached of `path` (a change the stamps may not show)."""
@@ -146,6 +156,9 @@ class Workspace:
         else:
             try:
                 text = now[1] if now[0] == "text" else self._read(name)
+                if now[0] == "text" and self.max_text is not None and _size(text) > self.max_text:
+                    raise PenroseError(f"cannot read {name}: the editor's text is {_size(text):,} bytes, over the limit "
+                                       f"of {self.max_text:,}", Span(name))
                 found = _EMPTY if is_blank(text) else parse(text, file=name)
             except PenroseError as e:
                 found = e
@@ -167,7 +180,7 @@ class Workspace:
         """The include graph of `diagram` (`penrose.loader.Includes`), its files read through this
         workspace's cache."""
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
-        return walk_includes(diagram, folders, self._read_include)
+        return walk_includes(diagram, folders, self._read_include, self.exists)
 
     def files(self, path: str | os.PathLike[str]) -> list[str]:
         """The files the last `load` of `path` read: the file and all it includes (those that
@@ -185,6 +198,10 @@ class Workspace:
         through the loader without caching."""
         sizes = merge_sizes(sizes)
         folders = self.include_paths if include_paths is None else include_folders(include_paths)
+        if isinstance(source, ir.Diagram) and text is None:  # includes read as this workspace reads them
+            from penrose.checker import check
+
+            return check(source, sizes, includes=self.includes(source, folders))
         if text is None and not is_path(source):
             checked: Checked = load_entries(source, sizes=sizes, include_paths=folders, read_include=self._read_include)[0]
             return checked
@@ -243,7 +260,7 @@ class Workspace:
                 diagram = found
             from penrose.checker import check
 
-            checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include))
+            checked: Checked = check(diagram, sizes, includes=walk_includes(diagram, folders, read_include, self.exists))
             return stamps, checked
         except PenroseError as e:
             return stamps, e

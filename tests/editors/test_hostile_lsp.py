@@ -21,6 +21,7 @@ pytest.importorskip("pygls", reason="penrose lsp needs the editor extra (pip ins
 from test_lsp import Rpc
 
 ROOT = Path(__file__).resolve().parents[2]
+LEGEND = "# index legend: t token, d embedding\n"
 TEXT = "dim t = 2, d = 3\ninput Z[t, d]\nparam W[d, t]\nq = einsum('td,dt->t', Z, W)\noutput q\n"
 WAIT = 20  # seconds: the longest any answer may take
 
@@ -282,3 +283,338 @@ def test_requests_before_initialize_are_answered_not_initialized():
     finally:
         rpc.proc.kill()
         rpc.proc.wait()
+
+
+# ---- a stream of edits, open unsaved documents, formatting, odd documents (issue 37) ------------
+
+
+def _published(lsp, uri, since) -> list:
+    """Every diagnostics list published for `uri` after notification number `since` (hold lsp.cond)."""
+    return [n["params"]["diagnostics"] for n in lsp.notes[since:]
+            if n["method"] == "textDocument/publishDiagnostics" and n["params"]["uri"] == uri]
+
+
+def _until(lsp, uri, since, want, timeout=WAIT) -> list:
+    """The first diagnostics published for `uri` after `since` that `want(diagnostics)` accepts."""
+    with lsp.cond:
+        assert lsp.cond.wait_for(lambda: any(want(d) for d in _published(lsp, uri, since)), timeout), \
+            (uri, _published(lsp, uri, since))
+        return next(d for d in _published(lsp, uri, since) if want(d))
+
+
+def _settled(lsp):
+    """Wait until every check queued so far has run: the server checks one document at a time, in
+    the order they were queued, so a fresh document's diagnostics come after them."""
+    _settled.n = getattr(_settled, "n", 0) + 1
+    uri = (lsp.ws / f"sentinel{_settled.n}.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, TEXT)
+    _until(lsp, uri, since, lambda d: True)
+
+
+def _open(lsp, uri, text):
+    lsp.notify("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "pen", "version": 1, "text": text}})
+
+
+def _change(lsp, uri, *changes, version=2):
+    """didChange with whole texts (str) or (start line, start char, end line, end char, text) edits."""
+    out = [{"text": c} if isinstance(c, str) else
+           {"range": {"start": {"line": c[0], "character": c[1]}, "end": {"line": c[2], "character": c[3]}}, "text": c[4]}
+           for c in changes]
+    lsp.notify("textDocument/didChange", {"textDocument": {"uri": uri, "version": version}, "contentChanges": out})
+
+
+def _ask(lsp, method, params, mid):
+    lsp.send({"jsonrpc": "2.0", "id": mid, "method": method, "params": params})
+    return lsp.answer(mid)
+
+
+def _chain(n: int) -> str:
+    """n statements, each reading the one before."""
+    lines = ["# index legend: t token, d embedding", "dim t = 4, d = 8", "input x0[t, d]"]
+    lines += [f"x{i} = relu(x{i - 1}) + x{i - 1} * 2" for i in range(1, n)]
+    return "\n".join(lines) + "\n"
+
+
+STORM_EDITS = 100
+STORM_HOVER_S = 5.0  # a hover sent after the storm: answered within this (checking every edit in turn took ~8 s here)
+
+
+def test_an_edit_storm_is_checked_at_its_last_version_and_a_hover_answers_at_once(lsp):
+    """Regression (issue 37): 200 quick edits of a 2,000-statement document delayed a hover by
+    32 s, each edit checked in full, in order. Edits now coalesce (a check begins once they pause,
+    and one outdated meanwhile is dropped) and requests are answered from the latest text. Here a
+    400-statement document and 100 edits; bench/lsp_storm.py measures the issue's sizes."""
+    uri = (lsp.ws / "storm.pen").as_uri()
+    base = _chain(400)
+    since = lsp.mark()
+    _open(lsp, uri, base + "output x399\n")
+    _until(lsp, uri, since, lambda d: d == [])
+    since = lsp.mark()
+    for k in range(STORM_EDITS - 1):
+        _change(lsp, uri, base + f"# edit {k}\noutput x399\n", version=k + 2)
+    last = base + "z_last = x0 * 3\ny_bad = nope\noutput z_last\n"
+    _change(lsp, uri, last, version=STORM_EDITS + 1)
+    start = time.monotonic()
+    hover = lsp.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 402, "character": 1}})
+    took = time.monotonic() - start
+    assert "z_last" in hover["contents"]["value"]  # a name only the last version defines
+    assert took < STORM_HOVER_S, f"hover after {STORM_EDITS} edits took {took:.1f} s"
+    (bad,) = _until(lsp, uri, since, lambda d: any("nope" in x["message"] for x in d))
+    assert bad["message"] == "unknown tensor 'nope'" and bad["range"]["start"] == {"line": 403, "character": 8}
+    with lsp.cond:
+        checks = len(_published(lsp, uri, since))
+    assert checks <= STORM_EDITS // 4, f"{checks} checks for {STORM_EDITS} edits: they did not coalesce"
+
+
+def test_a_document_open_but_unsaved_is_included_from_memory(lsp):
+    """Regression (issue 37): including a document open in the editor but never saved said "no
+    such file". It is read from the editor's text, follows its edits, and is missed when closed."""
+    lib, main = lsp.ws / "unsaved_lib.pen", lsp.ws / "uses_unsaved.pen"
+    assert not lib.exists()
+    text = '# index legend: e embedding\ninclude "unsaved_lib.pen"\ninput x[e]\noutput x\n'
+    since = lsp.mark()
+    _open(lsp, lib.as_uri(), "dim e = 5\n")
+    _open(lsp, main.as_uri(), text)
+    assert _until(lsp, main.as_uri(), since, lambda d: True) == []
+    hover = lsp.request("textDocument/hover", {"textDocument": {"uri": main.as_uri()}, "position": {"line": 2, "character": 8}})
+    assert "**dim** `e` = 5" in hover["contents"]["value"]
+    since = lsp.mark()
+    _change(lsp, lib.as_uri(), "dim e = 5\nblock f(y[e]) {\n  return nope\n}\n")
+    (diag,) = _until(lsp, main.as_uri(), since, lambda d: d != [])
+    assert diag["message"] == "in unsaved_lib.pen: unknown tensor 'nope'" and diag["range"]["start"] == {"line": 1, "character": 0}
+    since = lsp.mark()
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": lib.as_uri()}})
+    (diag,) = _until(lsp, main.as_uri(), since, lambda d: d != [])
+    assert diag["message"].startswith("cannot include 'unsaved_lib.pen': no such file") and diag["range"]["start"]["line"] == 1
+
+
+def test_formatting_a_file_that_is_not_open_edits_nothing_and_says_why(lsp):
+    """Regression (issue 37): formatting a file outside the workspace returned an edit that blanked
+    its first line: the unreadable file was formatted as the empty text. Now a document the
+    editor has not opened gets no edit, and a message naming it."""
+    from penrose.lsp import Analyzer
+
+    secret = lsp.base / "secret.pen"
+    before = secret.read_bytes()
+    (lsp.ws / "closed.pen").write_text("dim   e=3\ninput x[ e ]\noutput x\n")
+    for mid, path in enumerate([secret, lsp.ws / "closed.pen", lsp.ws / "missing.pen"], 300):
+        since = lsp.mark()
+        answer = _ask(lsp, "textDocument/formatting", {"textDocument": {"uri": path.as_uri()},
+                                                       "options": {"tabSize": 2, "insertSpaces": True}}, mid)
+        assert answer["result"] == []
+        with lsp.cond:
+            assert lsp.cond.wait_for(lambda: any(n["method"] == "window/showMessage" for n in lsp.notes[since:]), WAIT)
+            shown = next(n for n in lsp.notes[since:] if n["method"] == "window/showMessage")["params"]["message"]
+        assert shown.startswith(f"penrose: cannot format {path}: it is not open in the editor")
+    assert "outside the workspace" in shown or True
+    assert secret.read_bytes() == before
+    # the root cause: the analyser formats no text it cannot read
+    assert Analyzer(roots=[str(lsp.ws)]).format(str(secret)) is None
+    # an open document is formatted, wherever it is (the editor's own text)
+    outside = (lsp.base / "outside.pen").as_uri()
+    _open(lsp, outside, "dim   e=3\ninput x[ e ]\noutput x\n")
+    (edit,) = _ask(lsp, "textDocument/formatting", {"textDocument": {"uri": outside}, "options": {"tabSize": 2, "insertSpaces": True}},
+                   310)["result"]
+    assert edit["newText"] == "dim e = 3\ninput x[e]\noutput x\n"
+    assert edit["range"] == {"start": {"line": 0, "character": 0}, "end": {"line": 3, "character": 0}}
+
+
+def test_incremental_edits_count_lines_as_the_protocol_does(lsp):
+    """Regression: pygls's copy of a document splits lines where str.splitlines does (a form feed,
+    U+2028, U+0085 end a line there), the protocol only at LF, CRLF and CR, so an edit below such
+    a character landed on another line. The server now applies edits to its own copy."""
+    uri = (lsp.ws / "lines.pen").as_uri()
+    text = "# index legend: e embedding \u2028 x\n# a page\x0c break \x85 here\ndim e = 3\ninput x[e]\ny = x * 2\noutput y\n"
+    since = lsp.mark()
+    _open(lsp, uri, text)
+    assert _until(lsp, uri, since, lambda d: True) == []
+    since = lsp.mark()
+    _change(lsp, uri, (4, 4, 4, 5, "xx"))  # line 4 as the editor counts: `y = x * 2` -> `y = xx * 2`
+    (diag,) = _until(lsp, uri, since, lambda d: d != [])
+    assert diag["message"] == "unknown tensor 'xx'; did you mean 'x'?"
+    assert diag["range"] == {"start": {"line": 4, "character": 4}, "end": {"line": 4, "character": 6}}
+    hover = lsp.request("textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 3, "character": 6}})
+    assert "**input** `x[" in hover["contents"]["value"]
+
+
+def test_ranges_past_the_end_are_clamped_and_reversed_ranges_read_forwards(lsp):
+    """A position past the end of a line or of the text is read at that end, a range from a later
+    position back to an earlier one as the range between them (as editors read them)."""
+    uri = (lsp.ws / "ranges.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, LEGEND + TEXT)  # 6 lines
+    assert _until(lsp, uri, since, lambda d: True) == []
+    since = lsp.mark()
+    _change(lsp, uri, (900, 0, 2 ** 31 - 1, 5, "y = nope\n"))  # past the end: appended
+    (diag,) = _until(lsp, uri, since, lambda d: d != [])
+    assert diag["message"] == "unknown tensor 'nope'" and diag["range"]["start"] == {"line": 6, "character": 4}
+    since = lsp.mark()
+    _change(lsp, uri, (7, 0, 6, 0, ""), version=3)  # from line 7 back to line 6: the added line goes
+    assert _until(lsp, uri, since, lambda d: True) == []
+    since = lsp.mark()
+    _change(lsp, uri, (1, 900, 1, 1000, ", d = 4"), version=4)  # past the end of `dim t = 2, d = 3`: at its end
+    (diag,) = _until(lsp, uri, since, lambda d: d != [])
+    assert diag["message"] == "dim 'd' is declared twice" and diag["range"]["start"] == {"line": 1, "character": 18}
+
+
+def test_changes_to_documents_never_opened_are_ignored(lsp):
+    since = lsp.mark()
+    for uri in [(lsp.ws / "never.pen").as_uri(), "file:///dev/zero", "untitled:Untitled-9"]:
+        _change(lsp, uri, "dim e = 2\ny = nope\noutput y\n")
+        _change(lsp, uri, (0, 0, 0, 1, "x"))
+    _still_serving(lsp)
+    _settled(lsp)
+    with lsp.cond:
+        assert not [n for n in lsp.notes[since:] if n["method"] == "textDocument/publishDiagnostics"
+                    and ("never" in n["params"]["uri"] or "zero" in n["params"]["uri"] or "untitled" in n["params"]["uri"])]
+
+
+def test_include_cycles_through_unsaved_documents_are_positioned(lsp):
+    a, b = (lsp.ws / "cycle_a.pen").as_uri(), (lsp.ws / "cycle_b.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, a, 'include "cycle_b.pen"\ninput x[e]\noutput x\n')
+    _open(lsp, b, 'include "cycle_a.pen"\ndim e = 2\n')
+    (diag,) = _until(lsp, a, since, lambda d: any("cycle" in x["message"] for x in d))
+    assert "include cycle: 'cycle_a.pen' includes itself" in diag["message"] and diag["range"]["start"] == {"line": 0, "character": 0}
+    c = (lsp.ws / "cycle_c.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, c, 'include "cycle_c.pen"\ndim e = 2\ninput x[e]\noutput x\n')
+    (diag,) = _until(lsp, c, since, lambda d: d != [])
+    assert diag["message"] == "include cycle: 'cycle_c.pen' includes itself"
+
+
+@pytest.mark.parametrize("uri", ["untitled:Untitled-1", "file:///tmp/%00x.pen", "http://example.com/x.pen",
+                                 "file://host/share/x.pen", "file:///" + "a" * 3000 + ".pen", "file:"])
+def test_odd_uris_are_answered_without_an_error(lsp, uri):
+    position = {"line": 0, "character": 0}
+    for mid, (method, params) in enumerate([
+        ("textDocument/hover", {"textDocument": {"uri": uri}, "position": position}),
+        ("textDocument/definition", {"textDocument": {"uri": uri}, "position": position}),
+        ("textDocument/completion", {"textDocument": {"uri": uri}, "position": position}),
+        ("textDocument/documentSymbol", {"textDocument": {"uri": uri}}),
+        ("textDocument/formatting", {"textDocument": {"uri": uri}, "options": {"tabSize": 2, "insertSpaces": True}}),
+    ], 400):
+        answer = _ask(lsp, method, params, f"{mid}-{uri[:30]}")
+        assert "error" not in answer, (method, answer)
+    _still_serving(lsp)
+
+
+def test_a_document_named_with_nul_is_checked(lsp):
+    """`%00` in a URI is a path holding NUL: the checks named it in os.path calls (ValueError),
+    and the document never got its diagnostics."""
+    (lsp.ws / "nul_lib.pen").write_text("dim e = 2\n")
+    uri = lsp.ws.as_uri() + "/n%00ul.pen"
+    since = lsp.mark()
+    _open(lsp, uri, 'include "nul_lib.pen"\ninput x[e]\ny = nope\noutput x\n')
+    (diag,) = _until(lsp, uri, since, lambda d: True)
+    assert diag["message"] == "unknown tensor 'nope'"
+
+
+def test_quick_fixes_only_for_the_documents_own_diagnostics(lsp):
+    uri = (lsp.ws / "fixes.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, TEXT.replace("Z, W)", "Z, Wx)"))
+    (diag,) = _until(lsp, uri, since, lambda d: d != [])
+    made_up = {**diag, "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 3}}}
+    other = {**diag, "data": {"suggestion": "rm -rf"}}
+    for mid, d in enumerate([made_up, other], 500):
+        answer = _ask(lsp, "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": d["range"],
+                                                       "context": {"diagnostics": [d]}}, mid)
+        assert answer["result"] == []
+    (fix,) = _ask(lsp, "textDocument/codeAction", {"textDocument": {"uri": uri}, "range": diag["range"],
+                                                   "context": {"diagnostics": [diag]}}, 510)["result"]
+    assert fix["edit"]["changes"][uri] == [{"range": diag["range"], "newText": "W"}]
+
+
+def test_a_document_closed_while_it_is_checked_keeps_no_diagnostics(lsp):
+    uri = (lsp.ws / "closing.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, _chain(300) + "y = nope\noutput y\n")
+    _change(lsp, uri, _chain(300) + "y = nope2\noutput y\n")
+    lsp.notify("textDocument/didClose", {"textDocument": {"uri": uri}})
+    _settled(lsp)
+    with lsp.cond:
+        assert _published(lsp, uri, since)[-1] == []
+
+
+def test_a_huge_line_and_a_lone_carriage_return(lsp):
+    uri = (lsp.ws / "huge_line.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, LEGEND + "# " + "x" * 1_000_000 + "\n" + TEXT)
+    assert _until(lsp, uri, since, lambda d: True) == []
+    answer = _ask(lsp, "textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 1, "character": 900_000}}, 600)
+    assert answer["result"] is None
+    uri = (lsp.ws / "lone_cr.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, uri, "# a note\rdim f = 2\n" + TEXT)
+    (diag,) = _until(lsp, uri, since, lambda d: True)
+    assert diag["message"].startswith("a carriage return (CR) without a line feed after it")
+    assert diag["range"]["start"] == {"line": 0, "character": 8}
+
+
+def test_only_an_edit_followed_at_once_by_a_whole_text_of_the_same_document_is_dropped():
+    """The transport's half of coalescing (penrose.lsp_io.superseded)."""
+    from penrose.lsp_io import Message, superseded
+
+    def change(uri, *changes, version=2, **extra):
+        obj = {"jsonrpc": "2.0", "method": "textDocument/didChange",
+               "params": {"textDocument": {"uri": uri, "version": version}, "contentChanges": list(changes)}, **extra}
+        return Message(json.dumps(obj).encode(), obj)
+
+    whole, part = {"text": "dim e = 2\n"}, {"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 1}}, "text": "x"}
+    assert superseded(change("file:///a.pen", part), change("file:///a.pen", whole))
+    assert superseded(change("file:///a.pen", whole), change("file:///a.pen", whole, part))
+    assert not superseded(change("file:///a.pen", whole), change("file:///a.pen", part))  # applied on top of it
+    assert not superseded(change("file:///a.pen", whole), change("file:///b.pen", whole))  # another document
+    assert not superseded(change("file:///a.pen", whole), None)
+    assert not superseded(change("file:///a.pen", whole), Message(b"", {"jsonrpc": "2.0", "id": 1, "method": "textDocument/hover"}))
+    assert not superseded(change("file:///a.pen", whole), change("file:///a.pen", {"text": 5}))  # refused later: keep this one
+    assert not superseded(change("file:///a.pen", whole), change("file:///a.pen", whole, version="7"))
+    assert not superseded(change("file:///a.pen", whole, id=3), change("file:///a.pen", whole))  # a request is answered
+
+
+def test_hovers_on_huge_statements_stay_quick():
+    """Regression: a hover on an einsum built a LaTeX equation of its whole statement with sympy
+    (400 nested einsums: 24 s, on the thread that answers every request) and planned an einsum of
+    any size (1,000 operands: 12 s). Past LATEX_MAX_VALUES operations and PLAN_MAX_OPERANDS
+    operands they are left out and said so."""
+    from penrose.lsp import PLAN_MAX_OPERANDS, Analyzer
+
+    head = "# index legend: t token, e embedding\ndim t = 3, e = 4\ninput x[t, e]\nparam W[e, e]\n"
+    a = Analyzer()
+    nested = head + "y = " + "einsum('te,ef->tf', " * 400 + "x" + ", W)" * 400 + "\noutput y\n"
+    many = head + "y = einsum('" + ",".join(["te"] * 200) + "->te', " + ", ".join(["x"] * 200) + ")\noutput y\n"
+    for name, text in (("nested", nested), ("many", many)):
+        path = f"/tmp/penrose-hover-{name}.pen"
+        a.set_text(path, text)
+        assert not [d for d in a.analyse(path).diagnostics if d.severity == "error"]
+        start = time.monotonic()
+        hover, _ = a.hover(path, 4, 6)
+        assert time.monotonic() - start < 3, name
+        assert hover.startswith("**einsum**") and "```latex" not in hover
+    assert "no plan: 200 operands are planned by `penrose plan`, not in a hover" in hover and PLAN_MAX_OPERANDS < 200
+
+
+def test_an_open_document_over_the_size_limit_is_refused_not_parsed(lsp):
+    """An editor's text over MAX_FILE_BYTES (8 MiB, as for a file read from disk) would take a
+    parse of half a minute on every request after an edit: refused at once, where it is open and
+    where it is included."""
+    from penrose.lsp import MAX_FILE_BYTES
+
+    uri = (lsp.ws / "huge_doc.pen").as_uri()
+    text = "dim e = 2\n" + "# " + "x" * MAX_FILE_BYTES + "\n"
+    since = lsp.mark()
+    start = time.monotonic()
+    _open(lsp, uri, text)
+    (diag,) = _until(lsp, uri, since, lambda d: True)
+    assert diag["message"] == (f"cannot read {lsp.ws / 'huge_doc.pen'}: the editor's text is {len(text):,} bytes, "
+                               f"over the limit of {MAX_FILE_BYTES:,}")
+    assert diag["range"]["start"] == {"line": 0, "character": 0}
+    answer = _ask(lsp, "textDocument/hover", {"textDocument": {"uri": uri}, "position": {"line": 0, "character": 4}}, 700)
+    assert answer["result"] is None and time.monotonic() - start < WAIT
+    includer = (lsp.ws / "includes_huge.pen").as_uri()
+    since = lsp.mark()
+    _open(lsp, includer, 'include "huge_doc.pen"\ninput x[e]\noutput x\n')
+    (diag,) = _until(lsp, includer, since, lambda d: True)
+    assert "over the limit of" in diag["message"] and diag["range"]["start"] == {"line": 0, "character": 0}

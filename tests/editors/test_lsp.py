@@ -251,6 +251,7 @@ def test_definition_and_includes(lsp):
     since = lsp.mark()
     lsp.notify("textDocument/didOpen", {"textDocument": {"uri": lib_uri, "languageId": "pen", "version": 1, "text": lib}})
     assert lsp.diagnostics(lib_uri, since) == []
+    assert lsp.diagnostics(uri, since) == []  # main.pen is checked again with the open text (on the check thread: wait for it)
     assert definition("x, W)", 3, lib, lib_uri) == {"uri": lib_uri, "range": _range(3, 8, 3, 9)}
     broken = lib.replace("x, W)", "x, Wx)")
     since = lsp.mark()
@@ -365,3 +366,38 @@ def test_consts_and_initialisers_hover():
     assert hover.startswith("**const** `scale` = `alpha / r` = 2")
     hover, _ = a.hover("/tmp/penrose-lsp-consts.pen", 5, text.splitlines()[5].index("normal"))
     assert hover.startswith("**init** `normal(mean=0.0, std=0.02)`")
+
+
+def test_checks_coalesce_and_say_when_a_running_check_is_outdated():
+    """penrose.lsp.Checks alone: a path queued again while its check runs is stale (its result is
+    dropped) and is checked once more, once, however often it was queued meanwhile."""
+    import threading
+
+    from penrose.lsp import Checks
+
+    started, release = threading.Event(), threading.Event()
+    calls: list = []
+
+    def work(path):
+        calls.append(path)
+        if len(calls) == 1:
+            started.set()
+            assert release.wait(10)
+            calls.append(("stale", checks.stale(path)))
+
+    checks = Checks(work, settle=0.0)
+    checks.schedule(["a.pen"])
+    assert started.wait(10)
+    for _ in range(50):
+        checks.schedule(["a.pen", "b.pen"])
+    release.set()
+    assert checks.wait(10)
+    assert calls == ["a.pen", ("stale", True), "a.pen", "b.pen"]
+
+
+def test_the_storm_bench_runs():
+    run = subprocess.run([sys.executable, "bench/lsp_storm.py", "--small", "--statements", "200", "--edits", "20"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert "storm of 20 edits, then a hover: answered in median" in run.stdout and "target < 2.0 s" in run.stdout
+    assert "WRONG" not in run.stdout and run.stdout.rstrip().splitlines()[-1].startswith("targets: ")

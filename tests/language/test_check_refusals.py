@@ -259,11 +259,13 @@ def test_the_total_of_all_params_counts_repeats():
 @pytest.fixture
 def limits(monkeypatch):
     """LIMITS as the test leaves it is restored; the environment too."""
-    saved = (LIMITS.tensor_bytes, LIMITS.total_bytes, LIMITS.repeat)
-    for var in ("PENROSE_MAX_TENSOR_BYTES", "PENROSE_MAX_TOTAL_BYTES", "PENROSE_MAX_REPEAT"):
-        monkeypatch.delenv(var, raising=False)
+    names = ("tensor_bytes", "total_bytes", "repeat", "block_depth", "expanded")
+    saved = {n: getattr(LIMITS, n) for n in names}
+    for n in names:
+        monkeypatch.delenv(LIMITS._ENV[n], raising=False)
     yield LIMITS
-    LIMITS.tensor_bytes, LIMITS.total_bytes, LIMITS.repeat = saved
+    for n, v in saved.items():
+        setattr(LIMITS, n, v)
 
 
 def test_limits_are_raised_in_python(limits):
@@ -288,6 +290,120 @@ def test_limits_are_raised_by_environment_variables(limits, monkeypatch):
     assert refusal(B + BLK + "y = f(x) repeat 4\noutput y").message.startswith("repeat count 4 is beyond the limit of 3;")
     limits.repeat = 5  # Python wins over the environment
     check(parse(B + BLK + "y = f(x) repeat 4\noutput y"))
+
+
+# ---- block calls nested deep, diagrams that expand past the limit (issue 37) ------------------
+
+
+def chain(n: int, expr: str = "b{i}(h) + h") -> str:
+    """n blocks, b{n-1} calling b{n-2} ... calling b0, and the diagram calling b{n-1}; block b{i}
+    takes lines 3i + 3 to 3i + 5, its call on line 3i + 4 at column 10."""
+    text = B + "block b0(h[t, e]) {\n  return relu(h)\n}\n"
+    for i in range(1, n):
+        text += f"block b{i}(h[t, e]) {{\n  return {expr.format(i=i - 1)}\n}}\n"
+    return text + f"y = b{n - 1}(x)\noutput y\n"
+
+
+def test_block_calls_nested_too_deep_are_refused_at_the_call_naming_the_chain():
+    """Regression (issue 37): 250 nested block calls checked and compiled, then forward raised
+    RecursionError. Refused at the call that nests one level too deep."""
+    check(parse(chain(100)))  # at the limit
+    for n in (101, 250):
+        e = refusal(chain(n))
+        assert type(e) is PenroseCheckError
+        assert e.message.startswith("block calls nest 101 deep through this call (b100 -> b99 -> b98 -> ... -> b1 -> b0), "
+                                    "beyond the limit of 100: each level is a nested Python call when the diagram runs")
+        assert e.message.endswith("raise it with PENROSE_MAX_BLOCK_DEPTH=N or penrose.checker.LIMITS.block_depth = N")
+        assert (e.line, e.col) == (3 * 100 + 4, 10)  # b100's call of b99
+
+
+def test_the_depth_limit_is_raised_in_python_and_by_the_environment(limits, monkeypatch):
+    limits.block_depth = 120
+    check(parse(chain(120)))
+    limits.block_depth = None
+    monkeypatch.setenv("PENROSE_MAX_BLOCK_DEPTH", "3")
+    e = refusal(chain(4))
+    assert "block calls nest 4 deep through this call (b3 -> b2 -> b1 -> b0), beyond the limit of 3" in e.message
+    assert (e.line, e.col) == (3 * 3 + 4, 10)
+
+
+def test_blocks_nested_to_the_limit_run_under_the_default_recursion_limit():
+    """A diagram at the depth limit runs forward and backward, compiled, as standalone source and
+    interpreted, from a caller already 300 frames deep (pytest's own are some 35 more) under
+    Python's default limit of 1,000 (each level takes 4 frames compiled, 5 interpreted)."""
+    import sys
+
+    import torch
+
+    from sources import quiet, standalone
+
+    text = chain(LIMITS.value("block_depth"))
+    runs = {"compiled": quiet(penrose.compile, text, seed=0), "standalone": standalone(text),
+            "interpreted": lambda z: penrose.interpret(text, z)}
+
+    def deep(n, f):
+        return f() if n == 0 else deep(n - 1, f)
+
+    old = sys.getrecursionlimit()
+    sys.setrecursionlimit(1000)
+    try:
+        for name, run in runs.items():
+            x = torch.randn(2, 3, requires_grad=True)
+            y = deep(300, lambda: run(x))
+            y.sum().backward()
+            assert x.grad is not None and torch.isfinite(x.grad).all(), name
+    finally:
+        sys.setrecursionlimit(old)
+
+
+NESTED = ("dim t = 2, e = 3\ninput x[t, e]\nblock inner(h[t, e]) {{\n  return relu(h)\n}}\n"
+          "block outer(h[t, e]) {{\n  y = inner(h) repeat {inner}\n  return y\n}}\n"
+          "y = outer(x) repeat {outer}\noutput y\n")  # str.format: {inner}, {outer} the repeat counts
+
+
+def test_a_repeat_inside_a_repeat_expanding_past_the_limit_is_refused_at_the_repeat():
+    """Regression (issue 37): repeat 10000 inside repeat 10000 passed the checker, then compiled
+    for ever (10**8 block copies). Refused at the outer repeat count, before anything is built."""
+    e = refusal(NESTED.format(inner=10_000, outer=10_000))
+    assert e.message == (
+        "10,000 runs of block 'outer' (10,002 statements a run, its block calls expanded) make one run of the diagram "
+        "100,020,001 statements, beyond the limit of 500,000 (a repeated block is built once per repeat, and every "
+        "statement runs on each call); raise it with PENROSE_MAX_EXPANDED=N or penrose.checker.LIMITS.expanded = N")
+    assert (e.line, e.col) == (10, 21)
+    check(parse(NESTED.format(inner=1_000, outer=100)))  # 100,201 statements
+    e = refusal(NESTED.format(inner=1_000, outer="L").replace("dim t = 2", "dim L = 600, t = 2"))
+    assert e.message.startswith("600 runs of block 'outer' (1,002 statements a run") and "601,201 statements" in e.message
+    assert (e.line, e.col) == (10, 21)
+
+
+def test_a_block_that_expands_past_the_limit_by_itself_is_refused_inside_it():
+    text = ("dim t = 2, e = 3\ninput x[t, e]\nblock a(h[t, e]) {\n  return relu(h)\n}\n"
+            "block b(h[t, e]) {\n  y = a(h) repeat 10000\n  return y\n}\n"
+            "block c(h[t, e]) {\n  y = b(h) repeat 10000\n  return y\n}\n"
+            "y = x * 2\noutput y\n")  # c is never called: it still cannot be built
+    e = refusal(text)
+    assert e.message.startswith("10,000 runs of block 'b' (10,002 statements a run, its block calls expanded) make one run "
+                                "of block 'c' 100,020,001 statements")
+    assert (e.line, e.col) == (11, 19)
+
+
+def test_shared_calls_count_every_run(limits):
+    """A block called three times (one instance, `as g`) runs three times: each run counts."""
+    text = B + BLK + "y = f(x) as g\ny = f(y) as g\ny = f(y) as g\noutput y\n"
+    limits.expanded = 6
+    check(parse(text))  # 3 calls + 3 runs of f's one statement
+    limits.expanded = 5
+    e = refusal(text)
+    assert e.message.startswith("block 'f' (1 statement a run, its block calls expanded) make one run of the diagram 6 statements")
+    assert (e.line, e.col) == (8, 5)
+
+
+def test_the_expansion_limit_is_raised_by_the_environment(limits, monkeypatch):
+    monkeypatch.setenv("PENROSE_MAX_EXPANDED", "1_000_000")
+    check(parse(NESTED.format(inner=1_000, outer=900)))  # 901,801 statements
+    monkeypatch.setenv("PENROSE_MAX_EXPANDED", "0")
+    with pytest.raises(PenroseCheckError, match=r"PENROSE_MAX_EXPANDED must be at least 1, got '0'"):
+        check(parse(B + "output x"))
 
 
 @pytest.mark.parametrize("value", ["lots", "1.5", "0", "-3"])

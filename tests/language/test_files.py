@@ -210,6 +210,23 @@ def test_bom_and_crlf_parse_with_positions_an_editor_shows(tmp_path):
     assert penrose.parse("\ufeffdim t = 2").body[0].span.col == penrose.parse("dim t = 2").body[0].span.col == 5
 
 
+@pytest.mark.parametrize("text, line, col", [
+    ("# a note\rdim f = 2\ndim e = 2\ninput x[e]\noutput x\n", 1, 9),  # an editor shows `dim f = 2` on a line of its own
+    ("dim e = 2\ninput x[e]\rinput y[e]\noutput x\n", 2, 11),
+    ('dim e = 2\ninput x[e]\nlabel x "a\rb"\noutput x\n', 3, 11),
+    ("dim e = 2\r\ninput x[e]\r\noutput x\r", 3, 9),  # CRLF lines, then a lone CR at the end
+])
+def test_a_lone_carriage_return_is_refused_where_it_stands(text, line, col):
+    """Regression: a CR without an LF after it ended no line, so inside a comment it swallowed
+    what an editor shows as the next line (a declaration penrose then never saw)."""
+    with pytest.raises(PenroseSyntaxError) as info:
+        penrose.parse(text)
+    e = info.value
+    assert e.message.startswith("a carriage return (CR) without a line feed after it: a line of a .pen file ends with LF or CRLF")
+    assert (e.line, e.col) == (line, col)
+    assert "\r" not in e.render()  # the caret line shows it as a symbol
+
+
 def test_fmt_keeps_crlf_and_drops_the_bom(tmp_path, capsys):
     crlf = tmp_path / "crlf.pen"
     crlf.write_bytes(b"dim e = 3\r\ninput x[e]\r\ny = x * 2\r\noutput y\r\n")

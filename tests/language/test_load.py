@@ -237,6 +237,40 @@ def test_an_editors_text_is_read_instead_of_the_disk(project):
     assert ws.load(main).dim_sizes()["e"] == 3
 
 
+def test_an_editors_unsaved_file_is_included_though_no_file_is_on_disk(project):
+    """Regression (issue 37): including a document open in the editor but never saved said "no
+    such file"; the workspace resolves includes to its open texts too."""
+    ws = Workspace()
+    unsaved = project / "unsaved.pen"
+    ws.set_text(str(unsaved), "dim e = 5\n")
+    text = 'include "unsaved.pen"\ninput x[e]\noutput x\n'
+    ws.set_text(str(project / "uses.pen"), text)
+    assert not unsaved.exists() and ws.exists(str(unsaved))
+    assert ws.load(project / "uses.pen").dim_sizes() == {"e": 5}
+    assert ws.load(penrose.parse(text, file=str(project / "uses.pen"))).dim_sizes() == {"e": 5}  # a Diagram, as the LSP loads it
+    ws.close(str(unsaved))
+    with pytest.raises(PenroseCheckError, match=r"cannot include 'unsaved.pen': no such file") as e:
+        ws.load(penrose.parse(text, file=str(project / "uses.pen")))
+    assert (e.value.line, e.value.col) == (1, 1)
+
+
+def test_an_include_naming_a_nul_is_refused_at_the_include(project):
+    """No file name holds NUL: refused at the include, not a ValueError from os.path."""
+    with pytest.raises(PenroseCheckError) as e:
+        load(text='dim e = 2\ninclude "a\x00b.pen"\ninput x[e]\noutput x\n')
+    assert e.value.message == "cannot include 'a\\x00b.pen': a file name holds no NUL character"
+    assert (e.value.line, e.value.col) == (2, 1)
+    ws = Workspace()  # documents named with NUL (an editor may send one), including a file beside them
+    named = str(project / "x\x00y.pen")
+    ws.set_text(named, 'include "lib.pen"\ninput x[e]\noutput x\n')
+    assert ws.load(named).dim_sizes()["e"] == 3
+    in_folder = str(project / "x\x00" / "y.pen")
+    ws.set_text(in_folder, 'include "lib.pen"\ninput x[e]\noutput x\n')
+    with pytest.raises(PenroseCheckError, match=r"a file name holds no NUL character") as e:
+        ws.load(in_folder)
+    assert (e.value.line, e.value.col) == (1, 1)
+
+
 def test_the_language_server_parses_an_unchanged_include_once(project):
     from penrose.lsp import Analyzer
 
