@@ -211,9 +211,10 @@ class _Emitter:
 
     def keyword(self, v: V, key: str, value):
         """A keyword's value: as the diagram wrote it where it named consts or dims (`eps=eps`
-        reads EPS), else its number."""
+        reads EPS), else its number; the number too where it reads a size the inputs give (the
+        value was fixed when checking, at the declared size)."""
         shown = v.attrs.written(key)
-        return P.const(value) if shown is None else self.expr(shown.value)
+        return P.const(value) if shown is None or fixed(shown.value, self.S) is None else self.expr(shown.value)
 
     def size_local(self, label: str) -> str:
         """The local holding a size read at run time: `_<dim>`, unless that is a name the

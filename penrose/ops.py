@@ -23,6 +23,9 @@ element-wise function's row also says what it computes and how it is shown:
     latex    its name in equations
     reading  the sentence of its geometric reading (`{keyword}` stands for a keyword's value)
     aten     the ATen op `penrose.trace` lowers to it (None where trace lowers it by hand)
+    scalar   it also applies to plain numbers (`sqrt(d)`: the checker folds it; generated source
+             writes it with Python's math, `math.sqrt(D)`); `sized`: it is defined at every size,
+             so that it may read a size known only at run time
 
 The checker reads arity, keywords, defaults and rules from here; every backend derives what it
 can from the rows and keeps a table keyed by the same names for the rest, and a test asserts

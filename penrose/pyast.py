@@ -496,9 +496,11 @@ _OPS = {cls: op for op, cls in BINOPS.items()}
 
 
 def _comment_lines(text: str, pad: str) -> list[str]:
-    """A comment's lines at `pad`: broken between words where it is longer than LINE_LENGTH."""
+    """A comment's lines at `pad`: broken between words where it is longer than LINE_LENGTH, the
+    lines after the first indented two more (`#   ...`: a reader, and the gallery, see where it goes on)."""
     width = max(LINE_LENGTH - len(pad) - 2, 20)
-    return [f"{pad}# {line}" for line in textwrap.wrap(text, width, break_long_words=False, break_on_hyphens=False)] or [f"{pad}#"]
+    lines = textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    return [f"{pad}# {line}" for line in lines] or [f"{pad}#"]
 
 
 def _bracketed(pad: str, opening: str, items: list[str], closing: str, one: str | None = None) -> list[str]:

@@ -159,6 +159,27 @@ def test_linear_sizes(t, c, n, batch):
     assert_same(m, lambda env: env["X"] @ env["W"].T, make_inputs(m, batch))
 
 
+# x W + b with b a param along the product's last leg: nn.Linear's own call; a bias along another
+# leg, or an input (batched: it aligns with an unsqueeze), stays a sum
+BIASES = {
+    "bias": ("param b[n]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W, self.b)", lambda b: b),
+    "bias_first": ("param b[n]", "b + einsum('tc,nc->tn', X, W)", "y = F.linear(X, self.W, self.b)", lambda b: b),
+    "other_leg": ("param b[t]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W) + self.b.unsqueeze(-1)",
+                  lambda b: b[:, None]),
+    "input": ("input b[n]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W) + b.unsqueeze(-2)",
+              lambda b: b.unsqueeze(-2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BIASES))
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_linear_with_bias(name, batch):
+    decl, expr, expected, aligned = BIASES[name]
+    m = compile_quiet(f"dim t = 3, c = 4, n = 5\ninput X[t, c]\nparam W[n, c]\n{decl}\ny = {expr}\noutput y")
+    assert expected in code(m)
+    assert_same(m, lambda env: env["X"] @ env["W"].T + aligned(env["b"]), make_inputs(m, batch))
+
+
 # ---- 2. embedding: gather(E, ids) on an unbatched matrix -------------------------------------
 
 GATHER = """\
