@@ -1008,11 +1008,43 @@ def _sum(terms: list) -> Any:
 
 def _unsqueezed(tree, d: int):
     """`tree.unsqueeze(d)`, d counted from the end; of a reduction over that same leg,
-    `x.sum(d, keepdim=True)` instead (the same kernel, written as a person would)."""
+    `x.sum(d, keepdim=True)` instead (the same kernel, written as a person would), also under
+    element-wise functions and arithmetic with plain numbers, which keep the shape:
+    `torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)`."""
+    kept = _keepdim(tree, d)
+    return P.method(tree, "unsqueeze", d) if kept is None else kept
+
+
+def _keepdim(tree, d: int):
+    """`tree` with its reduction over leg d keeping that leg, or None where it has none there."""
     if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in _REDUCTIONS \
             and len(tree.args) == 1 and not tree.keywords and _int_of(tree.args[0]) == d:
         return P.method(tree.func.value, tree.func.attr, tree.args[0], keepdim=P.const(True))
-    return P.method(tree, "unsqueeze", d)
+    if isinstance(tree, ast.Call) and P.unparse(tree.func) in _ELEMENTWISE_CALLS and tree.args \
+            and all(_plain_number(a) for a in tree.args[1:]) and not tree.keywords:
+        inner = _keepdim(tree.args[0], d)
+        return None if inner is None else P.call(tree.func, inner, *tree.args[1:])
+    if isinstance(tree, ast.BinOp) and (_plain_number(tree.left) or _plain_number(tree.right)):
+        left = tree.left if _plain_number(tree.left) else _keepdim(tree.left, d)
+        right = tree.right if _plain_number(tree.right) else _keepdim(tree.right, d)
+        return None if left is None or right is None else ast.BinOp(left, tree.op, right)
+    return None
+
+
+_ELEMENTWISE_CALLS = frozenset(op.torch for op in ops.OPS.values() if op.torch is not None)
+
+
+def _plain_number(tree) -> bool:
+    """Whether a tree is a plain number: a literal, a dim's or const's constant, math of those."""
+    if isinstance(tree, ast.Constant) or hasattr(tree, _CONSTANT):
+        return True
+    if isinstance(tree, ast.UnaryOp):
+        return _plain_number(tree.operand)
+    if isinstance(tree, ast.BinOp):
+        return _plain_number(tree.left) and _plain_number(tree.right)
+    if isinstance(tree, ast.Call) and _is_path(tree.func.value if isinstance(tree.func, ast.Attribute) else tree.func, "math"):
+        return all(_plain_number(a) for a in tree.args)
+    return False
 
 
 _REDUCTIONS = ("sum", "mean", "amax", "amin", "prod")

@@ -180,6 +180,30 @@ def test_linear_with_bias(name, batch):
     assert_same(m, lambda env: env["X"] @ env["W"].T + aligned(env["b"]), make_inputs(m, batch))
 
 
+# a reduction whose leg comes back (aligned, or a pattern's '1'): keepdim=True, as a person writes
+# it, also under element-wise functions and arithmetic with numbers; where the leg comes back
+# elsewhere, an unsqueeze
+KEEPDIM = {
+    "centred": ("y = x - mean(x, e)", "y = x - x.mean(-1, keepdim=True)", lambda x: x - x.mean(-1, keepdim=True)),
+    "normalised": ("y = x / sqrt(sum(x * x, e) + 1e-12)", "y = x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)",
+                   lambda x: x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)),
+    "pattern": ("y = reduce(x, 't e -> t 1', 'sum')", "y = x.sum(-1, keepdim=True)", lambda x: x.sum(-1, keepdim=True)),
+    "elsewhere": ("y = einsum('te->et', x) - sum(x, e)", "y = torch.einsum('...te->...et', x) - x.sum(-1).unsqueeze(-2)",
+                  lambda x: x.transpose(-2, -1) - x.sum(-1).unsqueeze(-2)),
+    "times_a_tensor": ("y = x - sum(x, e) * sum(x, e)", "y = x - (x.sum(-1) * x.sum(-1)).unsqueeze(-1)",
+                       lambda x: x - (x.sum(-1) ** 2).unsqueeze(-1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEEPDIM))
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_keepdim(name, batch):
+    stmt, expected, reference = KEEPDIM[name]
+    m = compile_quiet(f"dim t = 3, e = 4\ninput x[t, e]\n{stmt}\noutput y")
+    assert expected in code(m)
+    assert_same(m, lambda env: reference(env["x"]), make_inputs(m, batch))
+
+
 # ---- 2. embedding: gather(E, ids) on an unbatched matrix -------------------------------------
 
 GATHER = """\
