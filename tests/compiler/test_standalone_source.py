@@ -145,3 +145,21 @@ def test_zoo_sources_compute_what_the_module_computes(path):
     assert len(want) == len(got)
     for a, b in zip(want, got):
         assert torch.equal(a, b)
+
+
+def test_constants_and_the_functional_alias_shadow_no_name_of_the_diagram():
+    """A dim's or const's constant takes its name in capitals unless the module holds that name
+    already (an input `E`, a local `ALPHA`): then `E_DIM`, `ALPHA_CONST`; `F` is
+    torch.nn.functional unless the diagram names a tensor `F`."""
+    text = ("dim e = 3, f = 2\nconst alpha = 2.5\ninput E[e]\nparam W[e, f]\nF = einsum('e,ef->f', E, W) * alpha\n"
+            "ALPHA = gelu(F) + sqrt(e)\noutput ALPHA")
+    source = penrose.source(text)
+    assert "\nE_DIM = 3\nF_DIM = 2\nALPHA_CONST = 2.5\n" in source and "import torch.nn.functional" not in source
+    assert "F = E @ self.W * ALPHA_CONST" in source
+    assert "ALPHA = torch.nn.functional.gelu(F) + math.sqrt(E_DIM)" in source
+    namespace: dict = {}
+    exec(compile(source, "<standalone>", "exec"), namespace)
+    module = namespace["Model"]().double()
+    x = torch.randn(3, dtype=torch.float64)
+    want = torch.nn.functional.gelu(x @ module.W * 2.5) + 3 ** 0.5
+    torch.testing.assert_close(module(x), want)
