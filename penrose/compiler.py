@@ -568,10 +568,11 @@ class _Emitter:
         if self.top:
             spec = []
             for d in c.inputs:
-                # a free leg is named (read from the inputs at run time); a fixed one is its size
-                sizes = tuple(self.S.label[self.S.find(cl)] if self.S.is_free(cl) else self.fixed_size(cl, d.tensor.span) for cl in d.type.cls)
-                spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
-            nodes.append(P.assign(self.inputs_attr, P.literal(tuple(spec))))
+                # a free leg is named (read from the inputs at run time), a fixed one is its size (its dim's constant)
+                sizes = [P.const(self.S.label[self.S.find(cl)]) if self.S.is_free(cl) else self.size_node(cl, d.tensor.span, leg)
+                         for cl, leg in zip(d.type.cls, d.type.legs)]
+                spec.append(P.tuple_([P.const(d.tensor.name), P.literal(tuple(d.tensor.legs)), P.tuple_(sizes), P.const(d.tensor.dtype)]))
+            nodes.append(P.assign(self.inputs_attr, P.tuple_(spec)))
         return nodes
 
     def own_nodes(self) -> dict:
