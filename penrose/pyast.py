@@ -17,7 +17,9 @@ Two traps of `ast.unparse` are avoided here: a negative number is built as unary
 non-negative constant (`ast.Constant(-2) ** 2` would print as `-2 ** 2`), and infinities are
 `torch.inf` rather than `1e309`.
 
-Deep trees are flattened by `Hoister`: a sub-expression nested deeper than `MAX_DEPTH` becomes
+A statement longer than `LINE_LENGTH` (the project's) is printed wrapped inside its brackets,
+as black would: a call's arguments on a line of their own, else one a line; a sum one operand a
+line; a long comment between words. Deep trees are flattened by `Hoister`: a sub-expression nested deeper than `MAX_DEPTH` becomes
 a temporary (`_1 = ...`) emitted before the statement, so a 10,000-term sum or 1,000 nested
 calls produce code that Python's parser and compiler accept.
 

@@ -155,3 +155,30 @@ def test_the_checker_reads_the_table():
         assert (row.function == "") if row.made else callable(getattr(torch.nn.init, row.function)), name
         args, kwargs = row.arguments({}, [3, 4])
         assert all(isinstance(v, float) for v in (*args, *kwargs.values()))
+
+
+def _long(n: int) -> str:
+    return "a_name_that_is_rather_long_" + str(n)
+
+
+WRAPPED = {
+    "call, hugged": P.call(P.path("torch.where"), *[P.name(_long(i)) for i in range(4)]),
+    "call, one a line": P.call(P.path("torch.einsum"), P.const("ab,bc->ac"), *[P.name(_long(i)) for i in range(6)], dim=P.const(-1)),
+    "method of a long receiver": P.method(P.call(P.name("f"), *[P.name(_long(i)) for i in range(5)]), "clamp", min=P.const(0)),
+    "sum": P.binop("+", P.binop("-", P.name(_long(0)), P.binop("-", P.name(_long(1)), P.name(_long(2)))),
+                   P.binop("*", P.name(_long(3)), P.binop("+", P.name(_long(4)), P.name(_long(5))))),
+    "constant tuple of strings": P.literal(tuple(("x " * 40) + str(i) for i in range(3))),
+    "one-tuple": P.tuple_([P.call(P.name("g"), *[P.name(_long(i)) for i in range(5)])]),
+    "string longer than a line": P.call(P.name("g"), P.const("a word " * 40 + "the end"), P.const(1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_a_long_statement_is_wrapped_to_the_same_tree(name):
+    """Wrapped to fit the line, printed code is the same Python: its tree is the unwrapped one's."""
+    node = P.assign("y", WRAPPED[name])
+    printed = P.print_module(P.module([P.function("f", P.arguments([]), [P.commented(node, "[..., t, e=4]")])]))
+    lines = printed.splitlines()
+    assert len(lines) > 2 and all(len(line) <= P.LINE_LENGTH for line in lines), printed
+    assert ast.dump(ast.parse(printed).body[0].body[0].value) == ast.dump(ast.parse(ast.unparse(node)).body[0].value)
+    assert node.lineno == 2 and node.end_lineno == len(lines)  # where the printer says it is
