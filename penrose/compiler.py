@@ -108,7 +108,8 @@ def _constant(kind: str, label: str, value: int | float) -> ast.expr:
 
 def _name_constants(code: list[ast.stmt], taken: set[str], order: dict[str, int]) -> list[ast.stmt]:
     """Name every constant `code` reads (`D = 32`, `ALPHA = 16`: its label in capitals, unless
-    `taken` holds that name) and return their assignments, ordered by `order` (label -> rank)."""
+    `taken` holds that name) and return their assignments, ordered by `order` (label -> rank),
+    after a comment saying what they are."""
     nodes = [n for stmt in code for n in ast.walk(stmt) if isinstance(n, ast.Name) and hasattr(n, _CONSTANT)]
     found = dict(getattr(n, _CONSTANT) for n in nodes)
     names: dict[tuple[str, str, str], str] = {}
@@ -120,7 +121,10 @@ def _name_constants(code: list[ast.stmt], taken: set[str], order: dict[str, int]
         taken.add(names[key])
     for n in nodes:
         n.id = names[getattr(n, _CONSTANT)[0]]
-    return [P.assign(name, P.const(found[key])) for key, name in names.items()]
+    kinds = {kind for kind, _, _ in names}
+    what = " and ".join(w for k, w in (("dim", "dims (at the sizes compiled)"), ("const", "consts")) if k in kinds)
+    assignments = [P.assign(name, P.const(found[key])) for key, name in names.items()]
+    return [P.spaced(P.Comment(f"the diagram's {what}"), 1), *assignments] if assignments else []
 
 
 class _Numbers(ast.NodeTransformer):
@@ -310,7 +314,8 @@ class _Emitter:
                     else self.expr(att.mask))
         if grouped:
             qv = att.q
-            sizes = P.tuple_([self.size_node(qv.type.cls[att.q_legs.index(l)], qv.span, qv.legs[att.q_legs.index(l)]) for l in heads])
+            at = [att.q_legs.index(l) for l in heads]
+            sizes = P.tuple_([self.size_node(qv.type.cls[i], qv.span, qv.legs[i]) for i in at])
             code = P.method(P.call(P.name("_gqa_attention"), q, k, v, mask, scale, P.const(causal)), "unflatten", -3, sizes)
         else:
             code = P.call(P.name("_attention"), q, k, v, mask, scale, P.const(causal))
@@ -571,7 +576,8 @@ class _Emitter:
                 # a free leg is named (read from the inputs at run time), a fixed one is its size (its dim's constant)
                 sizes = [P.const(self.S.label[self.S.find(cl)]) if self.S.is_free(cl) else self.size_node(cl, d.tensor.span, leg)
                          for cl, leg in zip(d.type.cls, d.type.legs)]
-                spec.append(P.tuple_([P.const(d.tensor.name), P.literal(tuple(d.tensor.legs)), P.tuple_(sizes), P.const(d.tensor.dtype)]))
+                legs = P.literal(tuple(d.tensor.legs))
+                spec.append(P.tuple_([P.const(d.tensor.name), legs, P.tuple_(sizes), P.const(d.tensor.dtype)]))
             nodes.append(P.assign(self.inputs_attr, P.tuple_(spec)))
         return nodes
 
@@ -1227,9 +1233,7 @@ def module_tree(checked: Checked, standalone: bool = True, fuse_attention: bool 
         body.append(P.import_("torch.nn.functional", "F"))
     if not standalone and helpers:  # an in-memory module imports the helpers (one copy of their constants' cache)
         body.append(P.import_from("penrose.runtime", helpers))
-    if constants:
-        body.append(P.spaced(P.Comment("the diagram's dims, at the sizes compiled, and its consts"), 1))
-        body.extend(constants)
+    body.extend(constants)
     if standalone:
         for name in helpers:
             if name == "ShapeError":
