@@ -784,7 +784,7 @@ def _lower_binop(op: str):
     return lower
 
 
-def _linear_with_bias(v: V, trees: tuple) -> Any:
+def _linear_with_bias(v: V, trees: tuple) -> ast.expr | None:
     """`F.linear(x, W) + b` as `F.linear(x, W, b)`, where b is a one-leg param or buffer along the
     product's last leg (nn.Linear's bias); None where that does not fit exactly."""
     for i, j in ((0, 1), (1, 0)):
@@ -1003,7 +1003,7 @@ def _lower_einop(em: _Emitter, v: V):
     return tree
 
 
-def _sum(terms: list) -> Any:
+def _sum(terms: list) -> ast.expr:
     """The sum of size trees (0 for none), numbers added up where every term is one."""
     if all(isinstance(t, ast.Constant) for t in terms):
         return P.const(sum(t.value for t in terms))
