@@ -13,6 +13,7 @@ in-memory module is that same source, compiled; `penrose compile FILE -o model.p
 from __future__ import annotations
 
 import ast
+import copy
 import functools
 import keyword
 from dataclasses import dataclass, replace
@@ -23,11 +24,10 @@ from pathlib import Path
 
 import torch
 
-from penrose.attrs import Aligned, Axis, BlockCall, Clamp, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
+from penrose.attrs import Aligned, Axis, BlockCall, Clamp, Const, DimSize, Dropout, Einop, Einsum, Flatten, LayerNorm, Mask, Num, RMSNorm, Ref, Rope, Select, Slice, Split, TopK, Unary, Unflatten
 from penrose import generated, ir, ops
 from penrose import pyast as P
-from penrose import runtime
-from penrose.tables import init_call, quoted, unquote
+from penrose.tables import BUILTINS, RESERVED, init_call, quoted, unquote
 from penrose.checker import Checked, V
 from penrose.checked import CStmt, fixed
 from penrose.errors import PenroseCompileError, PenroseShapeError, Span, seed_value
@@ -46,9 +46,94 @@ def _runtime_text() -> str:
 
 
 _RUNTIME_MARK = "# ---- inlined into standalone source from here on ----"
-_RUNTIME_NAMES = tuple(
-    n for n in dir(runtime) if n.startswith("_") and not n.startswith("__") and callable(getattr(runtime, n))
-)
+
+
+@functools.cache
+def _runtime_defs() -> dict[str, tuple[str, frozenset[str]]]:
+    """The helpers of penrose/runtime.py from its marker on, in order: name -> (its source as
+    written, the comment lines just above it included; the other helpers and `ShapeError` it reads)."""
+    text = _runtime_text()
+    lines = text.split("\n")
+    tree = ast.parse(text)
+    defined = {n: node for node in tree.body for n in _defined(node)}
+    out = {}
+    for node in tree.body:
+        first = node.lineno - 1
+        while first > 0 and lines[first - 1].startswith("#"):
+            first -= 1
+        reads = frozenset(n.id for n in ast.walk(node) if isinstance(n, ast.Name) and n.id != _defined(node)[0]
+                          and (n.id in defined or n.id == "ShapeError"))
+        out[_defined(node)[0]] = ("\n".join(lines[first:node.end_lineno]), reads)
+    return out
+
+
+def _defined(node: ast.stmt) -> list[str]:
+    """The names a top-level statement of runtime.py defines (a function, a class, a constant)."""
+    if isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+        return [node.name]
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    names = [t.id for t in targets if isinstance(t, ast.Name)]
+    assert len(names) == 1, "a helper of runtime.py is a function, a class or one constant"
+    return names
+
+
+def _helpers(code: list[ast.stmt], closure: bool) -> list[str]:
+    """The runtime helpers `code` reads, in runtime.py's order; with `closure`, the helpers those
+    read too (and `ShapeError` where one raises it), as standalone source must carry them."""
+    defs = _runtime_defs()
+    todo = [n.id for node in code for n in ast.walk(node) if isinstance(n, ast.Name) and n.id in defs]
+    seen: set[str] = set()
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            if closure and name in defs:
+                todo.extend(defs[name][1])
+    return (["ShapeError"] if "ShapeError" in seen else []) + [n for n in defs if n in seen]
+
+
+_CONSTANT = "penrose_constant"  # marks a name node that reads a module-level constant: ((kind, label, repr), value)
+
+
+def _constant(kind: str, label: str, value: int | float) -> ast.expr:
+    """A name reading a module-level constant: dim or const `label` (kind "dim" or "const") at
+    `value`, a dim at the size the module is compiled at. It is named once the module's code is
+    complete (`_name_constants`), so that it shadows no other name of the module."""
+    node = ast.Name("_", ast.Load())
+    setattr(node, _CONSTANT, ((kind, label, repr(value)), value))
+    return node
+
+
+def _name_constants(code: list[ast.stmt], taken: set[str], order: dict[str, int]) -> list[ast.stmt]:
+    """Name every constant `code` reads (`D = 32`, `ALPHA = 16`: its label in capitals, unless
+    `taken` holds that name) and return their assignments, ordered by `order` (label -> rank),
+    after a comment saying what they are."""
+    nodes = [n for stmt in code for n in ast.walk(stmt) if isinstance(n, ast.Name) and hasattr(n, _CONSTANT)]
+    found = dict(getattr(n, _CONSTANT) for n in nodes)
+    names: dict[tuple[str, str, str], str] = {}
+    for key in sorted(found, key=lambda k: (order.get(k[1], len(order)), k)):
+        kind, label, _ = key
+        base = label.upper()
+        tries = (base, f"{base}_{kind.upper()}", *(f"{base}_{kind.upper()}{i}" for i in range(2, len(taken) + 3)))
+        names[key] = next(c for c in tries if c.isidentifier() and not keyword.iskeyword(c) and c not in taken)
+        taken.add(names[key])
+    for n in nodes:
+        n.id = names[getattr(n, _CONSTANT)[0]]
+    kinds = {kind for kind, _, _ in names}
+    what = " and ".join(w for k, w in (("dim", "dims (at the sizes compiled)"), ("const", "consts")) if k in kinds)
+    assignments = [P.assign(name, P.const(found[key])) for key, name in names.items()]
+    return [P.spaced(P.Comment(f"the diagram's {what}"), 1), *assignments] if assignments else []
+
+
+class _Numbers(ast.NodeTransformer):
+    def visit_Name(self, node: ast.Name) -> ast.expr:
+        mark = getattr(node, _CONSTANT, None)
+        return node if mark is None else P.const(mark[1])
+
+
+def _numbers(node: ast.stmt) -> ast.stmt:
+    """A copy of `node` reading each constant as its number: two declarations compare by value."""
+    return _Numbers().visit(copy.deepcopy(node))
 
 
 def _camel(name: str) -> str:
@@ -103,18 +188,35 @@ class _Emitter:
         self.hoister = P.Hoister("_")
 
     # -- sizes
-    def size_node(self, cls: int, span: Span):
+    def size_node(self, cls: int, span: Span, leg: str | None = None):
+        """The size of a leg: a dim's module-level constant (`D`, named `leg` where that is a dim
+        of this class, else the class's own dim), a number where no dim names it, or the local
+        holding a size read at run time."""
         r = self.S.find(cls)
         if not self.S.is_free(cls):
-            v = self.S.size(cls)
-            if v is None:
-                raise PenroseCompileError(f"leg {self.S.label[r]!r} has no size; pass {self.S.label[r]}=N to compile()", span)
-            return P.const(v)
+            v = self.fixed_size(cls, span)
+            dims = self.c.dims
+            name = next((n for n in (leg, self.S.label[r]) if n in dims and self.S.find(dims[n]) == r), None)
+            return P.const(v) if name is None else _constant("dim", name, v)
         local = self.used_free.get(r)
         if local is None:
             local = self.size_local(self.S.label[r])
             self.used_free[r] = local
         return P.name(local)
+
+    def fixed_size(self, cls: int, span: Span) -> int:
+        v = self.S.size(cls)
+        if v is None:
+            label = self.S.label[self.S.find(cls)]
+            raise PenroseCompileError(f"leg {label!r} has no size; pass {label}=N to compile()", span)
+        return v
+
+    def keyword(self, v: V, key: str, value):
+        """A keyword's value: as the diagram wrote it where it named consts or dims (`eps=eps`
+        reads EPS), else its number; the number too where it reads a size the inputs give (the
+        value was fixed when checking, at the declared size)."""
+        shown = v.attrs.written(key)
+        return P.const(value) if shown is None or fixed(shown.value, self.S) is None else self.expr(shown.value)
 
     def size_local(self, label: str) -> str:
         """The local holding a size read at run time: `_<dim>`, unless that is a name the
@@ -124,9 +226,6 @@ class _Emitter:
         while emitted_name(local, "local", fail=False) is not None or local in taken:
             local, n = f"_{label}_size{'' if n == 1 else n}", n + 1
         return local
-
-    def size_code(self, cls: int, span: Span) -> str:
-        return P.unparse(self.size_node(cls, span))
 
     def shape_comment(self, t) -> str:
         parts = ["..."] if t.batched else []
@@ -169,7 +268,7 @@ class _Emitter:
                 while idx and idx[0] is None:
                     idx.pop(0)
             if idx.count(None) == 1:  # one new axis: unsqueeze, counted from the end
-                tree = P.method(tree, "unsqueeze", idx.index(None) - len(idx))
+                tree = _unsqueezed(tree, idx.index(None) - len(idx))
             elif None in idx:
                 # trailing ':' must stay: after '...', x[..., None] would put the new axis last
                 tree = P.subscript(tree, P.index_tuple([Ellipsis] + idx))
@@ -213,7 +312,8 @@ class _Emitter:
                     else self.expr(att.mask))
         if grouped:
             qv = att.q
-            sizes = P.tuple_([self.size_node(qv.type.cls[att.q_legs.index(l)], qv.span) for l in heads])
+            at = [att.q_legs.index(l) for l in heads]
+            sizes = P.tuple_([self.size_node(qv.type.cls[i], qv.span, qv.legs[i]) for i in at])
             code = P.method(P.call(P.name("_gqa_attention"), q, k, v, mask, scale, P.const(causal)), "unflatten", -3, sizes)
         else:
             code = P.call(P.name("_attention"), q, k, v, mask, scale, P.const(causal))
@@ -289,8 +389,8 @@ class _Emitter:
                     y_tree = P.method(y_tree, "flatten", 1)
             tree = P.binop("@", x_tree, y_tree)
             if len(y_free) > 1:
-                cls = ops_[yi].type.cls[n:]
-                sizes = P.tuple_([self.size_node(c, ops_[yi].span) for c in cls])
+                y = ops_[yi]
+                sizes = P.tuple_([self.size_node(c, y.span, leg) for c, leg in zip(y.type.cls[n:], y.legs[n:])])
                 return P.method(tree, "unflatten", -1, sizes)
             return tree
         return None
@@ -312,10 +412,10 @@ class _Emitter:
 
         dim = self.dim_of(x, cond.of(Axis).axis)
         if same(a):
-            return P.call(P.name("_topk_filter"), self.expr(x), cond.of(TopK).k, dim)
+            return P.call(P.name("_topk_filter"), self.expr(x), self.keyword(cond, "k", cond.of(TopK).k), dim)
         row = ops.OPS[a.of(Unary).name] if a.op == "unary" else None
         if row is not None and row.torch is not None and same(a.args[0]) and not row.keywords:
-            return P.call(P.name("_topk_keep"), self.expr(x), cond.of(TopK).k, dim, P.path(row.torch))
+            return P.call(P.name("_topk_keep"), self.expr(x), self.keyword(cond, "k", cond.of(TopK).k), dim, P.path(row.torch))
         return None
 
     # -- statements
@@ -386,7 +486,8 @@ class _Emitter:
             checks = [P.attr(P.name("self"), self.inputs_attr), P.tuple_(map(P.name, inputs)), P.name("_unexpected")]
             if ref is not None:
                 checks += [P.tuple_([]), ref]
-            head.append(P.assign("_sizes", P.call(P.name("_check_inputs"), *checks)))
+            checked = P.call(P.name("_check_inputs"), *checks)  # the sizes of the free legs, where one is read
+            head.append(P.assign("_sizes", checked) if self.used_free else P.expr_stmt(checked))
             for r, name in sorted(self.used_free.items(), key=lambda kv: kv[1]):
                 head.append(P.assign(name, P.subscript(P.name("_sizes"), P.const(self.S.label[r]))))
         else:
@@ -429,18 +530,21 @@ class _Emitter:
         split = v.of(Split)
         sizes = split.sizes
         dim = self.dim_of(x, split.axis)
-        starts = [sum(sizes[:i]) for i in range(len(sizes))]
+        # each piece's size by its dim's name, its start the sum of those before it
+        named = [self.size_node(t.cls[split.axis], v.span, t.legs[split.axis]) if not self.S.is_free(t.cls[split.axis])
+                 else P.const(n) for t, n in zip(s.types, sizes)]
         nodes: list[ast.stmt] = []
         base = self.expr(x)
         if len(kept) > 1 and not P.is_simple(base):  # computed once, however many pieces are read
             nodes.extend(self.statement(["_split"], base, ""))
             base = P.name("_split")
         for i in kept:
-            start, size = starts[i], sizes[i]
+            start = _sum(named[:i])
             if not x.type.batched and dim == -len(x.legs):  # the first axis: a plain slice
-                piece = P.subscript(base, P.slice_(start or None, start + size))
+                end = None if i == len(sizes) - 1 else _sum(named[: i + 1])  # the last piece: to the end
+                piece = P.subscript(base, P.slice_(start if i else None, end))
             else:
-                piece = P.method(base, "narrow", dim, start, size)
+                piece = P.method(base, "narrow", dim, start, named[i])
             nodes.extend(self.statement([s.stmt.targets[i]], piece, self.shape_comment(s.types[i])))
         return nodes
 
@@ -467,13 +571,12 @@ class _Emitter:
         if self.top:
             spec = []
             for d in c.inputs:
-                # a free leg is named (read from the inputs at run time); a fixed one is its size
-                sizes = tuple(
-                    self.S.label[self.S.find(cl)] if self.S.is_free(cl) else int(self.size_code(cl, d.tensor.span))
-                    for cl in d.type.cls
-                )
-                spec.append((d.tensor.name, tuple(d.tensor.legs), sizes, d.tensor.dtype))
-            nodes.append(P.assign(self.inputs_attr, P.literal(tuple(spec))))
+                # a free leg is named (read from the inputs at run time), a fixed one is its size (its dim's constant)
+                sizes = [P.const(self.S.label[self.S.find(cl)]) if self.S.is_free(cl) else self.size_node(cl, d.tensor.span, leg)
+                         for cl, leg in zip(d.type.cls, d.type.legs)]
+                legs = P.literal(tuple(d.tensor.legs))
+                spec.append(P.tuple_([P.const(d.tensor.name), legs, P.tuple_(sizes), P.const(d.tensor.dtype)]))
+            nodes.append(P.assign(self.inputs_attr, P.tuple_(spec)))
         return nodes
 
     def own_nodes(self) -> dict:
@@ -484,7 +587,7 @@ class _Emitter:
         for d in self.c.params + self.c.buffers:
             if not quoted(d.tensor.name):  # a quoted name is registered by its text, never written as an attribute
                 emitted_name(d.tensor.name, "attribute", d.tensor.span)
-            shape = [self.size_node(cl, d.tensor.span) for cl in d.type.cls]
+            shape = [self.size_node(cl, d.tensor.span, leg) for cl, leg in zip(d.type.cls, d.type.legs)]
             empty = P.call(P.path("torch.empty"), *(shape or [P.tuple_([])]))  # a scalar: torch.empty(())
             if d.tensor.kind == "param" and not quoted(d.tensor.name):
                 made = P.assign(P.attr(me, d.tensor.name), P.call(P.path("torch.nn.Parameter"), empty))
@@ -645,40 +748,50 @@ def _lower_unary(em: _Emitter, v: V):
         return _lower_scalar_func(em, v)
     row = ops.OPS[v.of(Unary).name]
     assert row.torch is not None  # LOWER has this rule for the element-wise rows only
-    return P.call(P.path(row.torch), em.expr(v.args[0]), *[v.attrs.keyword(k.name) for k in row.keywords])
+    return P.call(P.path(row.torch), em.expr(v.args[0]), *[em.keyword(v, k.name, v.attrs.keyword(k.name)) for k in row.keywords])
 
 
 def _lower_scalar_func(em: _Emitter, v: V):
-    name = v.of(Unary).name
-    known = fixed(v, em.S)
-    if known is not None:
-        return P.const(known)
-    a = em.expr(v.args[0])
-    if name == "sqrt":
-        return P.binop("**", a, P.const(0.5))
-    if name == "abs":
-        return P.call(P.name("abs"), a)
-    raise PenroseCompileError(f"{name} of a size known only at run time; use a tensor", v.span)
+    """A function of a plain number, as written (`math.sqrt(D)`): Python's math computes it, as
+    the checker did when it folded the number (the row's form on plain numbers)."""
+    row = ops.OPS[v.of(Unary).name]
+    if fixed(v, em.S) is None and not row.sized:
+        raise PenroseCompileError(f"{row.name} of a size known only at run time; use a tensor", v.span)
+    fn = P.path(f"math.{row.name}") if hasattr(math, row.name) else P.name(row.name)  # abs: the builtin
+    return P.call(fn, em.expr(v.args[0]))
 
 
 def _lower_binop(op: str):
     def lower(em: _Emitter, v: V):
         a, b = v.args
-        if v.op == "sbin":
-            known = fixed(v, em.S)
-            if known is not None and isinstance(known, (int, float)) and math.isfinite(known):
-                return P.const(known)
+        if v.op == "sbin":  # plain numbers, as written (`ALPHA / R`): Python computes what the checker folded
             ta, tb = em.expr(a), em.expr(b)
         else:
             align = v.of(Aligned).alignment
             ta, tb = em.aligned(a, align[0], v), em.aligned(b, align[1], v)
             if op == "//":  # zero gradient wherever it exists; torch has no derivative for floor_divide
                 ta, tb = (t if x.type.dtype == "scalar" else P.method(t, "detach") for t, x in ((ta, a), (tb, b)))
+            if op == "+":
+                fused = _linear_with_bias(v, (ta, tb))
+                if fused is not None:
+                    return fused
         if op in P.CMPOPS:
             return P.compare(op, ta, tb)
         return P.binop(op, ta, tb)
 
     return lower
+
+
+def _linear_with_bias(v: V, trees: tuple) -> ast.expr | None:
+    """`F.linear(x, W) + b` as `F.linear(x, W, b)`, where b is a one-leg param or buffer along the
+    product's last leg (nn.Linear's bias); None where that does not fit exactly."""
+    for i, j in ((0, 1), (1, 0)):
+        lin, bias, align = trees[i], v.args[j], v.of(Aligned).alignment[j]
+        if (isinstance(lin, ast.Call) and _is_path(lin.func, "torch.nn.functional.linear") and len(lin.args) == 2
+                and bias.op == "ref" and bias.of(Ref).kind in ("param", "buffer") and len(bias.legs) == 1
+                and bias.type.dtype == "float" and align == (None,) * (len(v.legs) - 1) + (0,)):
+            return P.call(lin.func, *lin.args, trees[j])
+    return None
 
 
 def _lower_neg(em: _Emitter, v: V):
@@ -696,24 +809,25 @@ def _lower_layernorm(em: _Emitter, v: V):
     x = v.args[0]
     ln = v.of(LayerNorm)
     d = em.dim_of(x, ln.axis)
-    n = em.size_node(x.type.cls[ln.axis], v.span)
+    n = em.size_node(x.type.cls[ln.axis], v.span, x.legs[ln.axis])
     w, b = em.param_ref(ln.weight), em.param_ref(ln.bias)
     fn = P.path("torch.nn.functional.layer_norm")
     if d == -1:
-        return P.call(fn, em.expr(x), P.tuple_([n]), w, b, ln.eps)
+        return P.call(fn, em.expr(x), P.tuple_([n]), w, b, em.keyword(v, "eps", ln.eps))
     moved = P.method(em.expr(x), "movedim", d, -1)
-    return P.method(P.call(fn, moved, P.tuple_([n]), w, b, ln.eps), "movedim", -1, d)
+    return P.method(P.call(fn, moved, P.tuple_([n]), w, b, em.keyword(v, "eps", ln.eps)), "movedim", -1, d)
 
 
 def _lower_rmsnorm(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.name("_rms_norm"), em.expr(x), em.param_ref(v.of(RMSNorm).weight), v.of(RMSNorm).eps, em.dim_of(x, v.of(Axis).axis))
+    eps = em.keyword(v, "eps", v.of(RMSNorm).eps)
+    return P.call(P.name("_rms_norm"), em.expr(x), em.param_ref(v.of(RMSNorm).weight), eps, em.dim_of(x, v.of(Axis).axis))
 
 
 def _lower_topk(helper: str):
     def lower(em: _Emitter, v: V):
         x = v.args[0]
-        return P.call(P.name(helper), em.expr(x), v.of(TopK).k, em.dim_of(x, v.of(Axis).axis))
+        return P.call(P.name(helper), em.expr(x), em.keyword(v, "k", v.of(TopK).k), em.dim_of(x, v.of(Axis).axis))
 
     return lower
 
@@ -747,7 +861,7 @@ def _lower_minmax(meth: str, pair: str, bound: str):
 
 
 def _lower_dropout(em: _Emitter, v: V):
-    return P.call(P.path("torch.nn.functional.dropout"), em.expr(v.args[0]), v.of(Dropout).p, P.path("self.training"))
+    return P.call(P.path("torch.nn.functional.dropout"), em.expr(v.args[0]), em.keyword(v, "p", v.of(Dropout).p), P.path("self.training"))
 
 
 def _lower_detach(em: _Emitter, v: V):
@@ -755,7 +869,7 @@ def _lower_detach(em: _Emitter, v: V):
 
 
 def _lower_clamp(em: _Emitter, v: V):
-    kw = {k: x for k, x in (("min", v.of(Clamp).min), ("max", v.of(Clamp).max)) if x is not None}
+    kw = {k: em.keyword(v, k, x) for k, x in (("min", v.of(Clamp).min), ("max", v.of(Clamp).max)) if x is not None}
     return P.method(em.expr(v.args[0]), "clamp", **kw)
 
 
@@ -764,8 +878,8 @@ def _lower_where(em: _Emitter, v: V):
     if kept is not None:
         return kept
     # a float result: where(m, 1, 0) of two whole numbers would otherwise be an int64 tensor
-    parts = [P.const(float(x.of(Num).value)) if x.op in ("num", "const") else em.aligned(x, al, v)
-             for x, al in zip(v.args, v.of(Aligned).alignment)]
+    parts = [P.const(float(x.of(Num).value)) if x.op == "num" or (x.op == "const" and isinstance(x.of(Num).value, int))
+             else em.aligned(x, al, v) for x, al in zip(v.args, v.of(Aligned).alignment)]
     tree = P.call(P.path("torch.where"), *parts)
     if v.args[1].type.dtype == v.args[2].type.dtype == "scalar":  # no tensor to take the dtype from
         em.uses_dtype = True
@@ -775,15 +889,15 @@ def _lower_where(em: _Emitter, v: V):
 
 def _lower_mask(em: _Emitter, v: V):
     em.uses_device = True
-    t, p = (em.size_node(c, v.span) for c in v.type.cls)
+    t, p = (em.size_node(c, v.span, leg) for c, leg in zip(v.type.cls, v.legs))
     if v.of(Mask).kind == "causal":
         return P.call(P.name("_causal_mask"), t, p, P.name("_device"))
-    return P.call(P.name("_block_causal_mask"), t, p, v.of(Mask).block, P.name("_device"))
+    return P.call(P.name("_block_causal_mask"), t, p, em.keyword(v, "block", v.of(Mask).block), P.name("_device"))
 
 
 def _lower_gather(em: _Emitter, v: V):
     table, ids = v.args
-    rows = em.size_node(table.type.cls[0], v.span)
+    rows = em.size_node(table.type.cls[0], v.span, table.legs[0])
     checked = P.call(P.name("_ids"), em.expr(ids), rows, P.const(gather_label(table, ids)))  # one meaning: no id wraps
     if len(table.legs) == 2 and not table.type.batched:  # rows of a matrix: an embedding
         return P.call(P.path("torch.nn.functional.embedding"), checked, em.expr(table))
@@ -799,7 +913,10 @@ def gather_label(table: V, ids: V) -> str:
 
 def _lower_split(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.path("torch.split"), em.expr(x), P.list_(list(v.of(Split).sizes)), dim=em.dim_of(x, v.of(Axis).axis))
+    axis = v.of(Axis).axis
+    sizes = [em.size_node(t.cls[axis], v.span, t.legs[axis]) if not em.S.is_free(t.cls[axis]) else P.const(n)
+             for t, n in zip(v.outs, v.of(Split).sizes)]
+    return P.call(P.path("torch.split"), em.expr(x), P.list_(sizes), dim=em.dim_of(x, axis))
 
 
 def _lower_concat(em: _Emitter, v: V):
@@ -817,12 +934,16 @@ def _lower_flatten(em: _Emitter, v: V):
 
 def _lower_unflatten(em: _Emitter, v: V):
     x = v.args[0]
-    return P.method(em.expr(x), "unflatten", em.dim_of(x, v.of(Axis).axis), P.tuple_(list(v.of(Unflatten).sizes)))
+    axis = v.of(Axis).axis
+    legs = zip(v.type.cls[axis:], v.legs[axis:], v.of(Unflatten).sizes)
+    sizes = [em.size_node(c, v.span, leg) if not em.S.is_free(c) else P.const(n) for c, leg, n in legs]
+    return P.method(em.expr(x), "unflatten", em.dim_of(x, axis), P.tuple_(sizes))
 
 
 def _lower_rope(em: _Emitter, v: V):
     x = v.args[0]
-    return P.call(P.name("_rope"), em.expr(x), em.dim_of(x, v.of(Rope).pos), em.dim_of(x, v.of(Axis).axis), v.of(Rope).base)
+    base = em.keyword(v, "base", v.of(Rope).base)
+    return P.call(P.name("_rope"), em.expr(x), em.dim_of(x, v.of(Rope).pos), em.dim_of(x, v.of(Axis).axis), base)
 
 
 def _lower_einop(em: _Emitter, v: V):
@@ -831,13 +952,14 @@ def _lower_einop(em: _Emitter, v: V):
     ride along in front."""
     x, a = v.args[0], v.of(Einop)
     cls = {aid: c for aid, c, _ in a.axes}
+    leg = {aid: name for aid, _, name in a.axes}
     tree = em.expr(x)
     m = len(x.legs)
     for i, grp in enumerate(a.left):  # first leg to last: the later legs keep their indices
         if not grp:
             tree = P.method(tree, "squeeze", i - m)
         elif len(grp) > 1:
-            tree = P.method(tree, "unflatten", i - m, P.tuple_([em.size_node(cls[g], v.span) for g in grp]))
+            tree = P.method(tree, "unflatten", i - m, P.tuple_([em.size_node(cls[g], v.span, leg[g]) for g in grp]))
     elem = [g for grp in a.left for g in grp]
     k = len(elem)
     dims = [j - k for j, g in enumerate(elem) if g in a.reduced]
@@ -863,8 +985,8 @@ def _lower_einop(em: _Emitter, v: V):
         for j, g in enumerate(final):
             if g in a.new:  # unsqueeze where the new leg stands, counted from the end
                 after = sum(1 for h in final[j + 1 :] if h not in a.new)
-                tree = P.method(tree, "unsqueeze", -after - 1)
-        sizes = [em.size_node(cls[g], v.span) if g in a.new else P.const(-1) for g in final]
+                tree = _unsqueezed(tree, -after - 1)
+        sizes = [em.size_node(cls[g], v.span, leg[g]) if g in a.new else P.const(-1) for g in final]
         if x.type.batched:
             tree = P.call(P.name("_expand_legs"), tree, P.tuple_(sizes))
         else:
@@ -875,8 +997,72 @@ def _lower_einop(em: _Emitter, v: V):
             tree = P.method(tree, "flatten", -tail, -tail + len(grp) - 1)
     for gi, grp in enumerate(a.right):  # legs of size 1 ('1', '()'), counted from the end
         if not grp:
-            tree = P.method(tree, "unsqueeze", -sum(1 for g in a.right[gi + 1 :] if g) - 1)
+            tree = _unsqueezed(tree, -sum(1 for g in a.right[gi + 1 :] if g) - 1)
     return tree
+
+
+def _sum(terms: list) -> ast.expr:
+    """The sum of size trees (0 for none), numbers added up where every term is one."""
+    if all(isinstance(t, ast.Constant) for t in terms):
+        return P.const(sum(t.value for t in terms))
+    tree = terms[0]
+    for t in terms[1:]:
+        tree = P.binop("+", tree, t)
+    return tree
+
+
+def _unsqueezed(tree, d: int):
+    """`tree.unsqueeze(d)`, d counted from the end; of a reduction over that same leg,
+    `x.sum(d, keepdim=True)` instead (the same kernel, written as a person would), also under
+    element-wise functions and arithmetic with plain numbers, which keep the shape:
+    `torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)`."""
+    kept = _keepdim(tree, d)
+    return P.method(tree, "unsqueeze", d) if kept is None else kept
+
+
+def _keepdim(tree, d: int):
+    """`tree` with its reduction over leg d keeping that leg, or None where it has none there."""
+    if isinstance(tree, ast.Call) and isinstance(tree.func, ast.Attribute) and tree.func.attr in _REDUCTIONS \
+            and len(tree.args) == 1 and not tree.keywords and _int_of(tree.args[0]) == d:
+        return P.method(tree.func.value, tree.func.attr, tree.args[0], keepdim=P.const(True))
+    if isinstance(tree, ast.Call) and P.unparse(tree.func) in _ELEMENTWISE_CALLS and tree.args \
+            and all(_plain_number(a) for a in tree.args[1:]) and not tree.keywords:
+        inner = _keepdim(tree.args[0], d)
+        return None if inner is None else P.call(tree.func, inner, *tree.args[1:])
+    if isinstance(tree, ast.BinOp) and (_plain_number(tree.left) or _plain_number(tree.right)):
+        left = tree.left if _plain_number(tree.left) else _keepdim(tree.left, d)
+        right = tree.right if _plain_number(tree.right) else _keepdim(tree.right, d)
+        return None if left is None or right is None else ast.BinOp(left, tree.op, right)
+    return None
+
+
+_ELEMENTWISE_CALLS = frozenset(op.torch for op in ops.OPS.values() if op.torch is not None)
+
+
+def _plain_number(tree) -> bool:
+    """Whether a tree is a plain number: a literal, a dim's or const's constant, math of those."""
+    if isinstance(tree, ast.Constant) or hasattr(tree, _CONSTANT):
+        return True
+    if isinstance(tree, ast.UnaryOp):
+        return _plain_number(tree.operand)
+    if isinstance(tree, ast.BinOp):
+        return _plain_number(tree.left) and _plain_number(tree.right)
+    if isinstance(tree, ast.Call) and _is_path(tree.func.value if isinstance(tree.func, ast.Attribute) else tree.func, "math"):
+        return all(_plain_number(a) for a in tree.args)
+    return False
+
+
+_REDUCTIONS = ("sum", "mean", "amax", "amin", "prod")
+
+
+def _int_of(node) -> int | None:
+    """The whole number a constant tree holds (`-2` is unary minus of 2), else None."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _int_of(node.operand)
+        return None if inner is None else -inner
+    if isinstance(node, ast.Constant) and type(node.value) is int:
+        return node.value
+    return None
 
 
 def _reduction(tree, reduction: str, dims: list):
@@ -954,11 +1140,11 @@ def _atom_num(em: _Emitter, v: V):
 
 
 def _atom_const(em: _Emitter, v: V):
-    return P.const(v.of(Num).value)
+    return _constant("const", v.of(Const).name, v.of(Const).value)
 
 
 def _atom_dimsize(em: _Emitter, v: V):
-    return em.size_node(v.of(DimSize).cls, v.span)
+    return em.size_node(v.of(DimSize).cls, v.span, v.of(DimSize).name)
 
 
 def _atom_ref(em: _Emitter, v: V):
@@ -1011,23 +1197,67 @@ def generate_source(checked: Checked, standalone: bool = True, fuse_attention: b
 
 
 def module_tree(checked: Checked, standalone: bool = True, fuse_attention: bool = True, entries: dict | None = None) -> ast.Module:
-    """The generated module as one `ast.Module` (generate_source prints it)."""
-    classes = _classes(checked, dict(entries or {}), fuse_attention)
+    """The generated module as one `ast.Module` (generate_source prints it): its imports, the
+    dims and consts its code reads by name as constants, the runtime helpers it calls (standalone
+    source carries their text, from penrose/runtime.py; an in-memory module imports them), its
+    classes and `Model`. Only what the code reads is there, so the file is lint-clean."""
+    entries = dict(entries or {})
+    classes = _classes(checked, entries, fuse_attention)
+    code = [_class_def(name, members) for name, members in classes]
+    code.append(P.spaced(P.assign("Model", P.name(classes[-1][0])), 2))
+    helpers = _helpers(code, closure=standalone)
+    taken = {n.id for node in code for n in ast.walk(node) if isinstance(n, ast.Name) and not hasattr(n, _CONSTANT)}
+    taken |= {n.arg for node in code for n in ast.walk(node) if isinstance(n, ast.arg)}
+    taken |= {n.name for node in code for n in ast.walk(node) if isinstance(n, (ast.ClassDef, ast.FunctionDef))}
+    taken |= set(_runtime_defs()) | RESERVED["module"] | BUILTINS | {"math"}
+    functional = "F" not in taken  # torch.nn.functional as F, unless a name of the diagram is F
+    if functional:
+        code = [_Functional().visit(node) for node in code]
+        functional = any(isinstance(n, ast.Name) and n.id == "F" for node in code for n in ast.walk(node))
+    if functional:
+        taken.add("F")
+    order = {n: i for i, n in enumerate([*checked.dims, *checked.constants])}
+    constants = _name_constants(code, taken, order)
+    loaded = {n.id for node in code for n in ast.walk(node) if isinstance(n, ast.Name)}
     # the file name goes inside a docstring: no backslash escapes, no closing quotes
     shown = _comment(os.path.basename(checked.diagram.file)).replace("\\", "/").replace('"', "'")
-    body = [
-        P.docstring(f"Generated by penrose from {shown}: edit the diagram, not this file."),
-        P.spaced(P.import_("collections"), 1),
-        P.spaced(P.import_("torch"), 1),
-    ]
+    body: list[ast.stmt] = [P.docstring(f"Generated by penrose from {shown}: edit the diagram, not this file.")]
+    stdlib = [P.import_(m) for m in ("collections", "math") if m in loaded]
+    if stdlib:
+        body.append(P.spaced(stdlib[0], 1))
+        body.extend(stdlib[1:])
+    body.append(P.spaced(P.import_("torch"), 1))
+    if functional:
+        body.append(P.import_("torch.nn.functional", "F"))
+    if not standalone and helpers:  # an in-memory module imports the helpers (one copy of their constants' cache)
+        body.append(P.import_from("penrose.runtime", helpers))
+    body.extend(constants)
     if standalone:
-        body.append(P.spaced(P.class_("ShapeError", [P.name("ValueError")], [P.docstring("A runtime input has the wrong name, rank or size.")]), 1))
-        body.append(P.spaced(P.Verbatim(_runtime_text()), 1))
-    else:  # an in-memory module imports the helpers (one copy of their constants' cache)
-        body.append(P.import_from("penrose.runtime", _RUNTIME_NAMES))
-    body.extend(_class_def(name, members) for name, members in classes)
-    body.append(P.spaced(P.assign("Model", P.name(classes[-1][0])), 2))
+        for name in helpers:
+            if name == "ShapeError":
+                body.append(P.spaced(P.class_("ShapeError", [P.name("ValueError")], [P.docstring("A runtime input has the wrong name, rank or size.")]), 2))
+            else:
+                body.append(P.spaced(P.Verbatim(_runtime_defs()[name][0]), 2))
+    body.extend(code)
     return P.module(body)
+
+
+class _Functional(ast.NodeTransformer):
+    """`torch.nn.functional.linear` written `F.linear` (the module imports it as F)."""
+
+    def visit_Attribute(self, node: ast.Attribute) -> ast.expr:
+        if _is_path(node.value, "torch.nn.functional"):
+            return P.attr(P.name("F"), node.attr)
+        self.generic_visit(node)
+        return node
+
+
+def _is_path(node: ast.AST, dotted: str) -> bool:
+    """Whether `node` is the dotted name `dotted` (`torch.nn.functional`)."""
+    *head, last = dotted.split(".")
+    if not head:
+        return isinstance(node, ast.Name) and node.id == last
+    return isinstance(node, ast.Attribute) and node.attr == last and _is_path(node.value, ".".join(head))
 
 
 def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:

@@ -21,7 +21,7 @@ tensors. The commonest rules (a contraction that is one matrix product of views,
 among them, and its vjps; a bias's gradient; an operator on operands that line up) are written
 out there as torch calls with their general function as the fallback (`_inlined`).
 
-Covered: the element-wise functions of `VJP` (a derivative per row of `penrose.ops`), the
+Covered: the element-wise functions whose row of `penrose.ops` has a derivative (`vjp`), the
 operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no gradient), einsum
 (diagonals of repeated labels included), where, clamp, sum, mean, max and min (over a leg, of
 two operands, or clamping by a number; ties share the gradient as autograd's), softmax,
@@ -59,7 +59,7 @@ from penrose.interpreter import _unread_splits
 from penrose.interpreter import aligner as _aligner
 from penrose.tables import unquote
 
-__all__ = ["GradientPlan", "NoGeneratedBackward", "Tape", "TrainingStep", "VJP"]
+__all__ = ["KERNELS", "GradientPlan", "NoGeneratedBackward", "Tape", "TrainingStep"]
 
 
 class NoGeneratedBackward(PenroseError):
@@ -69,37 +69,70 @@ class NoGeneratedBackward(PenroseError):
 _A = torch.ops.aten  # the backward kernels autograd itself calls: its numbers, one operation each
 
 
-def _softplus_vjp(g: torch.Tensor, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    return _A.softplus_backward.default(g, x, 1.0, 20.0)  # torch's beta 1, threshold 20
+class KERNELS:
+    """The primitives of the element-wise rows' derivatives (`penrose.ops.Op.vjp`) on tensors:
+    torch's own backward kernels by their ATen name, the ones autograd itself calls (its numbers,
+    one operation each), and where.
+
+    >>> x = torch.tensor([0.0, 1.0])
+    >>> torch.allclose(ops.OPS["tanh"].vjp(torch.ones(2), x, torch.tanh(x), KERNELS), 1 - torch.tanh(x) ** 2)
+    True
+    """
+
+    where = staticmethod(torch.where)
+
+    @staticmethod
+    def kernel(name: str, *args: Any) -> torch.Tensor:
+        return getattr(_A, name).default(*args)
 
 
-#: the vector-Jacobian product g ↦ g · f'(x) of each element-wise function covered, from the
-#: output's gradient g, the operand x, the value y and the row's keyword values (the rows of
-#: `penrose.ops` by name; a test keeps every key a row). Where torch has a backward kernel it is
-#: that kernel, so the numbers are autograd's, kinks included (relu'(0) = 0, leaky_relu'(0) =
-#: slope, |x|'(0) = 0).
-VJP: dict[str, Callable[..., torch.Tensor]] = {
-    "sigmoid": lambda g, x, y: _A.sigmoid_backward.default(g, y),
-    "sigma": lambda g, x, y: _A.sigmoid_backward.default(g, y),
-    "tanh": lambda g, x, y: _A.tanh_backward.default(g, y),
-    "exp": lambda g, x, y: g * y,
-    "log": lambda g, x, y: g / x,
-    "sqrt": lambda g, x, y: g / (2 * y),
-    "abs": lambda g, x, y: g * torch.sign(x),
-    "relu": lambda g, x, y: _A.threshold_backward.default(g, y, 0),
-    "leaky_relu": lambda g, x, y, slope: _A.leaky_relu_backward.default(g, x, slope, False),
-    "elu": lambda g, x, y, alpha: _A.elu_backward.default(g, alpha, 1, 1, False, x),
-    "softplus": _softplus_vjp,
-    "gelu": lambda g, x, y: _A.gelu_backward.default(g, x),
-    "silu": lambda g, x, y: _A.silu_backward.default(g, x),
-    "clamp_min": lambda g, x, y, min: g * (x >= min).to(g.dtype),
-    "mish": lambda g, x, y: _A.mish_backward.default(g, x),
-    "hardswish": lambda g, x, y: _A.hardswish_backward.default(g, x),
-}
+def _arithmetic(op: str, swapped: bool = False) -> Callable[[_Tree, Any], _Tree]:
+    """The method of _Tree for operator `op` (`swapped`: the reflected one, other op self)."""
+
+    def method(self: _Tree, other: Any) -> _Tree:
+        a, b = (_node(other), self.node) if swapped else (self.node, _node(other))
+        return _Tree(P.compare(op, a, b) if op in P.CMPOPS else P.binop(op, a, b))
+
+    return method
+
+
+class _Tree:
+    """An expression tree (penrose.pyast) with Python's arithmetic: a row's derivative computed
+    on these (with `_WRITTEN`) is the expression the written-out backward holds."""
+
+    __slots__ = ("node",)
+
+    def __init__(self, node: Any):
+        self.node = node
+
+    __add__, __radd__ = _arithmetic("+"), _arithmetic("+", True)
+    __sub__, __rsub__ = _arithmetic("-"), _arithmetic("-", True)
+    __mul__, __rmul__ = _arithmetic("*"), _arithmetic("*", True)
+    __truediv__, __rtruediv__ = _arithmetic("/"), _arithmetic("/", True)
+    __gt__, __ge__, __lt__, __le__ = _arithmetic(">"), _arithmetic(">="), _arithmetic("<"), _arithmetic("<=")
+
+    def __neg__(self) -> _Tree:
+        return _Tree(P.neg(self.node))
+
+
+def _node(x: Any) -> Any:
+    return x.node if isinstance(x, _Tree) else P.const(x)
+
+
+class _WRITTEN:
+    """KERNELS as trees: what the written-out functions call (`torch` is the module there)."""
+
+    @staticmethod
+    def where(cond: Any, a: Any, b: Any) -> _Tree:
+        return _Tree(P.call(P.path("torch.where"), _node(cond), _node(a), _node(b)))
+
+    @staticmethod
+    def kernel(name: str, *args: Any) -> _Tree:
+        return _Tree(P.call(P.path(f"torch.ops.aten.{name}.default"), *map(_node, args)))
 
 
 def _callable(dotted: str) -> Callable[..., torch.Tensor]:
-    """The torch function a row names ("torch.nn.functional.gelu"), by attribute lookup."""
+    """The torch function a row names (its dotted name, `Op.torch`), by attribute lookup."""
     parts = dotted.split(".")
     if parts[0] != "torch":  # pragma: no cover - every row names a torch function
         raise ValueError(dotted)
@@ -794,26 +827,18 @@ def _fixed_inputs(checked: Checked, constants: Mapping[str, torch.Tensor]) -> di
 
 
 def _rule_unary(v: V):
-    name = v.key
-    assert name is not None
-    row = ops.OPS[name]
+    """An element-wise function: its row's torch callable, and its row's derivative (`ops.Op.vjp`),
+    computed with torch's kernels (KERNELS) and written out as the same expression."""
+    row = ops.OPS[v.of(Unary).name]
     assert row.torch is not None
     f = _callable(row.torch)
-    kw = [v.of(Unary).keyword(k.name) for k in row.keywords]
-    d = VJP.get(name)
+    kw = {k.name: v.of(Unary).keyword(k.name) for k in row.keywords}
+    forward = f if not kw else (lambda x: f(x, *kw.values()))
+    d = row.vjp
     if d is None:
-        return (lambda x: f(x, *kw)), (_No(f"{name} (no derivative in penrose.gradients.VJP)"),)
-    forward = f if not kw else (lambda x: f(x, *kw))
-    vjp = lambda g, y, x: d(g, x, y, *kw)  # noqa: E731
-    kernel = _OUTPUT_KERNELS.get(name)
-    if kernel is not None and not kw:  # written out: torch's backward kernel of (g, y)
-        return forward, (_inlined(vjp, lambda call, g, y, x: P.call(P.path(f"torch.ops.aten.{kernel}.default"), g, y)),)
-    return forward, (vjp,)
-
-
-#: the unary rows whose VJP entry is torch's backward kernel of (g, y), by that kernel's name:
-#: the generated functions write the call out (a test checks each against its VJP entry)
-_OUTPUT_KERNELS = {"sigmoid": "sigmoid_backward", "sigma": "sigmoid_backward", "tanh": "tanh_backward"}
+        return forward, (_No(f"{row.name} (its row in penrose.ops has no derivative)"),)
+    vjp = lambda g, y, x: d(g, x, y, KERNELS, **kw)  # noqa: E731
+    return forward, (_inlined(vjp, lambda call, g, y, x: d(_Tree(g), _Tree(x), _Tree(y), _WRITTEN, **kw).node),)
 
 
 def _rule_operator(v: V):

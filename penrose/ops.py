@@ -11,10 +11,21 @@ element-wise function's row also says what it computes and how it is shown:
              tanh, erf, sqrt, abs, where, clamp): `form(x, SCALAR)` computes it on a Python
              number, `form(x, torch)` on a tensor, which is how the interpreter (the second
              implementation) evaluates it without the compiler's callable
+    vjp      its derivative, written like form: `vjp(g, x, y, m, **keywords)` is the vector-Jacobian
+             product g · f'(x) from the output's gradient g, the operand x and the value y = f(x),
+             in the primitives of a namespace `m`: arithmetic, `where(cond, a, b)` and
+             `kernel(name, *args)`, torch's own backward kernel of that ATen name
+             (`kernel("gelu_backward", g, x)`), so the numbers are autograd's, kinks included.
+             `penrose.gradients` supplies `m` (on tensors, and as trees for the functions it
+             writes out); None: the generated backward refuses the function where a gradient
+             passes (autograd still trains it)
     label    the text of its box in the figure
     latex    its name in equations
     reading  the sentence of its geometric reading (`{keyword}` stands for a keyword's value)
     aten     the ATen op `penrose.trace` lowers to it (None where trace lowers it by hand)
+    scalar   it also applies to plain numbers (`sqrt(d)`: the checker folds it; generated source
+             writes it with Python's math, `math.sqrt(D)`); `sized`: it is defined at every size,
+             so that it may read a size known only at run time
 
 The checker reads arity, keywords, defaults and rules from here; every backend derives what it
 can from the rows and keeps a table keyed by the same names for the rest, and a test asserts
@@ -27,9 +38,9 @@ the key sets are equal:
     penrose.rendering.explain.READING  the geometric reading
     penrose.fmt.FORMAT              how `penrose fmt` prints it
 
-and one keeps a subset on purpose: `penrose.gradients._RULES` (and `VJP` for the element-wise
-rows), the generated backward, which refuses an operation without a rule where a gradient has
-to pass (docs/gradients.md).
+and one keeps a subset on purpose: `penrose.gradients._RULES`, the generated backward, which
+refuses an operation without a rule where a gradient has to pass (docs/gradients.md); for an
+element-wise row that rule is the row's own `vjp`.
 
 Adding an element-wise function is one row here (docs/contributing.md). The TextMate grammar
 (grammar/penrose.tmLanguage.json) and the language reference's function list are written from
@@ -41,6 +52,8 @@ this table: `python tools/gen_tables.py` (tests fail when they drift). Torch-fre
 'gelu'
 >>> round(OPS["gelu"].form(1.0, SCALAR), 6)
 0.841345
+>>> OPS["exp"].vjp(3.0, 0.0, 1.0, SCALAR)   # g · exp'(x) = g · y
+3.0
 """
 
 from __future__ import annotations
@@ -137,12 +150,14 @@ class Op:
     legs: str = ""  # the result-leg rule, in words
     doc: str = ""
     scalar: bool = False  # also applies to plain numbers (folded by the checker)
+    sized: bool = False  # defined at every size (a whole number >= 0): also of a size read at run time
     axis_lengths: bool = False  # takes einops' NAME=size keywords for the dims of its pattern
     rule: str | None = None  # the checker's type rule (penrose.checker.TYPE_RULES); None: an operator
     attrs: tuple[type[Attrs], ...] = ()  # the record(s) of penrose.attrs its checked value carries
     # an element-wise function (see the module docstring)
     torch: str | None = None
     form: Callable[..., Any] | None = None
+    vjp: Callable[..., Any] | None = None
     label: str = ""
     latex: str = ""
     reading: str = ""
@@ -208,11 +223,19 @@ SAME = "the legs of its operand"
 ALIGNED = "the operands' legs aligned by name (or by position when the counts match)"
 
 
-def _unary(name: str, doc: str, torch: str, form: Callable[..., Any], label: str, latex: str, reading: str,
-           keywords: tuple[Kw, ...] = (), scalar: bool = False, aten: str | None = None, args: tuple[str, ...] = ("x",)) -> Op:
+def _unary(name: str, doc: str, torch: str, form: Callable[..., Any], vjp: Callable[..., Any] | None, label: str, latex: str,
+           reading: str, keywords: tuple[Kw, ...] = (), scalar: bool = False, sized: bool = False, aten: str | None = None,
+           args: tuple[str, ...] = ("x",)) -> Op:
     """An element-wise function: one row (positional arguments after x are its keywords in order)."""
-    return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, rule="elementwise", attrs=(Unary,),
-              torch=torch, form=form, label=label, latex=latex, reading=reading, aten=aten)
+    return Op(name, "elementwise", args, 1, len(args), keywords, SAME, doc, scalar, sized=sized, rule="elementwise",
+              attrs=(Unary,), torch=torch, form=form, vjp=vjp, label=label, latex=latex, reading=reading, aten=aten)
+
+
+def _backward(kernel: str, *, of: str = "x") -> Callable[..., Any]:
+    """The derivative that is torch's backward kernel `kernel` of (g, x), or of (g, y) where `of` is "y"."""
+    if of == "y":
+        return lambda g, x, y, m: m.kernel(kernel, g, y)
+    return lambda g, x, y, m: m.kernel(kernel, g, x)
 
 
 def _binary(op: str, doc: str) -> Op:
@@ -234,54 +257,60 @@ _SIGMOID_READING = "Squash every entry into (0, 1) independently (sigmoid): a so
 _ROWS = [
     # element-wise functions: one row each
     _unary("sigmoid", "logistic sigmoid 1 / (1 + e^-x), entry by entry", "torch.sigmoid", _sigmoid,
-           "sigmoid", r"\sigma", _SIGMOID_READING, aten="sigmoid"),
+           _backward("sigmoid_backward", of="y"), "sigmoid", r"\sigma", _SIGMOID_READING, aten="sigmoid"),
     _unary("sigma", "σ, the logistic sigmoid (a synonym of sigmoid)", "torch.sigmoid", _sigmoid,
-           "sigmoid", r"\sigma", _SIGMOID_READING),
+           _backward("sigmoid_backward", of="y"), "sigmoid", r"\sigma", _SIGMOID_READING),
     _unary("relu", "max(x, 0), entry by entry", "torch.relu", lambda x, m: m.where(x > 0, x, 0.0),
+           lambda g, x, y, m: m.kernel("threshold_backward", g, y, 0),
            "ReLU", r"\mathrm{ReLU}", "Keep the positive part of every entry independently (ReLU): negative entries become zero.",
            aten="relu"),
     _unary("gelu", "Gaussian error linear unit x·Φ(x) (exact erf form)", "torch.nn.functional.gelu",
-           lambda x, m: x * 0.5 * (1 + m.erf(x * 0.7071067811865476)),
+           lambda x, m: x * 0.5 * (1 + m.erf(x * 0.7071067811865476)), _backward("gelu_backward"),
            "GELU", r"\mathrm{GELU}", "Gate every entry independently by how large it is (GELU, x·Φ(x)): a smooth ReLU.",
            aten="gelu"),
-    _unary("silu", "x·σ(x), entry by entry", "torch.nn.functional.silu", lambda x, m: x * _sigmoid(x, m),
+    _unary("silu", "x·σ(x), entry by entry", "torch.nn.functional.silu", lambda x, m: x * _sigmoid(x, m), _backward("silu_backward"),
            "SiLU", r"\mathrm{SiLU}", "Gate every entry independently by its own sigmoid (SiLU, x·σ(x)): a smooth ReLU.",
            aten="silu"),
-    _unary("tanh", "hyperbolic tangent, entry by entry", "torch.tanh", lambda x, m: m.tanh(x),
+    _unary("tanh", "hyperbolic tangent, entry by entry", "torch.tanh", lambda x, m: m.tanh(x), _backward("tanh_backward", of="y"),
            "tanh", r"\tanh", "Squash every entry into (−1, 1) independently (tanh).", aten="tanh"),
-    _unary("exp", "e^x, entry by entry", "torch.exp", lambda x, m: m.exp(x),
+    _unary("exp", "e^x, entry by entry", "torch.exp", lambda x, m: m.exp(x), lambda g, x, y, m: g * y,
            "exp", r"\exp", "Exponentiate every entry independently: positive values, sums become products.",
            scalar=True, aten="exp"),
-    _unary("log", "natural logarithm, entry by entry", "torch.log", lambda x, m: m.log(x),
+    _unary("log", "natural logarithm, entry by entry", "torch.log", lambda x, m: m.log(x), lambda g, x, y, m: g / x,
            "log", r"\log", "Take the logarithm of every entry independently: products become sums.", scalar=True, aten="log"),
-    _unary("sqrt", "square root, entry by entry", "torch.sqrt", lambda x, m: m.sqrt(x),
-           "√", r"\sqrt", "Take the square root of every entry independently.", scalar=True, aten="sqrt"),
-    _unary("abs", "|x|, entry by entry", "torch.abs", lambda x, m: m.abs(x),
-           "|·|", "|", "Take the absolute value of every entry independently: its size without its sign.", scalar=True, aten="abs"),
+    _unary("sqrt", "square root, entry by entry", "torch.sqrt", lambda x, m: m.sqrt(x), lambda g, x, y, m: g / (2 * y),
+           "√", r"\sqrt", "Take the square root of every entry independently.", scalar=True, sized=True, aten="sqrt"),
+    _unary("abs", "|x|, entry by entry", "torch.abs", lambda x, m: m.abs(x), lambda g, x, y, m: g * m.kernel("sign", x),
+           "|·|", "|", "Take the absolute value of every entry independently: its size without its sign.", scalar=True,
+           sized=True, aten="abs"),
     _unary("softplus", "log(1 + e^x), entry by entry", "torch.nn.functional.softplus", _softplus,
+           lambda g, x, y, m: m.kernel("softplus_backward", g, x, 1.0, 20.0),  # torch's beta 1, threshold 20
            "softplus", r"\mathrm{softplus}", "Apply softplus, log(1 + eˣ), to every entry independently: a smooth, positive ReLU.",
            aten="softplus"),
     _unary("leaky_relu", "x where x > 0, else slope·x", "torch.nn.functional.leaky_relu",
            lambda x, m, slope: m.where(x > 0, x, x * slope),
+           lambda g, x, y, m, slope: m.kernel("leaky_relu_backward", g, x, slope, False),
            "leaky ReLU", r"\mathrm{LeakyReLU}",
            "Keep the positive entries and scale the negative ones by {slope} (leaky ReLU), entry by entry.",
            keywords=(Kw("slope", NUMBER, 0.01, "finite"),)),
     _unary("mish", "x·tanh(softplus(x)), entry by entry", "torch.nn.functional.mish",
-           lambda x, m: x * m.tanh(_softplus(x, m)),
+           lambda x, m: x * m.tanh(_softplus(x, m)), _backward("mish_backward"),
            "Mish", r"\mathrm{Mish}", "Gate every entry independently by tanh of its softplus (Mish, x·tanh(softplus(x))): a smooth ReLU.",
            aten="mish"),
     _unary("hardswish", "x·clamp(x + 3, 0, 6) / 6, entry by entry", "torch.nn.functional.hardswish",
            lambda x, m: m.where(x <= -3, 0.0, m.where(x >= 3, x, x * (x + 3) / 6)),  # torch's gradient at ±3
+           _backward("hardswish_backward"),
            "hard swish", r"\mathrm{HardSwish}",
            "Gate every entry independently by a piecewise-linear ramp (hard swish, x·clamp(x + 3, 0, 6)/6): zero below −3, x above 3.",
            aten="hardswish"),
     _unary("elu", "x where x > 0, else alpha·(e^x − 1)", "torch.nn.functional.elu",
            lambda x, m, alpha: m.where(x > 0, x, alpha * m.expm1(m.clamp(x, None, 0))),
+           lambda g, x, y, m, alpha: m.kernel("elu_backward", g, alpha, 1, 1, False, x),
            "ELU", r"\mathrm{ELU}",
            "Keep the positive entries and bend the negative ones smoothly towards −{alpha} (ELU, α(eˣ − 1)), entry by entry.",
            keywords=(Kw("alpha", NUMBER, 1.0, "finite"),)),
     _unary("clamp_min", "max(x, min), entry by entry: clamp with a lower bound only", "torch.clamp_min",
-           lambda x, m, min: m.clamp(x, min, None),
+           lambda x, m, min: m.clamp(x, min, None), lambda g, x, y, m, min: m.where(x >= min, g, 0.0),
            "clamp min", r"\max",
            "Raise every entry below {min} to {min}, entry by entry.",
            keywords=(Kw("min", NUMBER_OR_DIM, None, "bound"),), args=("x", "min")),

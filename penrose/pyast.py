@@ -17,7 +17,9 @@ Two traps of `ast.unparse` are avoided here: a negative number is built as unary
 non-negative constant (`ast.Constant(-2) ** 2` would print as `-2 ** 2`), and infinities are
 `torch.inf` rather than `1e309`.
 
-Deep trees are flattened by `Hoister`: a sub-expression nested deeper than `MAX_DEPTH` becomes
+A statement longer than `LINE_LENGTH` (the project's) is printed wrapped inside its brackets,
+as black would: a call's arguments on a line of their own, else one a line; a sum one operand a
+line; a long comment between words. Deep trees are flattened by `Hoister`: a sub-expression nested deeper than `MAX_DEPTH` becomes
 a temporary (`_1 = ...`) emitted before the statement, so a 10,000-term sum or 1,000 nested
 calls produce code that Python's parser and compiler accept.
 
@@ -35,6 +37,7 @@ from __future__ import annotations
 import ast
 import math
 import re
+import textwrap
 from typing import Any, cast
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -46,6 +49,7 @@ BINOPS = {
 CMPOPS = {"<": ast.Lt, "<=": ast.LtE, ">": ast.Gt, ">=": ast.GtE, "==": ast.Eq, "!=": ast.NotEq}
 
 MAX_DEPTH = 48  # well inside CPython's limits (200 nested brackets, its compiler's recursion)
+LINE_LENGTH = 130  # the project's (pyproject.toml, ruff): a longer statement is wrapped, a longer comment too
 
 
 def _ident(text: str) -> str:
@@ -138,7 +142,7 @@ def subscript(obj: ast.expr, index) -> ast.expr:
 
 
 def slice_(lo=None, hi=None) -> ast.expr:
-    return ast.Slice(None if lo is None else const(lo), None if hi is None else const(hi))
+    return ast.Slice(None if lo is None else _node(lo), None if hi is None else _node(hi))
 
 
 def index_tuple(items) -> ast.expr:
@@ -369,8 +373,9 @@ def class_(cname: str, bases: list, body: list) -> ast.stmt:
     return ast.ClassDef(_ident(cname), bases, [], body, [])
 
 
-def import_(module_name: str) -> ast.stmt:
-    return ast.Import([ast.alias(".".join(_ident(p) for p in module_name.split(".")))])
+def import_(module_name: str, asname: str | None = None) -> ast.stmt:
+    """`import module_name` (`as asname`)."""
+    return ast.Import([ast.alias(".".join(_ident(p) for p in module_name.split(".")), asname and _ident(asname))])
 
 
 def import_from(module_name: str, names) -> ast.stmt:
@@ -414,13 +419,13 @@ def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
     elif isinstance(node, Comment):
         if _UNSAFE.search(node.text):
             raise ValueError(f"a comment must be comment_text's: {node.text!r}")
-        out.append(f"{pad}# {node.text}")
+        out.extend(_comment_lines(node.text, pad))
     elif isinstance(node, ast.ClassDef):
         bases = ", ".join(_expr(b) for b in node.bases)
         out.append(f"{pad}class {node.name}({bases}):" if bases else f"{pad}class {node.name}:")
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.FunctionDef):
-        out.append(f"{pad}def {node.name}({_expr(node.args)}):")
+        out.extend(_bracketed(pad, f"def {node.name}(", _parameters(node.args), "):"))
         _print_body(node.body, depth + 1, out)
     elif isinstance(node, ast.If):
         if node.orelse:  # pragma: no cover - the compiler writes none
@@ -436,13 +441,19 @@ def _print_stmt(node: ast.stmt, depth: int, out: list[str]) -> None:
         out.append(f"{pad}for {_expr(node.target)} in {f'({iterable})' if isinstance(node.iter, ast.IfExp) else iterable}:")
         _print_body(node.body, depth + 1, out)
     else:
-        line = pad + _simple(node)
+        lines = _simple(node, pad)
         text = getattr(node, _COMMENT, "")
         if text:
             if _UNSAFE.search(text):
                 raise ValueError(f"a comment must be comment_text's: {text!r}")
-            line += f"  # {text}"
-        out.append(line)
+            # after the statement's last line, or its first; else on lines of its own above it
+            at = next((i for i in (len(lines) - 1, 0) if len(lines[i]) + 4 + len(text) <= LINE_LENGTH), None)
+            if at is None:
+                out.extend(_comment_lines(text, pad))
+                node.lineno = len(out) + 1
+            else:
+                lines[at] += f"  # {text}"
+        out.extend(lines)
     node.end_lineno, node.end_col_offset = len(out), len(out[-1])
 
 
@@ -460,21 +471,144 @@ def _target(node: ast.expr) -> str:
     return _expr(node)
 
 
-def _simple(node: ast.stmt) -> str:
+def _simple(node: ast.stmt, pad: str) -> list[str]:
+    """A simple statement's lines: one, or its expression wrapped to fit LINE_LENGTH (`_wrapped`)."""
     if isinstance(node, ast.Assign):
-        return " = ".join(_target(t) for t in node.targets) + " = " + _expr(node.value)
+        return _wrapped(node.value, pad, " = ".join(_target(t) for t in node.targets) + " = ", "")
     if isinstance(node, ast.Expr):
         if getattr(node, _TRIPLE, False):
             text = node.value.value if isinstance(node.value, ast.Constant) else None
             assert isinstance(text, str), "a docstring node holds a string"
-            return f'"""{text}"""'
-        return _expr(node.value)
+            return [f'{pad}"""{text}"""']
+        return _wrapped(node.value, pad, "", "")
     if isinstance(node, ast.Return):
-        return "return" if node.value is None else f"return {_expr(node.value)}"
+        return [pad + "return"] if node.value is None else _wrapped(node.value, pad, "return ", "")
     if isinstance(node, ast.Pass):
-        return "pass"
+        return [pad + "pass"]
     if isinstance(node, ast.Import):
-        return "import " + ", ".join(a.name for a in node.names)
+        return [pad + "import " + ", ".join(a.name + (f" as {a.asname}" if a.asname else "") for a in node.names)]
     if isinstance(node, ast.ImportFrom):
-        return f"from {node.module} import " + ", ".join(a.name for a in node.names)
+        return _bracketed(pad, f"from {node.module} import (", [a.name for a in node.names], ")",
+                          f"from {node.module} import " + ", ".join(a.name for a in node.names))
     raise TypeError(f"the printer writes no {type(node).__name__}")  # pragma: no cover - internal
+
+
+# ---- wrapping: a statement longer than LINE_LENGTH is broken inside its brackets ----------------
+_OPS = {cls: op for op, cls in BINOPS.items()}
+
+
+def _comment_lines(text: str, pad: str) -> list[str]:
+    """A comment's lines at `pad`: broken between words where it is longer than LINE_LENGTH, the
+    lines after the first indented two more (`#   ...`: a reader, and the gallery, see where it goes on)."""
+    width = max(LINE_LENGTH - len(pad) - 2, 20)
+    lines = textwrap.wrap(text, width, subsequent_indent="  ", break_long_words=False, break_on_hyphens=False)
+    return [f"{pad}# {line}" for line in lines] or [f"{pad}#"]
+
+
+def _bracketed(pad: str, opening: str, items: list[str], closing: str, one: str | None = None) -> list[str]:
+    """`opening items closing` on one line where it fits (`one`, if given, is that line's text),
+    else the items on one line of their own between the brackets, else one item a line."""
+    line = pad + (one if one is not None else opening + ", ".join(items) + closing)
+    if len(line) <= LINE_LENGTH or not items:
+        return [line]
+    inner = pad + "    "
+    hugged = inner + ", ".join(items)
+    if len(hugged) <= LINE_LENGTH:
+        return [pad + opening, hugged, pad + closing]
+    return [pad + opening, *(inner + item + "," for item in items), pad + closing]
+
+
+def _parameters(args: ast.arguments) -> list[str]:
+    """A signature's parameters, each as ast.unparse writes it."""
+    out = []
+    plain = args.posonlyargs + args.args
+    defaults = [None] * (len(plain) - len(args.defaults)) + list(args.defaults)
+    out += [a.arg if d is None else f"{a.arg}={_expr(d)}" for a, d in zip(plain, defaults)]
+    if args.vararg is not None:
+        out.append("*" + args.vararg.arg)
+    elif args.kwonlyargs:
+        out.append("*")
+    out += [a.arg if d is None else f"{a.arg}={_expr(d)}" for a, d in zip(args.kwonlyargs, args.kw_defaults)]
+    if args.kwarg is not None:
+        out.append("**" + args.kwarg.arg)
+    return out
+
+
+def _items(node: ast.expr) -> tuple[str, list[tuple[str, ast.expr]], str] | None:
+    """An expression in brackets as (its opening, its items with their prefixes, its closing):
+    a call, a tuple (a constant tuple too) or a list; None for anything else."""
+    if isinstance(node, ast.Call):
+        kws = [(f"{k.arg}=" if k.arg else "**", k.value) for k in node.keywords]
+        return _expr(node.func) + "(", [("", a) for a in node.args] + kws, ")"
+    if isinstance(node, ast.Constant) and isinstance(node.value, tuple) and node.value:
+        return "(", [("", ast.Constant(v)) for v in node.value], ")"
+    if isinstance(node, ast.Tuple) and node.elts:
+        return "(", [("", e) for e in node.elts], ")"
+    if isinstance(node, ast.List) and node.elts:
+        return "[", [("", e) for e in node.elts], "]"
+    return None
+
+
+def _wrapped(node: ast.expr, pad: str, head: str, tail: str, inside: bool = False) -> list[str]:
+    """The lines of `head node tail` at `pad`: one where it fits LINE_LENGTH, else broken inside
+    the expression's brackets (black's way: the items on a line of their own, else one a line,
+    each wrapped again), a method's receiver first, a sum or product one operand a line, a long
+    string cut between words into adjacent literals. `inside`: already within brackets."""
+    line = pad + head + _expr(node) + tail
+    if len(line) <= LINE_LENGTH:
+        return [line]
+    inner = pad + "    "
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and len(pad + head + _expr(node.func)) > LINE_LENGTH \
+            and isinstance(node.func.value, (ast.Call, ast.Name, ast.Attribute, ast.Subscript)):
+        rest = "." + node.func.attr + "(" + ", ".join(p + _expr(v) for p, v in _items(node)[1]) + ")" + tail  # type: ignore[index]
+        return _wrapped(node.func.value, pad, head, rest, inside)
+    parts = _items(node)
+    if parts is not None:
+        opening, items, closing = parts
+        texts = [prefix + _expr(v) for prefix, v in items]
+        single = len(items) == 1 and isinstance(node, (ast.Tuple, ast.Constant))  # (x,)
+        hugged = inner + ", ".join(texts) + ("," if single else "")
+        if len(hugged) <= LINE_LENGTH:
+            return [pad + head + opening, hugged, pad + closing + tail]
+        lines = [pad + head + opening]
+        for prefix, v in items:
+            lines += _wrapped(v, inner, prefix, ",", inside=True)
+        return lines + [pad + closing + tail]
+    if isinstance(node, ast.BinOp):  # a sum or product: one operand a line, each after its operator
+        operands = [node.right]
+        left = node.left
+        while isinstance(left, ast.BinOp) and type(left.op) is type(node.op):
+            operands.append(left.right)
+            left = left.left
+        operands.append(left)
+        operands.reverse()
+        at = pad if inside else inner
+        lines = [] if inside else [pad + head + "("]
+        for i, x in enumerate(operands):
+            bracket = _needs_brackets(node.op, x, left=i == 0)
+            lead = ("" if i == 0 else _OPS[type(node.op)] + " ") + ("(" if bracket else "")
+            lines += _wrapped(x, at, (head if inside and i == 0 else "") + lead, ")" if bracket else "", True)
+        if inside:
+            lines[-1] += tail
+            return lines
+        return lines + [pad + ")" + tail]
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and inside:
+        width = max(LINE_LENGTH - len(pad) - len(head) - len(tail) - 3, 20)
+        pieces = re.findall(r"\S*\s*", node.value)[:-1] or [node.value]
+        chunks: list[str] = [""]
+        for piece in pieces:
+            if chunks[-1] and len(repr(chunks[-1] + piece)) > width:
+                chunks.append("")
+            chunks[-1] += piece
+        lines = [pad + (head if i == 0 else "") + repr(c) for i, c in enumerate(chunks)]
+        lines[-1] += tail
+        return lines
+    return [line]
+
+
+def _needs_brackets(op: ast.operator, operand: ast.expr, left: bool) -> bool:
+    """Whether `operand` needs brackets as the left (or a right) operand of `op` (ast.unparse's rule)."""
+    mark, text, symbol = ast.Name("_", ast.Load()), _expr(operand), _OPS[type(op)]
+    if left:
+        return ast.unparse(ast.BinOp(operand, op, mark)) == f"({text}) {symbol} _"
+    return ast.unparse(ast.BinOp(mark, op, operand)) == f"_ {symbol} ({text})"

@@ -21,7 +21,8 @@ def _check_inputs(spec, values, unexpected, extra=(), reference=None):
         raise ShapeError(f"unexpected input(s): {names}; the diagram takes " + ", ".join(s[0] for s in spec))
     if extra:
         raise ShapeError(
-            f"{len(spec) + len(extra)} positional inputs given but the diagram takes {len(spec)}: " + ", ".join(s[0] for s in spec)
+            f"{len(spec) + len(extra)} positional inputs given but the diagram takes {len(spec)}: "
+            + ", ".join(s[0] for s in spec)
         )
     free = {}
     batch, batch_of = (), None  # the batch dims seen so far (broadcast together) and who gave them
@@ -43,12 +44,16 @@ def _check_inputs(spec, values, unexpected, extra=(), reference=None):
         if kind == "float" and not floating:
             raise ShapeError(f"input {name!r} must be a floating-point tensor, got {x.dtype}")
         if reference is not None and x.device != reference.device:
-            raise ShapeError(f"input {name!r} is on {x.device} but the model's parameters are on {reference.device}; move one with .to()")
+            raise ShapeError(
+                f"input {name!r} is on {x.device} but the model's parameters are on {reference.device}; move one with .to()"
+            )
         if floating:
             if dtype_of is None:
                 dtype_of = (x.dtype, name)
             elif x.dtype != dtype_of[0] and not _autocasting(x):
-                raise ShapeError(f"input {name!r} is {x.dtype} but input {dtype_of[1]!r} is {dtype_of[0]}; give both the same dtype")
+                raise ShapeError(
+                    f"input {name!r} is {x.dtype} but input {dtype_of[1]!r} is {dtype_of[0]}; give both the same dtype"
+                )
             if reference is not None and x.dtype != reference.dtype and not _autocasting(x):
                 raise ShapeError(
                     f"input {name!r} is {x.dtype} but the model's parameters are {reference.dtype}; "

@@ -543,7 +543,9 @@ def statement_code(c, source: str, source_map: list) -> dict:
     for _cls, span, first, last in source_map:
         code = lines[first - 1 : last]
         if code and code[0].lstrip().startswith("#"):
-            code = code[1:]  # the statement, as the diagram writes it
+            code = code[1:]  # the statement, as the diagram writes it (a long one goes on, indented)
+            while code and code[0].lstrip().startswith("#   "):
+                code = code[1:]
         out[span] = "# fused below" if span in fused and not code else textwrap.dedent("\n".join(code))
     return out
 

@@ -126,3 +126,19 @@ def test_concat_of_batched_and_unbatched_parts():
     x = torch.randn(4, 5, 2, 3)
     want = torch.cat([x, m.W.detach().expand(4, 5, 2, 3)], dim=-1)
     torch.testing.assert_close(m(x), want)
+
+
+def test_a_keyword_naming_a_free_dim_keeps_the_checked_number():
+    """Found by the differential fuzzer (test_free_legs_of_other_sizes) when keywords began to be
+    written by name: `clamp(x, min=-tok, max=tok)` with `tok` a leg only the input carries read
+    its size at run time (±3 for a 3-token input), where the checked value, and the interpreter,
+    clamp at ±2 (the declared size). A name is written only where its value is fixed."""
+    text = ("dim tok = 2, b = 3\nconst k = 3\ninput X1[tok, b]\nh2 = clamp(X1, min=-tok, max=tok)\n"
+            "alpha = clamp(X1, min=-k, max=k)\noutput h2, alpha")
+    m = penrose.compile(text)
+    assert "h2 = X1.clamp(min=-2, max=2)" in m.penrose_source  # the number: tok comes from the inputs
+    assert "alpha = X1.clamp(min=-K, max=K)" in m.penrose_source  # the name: a const (K = 3)
+    x = torch.linspace(-5, 5, 9).reshape(3, 3)
+    h2, alpha = m(x)
+    torch.testing.assert_close(h2, x.clamp(-2, 2))
+    torch.testing.assert_close(alpha, x.clamp(-3, 3))

@@ -10,6 +10,7 @@ diagram with an operation the plan has no rule for raises NoGeneratedBackward at
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,8 +20,11 @@ from hypothesis import strategies as st
 
 import penrose
 from penrose import ops
+from penrose import pyast as P
+from penrose.attrs import Unary
+from penrose.checked import V
 from penrose.errors import PenroseShapeError
-from penrose.gradients import VJP, GradientPlan, NoGeneratedBackward
+from penrose.gradients import KERNELS, GradientPlan, NoGeneratedBackward
 from program_strategies import programs
 from test_differential import _FAST, ATOL, RTOL, _load_quiet, _values, free_roots, make_inputs, run
 
@@ -155,26 +159,34 @@ def test_each_rule(name, batch, uniform):
     agree(RULES[name], batch, uniform)
 
 
-def test_vjp_rows_are_rows_of_the_table():
-    assert set(VJP) <= ops.ELEMENTWISE
+def test_every_elementwise_row_has_a_derivative():
+    """The generated backward reads an element-wise function's derivative from its row: every
+    row the compiler lowers has one (a row without is refused where a gradient passes)."""
+    assert [n for n in sorted(ops.ELEMENTWISE) if ops.OPS[n].vjp is None] == []
 
 
-@pytest.mark.parametrize("name", sorted(VJP))
+@pytest.mark.parametrize("name", sorted(ops.ELEMENTWISE))
 def test_each_derivative_is_autograds(name):
-    """Each VJP entry against autograd through the torch callable the compiler emits, on points
-    that include the kinks (0, and the row's bound)."""
+    """Each row's derivative against autograd through the torch callable the compiler emits, on
+    points that include the kinks (0, and the row's bound); and the expression the generated
+    backward writes out for it computes the same numbers."""
     row = ops.OPS[name]
+    assert row.torch is not None and row.vjp is not None
     fn = penrose.gradients._callable(row.torch)
-    kw = [k.default if k.default is not None else 0.25 for k in row.keywords]
+    kw = {k.name: k.default if k.default is not None else 0.25 for k in row.keywords}
     x = torch.tensor([-3.0, -1.0, -0.25, 0.0, 0.25, 0.1, 1.0, 3.0, 25.0], dtype=torch.float64)
     if name in ("log", "sqrt"):
         x = x.abs() + 0.5
     leaf = x.clone().requires_grad_(True)
-    y = fn(leaf, *kw)
+    y = fn(leaf, *kw.values())
     g = torch.linspace(-1, 1, x.numel(), dtype=torch.float64)
     (want,) = torch.autograd.grad(y, leaf, g)
-    got = VJP[name](g, x, y.detach(), *kw)
+    got = row.vjp(g, x, y.detach(), KERNELS, **kw)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    (vjp,) = penrose.gradients._rule_unary(V("unary", attrs=Unary(name, tuple(kw.items()))))[1]
+    written = P.unparse(vjp.inline(P.name("closure"), P.name("g"), P.name("y"), P.name("x")))
+    assert "closure" not in written  # the expression itself, not a call of the closure
+    torch.testing.assert_close(eval(written, {"torch": torch, "g": g, "x": x, "y": y.detach()}), want, rtol=1e-12, atol=1e-12)
 
 
 REFUSALS = {
@@ -221,9 +233,9 @@ def test_a_split_nobody_reads_is_not_made():
 
 
 def test_an_operation_without_a_rule_is_fine_where_no_gradient_passes(monkeypatch):
-    """A function without a derivative in VJP (mish, its entry taken out here) is refused where
-    a gradient passes through it, and planned on a buffer-only branch, where none is asked of it."""
-    monkeypatch.delitem(VJP, "mish")
+    """A function whose row has no derivative (mish's taken out here) is refused where a gradient
+    passes through it, and planned on a buffer-only branch, where none is asked of it."""
+    monkeypatch.setitem(ops.OPS, "mish", dataclasses.replace(ops.OPS["mish"], vjp=None))
     text = ("dim a = 3\ninput x[a]\nparam w[a] ~ normal\nbuffer s[a] ~ ones\n"
             "y = x * w + mish(s) + einsum('aa->a', einsum('a,b->ab', s, s))\noutput y")
     agree(text)

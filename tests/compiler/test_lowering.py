@@ -12,7 +12,7 @@ CASES = [
     ("te,pe->tp", ("t e", "p e"), "Z @ B.mT"),  # attention scores: the second operand transposed
     ("ed,te->td", ("e d", "t e"), "B @ self.Z"),  # operands swapped so the batched one leads
     ("fpk,fpk->pk", ("f p k", "f p k"), "(Z * B).sum(-3)"),  # element-wise product, then a sum
-    ("f,fke->ke", ("f", "f k e"), "(Z @ self.B.flatten(1)).unflatten(-1, (3, 4))"),  # grouped: two free legs
+    ("f,fke->ke", ("f", "f k e"), "(Z @ self.B.flatten(1)).unflatten(-1, (K, E))"),  # grouped: two free legs
     ("ke,ker->r", ("k e", "k e r"), "Z.flatten(-2) @ self.B.flatten(0, 1)"),  # grouped: two contracted legs
     ("ij,jk,kl->il", ("i j", "j k", "k l"), "torch.einsum("),  # n-ary: planned pairwise einsums
 ]

@@ -9,8 +9,8 @@ float64 (1e-10) and float32 (1e-5). Patterns next to each one that must not be r
 checked the same way, including two defects found while writing them and since fixed (a batched
 mask input in fused attention; a split operand recomputed once per read piece).
 
-    linear      X[..., c] W[n, c] -> [..., n]       torch.nn.functional.linear(X, W)
-    embedding   gather(E, ids), E[v, e]             torch.nn.functional.embedding(ids, E)
+    linear      X[..., c] W[n, c] -> [..., n]       F.linear(X, W) (torch.nn.functional as F)
+    embedding   gather(E, ids), E[v, e]             F.embedding(ids, E)
     split       some pieces never read              only the read pieces, as x[a:b] / x.narrow(...)
     topk_keep   where(topk_mask(x, u, k=K), f(x), 0)  _topk_keep(x, K, dim, f) / _topk_filter
     GQA         q (..., g·r, t, d), k/v (..., g, s, d)  one SDPA call, enable_gqa, no copies
@@ -121,11 +121,11 @@ def einsum_reference(spec, *operands):
 
 # (einsum spec, operand declarations, the code that must (or must not) appear)
 LINEAR = {
-    "matrix": ("tc,nc->tn", ["input X[t, c]", "param W[n, c]"], "torch.nn.functional.linear(X, self.W)"),
-    "vector": ("c,nc->n", ["input X[c]", "param W[n, c]"], "torch.nn.functional.linear(X, self.W)"),
-    "three_legs": ("thc,nc->thn", ["input X[t, h, c]", "param W[n, c]"], "torch.nn.functional.linear(X, self.W)"),
-    "two_params": ("tc,nc->tn", ["param X[t, c]", "param W[n, c]"], "torch.nn.functional.linear(self.X, self.W)"),
-    "expression": ("tc,nc->tn", ["input X[t, c]", "param W[n, c]"], "torch.nn.functional.linear(X * 2.0, self.W)"),
+    "matrix": ("tc,nc->tn", ["input X[t, c]", "param W[n, c]"], "F.linear(X, self.W)"),
+    "vector": ("c,nc->n", ["input X[c]", "param W[n, c]"], "F.linear(X, self.W)"),
+    "three_legs": ("thc,nc->thn", ["input X[t, h, c]", "param W[n, c]"], "F.linear(X, self.W)"),
+    "two_params": ("tc,nc->tn", ["param X[t, c]", "param W[n, c]"], "F.linear(self.X, self.W)"),
+    "expression": ("tc,nc->tn", ["input X[t, c]", "param W[n, c]"], "F.linear(X * 2.0, self.W)"),
 }
 NOT_LINEAR = {  # W stored (c, n), or W batched (an input): a matrix product, not linear
     "w_cn": ("tc,cn->tn", ["input X[t, c]", "param W[c, n]"], "X @ self.W"),
@@ -144,7 +144,7 @@ def test_linear(name, batch):
     spec, decls, expected = {**LINEAR, **NOT_LINEAR}[name]
     m = compile_quiet(linear_text(spec, decls, scale=name == "expression"))
     assert expected in code(m)
-    assert ("functional.linear" in code(m)) == (name in LINEAR)
+    assert ("F.linear(" in code(m)) == (name in LINEAR)
     if batch and name == "two_params":
         return  # no inputs to batch
     scale = 2.0 if name == "expression" else 1.0
@@ -155,8 +155,53 @@ def test_linear(name, batch):
 @given(t=st.integers(1, 4), c=st.integers(1, 5), n=st.integers(1, 5), batch=st.sampled_from(BATCHES))
 def test_linear_sizes(t, c, n, batch):
     m = compile_quiet(linear_text(*LINEAR["matrix"][:2]), t=t, c=c, n=n)
-    assert "torch.nn.functional.linear(X, self.W)" in code(m)
+    assert "F.linear(X, self.W)" in code(m)
     assert_same(m, lambda env: env["X"] @ env["W"].T, make_inputs(m, batch))
+
+
+# x W + b with b a param along the product's last leg: nn.Linear's own call; a bias along another
+# leg, or an input (batched: it aligns with an unsqueeze), stays a sum
+BIASES = {
+    "bias": ("param b[n]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W, self.b)", lambda b: b),
+    "bias_first": ("param b[n]", "b + einsum('tc,nc->tn', X, W)", "y = F.linear(X, self.W, self.b)", lambda b: b),
+    "other_leg": ("param b[t]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W) + self.b.unsqueeze(-1)",
+                  lambda b: b[:, None]),
+    "input": ("input b[n]", "einsum('tc,nc->tn', X, W) + b", "y = F.linear(X, self.W) + b.unsqueeze(-2)",
+              lambda b: b.unsqueeze(-2)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BIASES))
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_linear_with_bias(name, batch):
+    decl, expr, expected, aligned = BIASES[name]
+    m = compile_quiet(f"dim t = 3, c = 4, n = 5\ninput X[t, c]\nparam W[n, c]\n{decl}\ny = {expr}\noutput y")
+    assert expected in code(m)
+    assert_same(m, lambda env: env["X"] @ env["W"].T + aligned(env["b"]), make_inputs(m, batch))
+
+
+# a reduction whose leg comes back (aligned, or a pattern's '1'): keepdim=True, as a person writes
+# it, also under element-wise functions and arithmetic with numbers; where the leg comes back
+# elsewhere, an unsqueeze
+KEEPDIM = {
+    "centred": ("y = x - mean(x, e)", "y = x - x.mean(-1, keepdim=True)", lambda x: x - x.mean(-1, keepdim=True)),
+    "normalised": ("y = x / sqrt(sum(x * x, e) + 1e-12)", "y = x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)",
+                   lambda x: x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-12)),
+    "pattern": ("y = reduce(x, 't e -> t 1', 'sum')", "y = x.sum(-1, keepdim=True)", lambda x: x.sum(-1, keepdim=True)),
+    "elsewhere": ("y = einsum('te->et', x) - sum(x, e)", "y = torch.einsum('...te->...et', x) - x.sum(-1).unsqueeze(-2)",
+                  lambda x: x.transpose(-2, -1) - x.sum(-1).unsqueeze(-2)),
+    "times_a_tensor": ("y = x - sum(x, e) * sum(x, e)", "y = x - (x.sum(-1) * x.sum(-1)).unsqueeze(-1)",
+                       lambda x: x - (x.sum(-1) ** 2).unsqueeze(-1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEEPDIM))
+@pytest.mark.parametrize("batch", BATCHES, ids=str)
+def test_keepdim(name, batch):
+    stmt, expected, reference = KEEPDIM[name]
+    m = compile_quiet(f"dim t = 3, e = 4\ninput x[t, e]\n{stmt}\noutput y")
+    assert expected in code(m)
+    assert_same(m, lambda env: reference(env["x"]), make_inputs(m, batch))
 
 
 # ---- 2. embedding: gather(E, ids) on an unbatched matrix -------------------------------------
@@ -184,8 +229,8 @@ def test_embedding(batch):
     m = compile_quiet(GATHER)
     src = code(m)
     # the ids checked first (_ids: a wrong id is a ShapeError naming the input and leg, issue 23)
-    assert "x = torch.nn.functional.embedding(_ids(ids, 7, " in src
-    assert "y = self.F[_ids(ids, 7, " in src and "z = self.G[_ids(ids, 7, " in src  # not a matrix: plain indexing
+    assert "x = F.embedding(_ids(ids, V, " in src  # V: the dim's size, a constant of the module
+    assert "y = self.F[_ids(ids, V, " in src and "z = self.G[_ids(ids, V, " in src  # not a matrix: plain indexing
     inputs = make_inputs(m, batch, int_high=7)
     inputs["ids"].view(-1)[0] = 6  # the last row and a repeated row are read
     inputs["ids"].view(-1)[-1] = 6
@@ -210,7 +255,7 @@ param P_up[us, e] ~ normal(std=1)
 P, Ppad = split(P_up, us, [u, ux])
 l = einsum('te,ue->tu', h, P)
 output l
-""", ["P = self.P_up[:4]", "torch.nn.functional.linear(h, P)"], ["Ppad =", "torch.split"],
+""", ["P = self.P_up[:U]", "F.linear(h, P)"], ["Ppad =", "torch.split"],
         lambda env: env["h"] @ env["P_up"][:4].T),
     # a middle piece unused, over the last leg of a batched input: narrows
     "middle_unused": ("""\
@@ -220,7 +265,7 @@ x1, x2, x3 = split(x, f3, [a, b, c])
 y = sigmoid(x3) * 2
 z = x1 * 3
 output y, z
-""", ["x1 = x.narrow(-1, 0, 2)", "x3 = x.narrow(-1, 5, 4)"], ["x2 =", "torch.split"],
+""", ["x1 = x.narrow(-1, 0, A)", "x3 = x.narrow(-1, A + B, C)"], ["x2 =", "torch.split"],
         lambda env: (torch.sigmoid(env["x"][..., 5:]) * 2, env["x"][..., :2] * 3)),
     # the first leg of a batched input is not its first axis: a narrow, not a slice
     "batched_first_leg": ("""\
@@ -228,7 +273,7 @@ dim f2 = 5, p = 2, q = 3, e = 4
 input x[f2, e]
 x1, x2 = split(x, f2, [p, q])
 output x2
-""", ["x2 = x.narrow(-2, 2, 3)"], ["x1 =", "torch.split"],
+""", ["x2 = x.narrow(-2, P, Q)"], ["x1 =", "torch.split"],
         lambda env: env["x"][..., 2:, :]),
     # an unbatched expression split along its first axis: sliced in parentheses
     "expression_rows": ("""\
@@ -238,7 +283,7 @@ param W[n, e] ~ normal(std=1)
 A, B = split(W * 2, n, [p, q])
 y = einsum('pe,e->p', A, x)
 output y
-""", ["A = (self.W * 2)[:2]"], ["B =", "torch.split"],
+""", ["A = (self.W * 2)[:P]"], ["B =", "torch.split"],
         lambda env: einsum_reference("pe,e->p", (env["W"] * 2)[:2], env["x"])),
     # a piece read only as an output is read
     "output_only": ("""\
@@ -246,7 +291,7 @@ dim t = 3, f = 2, f2 = 4
 input u[t, f2]
 up, gate = split(u, f2, [f, f])
 output up
-""", ["up = u.narrow(-1, 0, 2)"], ["gate =", "torch.split"],
+""", ["up = u.narrow(-1, 0, F)"], ["gate =", "torch.split"],
         lambda env: env["u"][..., :2]),
     # SSA: the first version of `gate` is never read (a later one is)
     "reassigned": ("""\
@@ -256,7 +301,7 @@ up, gate = split(u, f2, [f, f])
 gate = up * 2
 h = gate + 1
 output h
-""", ["up = u.narrow(-1, 0, 2)", "gate = up * 2"], ["torch.split"],
+""", ["up = u.narrow(-1, 0, F)", "gate = up * 2"], ["torch.split"],
         lambda env: env["u"][..., :2] * 2 + 1),
     # the same with the later version an output: correct either way (the compiler counts every
     # version of an output's name as read, so this one stays a torch.split)
@@ -275,7 +320,7 @@ a, b = split(u, f2, [f, f])
 c = a * b
 a, b = split(c, f, [p, q])
 output b
-""", ["a, b = torch.split(u, [4, 4], dim=-1)", "b = c.narrow(-1, 1, 3)"], [],
+""", ["a, b = torch.split(u, [F, F], dim=-1)", "b = c.narrow(-1, P, Q)"], [],
         lambda env: (env["u"][..., :4] * env["u"][..., 4:])[..., 1:]),
     # every piece is read: still one torch.split (also inside a block, read by its return)
     "all_used": ("""\
@@ -288,7 +333,7 @@ block glu(x[t, f2]) {
 up, gate = split(u, f2, [f, f])
 h = up * sigmoid(gate) + glu(u)
 output h
-""", ["up, gate = torch.split(u, [2, 2], dim=-1)", "a, b = torch.split(x, [2, 2], dim=-1)"], ["narrow"],
+""", ["up, gate = torch.split(u, [F, F], dim=-1)", "a, b = torch.split(x, [F, F], dim=-1)"], ["narrow"],
         lambda env: 2 * env["u"][..., :2] * torch.sigmoid(env["u"][..., 2:])),
     # a block's piece read only by its return, the other unused
     "block_return": ("""\
@@ -301,7 +346,7 @@ block head(x[t, e]) {
 }
 y = head(x)
 output y
-""", ["b = torch.nn.functional.linear(x, self.W).narrow(-1, 2, 3)"], ["a =", "torch.split"],
+""", ["b = F.linear(x, self.W).narrow(-1, F_DIM, G)"], ["a =", "torch.split"],
         lambda env: torch.sigmoid(env["x"] @ env["head.W"][2:].T)),
 }
 
@@ -336,7 +381,7 @@ def test_split_of_an_expression_two_pieces_read():
 
 
 def test_split_of_an_expression_computes_it_once():
-    assert code(compile_quiet(SPLIT_OF_EXPRESSION)).count("functional.linear(") == 1
+    assert code(compile_quiet(SPLIT_OF_EXPRESSION)).count("F.linear(") == 1
 
 
 # ---- 4. where(topk_mask(x, u, k=K), f(x), 0) -> _topk_keep ------------------------------------
@@ -345,12 +390,12 @@ UNARIES = {  # the diagram's name -> (the emitted callable, an independent torch
     "sigmoid": ("torch.sigmoid", torch.sigmoid),
     "sigma": ("torch.sigmoid", torch.sigmoid),
     "relu": ("torch.relu", torch.relu),
-    "gelu": ("torch.nn.functional.gelu", lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))),
-    "silu": ("torch.nn.functional.silu", lambda x: x * torch.sigmoid(x)),
+    "gelu": ("F.gelu", lambda x: 0.5 * x * (1 + torch.erf(x / math.sqrt(2)))),
+    "silu": ("F.silu", lambda x: x * torch.sigmoid(x)),
     "tanh": ("torch.tanh", torch.tanh),
     "exp": ("torch.exp", torch.exp),
     "abs": ("torch.abs", torch.abs),
-    "softplus": ("torch.nn.functional.softplus", lambda x: torch.log1p(torch.exp(x))),
+    "softplus": ("F.softplus", lambda x: torch.log1p(torch.exp(x))),
 }
 
 
@@ -441,8 +486,8 @@ l = einsum('te,ue->tu', h, P)
 w = where(topk_mask(l, u, k=ku), sigmoid(l), 0)
 output w
 """)
-    assert "l = torch.nn.functional.linear(h, self.P)" in code(m)
-    assert "w = _topk_keep(l, 2, -1, torch.sigmoid)" in code(m)
+    assert "l = F.linear(h, self.P)" in code(m)
+    assert "w = _topk_keep(l, KU, -1, torch.sigmoid)" in code(m)
 
     def reference(env):
         l = torch.einsum("...e,ue->...u", env["h"], env["P"])
@@ -644,9 +689,9 @@ def steerling_reference(env):
 def test_steerling_attention_block(batch):
     m = compile_quiet(STEERLING_ATTENTION)
     src = code(m)
-    assert "torch.nn.functional.linear(x, self.c_attn)" in src
-    assert "q, k, v = torch.split(a, [8, 4, 4], dim=-1)" in src
-    assert "h = torch.nn.functional.linear(y, self.c_proj)" in src
+    assert "F.linear(x, self.c_attn)" in src
+    assert "q, k, v = torch.split(a, [E, GD, GD], dim=-1)" in src
+    assert "h = F.linear(y, self.c_proj)" in src
     assert "_attention(" in src
     inputs = {"x": torch.randn(*batch, 6, 8, dtype=torch.float64, generator=torch.Generator().manual_seed(3))}
     with sdpa_spy() as calls:
@@ -722,7 +767,7 @@ output y, z, u, v
 def test_where_unbatched_operands(batch):
     m = compile_quiet(WHERE)
     src = code(m)
-    assert "y = torch.where(_causal_mask(3, 3, _device).unsqueeze(-1), s, self.b)" in src
+    assert "y = torch.where(_causal_mask(T, P, _device).unsqueeze(-1), s, self.b)" in src
     assert "z = torch.where(s > 0, self.c.unsqueeze(-1), self.w[..., :, None, None])" in src
     assert "bb[..., None, None, :]" in src  # a batched operand keeps its leading axes
     assert "v = s * self.b + self.c.unsqueeze(-1)" in src

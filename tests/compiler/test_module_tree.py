@@ -42,6 +42,19 @@ u, v = split(z, e, [f, f])
 output u, y
 """
 
+# statements longer than a line: wrapped inside their brackets, the shape comment above one
+LONG = """\
+dim t = 3, e = 4, h = 2
+input the_input_with_a_long_name[t, e]
+param first_weight_with_a_long_name[e, h]
+param second_weight_with_a_long_name[h, e]
+param third_weight_with_a_long_name[e]
+hidden = einsum('te,eh->th', the_input_with_a_long_name, first_weight_with_a_long_name)
+y = einsum('th,he->te', sigmoid(hidden), second_weight_with_a_long_name) * third_weight_with_a_long_name + the_input_with_a_long_name
+z = where(causal(t, t), einsum('te,se->ts', y + the_input_with_a_long_name * 2, the_input_with_a_long_name - y), -inf)
+output y, z
+"""
+
 
 def _simple_statements(node):
     """(node, is it compound) for every statement of the tree but comments and verbatim text, in order."""
@@ -56,7 +69,7 @@ def _simple_statements(node):
 
 
 @pytest.mark.parametrize("standalone", [True, False])
-@pytest.mark.parametrize("text", [BLOCKS] + [p.read_text() for p in ZOO[:6]], ids=["blocks"] + [p.stem for p in ZOO[:6]])
+@pytest.mark.parametrize("text", [BLOCKS, LONG] + [p.read_text() for p in ZOO[:6]], ids=["blocks", "long"] + [p.stem for p in ZOO[:6]])
 def test_printed_line_numbers_are_the_parsers(text, standalone):
     tree = module_tree(penrose.load(text), standalone=standalone)
     source = P.print_module(tree)
@@ -73,7 +86,7 @@ def test_printed_line_numbers_are_the_parsers(text, standalone):
             assert ast.unparse(other) == ast.unparse(node)
         seen += 1
     assert seen == len(parsed)  # every statement Python sees is one the tree holds
-    assert len(inlined) == standalone
+    assert bool(inlined) == standalone  # the helpers it calls, each as runtime.py writes it
 
 
 def test_source_map_lines_hold_their_statements():
@@ -142,3 +155,30 @@ def test_the_checker_reads_the_table():
         assert (row.function == "") if row.made else callable(getattr(torch.nn.init, row.function)), name
         args, kwargs = row.arguments({}, [3, 4])
         assert all(isinstance(v, float) for v in (*args, *kwargs.values()))
+
+
+def _long(n: int) -> str:
+    return "a_name_that_is_rather_long_" + str(n)
+
+
+WRAPPED = {
+    "call, hugged": P.call(P.path("torch.where"), *[P.name(_long(i)) for i in range(4)]),
+    "call, one a line": P.call(P.path("torch.einsum"), P.const("ab,bc->ac"), *[P.name(_long(i)) for i in range(6)], dim=P.const(-1)),
+    "method of a long receiver": P.method(P.call(P.name("f"), *[P.name(_long(i)) for i in range(5)]), "clamp", min=P.const(0)),
+    "sum": P.binop("+", P.binop("-", P.name(_long(0)), P.binop("-", P.name(_long(1)), P.name(_long(2)))),
+                   P.binop("*", P.name(_long(3)), P.binop("+", P.name(_long(4)), P.name(_long(5))))),
+    "constant tuple of strings": P.literal(tuple(("x " * 40) + str(i) for i in range(3))),
+    "one-tuple": P.tuple_([P.call(P.name("g"), *[P.name(_long(i)) for i in range(5)])]),
+    "string longer than a line": P.call(P.name("g"), P.const("a word " * 40 + "the end"), P.const(1)),
+}
+
+
+@pytest.mark.parametrize("name", sorted(WRAPPED))
+def test_a_long_statement_is_wrapped_to_the_same_tree(name):
+    """Wrapped to fit the line, printed code is the same Python: its tree is the unwrapped one's."""
+    node = P.assign("y", WRAPPED[name])
+    printed = P.print_module(P.module([P.function("f", P.arguments([]), [P.commented(node, "[..., t, e=4]")])]))
+    lines = printed.splitlines()
+    assert len(lines) > 2 and all(len(line) <= P.LINE_LENGTH for line in lines), printed
+    assert ast.dump(ast.parse(printed).body[0].body[0].value) == ast.dump(ast.parse(ast.unparse(node)).body[0].value)
+    assert node.lineno == 2 and node.end_lineno == len(lines)  # where the printer says it is

@@ -218,7 +218,10 @@ def test_plain_numbers_are_folded_once_and_read_where_no_size_is_free():
     t = y.args[1].args[1]  # t: the inputs carry it, so the generated code reads it
     assert t.op == "dimsize" and t.const is not None and fixed(t, c.sizes) is None
     assert c.constants == {"k": 2}
-    assert "y = x * self.w * 4.0 + x / _t" in penrose.source(text)  # folded; t read from the inputs
+    # the source says it as the diagram does, by name (the module's constants E = 4, K = 2, which
+    # Python computes to the folded 4.0); t read from the inputs
+    source = penrose.source(text)
+    assert "y = x * self.w * (math.sqrt(E) * K) + x / _t" in source and "\nE = 4\nK = 2\n" in source
 
 
 def test_no_backend_reads_attributes_by_a_string_key():
@@ -231,3 +234,37 @@ def test_no_backend_reads_attributes_by_a_string_key():
     hits = [f"{p.relative_to(root)}:{n}" for folder in ("penrose", "zoo") for p in sorted((root / folder).rglob("*.py"))
             for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not hits, "string reads of attributes: " + ", ".join(hits)
+
+
+# Where penrose names an element-wise function outside its row on purpose: how that one function
+# is drawn or written (a radical, bars, clamp_min's bound as a max), the checker's refusal of a
+# plain number outside its domain, and `abs`, the builtin generated code calls on a size.
+NAMED_ELSEWHERE = {
+    ("check_exprs.py", "log"), ("check_exprs.py", "sqrt"),
+    ("rendering/equations.py", "clamp_min"), ("rendering/equations.py", "sqrt"),
+    ("rendering/explain.py", "sqrt"),
+    ("rendering/figure.py", "abs"), ("rendering/figure.py", "sqrt"),
+    ("tables.py", "abs"),
+}
+
+
+def test_an_elementwise_function_is_named_in_its_row_only():
+    """An element-wise function is one row of penrose/ops.py, its derivative included: no other
+    module of penrose holds its name as a string (a table keyed by it, a test of it), but
+    `penrose trace`'s ATen lowering (penrose/tracing/, whose keys are ATen's own names) and the
+    special cases above; `gelu`, which has none, is named in two files."""
+    import ast
+    import pathlib
+
+    package = pathlib.Path(penrose.__file__).parent
+    found = set()
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package).as_posix()
+        if where == "ops.py" or where.startswith("tracing/"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in ops.ELEMENTWISE:
+                found.add((where, node.value))
+    assert found == NAMED_ELSEWHERE  # a new entry means a second place to edit for that function
+    gelu = sorted(p.relative_to(package).as_posix() for p in package.rglob("*.py") if "gelu" in p.read_text(encoding="utf-8"))
+    assert gelu == ["ops.py", "tracing/aten.py"]

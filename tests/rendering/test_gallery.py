@@ -131,8 +131,8 @@ def test_rosetta_row_shows_every_line_a_statement_generates(tmp_path):
     torch = re.search(r'<pre class="torch">([^<]*)</pre>', row).group(1)
     assert torch.splitlines() == [
         "_split = torch.relu(x)",
-        "u = _split.narrow(-1, 0, 2)  # [..., t, a=2]",
-        "w = _split.narrow(-1, 4, 2)  # [..., t, c=2]",
+        "u = _split.narrow(-1, 0, A)  # [..., t, a=2]",
+        "w = _split.narrow(-1, A + B, C)  # [..., t, c=2]",
     ]
 
 

@@ -145,8 +145,8 @@ def test_source_map_pairs_every_statement_with_its_lines():
     assert [t.strip() for t in got["Diagram", 8]] == [  # the split narrowed into the pieces read
         "# u, v, w = split(relu(x), f, [a, b, c])",
         "_split = torch.relu(x)",
-        "u = _split.narrow(-1, 0, 2)  # [..., t, a=2]",
-        "w = _split.narrow(-1, 4, 2)  # [..., t, c=2]",
+        "u = _split.narrow(-1, 0, A)  # [..., t, a=2]",
+        "w = _split.narrow(-1, A + B, C)  # [..., t, c=2]",
     ]
     assert [t.strip() for t in got["TwiceBlock", 6]] == ["return g + h"]
     for cls, _span, a, b in lines:  # each range lies in its class's forward()
@@ -154,3 +154,22 @@ def test_source_map_pairs_every_statement_with_its_lines():
         while not text[k].startswith("class "):
             k -= 1
         assert text[k].startswith(f"class {cls}(") and all(t.startswith("        ") for t in text[a - 1 : b])
+
+
+def test_the_gallery_shows_a_wrapped_statement_without_its_comment():
+    """A statement longer than a line: its comment (the diagram's statement) wraps, its code too;
+    the gallery's PyTorch column shows the code, every line of it, and none of the comment."""
+    pytest.importorskip("torch")
+    from penrose.compiler import generate_source
+    from penrose.rendering.gallery import statement_code
+
+    long = "the_input_with_a_long_name"
+    text = (f"dim t = 3, e = 4\ninput {long}[t, e]\nparam weight_with_a_long_name[e]\n"
+            f"y = {long} * weight_with_a_long_name + {long} * weight_with_a_long_name * 2 + {long} / 3 + {long} * {long} - 1\n"
+            "output y")
+    c = check(parse(text))
+    source, lines = generate_source(c, with_map=True)
+    (code,) = statement_code(c, source, lines).values()
+    assert code.startswith("y = (\n") and code.endswith(")  # [..., t, e=4]")
+    assert "#" not in code.replace("# [..., t, e=4]", "")
+    assert all(len(line) <= 130 for line in source.splitlines())

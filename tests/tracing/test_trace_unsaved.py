@@ -42,7 +42,7 @@ def test_unsaved_buffers_parse_format_and_compile_as_persistent_false():
     assert list(m.state_dict()) == ["kept"]  # only the saved buffer
     assert {n for n, _ in m.named_buffers()} == {"mask", "pos", "inv", "kept"}
     source = generate_source(penrose.load(TEXT))  # standalone
-    assert "self.register_buffer('mask', torch.empty(4, 4), persistent=False)" in source
+    assert "self.register_buffer('mask', torch.empty(T, S), persistent=False)" in source
     assert "self.mask.copy_(torch.ones(self.mask.shape[-2:]).tril().expand(self.mask.shape))" in source
     m.load_state_dict({"kept": torch.ones(3)}, strict=True)
     assert m.mask.tolist() == torch.ones(4, 4).tril().tolist()
