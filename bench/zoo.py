@@ -49,7 +49,9 @@ CASES = {
 OPTIONS = {"linear": {"task": "multiclass"}, "mlp": {"task": "multiclass"}}
 
 
-def setup(name):
+def parts(name):
+    """(the compiled diagram, its reference fn(params, **inputs), the shared parameters and
+    buffers by name, the inputs) of a case: one set of random parameters, copied into both."""
     batch, sizes, ref_name = CASES[name]
     entry = penrose_zoo.MODELS[name]
     compile_sizes = {k: v for k, v in sizes.items() if k != "t"}
@@ -62,25 +64,30 @@ def setup(name):
     full = {**entry.cls.resolved_sizes(**compile_sizes), **sizes}
     inputs = entry.cls.make_inputs(full, batch[0], g)
     ref = getattr(refs, ref_name) if ref_name else refs.reference_for(name, full)
-    diagram = model.diagram
+    return model.diagram, ref, params, inputs
 
-    def loss(out):
-        vals = out.values() if isinstance(out, dict) else (out if isinstance(out, tuple) else (out,))
-        return sum(v.sum() for v in vals if v.is_floating_point())
 
-    def run_penrose():
+def loss(out):
+    """The sum of every float output (the compiled module returns every diagram output, the
+    reference a dict of the same ones)."""
+    vals = out.values() if isinstance(out, dict) else (out if isinstance(out, tuple) else (out,))
+    return sum(v.sum() for v in vals if v.is_floating_point())
+
+
+def step(fn, params, inputs):
+    """A closure running forward + backward of `fn(**inputs)`, the gradients of `params` cleared first."""
+
+    def run():
         for p in params.values():
             p.grad = None
-        loss(diagram(**inputs)).backward()
+        loss(fn(**inputs)).backward()
 
-    def run_reference():
-        for p in params.values():
-            p.grad = None
-        out = ref(params, **inputs)
-        # the compiled module returns every diagram output; sum the same ones
-        loss(out).backward()
+    return run
 
-    return run_penrose, run_reference
+
+def setup(name):
+    diagram, ref, params, inputs = parts(name)
+    return step(diagram, params, inputs), step(lambda **kw: ref(params, **kw), params, inputs)
 
 
 def main(argv=None):

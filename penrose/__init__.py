@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 import os as _os
+from pathlib import Path as _Path
 
 from penrose import display as _display
 from penrose.checker import LIMITS, Checked, check
@@ -76,6 +77,25 @@ def compile(path_or_text: object = None, /, *, seed: int | None = None, fuse_att
         path_or_text, seed=seed, fuse_attention=fuse_attention, text=text, include_paths=include_paths,
         entries=entries, sizes=sizes, **more_sizes
     )
+
+
+def export_onnx(path_or_text: object = None, out_path: str | _os.PathLike[str] | None = None, /, *, seed: int | None = None,
+                text: str | None = None, include_paths: Paths = (), sizes: _Mapping[str, _Any] | None = None, batch: int = 2,
+                dynamic_batch: bool = True, opset: int | None = None, verify: bool = True, **more_sizes: _Any) -> _Path:
+    """Write a diagram (a `.pen` path or text, or a module `compile` made) as an ONNX file.
+
+    The graph's inputs and outputs carry the diagram's names, with a leading batch leg (dynamic
+    unless `dynamic_batch=False`); the file is written atomically, checked with onnx.checker and,
+    with `verify`, run in onnxruntime against the module (the `onnx` extra). `penrose export` is
+    the command; docs/pytorch.md says what an export carries.
+
+    >>> penrose.export_onnx("attention.pen", "attention.onnx", d=64)   # doctest: +SKIP
+    PosixPath('attention.onnx')
+    """
+    from penrose.export import export_onnx as _export_onnx
+
+    return _export_onnx(path_or_text, out_path, seed=seed, text=text, include_paths=include_paths, sizes=sizes, batch=batch,
+                        dynamic_batch=dynamic_batch, opset=opset, verify=verify, **more_sizes)
 
 
 def interpret(diagram: object, *args: _Any, params: _Any = None, training: bool = False, sizes: _Mapping[str, _Any] | None = None,
@@ -152,6 +172,7 @@ __all__ = [
     "PenroseWarning",
     "check",
     "compile",
+    "export_onnx",
     "format_diagram",
     "interpret",
     "load",

@@ -13,6 +13,7 @@ examples:
   penrose compile zoo/paper/mlp.pen -o mlp.py       write standalone PyTorch source
   penrose compile model.pen -o model.py --size t=128 --size e=64
   penrose compile full.pen --entry hidden=hidden.pen -o model.py   one module, two entries
+  penrose export model.pen -o model.onnx --size d=64   an ONNX file (dynamic batch), run in onnxruntime
   penrose plan zoo/paper/steerling_listing.pen      contraction plan: FLOPs and largest intermediate
   penrose fmt model.pen                             print canonical formatting (--write to rewrite)
   penrose render zoo/paper/self_attention.pen -o attention.svg
@@ -178,6 +179,19 @@ def _parser(discovered=None) -> _Parser:
                    help="another diagram as method NAME of the same module, on the same parameters (shared by name)")
     _include_path_option(c)
 
+    c = add("export", "write the diagram as an ONNX file (dynamic batch; checked, and run in onnxruntime against PyTorch)",
+            "penrose export zoo/paper/mlp.pen -o mlp.onnx")
+    c.add_argument("file")
+    c.add_argument("-o", "--output", required=True, help="the .onnx file to write")
+    c.add_argument("--size", action="append", metavar="NAME=N")
+    c.add_argument("--seed", type=ascii_int, default=0, help="the seed of the weights' initialisation (default 0)")
+    c.add_argument("--batch", type=ascii_int, default=2, help="the example batch size traced (default 2)")
+    c.add_argument("--static-batch", action="store_false", dest="dynamic_batch",
+                   help="a batch of exactly --batch (default: any batch size)")
+    c.add_argument("--opset", type=ascii_int, help="the ONNX opset (default: the exporter's)")
+    c.add_argument("--no-verify", action="store_false", dest="verify", help="do not run the file in onnxruntime against PyTorch")
+    _include_path_option(c)
+
     c = add("plan", "print each contraction's plan, FLOPs (a block's times its runs, repeats included) and largest intermediate", "penrose plan zoo/paper/steerling_listing.pen")
     c.add_argument("file")
     c.add_argument("--size", action="append", metavar="NAME=N")
@@ -302,6 +316,14 @@ def _run(args) -> int:
         for checked in (c, *more.values()):
             _print_warnings(checked)
         _write_or_print(args.output, generate_source(c, entries=more))
+        return 0
+    if args.command == "export":
+        from penrose.export import export_onnx
+
+        _output(args.output, args.file)
+        export_onnx(_path(args.file), args.output, seed=args.seed, include_paths=args.include_paths, sizes=_sizes(args.size),
+                    batch=args.batch, dynamic_batch=args.dynamic_batch, opset=args.opset, verify=args.verify)
+        print(f"wrote {args.output}")
         return 0
     if args.command == "plan":
         from penrose.report import plan_report

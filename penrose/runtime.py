@@ -162,7 +162,7 @@ def _rms_norm(x, weight, eps, dim):
 def _causal_mask(n_t, n_p, device):
     """True where query t may see key p (p <= t)."""
     key = ("causal", n_t, n_p, device)
-    mask = _CONSTANTS.get(key)
+    mask = _remembered(key)
     if mask is None:
         t = torch.arange(n_t, device=device)
         p = torch.arange(n_p, device=device)
@@ -173,7 +173,7 @@ def _causal_mask(n_t, n_p, device):
 def _block_causal_mask(n_t, n_p, block, device):
     """True where key p's block is not after query t's block (bidirectional inside a block)."""
     key = ("block_causal", n_t, n_p, block, device)
-    mask = _CONSTANTS.get(key)
+    mask = _remembered(key)
     if mask is None:
         t = torch.arange(n_t, device=device) // block
         p = torch.arange(n_p, device=device) // block
@@ -190,7 +190,7 @@ def _rope(x, pos_dim, dim, base):
     shape[pos_dim], shape[dim] = length, n
     wide = _wide(x.dtype)
     key = ("rope", length, n, base, transposed, tuple(shape), x.device, wide)
-    tables = _CONSTANTS.get(key)
+    tables = _remembered(key)
     if tables is None:  # cos and sin of every angle, computed once per (length, n, base, layout, device)
         inv_freq = 1.0 / (base ** (torch.arange(0, n, 2, device=x.device, dtype=wide) / n))
         angle = torch.arange(length, device=x.device, dtype=wide)[:, None] * inv_freq[None, :]
@@ -205,6 +205,12 @@ def _rope(x, pos_dim, dim, base):
 
 
 _CONSTANTS: dict[tuple, object] = {}  # masks and RoPE tables: constants of their sizes, shared by every call
+
+
+def _remembered(key):
+    """The constant remembered under `key`, or None; none while tracing, where a size in the key
+    may be symbolic (torch.export's SymInt is no dict key) and the constant is traced afresh."""
+    return None if torch.compiler.is_compiling() else _CONSTANTS.get(key)
 
 
 def _remember(key, value):

@@ -54,7 +54,7 @@ quiet_pip() { "$PY" -m pip "$@" 2> >(grep -v "is ignored: it is neither a file n
 if ! "$PY" -c "import torch" >/dev/null 2>&1; then
   quiet_pip install -q torch==2.13.0
 fi
-quiet_pip install -q -e ".[zoo,test,editor,dev,lightning,pyc]"
+quiet_pip install -q -e ".[zoo,test,editor,dev,lightning,pyc,onnx]"
 # timm without its torchvision requirement (pyproject.toml's trace-test extra says why)
 if ! "$PY" -m pip show -q timm >/dev/null 2>&1; then
   quiet_pip install -q --no-deps "timm>=1.0"

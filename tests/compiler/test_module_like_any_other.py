@@ -208,3 +208,40 @@ def test_steerling_small_config_compiles_fullgraph_and_breaks_only_where_documen
         full(ids, intervene_unknown={2: 0.0})
     broken = torch.compile(model, backend="eager", dynamic=True)
     _assert_same(broken(ids, intervene_unknown={2: 0.0}).logits, model(ids, intervene_unknown={2: 0.0}).logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["concept_embedding", "neural_additive"])
+def test_zoo_model_in_train_mode_compiles_fullgraph(name):
+    """Train mode draws at random inside forward: the concept embedding model's RandInt (each
+    concept set to its true value with probability p_int when c_true is given without `do`) and
+    the neural additive model's feature dropout. Both stay in one graph (fullgraph, dynamic
+    batch), and under the same seed compiled and eager draw the same and agree."""
+    entry = penrose_zoo.MODELS[name]
+    torch.manual_seed(0)
+    model = entry.build().train()
+    compiled = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)
+    for batch in (3, 5):
+        inputs = entry.example_inputs(batch=batch)
+        inputs.pop("do", None)  # RandInt draws `do` itself
+        torch.manual_seed(batch)
+        want = model(**inputs)
+        torch.manual_seed(batch)
+        _assert_same(compiled(**inputs), want, atol=1e-6)
+    torch.manual_seed(1)
+    assert not all(torch.equal(a, b) for a, b in zip(_leaves(model(**inputs)), _leaves(want))), "train mode drew nothing"
+
+
+def test_float_mask_attention_breaks_the_graph_only_under_autograd():
+    """docs/pytorch.md's second listed break: attention with an additive float mask (the paper's
+    Steerling listing) reads the mask's values under autograd (a row that hides every key is
+    written out), so fullgraph fails there; under no_grad it is one graph; without fullgraph
+    the pieces compile, equal to eager."""
+    torch.manual_seed(0)
+    model = penrose.compile(Path(penrose_zoo.__file__).parent / "paper" / "steerling_listing.pen", seed=0).eval()
+    x = torch.randn(2, 8, 11)
+    full = torch.compile(model, backend="eager", fullgraph=True, dynamic=True)
+    with torch.no_grad():
+        _assert_same(full(X=x), model(X=x), atol=1e-5)
+    with pytest.raises(Exception, match="data-dependent"):
+        full(X=x)
+    _assert_same(torch.compile(model, backend="eager", dynamic=True)(X=x), model(X=x), atol=1e-5)

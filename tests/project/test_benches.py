@@ -55,3 +55,10 @@ def test_cli_latency_bench_runs():
 def test_workspace_bench_runs_and_reparses_only_the_changed_file():
     out = _run("bench/workspace.py", "--small")
     assert "nothing changed" in out and "(1 file parsed per change, of 7)" in out
+
+
+def test_compile_zoo_bench_runs_and_checks_its_sides():
+    """bench/compile_zoo.py: one model, the eager backend (inductor's compilation is the slow part,
+    not what can rot); it exits 1 when a compiled side's loss differs from eager."""
+    out = _run("bench/compile_zoo.py", "--only", "concept_bottleneck", "--backend", "eager", "--rounds", "1")
+    assert "concept_bottleneck" in out and "median ratio" in out and "FAIL" not in out

@@ -35,7 +35,8 @@ LAYERS: list[tuple[str, list[str]]] = [
     ("load", ["penrose.loader", "penrose.workspace"]),  # the one way in (read, then check), and its cache
     ("backends", ["penrose.plan", "penrose.fuse", "penrose.compiler", "penrose.runtime", "penrose.report",
                   "penrose.interpreter", "penrose.gradients", "penrose.rendering", "penrose.rendering.*",
-                  "penrose.tracing", "penrose.tracing.*"]),  # trace: PyTorch modules (torch.export) to .pen text
+                  "penrose.tracing", "penrose.tracing.*",  # trace: PyTorch modules (torch.export) to .pen text
+                  "penrose.export"]),  # compiled diagrams to torch.export programs and ONNX files
     ("facade", ["penrose", "penrose.magic"]),  # penrose/__init__.py: the public API; imports the layers below lazily
     # (magic: `%load_ext penrose` reaches it from the package, so it sits beside it)
     ("apps", ["penrose.rendering.gallery", "penrose.cli", "penrose.__main__",
