@@ -60,7 +60,7 @@ def report(name: str, svgs: dict, rows: str) -> dict:
         c = r.counts()
         bad = r.defects() > 0
         flawed += bad
-        is_main = path.count("/") == 1  # figures/<slug>.svg: the diagram's own figure
+        is_main = "/" not in path.removeprefix("figures/")  # figures/<slug>.svg: the diagram's own figure
         mains += is_main
         flawed_mains += bad and is_main
         for k in COLUMNS:
@@ -70,7 +70,8 @@ def report(name: str, svgs: dict, rows: str) -> dict:
         if rows == "all" or (rows == "defects" and bad):
             print(f"  {path[:58]:58s} " + " ".join(f"{c[k]:7d}" for k in COLUMNS) + f"  {c['width']:5d} x {c['height']}")
     print(f"  {'total':58s} " + " ".join(f"{totals[k]:7d}" for k in COLUMNS))
-    print(f"  {'  of which the diagrams' own figures (' + str(mains) + ')':58s} " + " ".join(f"{main[k]:7d}" for k in COLUMNS))
+    own = f"  of which the diagrams' own figures ({mains})"
+    print(f"  {own:58s} " + " ".join(f"{main[k]:7d}" for k in COLUMNS))
     print(f"  figures with something to fix: {flawed} of {len(svgs)} ({flawed_mains} of the {mains} diagrams' own figures)")
     return totals
 

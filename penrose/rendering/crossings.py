@@ -2,7 +2,8 @@
 
 `layout(dot_text)` runs `dot -Tjson` on a figure's DOT text and returns its nodes and visible
 edges with each edge's spline (Bézier control points); `crossings(dot_text)` flattens every
-spline to a polyline and lists the proper intersections between edges that share no endpoint;
+spline to a polyline and lists where edges cross, as the figure report (`penrose.rendering.measure`)
+counts crossings on the drawn SVG;
 `planar(dot_text)` says whether the figure's graph (its nodes and visible wires, as an
 undirected graph) has a drawing without crossings at all (networkx's planarity test).
 
@@ -90,75 +91,23 @@ def flatten(pos: str, steps: int = 10) -> list:
     return out
 
 
-def _orient(a, b, c) -> int:
-    v = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
-    return (v > 1e-6) - (v < -1e-6)
-
-
-def _proper(p, q, r, s) -> bool:
-    return _orient(p, q, r) * _orient(p, q, s) < 0 and _orient(r, s, p) * _orient(r, s, q) < 0
-
-
-def _point(p, q, r, s):
-    d = (q[0] - p[0]) * (s[1] - r[1]) - (q[1] - p[1]) * (s[0] - r[0])
-    t = ((r[0] - p[0]) * (s[1] - r[1]) - (r[1] - p[1]) * (s[0] - r[0])) / d
-    return (p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1]))
-
-
-def _box(points: list) -> tuple[float, float, float, float]:
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    return min(xs), min(ys), max(xs), max(ys)
-
-
 def edge_crossings(a: Edge, b: Edge) -> list:
-    """The points where two polylines cross properly (touching ends are not crossings)."""
-    found: list = []
+    """The points where two polylines cross or touch (`penrose.rendering.measure.line_crossings`)."""
+    from penrose.rendering.measure import line_crossings
+
     if len(a.points) < 2 or len(b.points) < 2:
-        return found
-    ax0, ay0, ax1, ay1 = _box(a.points)
-    bx0, by0, bx1, by1 = _box(b.points)
-    if ax1 < bx0 or bx1 < ax0 or ay1 < by0 or by1 < ay0:
-        return found
-    for j in range(len(a.points) - 1):
-        p, q = a.points[j], a.points[j + 1]
-        if max(p[0], q[0]) < bx0 or min(p[0], q[0]) > bx1 or max(p[1], q[1]) < by0 or min(p[1], q[1]) > by1:
-            continue
-        for k in range(len(b.points) - 1):
-            r, s = b.points[k], b.points[k + 1]
-            if _proper(p, q, r, s):
-                x = _point(p, q, r, s)
-                if not any(abs(x[0] - y[0]) < 0.5 and abs(x[1] - y[1]) < 0.5 for y in found):
-                    found.append(x)
-    return found
+        return []
+    return line_crossings(a.points, b.points)
 
 
 def crossings(dot_text_or_layout) -> list:
-    """[(edge, edge, point)] for every crossing between wires that share no node; an edge is
-    written 'tail->head'."""
+    """[(edge, edge, point)] for every crossing between wires, as the figure report counts them
+    (`penrose.rendering.measure.wire_crossings`: wires of one node count where they cross away
+    from it); an edge is written 'tail->head'."""
+    from penrose.rendering.measure import Line, wire_crossings
+
     lay = dot_text_or_layout if isinstance(dot_text_or_layout, Layout) else layout(dot_text_or_layout)
-    out = []
-    es = lay.edges
-    boxes = [_box(e.points) if e.points else None for e in es]
-    lefts = [box[0] if box is not None else 0.0 for box in boxes]
-    order = sorted(range(len(es)), key=lefts.__getitem__)
-    for n, i in enumerate(order):  # a sweep over x: only edges whose boxes overlap are compared
-        box_i = boxes[i]
-        if box_i is None:
-            continue
-        a = es[i]
-        for j in order[n + 1 :]:
-            box_j = boxes[j]
-            if box_j is None:
-                continue
-            if box_j[0] > box_i[2]:
-                break
-            b = es[j]
-            if {a.tail, a.head} & {b.tail, b.head}:
-                continue
-            first, second = (a, b) if i < j else (b, a)
-            for x in edge_crossings(first, second):
-                out.append((f"{first.tail}->{first.head}", f"{second.tail}->{second.head}", x))
-    return out
+    return wire_crossings([Line(e.tail, e.head, [e.points], e.points) for e in lay.edges if len(e.points) > 1])
 
 
 def graph_of(dot_text_or_layout):

@@ -17,7 +17,7 @@ and `<g class="edge">` groups, their shapes, paths and texts) and measures its d
 Texts are measured as the browser draws them: each glyph's ink box from the font the SVG names
 (`Helvetica` → the sans-serif face fontconfig gives, Liberation Sans on Debian; `Times` italic
 → Liberation Serif Italic; glyphs the face lacks from DejaVu Sans), placed at the text's anchor
-and advanced glyph by glyph; a `baseline-shift="sub"` text drops as Chromium drops it (0.62 em). Wires
+and advanced glyph by glyph; a `baseline-shift="sub"` text drops as Chromium drops it (0.56 em). Wires
 are their path data sampled as polylines; node outlines their ellipses, polygons or paths.
 
     >>> from penrose.rendering import render
@@ -35,7 +35,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
 SVG = "{http://www.w3.org/2000/svg}"
-SUB_SHIFT = 0.62  # a subscript's drop, in ems: what Chromium draws for baseline-shift="sub"
+SUB_SHIFT = 0.56  # a subscript's drop, in ems: what Chromium draws for baseline-shift="sub"
 TOLERANCE = 0.5  # points: touching is not crossing, a hairline past an outline is not an overflow
 LEAF_KINDS = ("input", "param", "buffer", "formal")
 
@@ -260,8 +260,9 @@ def _texts(g, at, owner: str) -> list:
     return out
 
 
-def read_svg(svg) -> Drawing:
-    """The drawn geometry of an SVG figure: its page, texts, node outlines and wire lines."""
+def read_svg(svg, texts: bool = True) -> Drawing:
+    """The drawn geometry of an SVG figure: its page, texts (unless `texts` is False), node
+    outlines and wire lines."""
     root = ET.fromstring(svg.encode("utf-8") if isinstance(svg, str) else svg)
     view = [float(v) for v in _NUM.findall(root.get("viewBox", ""))]
     if len(view) == 4:
@@ -273,7 +274,7 @@ def read_svg(svg) -> Drawing:
         return Drawing(width, height)
     at = _transform(graph.get("transform", ""))
     d = Drawing(width, height)
-    for t in graph.findall(f"{SVG}text"):  # the title block
+    for t in graph.findall(f"{SVG}text") if texts else ():  # the title block
         d.texts.extend(_texts(_Only(t), at, "page"))
     for g in graph.iter(f"{SVG}g"):
         cls = (g.get("class") or "").split()
@@ -282,20 +283,22 @@ def read_svg(svg) -> Drawing:
             kind = next((c[4:] for c in cls if c.startswith("pen-")), "")
             outlines = _outlines(g, at)
             inner = min(outlines, key=_area) if outlines else []
-            texts = _texts(g, at, f"node {title}")
-            everything = [p for o in outlines for p in o] + [p for t in texts for p in (t.box[:2], t.box[2:])]
+            own = _texts(g, at, f"node {title}") if texts else []
+            everything = [p for o in outlines for p in o] + [p for t in own for p in (t.box[:2], t.box[2:])]
             d.shapes[title] = Shape(title, kind, inner, _bbox(everything))
-            for t in texts:
+            for t in own:
                 t.inside = bool(inner) and inside(((t.box[0] + t.box[2]) / 2, (t.box[1] + t.box[3]) / 2), inner)
-            d.texts.extend(texts)
+            d.texts.extend(own)
         elif "edge" in cls:
             tail, _, head = title.partition("->")
+            tail, head = tail.partition(":")[0], head.partition(":")[0]  # a port (where:mask:w) is of its node
             paths = [(p, [at(q) for q in path_points(p.get("d", ""))]) for p in g.iter(f"{SVG}path")]
             paths = [(p, line) for p, line in paths if len(line) > 1]
             if paths:  # the middle line is the wire's centre; a line in the page's colour is not seen
                 seen = [line for p, line in paths if (p.get("stroke") or "").lower() not in _UNSEEN]
                 d.wires.append(Line(tail, head, seen, paths[len(paths) // 2][1]))
-            d.texts.extend(_texts(g, at, f"edge {title}"))
+            if texts:
+                d.texts.extend(_texts(g, at, f"edge {title}"))
     return d
 
 
@@ -436,7 +439,7 @@ class Report:
 def measure(svg) -> Report:
     """The figure report of an SVG figure (text or bytes)."""
     d = read_svg(svg)
-    r = Report(d.width, d.height, sum(1 for s in d.shapes.values() if s.kind not in ("leg",)))
+    r = Report(d.width, d.height, sum(1 for s in d.shapes.values() if s.kind not in ("leg", "caption")))
     r.crossings = _wire_crossings(d)
     r.labels_crossed = _labels_crossed(d)
     r.overflows = _overflows(d)
@@ -447,21 +450,39 @@ def measure(svg) -> Report:
     return r
 
 
-def _wire_crossings(d: Drawing) -> list:
+def wire_crossings(wires: list) -> list:
+    """[(wire, wire, point)] for every place two wires (`Line`s) cross; wires of one node count
+    where they cross away from it (within NEAR_END of it they may touch as they part). A sweep
+    over x compares only wires whose boxes overlap."""
     out = []
-    ws = d.wires
-    for i, a in enumerate(ws):
-        for b in ws[i + 1 :]:
-            shared = {a.tail, a.head} & {b.tail, b.head}
+    boxes = [_bbox(w.centre) for w in wires]
+    order = sorted(range(len(wires)), key=lambda i: boxes[i][0])
+    for n, i in enumerate(order):
+        a = wires[i]
+        for j in order[n + 1 :]:
+            if boxes[j][0] > boxes[i][2]:
+                break
+            b = wires[j]
             if a.tail == b.tail and a.head == b.head:
                 continue
-            for p in line_crossings(a.centre, b.centre):
+            first, second = (a, b) if i < j else (b, a)
+            shared = {a.tail, a.head} & {b.tail, b.head}
+            for p in line_crossings(first.centre, second.centre):
                 if shared:  # wires of one node: only a crossing away from where they part
-                    ends = [a.centre[0] if a.tail in shared else a.centre[-1], b.centre[0] if b.tail in shared else b.centre[-1]]
+                    ends = [w.centre[0] if w.tail in shared else w.centre[-1] for w in (a, b)]
                     if any(math.dist(p, e) < NEAR_END for e in ends):
                         continue
-                out.append((a.name, b.name, p))
+                out.append((first.name, second.name, p))
     return out
+
+
+def svg_crossings(svg) -> list:
+    """The wire crossings of an SVG figure (`wire_crossings`), its texts left unmeasured."""
+    return wire_crossings(read_svg(svg, texts=False).wires)
+
+
+def _wire_crossings(d: Drawing) -> list:
+    return wire_crossings(d.wires)
 
 
 def _labels_crossed(d: Drawing) -> list:

@@ -329,7 +329,7 @@ def _text(lines: list, base: _Style, colors: _Colors) -> str:
                 continue
             if s.script:
                 body = f"\\text{'subscript' if s.script == 'sub' else 'superscript'}{{{body}}}"
-                s = replace(s, size=s.size / 0.75, script="")
+                s = replace(s, size=base.size, script="")  # \textsubscript makes it small, as the figure does
             if s.underline:
                 body = f"\\underline{{{body}}}"
             cmds = ""

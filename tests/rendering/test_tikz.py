@@ -192,13 +192,14 @@ def test_splines_are_dots_control_points():
     lay = layout(dot)
     text = render(ATTENTION, "tikz")
     draws = {m.group("ends"): m.group("path") for m in DRAW.finditer(text)}
-    edge = next(e for e in lay["edges"] if e.get("label") == "e" and e.get("_draw_"))
+    edge = next(e for e in lay["edges"] if re.sub(r"<[^>]*>", "", e.get("label", "")) == "e" and e.get("_draw_"))
     tail = next(o["name"] for o in lay["objects"] if o.get("_gvid") == edge["tail"] and "pos" in o)
     head = next(o["name"] for o in lay["objects"] if o.get("_gvid") == edge["head"] and "pos" in o)
     path = draws[f"{tail.replace('_', '-')} -- {head.replace('_', '-')}"]
     points = [tuple(round(float(v), 2) for v in p.split(",")) for p in edge["pos"].split()]
     drawn = [(round(float(a), 2), round(float(b), 2)) for a, b in re.findall(r"\((-?[\d.]+),(-?[\d.]+)\)", path)]
-    assert drawn == points
+    assert len(drawn) == len(points)
+    assert all(abs(a - c) <= 0.011 and abs(b - d) <= 0.011 for (a, b), (c, d) in zip(drawn, points))  # as written, to 2 places
     assert path.count(".. controls") == (len(points) - 1) // 3
 
 
