@@ -4,13 +4,16 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
 
     tensor      a circle named after it: inputs grey, params white, buffers white with a thick
                 border, block arguments grey; a named intermediate is a small dashed circle,
-                drawn only where it branches (used twice) or is a result
+                drawn only where it branches (used twice) or is a result; a name is drawn as
+                written unless in the subscript form (`SUBSCRIPT`: W_q is W with q below); a
+                display label (`label x "..."`) is a caption node under it
     leg         one wire per index, labelled with the index (and its size on request)
     contraction the legs two tensors share are wires between them; a leg three or more tensors
                 share (a batch leg) meets at a black dot; a leg summed inside one tensor ends in Σ
     result      a double circle that the result's free legs run into
     operation   a labelled box on the wires it acts on (softmax, sigmoid, top-k, norms, masks,
-                dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷); a
+                dropout, detach ...); a where box names its operands at ports (mask, true,
+                false) that their wires enter; element-wise arithmetic is a small circle (+ − × ÷); a
                 sum of three or more terms is one + that every term runs into (a subtracted
                 term through a − box), however long the sum; a number is written in its box,
                 a named const by its name (`× scale`)
@@ -31,7 +34,8 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     residual    an update `Z = Z + h` (or one whose other operand depends on Z, or `f(Z) + Z`)
                 is drawn thick and blue, along a straight spine, so a residual model shows at a
                 glance
-    block       a call is one box (`layer ×4` for `repeat 4`); `unfold` draws one copy inline,
+    block       a call is one box (`layer ×4` for `repeat 4`), dashed and marked `shared
+                weights, call i of n` where an instance is called again; `unfold` draws one copy inline,
                 framed; an argument the body reads twice enters the frame at one small node
                 named after it, so its wires (a residual's first) stay inside the frame
     rows        a figure of more than FOLD_NODES nodes, or a block view longer than
@@ -44,10 +48,12 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
 ids are sequential in statement order, so the same diagram gives the same DOT text. How each
 operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS`.
 
-Layout: Graphviz lays the DOT text out; a diagram or block view that Graphviz draws with
-crossing wires is laid out again in a few other (seeded, fixed) orders and the first with the
-fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings`); each row of a folded
-figure is laid out on its own (`pack`), so long chains cost time linear in their length.
+Layout: Graphviz lays the DOT text out; a figure that Graphviz draws with crossing wires is laid
+out again in a few other (seeded, fixed) orders, then (planar figures) with each crossing wire
+loosened in turn and a where box's ports ordered as their wires arrive, and the layout with the
+fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings` as the figure report
+`penrose.rendering.measure` counts them); each row of a folded figure is laid out on its own
+(`pack`), so long chains cost time linear in their length.
 
 Limits: a figure of more than `MAX_NODES` (5,000) nodes is refused with a `PenroseRenderError`
 at the statement that crosses it (Graphviz takes about 7 s for 5,000 nodes and minutes beyond);
@@ -209,11 +215,6 @@ def _clamp_lines(v: V) -> list[str]:
     return ["clamp", f"[{'−∞' if lo is None else _written(v, 'min')}, {'∞' if hi is None else _written(v, 'max')}]"]
 
 
-def _where_lines(v: V) -> list[str]:
-    extra = [_scalar_text(a) for a in v.args[1:] if isinstance(a, V) and a.type.dtype == "scalar"]
-    return ["where"] + ([", ".join(extra)] if extra else [])
-
-
 # where(m, a, b): the wires of m, a and b enter the box at ports named for their part, each
 # labelled inside the box; a plain number is written at its port
 WHERE_PORTS = ("mask", "true", "false")
@@ -365,7 +366,7 @@ FIGURE: dict[str, Drawing] = {
     "dropout": _box("dropout", lambda v: ["dropout", f"p={_written(v, 'p')}"]),
     "detach": _box("detach"),
     "clamp": _box("clamp", _clamp_lines),
-    "where": _box("where", _where_lines),
+    "where": _box("where"),  # its operands are named at its ports (_where_ports)
     # masks
     "causal": _box("causal mask", lambda v: ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"], kind="mask"),
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
