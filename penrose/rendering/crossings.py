@@ -31,6 +31,7 @@ class Edge:
     tail: str
     head: str
     points: list = field(default_factory=list)  # the flattened spline, (x, y) per point
+    lines: list = field(default_factory=list)  # every line drawn (a bundle's parallel lines), flattened
 
 
 @dataclass
@@ -39,6 +40,7 @@ class Layout:
     edges: list  # visible Edge records
     width: float = 0.0  # the drawing's bounding box, in points
     height: float = 0.0
+    labels: list = field(default_factory=list)  # (owner, (x0, y0, x1, y1)) of wire labels and captions, y up
 
 
 def layout(dot_text: str, timeout: float = 120.0) -> Layout:
@@ -52,20 +54,69 @@ def layout(dot_text: str, timeout: float = 120.0) -> Layout:
         msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise PenroseRenderError(f"Graphviz failed: {msg[-1] if msg else 'no output'}", Span())
     data = json.loads(proc.stdout.decode("utf-8"))
-    names, nodes = {}, {}
+    names, nodes, labels = {}, {}, []
     for o in data.get("objects", []):
         if "nodes" in o or "pos" not in o:  # a cluster
             continue
         names[o["_gvid"]] = o["name"]
         x, y = (float(v) for v in o["pos"].split(","))
         nodes[o["name"]] = (x, y)
+        if "caption" in str(o.get("class", "")):
+            labels += [(o["name"], box) for box in text_boxes(o.get("_ldraw_"))]
     edges = []
     for e in data.get("edges", []):
         if "invis" in e.get("style", "") or "pos" not in e:
             continue
-        edges.append(Edge(names[e["tail"]], names[e["head"]], flatten(e["pos"])))
+        lines = [_bezier(op["points"]) for op in e.get("_draw_", []) if op.get("op") in ("b", "B")]
+        edge = Edge(names[e["tail"]], names[e["head"]], flatten(e["pos"]), lines)
+        edges.append(edge)
+        labels += [(f"{edge.tail}->{edge.head}", box) for box in text_boxes(e.get("_ldraw_"))]
     x0, y0, x1, y1 = (float(v) for v in data.get("bb", "0,0,0,0").split(","))
-    return Layout(nodes, edges, x1 - x0, y1 - y0)
+    return Layout(nodes, edges, x1 - x0, y1 - y0, labels)
+
+
+def _bezier(points: list, steps: int = 10) -> list:
+    """xdot's Bézier control points as a polyline."""
+    from penrose.rendering.measure import path_points
+
+    pts = [f"{x},{y}" for x, y in points]
+    return path_points("M" + pts[0] + "C" + " ".join(pts[1:]), steps) if pts else []
+
+
+def text_boxes(ops) -> list:
+    """The boxes (x0, y0, x1, y1), y up, of the texts xdot drawing operations write: each from
+    its baseline point, width and font size (an em's 0.75 above the baseline, 0.25 below)."""
+    size, out = 14.0, []
+    for op in ops or []:
+        if op.get("op") == "F":
+            size = float(op.get("size", size))
+        elif op.get("op") == "T" and str(op.get("text", "")).strip():
+            x, y = op["pt"]
+            w = float(op.get("width", 0.0))
+            x0 = {"l": x, "r": x - w}.get(op.get("align", "c"), x - w / 2)
+            out.append((x0, y - 0.25 * size, x0 + w, y + 0.75 * size))
+    return out
+
+
+def label_hits(lay: Layout) -> list:
+    """[(label owner, wire)]: a wire label or caption that a drawn line of a wire runs through,
+    as the figure report counts them on the SVG (its text boxes estimated from the layout's)."""
+    from penrose.rendering.measure import TOLERANCE, polyline_hits_box
+
+    out = []
+    drawn = [(e, e.lines or [e.points]) for e in lay.edges]
+    spans = [_box([p for line in lines for p in line]) for _, lines in drawn]
+    for owner, (x0, y0, x1, y1) in lay.labels:
+        box = (x0 + TOLERANCE, y0 + TOLERANCE, x1 - TOLERANCE, y1 - TOLERANCE)
+        for (e, lines), (a, b, c, d) in zip(drawn, spans):
+            if a < box[2] and box[0] < c and b < box[3] and box[1] < d and any(polyline_hits_box(line, box) for line in lines):
+                out.append((owner, f"{e.tail}->{e.head}"))
+    return out
+
+
+def _box(points: list) -> tuple:
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return (min(xs), min(ys), max(xs), max(ys)) if xs else (0.0, 0.0, 0.0, 0.0)
 
 
 def flatten(pos: str, steps: int = 10) -> list:

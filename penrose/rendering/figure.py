@@ -1392,7 +1392,8 @@ def _q(text: str) -> str:
 # orders and more ordering passes, then — wire by wire — with a wire that crosses another
 # loosened (LOOSEN: it no longer ranks its ends, or pulls them less, or asks for more room), for
 # at most UNTANGLE_ROUNDS rounds of UNTANGLE_LAYOUTS layouts in all; the layout with the
-# fewest crossings is kept (counted as the figure report counts them, `crossings.crossings`).
+# fewest crossings and labels a wire runs through is kept (counted as the figure report counts
+# them: `crossings.crossings`, `crossings.label_hits`).
 UNTANGLE_NODES = 150
 UNTANGLE_TRIES = (("", 0), ("mclimit=4", 0), ("remincross=true mclimit=4", 0)) + tuple(("", seed) for seed in range(1, 6))
 LOOSEN = ("constraint=false", "weight=0", "minlen=2")
@@ -1422,7 +1423,11 @@ def _untangle(fig: Figure, text: str) -> tuple:
     """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
     wires; () for the figure as it is. A figure whose graph is not planar (it cannot do without
     crossings) gets the reordered tries only, not the wire-by-wire search."""
-    from penrose.rendering.crossings import crossings, layout, planar
+    from penrose.rendering.crossings import crossings as crossed
+    from penrose.rendering.crossings import label_hits, layout, planar
+
+    def crossings(lay) -> list:  # what to remove: crossing wires, then labels a wire runs through
+        return crossed(lay) + [(wire, owner, None) for owner, wire in label_hits(lay)]
 
     budget = [UNTANGLE_LAYOUTS]
     ported = {n.id for n in fig.nodes if n.ports}
@@ -1434,7 +1439,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
         lay = layout(_dot_text(fig, extra, seed, loose))
         found = crossings(lay)
         args: tuple = (extra, seed, loose, None)
-        if any(w.partition("->")[2] in ported for a, b, _ in found for w in (a, b)):  # at a where's ports
+        if any(w.partition("->")[2] in ported for a, b, _ in found for w in (a, b) if "->" in w):  # at a where's ports
             ports = port_order(fig, lay)
             budget[0] -= 1
             again = crossings(layout(_dot_text(fig, extra, seed, loose, ports)))
@@ -1444,7 +1449,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     try:
         found, best, lay = tried("", 0, None)
-        search = bool(found) and planar(lay)
+        search = bool(found) and (planar(lay) or not crossed(lay))
         for extra, seed in UNTANGLE_TRIES:
             if not found:
                 break
@@ -1455,7 +1460,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
             for _ in range(UNTANGLE_ROUNDS if search else 0):  # the wires that cross, loosened one at a time
                 step = None
-                for wire in dict.fromkeys(w for a, b, _ in found for w in (a, b) if w not in loose):
+                for wire in dict.fromkeys(w for a, b, _ in found for w in (a, b) if "->" in w and w not in loose):
                     for how in LOOSEN:
                         if budget[0] <= 0 or (step and not step[0]):
                             break

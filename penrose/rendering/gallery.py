@@ -213,14 +213,14 @@ def build_files(paths=None, equation_svg=None) -> dict:
 
 def lay_out(figs: list) -> list:
     """SVG bytes of many figures, laid out in batches (`run_dot_many`); a figure whose layout
-    crosses wires is laid out again in the order that crosses the fewest (`figure.to_dot`'s
-    untangling: only those pay for the extra layouts)."""
+    crosses wires, or runs one through a label, is laid out again in the order that does so
+    least (`figure.to_dot`'s untangling: only those pay for the extra layouts)."""
     from penrose.rendering.figure import to_dot
     from penrose.rendering.graphviz import run_dot_many
-    from penrose.rendering.measure import svg_crossings
+    from penrose.rendering.measure import svg_tangles
 
     svgs = run_dot_many([to_dot(f, untangle=False) for f in figs])
-    again = [i for i, f in enumerate(figs) if f.untangle and svg_crossings(svgs[i])]
+    again = [i for i, f in enumerate(figs) if f.untangle and svg_tangles(svgs[i])]
     for i, svg in zip(again, run_dot_many([to_dot(figs[i]) for i in again]) if again else []):
         svgs[i] = svg
     return svgs

@@ -476,9 +476,11 @@ def wire_crossings(wires: list) -> list:
     return out
 
 
-def svg_crossings(svg) -> list:
-    """The wire crossings of an SVG figure (`wire_crossings`), its texts left unmeasured."""
-    return wire_crossings(read_svg(svg, texts=False).wires)
+def svg_tangles(svg) -> list:
+    """The wire crossings and the labels wires run through of an SVG figure: what laying it out
+    again in another order may remove."""
+    d = read_svg(svg)
+    return wire_crossings(d.wires) + _labels_crossed(d)
 
 
 def _wire_crossings(d: Drawing) -> list:
@@ -487,10 +489,11 @@ def _wire_crossings(d: Drawing) -> list:
 
 def _labels_crossed(d: Drawing) -> list:
     out = []
+    boxes = [_bbox([p for line in w.lines for p in line]) for w in d.wires]
     for t in d.texts:
         box = _shrunk(t.box, TOLERANCE)
-        for w in d.wires:
-            if any(polyline_hits_box(line, box) for line in w.lines):
+        for w, wb in zip(d.wires, boxes):
+            if _meets(box, wb, -0.01) and any(polyline_hits_box(line, box) for line in w.lines):
                 out.append((t.text, t.owner, w.name))
     return out
 
