@@ -1423,14 +1423,18 @@ def _untangle(fig: Figure, text: str) -> tuple:
     """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
     wires; () for the figure as it is. A figure whose graph is not planar (it cannot do without
     crossings) gets the reordered tries only, not the wire-by-wire search."""
+    import networkx as nx
+
     from penrose.rendering.crossings import crossings as crossed
-    from penrose.rendering.crossings import label_hits, layout, planar
+    from penrose.rendering.crossings import label_hits, layout
 
     def crossings(lay) -> list:  # what to remove: crossing wires, then labels a wire runs through
         return crossed(lay) + [(wire, owner, None) for owner, wire in label_hits(lay)]
 
     budget = [UNTANGLE_LAYOUTS]
-    ported = {n.id for n in fig.nodes if n.ports}
+    graph = nx.Graph((tail, head) for kind, tail, head, *_ in bundles(fig) if kind != "order" and tail != head)
+    flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings: the reordered tries only
+    ported = {n.id for n in fig.nodes if n.ports} if flat else set()
 
     def tried(extra, seed, loose) -> tuple:
         """(crossings, arguments) of a layout, with the ports of a where box in the order the
@@ -1449,7 +1453,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     try:
         found, best, lay = tried("", 0, None)
-        search = bool(found) and (planar(lay) or not crossed(lay))
+        search = bool(found) and (flat or not crossed(lay))
         for extra, seed in UNTANGLE_TRIES:
             if not found:
                 break
