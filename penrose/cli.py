@@ -217,6 +217,9 @@ def _parser(discovered=None) -> _Parser:
     c.add_argument("--plan", action="store_true", help="annotate contractions with the compiler's plan")
     c.add_argument("--unfold", action="store_true", help="draw repeated blocks unfolded")
     c.add_argument("--size", action="append", metavar="NAME=N")
+    c.add_argument("--report", action="store_true",
+                   help="print the figure report (crossings, labels crossed, overflows, clipping, copies, size) "
+                        "measured on the drawn SVG, instead of the SVG (with -o, after writing the file)")
     _include_path_option(c)
 
     c = add("trace", "write the .pen diagram of a PyTorch module (through torch.export)", "penrose trace model.py:Net --input 4,16 -o net.pen")
@@ -373,11 +376,15 @@ def _run(args) -> int:
             c = penrose.load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))
         options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
                        unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
-        if not args.output:
+        if args.output:
+            out = render_file(c, args.output, fmt=fmt, **options)
+            print(f"wrote {out}")
+        elif not args.report:
             sys.stdout.write(render(c, fmt, **options))
-            return 0
-        out = render_file(c, args.output, fmt=fmt, **options)
-        print(f"wrote {out}")
+        if args.report:
+            from penrose.rendering.measure import measure
+
+            print(measure(render(c, "svg", **dict(options, snippet=False))))
         return 0
     if args.command == "trace":
         from penrose.tracing.run import trace_command

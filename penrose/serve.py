@@ -175,7 +175,6 @@ class Live:
         from penrose.fmt import format_stmt
         from penrose.rendering import gallery as g
         from penrose.rendering.explain import statement_latex, statement_readings
-        from penrose.rendering.graphviz import run_dot_many
         from penrose.views import statements
 
         try:
@@ -197,7 +196,7 @@ class Live:
             parts.append(g.rosetta_table(entry, c, blk, stmts, torch_code, equations, f"{prefix}{bslug}-s", f"block:{name}:statement",
                                     format_stmt, statement_latex, statement_readings))
         names = sorted(entry.dots)
-        files = dict(zip(names, run_dot_many([entry.dots[n] for n in names])))
+        files = dict(zip(names, g.lay_out([entry.dots[n] for n in names])))
         for latex, name in equations.items():
             self.equations.setdefault(name, latex)  # drawn when the page asks for it
         text = g.fill_sizes("\n".join(parts), files)

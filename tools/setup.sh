@@ -27,6 +27,13 @@ command -v dot >/dev/null 2>&1 || need_apt+=(graphviz)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 [ -d /usr/share/games/fortunes ] || need_apt+=(fortunes)
 [ ${#need_apt[@]} -gt 0 ] && apt_install "${need_apt[@]}"
+# A small TeX for the TikZ compile test (tests/rendering/test_tikz.py compiles every paper
+# listing's figure): LaTeX, TikZ and pdftotext, without the recommended docs and fonts (about
+# 200 MB, a minute to install)
+tex_apt=()
+{ command -v pdflatex >/dev/null 2>&1 && kpsewhich tikz.sty >/dev/null 2>&1; } || tex_apt+=(texlive-latex-base texlive-latex-recommended texlive-pictures)
+command -v pdftotext >/dev/null 2>&1 || tex_apt+=(poppler-utils)
+[ ${#tex_apt[@]} -gt 0 ] && apt_install --no-install-recommends "${tex_apt[@]}"
 
 # The environment: an activated venv, an activated conda env, or the project's own .venv.
 if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then

@@ -2,7 +2,8 @@
 
 `layout(dot_text)` runs `dot -Tjson` on a figure's DOT text and returns its nodes and visible
 edges with each edge's spline (Bézier control points); `crossings(dot_text)` flattens every
-spline to a polyline and lists the proper intersections between edges that share no endpoint;
+spline to a polyline and lists where edges cross, as the figure report (`penrose.rendering.measure`)
+counts crossings on the drawn SVG;
 `planar(dot_text)` says whether the figure's graph (its nodes and visible wires, as an
 undirected graph) has a drawing without crossings at all (networkx's planarity test).
 
@@ -30,6 +31,7 @@ class Edge:
     tail: str
     head: str
     points: list = field(default_factory=list)  # the flattened spline, (x, y) per point
+    lines: list = field(default_factory=list)  # every line drawn (a bundle's parallel lines), flattened
 
 
 @dataclass
@@ -38,6 +40,7 @@ class Layout:
     edges: list  # visible Edge records
     width: float = 0.0  # the drawing's bounding box, in points
     height: float = 0.0
+    labels: list = field(default_factory=list)  # (owner, (x0, y0, x1, y1)) of wire labels and captions, y up
 
 
 def layout(dot_text: str, timeout: float = 120.0) -> Layout:
@@ -51,20 +54,69 @@ def layout(dot_text: str, timeout: float = 120.0) -> Layout:
         msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
         raise PenroseRenderError(f"Graphviz failed: {msg[-1] if msg else 'no output'}", Span())
     data = json.loads(proc.stdout.decode("utf-8"))
-    names, nodes = {}, {}
+    names, nodes, labels = {}, {}, []
     for o in data.get("objects", []):
         if "nodes" in o or "pos" not in o:  # a cluster
             continue
         names[o["_gvid"]] = o["name"]
         x, y = (float(v) for v in o["pos"].split(","))
         nodes[o["name"]] = (x, y)
+        if "caption" in str(o.get("class", "")):
+            labels += [(o["name"], box) for box in text_boxes(o.get("_ldraw_"))]
     edges = []
     for e in data.get("edges", []):
         if "invis" in e.get("style", "") or "pos" not in e:
             continue
-        edges.append(Edge(names[e["tail"]], names[e["head"]], flatten(e["pos"])))
+        lines = [_bezier(op["points"]) for op in e.get("_draw_", []) if op.get("op") in ("b", "B")]
+        edge = Edge(names[e["tail"]], names[e["head"]], flatten(e["pos"]), lines)
+        edges.append(edge)
+        labels += [(f"{edge.tail}->{edge.head}", box) for box in text_boxes(e.get("_ldraw_"))]
     x0, y0, x1, y1 = (float(v) for v in data.get("bb", "0,0,0,0").split(","))
-    return Layout(nodes, edges, x1 - x0, y1 - y0)
+    return Layout(nodes, edges, x1 - x0, y1 - y0, labels)
+
+
+def _bezier(points: list, steps: int = 10) -> list:
+    """xdot's Bézier control points as a polyline."""
+    from penrose.rendering.measure import path_points
+
+    pts = [f"{x},{y}" for x, y in points]
+    return path_points("M" + pts[0] + "C" + " ".join(pts[1:]), steps) if pts else []
+
+
+def text_boxes(ops) -> list:
+    """The boxes (x0, y0, x1, y1), y up, of the texts xdot drawing operations write: each from
+    its baseline point, width and font size (an em's 0.75 above the baseline, 0.25 below)."""
+    size, out = 14.0, []
+    for op in ops or []:
+        if op.get("op") == "F":
+            size = float(op.get("size", size))
+        elif op.get("op") == "T" and str(op.get("text", "")).strip():
+            x, y = op["pt"]
+            w = float(op.get("width", 0.0))
+            x0 = {"l": x, "r": x - w}.get(op.get("align", "c"), x - w / 2)
+            out.append((x0, y - 0.25 * size, x0 + w, y + 0.75 * size))
+    return out
+
+
+def label_hits(lay: Layout) -> list:
+    """[(label owner, wire)]: a wire label or caption that a drawn line of a wire runs through,
+    as the figure report counts them on the SVG (its text boxes estimated from the layout's)."""
+    from penrose.rendering.measure import TOLERANCE, polyline_hits_box
+
+    out = []
+    drawn = [(e, e.lines or [e.points]) for e in lay.edges]
+    spans = [_box([p for line in lines for p in line]) for _, lines in drawn]
+    for owner, (x0, y0, x1, y1) in lay.labels:
+        box = (x0 + TOLERANCE, y0 + TOLERANCE, x1 - TOLERANCE, y1 - TOLERANCE)
+        for (e, lines), (a, b, c, d) in zip(drawn, spans):
+            if a < box[2] and box[0] < c and b < box[3] and box[1] < d and any(polyline_hits_box(line, box) for line in lines):
+                out.append((owner, f"{e.tail}->{e.head}"))
+    return out
+
+
+def _box(points: list) -> tuple:
+    xs, ys = [p[0] for p in points], [p[1] for p in points]
+    return (min(xs), min(ys), max(xs), max(ys)) if xs else (0.0, 0.0, 0.0, 0.0)
 
 
 def flatten(pos: str, steps: int = 10) -> list:
@@ -90,75 +142,23 @@ def flatten(pos: str, steps: int = 10) -> list:
     return out
 
 
-def _orient(a, b, c) -> int:
-    v = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
-    return (v > 1e-6) - (v < -1e-6)
-
-
-def _proper(p, q, r, s) -> bool:
-    return _orient(p, q, r) * _orient(p, q, s) < 0 and _orient(r, s, p) * _orient(r, s, q) < 0
-
-
-def _point(p, q, r, s):
-    d = (q[0] - p[0]) * (s[1] - r[1]) - (q[1] - p[1]) * (s[0] - r[0])
-    t = ((r[0] - p[0]) * (s[1] - r[1]) - (r[1] - p[1]) * (s[0] - r[0])) / d
-    return (p[0] + t * (q[0] - p[0]), p[1] + t * (q[1] - p[1]))
-
-
-def _box(points: list) -> tuple[float, float, float, float]:
-    xs, ys = [p[0] for p in points], [p[1] for p in points]
-    return min(xs), min(ys), max(xs), max(ys)
-
-
 def edge_crossings(a: Edge, b: Edge) -> list:
-    """The points where two polylines cross properly (touching ends are not crossings)."""
-    found: list = []
+    """The points where two polylines cross or touch (`penrose.rendering.measure.line_crossings`)."""
+    from penrose.rendering.measure import line_crossings
+
     if len(a.points) < 2 or len(b.points) < 2:
-        return found
-    ax0, ay0, ax1, ay1 = _box(a.points)
-    bx0, by0, bx1, by1 = _box(b.points)
-    if ax1 < bx0 or bx1 < ax0 or ay1 < by0 or by1 < ay0:
-        return found
-    for j in range(len(a.points) - 1):
-        p, q = a.points[j], a.points[j + 1]
-        if max(p[0], q[0]) < bx0 or min(p[0], q[0]) > bx1 or max(p[1], q[1]) < by0 or min(p[1], q[1]) > by1:
-            continue
-        for k in range(len(b.points) - 1):
-            r, s = b.points[k], b.points[k + 1]
-            if _proper(p, q, r, s):
-                x = _point(p, q, r, s)
-                if not any(abs(x[0] - y[0]) < 0.5 and abs(x[1] - y[1]) < 0.5 for y in found):
-                    found.append(x)
-    return found
+        return []
+    return line_crossings(a.points, b.points)
 
 
 def crossings(dot_text_or_layout) -> list:
-    """[(edge, edge, point)] for every crossing between wires that share no node; an edge is
-    written 'tail->head'."""
+    """[(edge, edge, point)] for every crossing between wires, as the figure report counts them
+    (`penrose.rendering.measure.wire_crossings`: wires of one node count where they cross away
+    from it); an edge is written 'tail->head'."""
+    from penrose.rendering.measure import Line, wire_crossings
+
     lay = dot_text_or_layout if isinstance(dot_text_or_layout, Layout) else layout(dot_text_or_layout)
-    out = []
-    es = lay.edges
-    boxes = [_box(e.points) if e.points else None for e in es]
-    lefts = [box[0] if box is not None else 0.0 for box in boxes]
-    order = sorted(range(len(es)), key=lefts.__getitem__)
-    for n, i in enumerate(order):  # a sweep over x: only edges whose boxes overlap are compared
-        box_i = boxes[i]
-        if box_i is None:
-            continue
-        a = es[i]
-        for j in order[n + 1 :]:
-            box_j = boxes[j]
-            if box_j is None:
-                continue
-            if box_j[0] > box_i[2]:
-                break
-            b = es[j]
-            if {a.tail, a.head} & {b.tail, b.head}:
-                continue
-            first, second = (a, b) if i < j else (b, a)
-            for x in edge_crossings(first, second):
-                out.append((f"{first.tail}->{first.head}", f"{second.tail}->{second.head}", x))
-    return out
+    return wire_crossings([Line(e.tail, e.head, [e.points], e.points) for e in lay.edges if len(e.points) > 1])
 
 
 def graph_of(dot_text_or_layout):

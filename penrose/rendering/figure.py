@@ -4,13 +4,16 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
 
     tensor      a circle named after it: inputs grey, params white, buffers white with a thick
                 border, block arguments grey; a named intermediate is a small dashed circle,
-                drawn only where it branches (used twice) or is a result
+                drawn only where it branches (used twice) or is a result; a name is drawn as
+                written unless in the subscript form (`SUBSCRIPT`: W_q is W with q below); a
+                display label (`label x "..."`) is a caption node under it
     leg         one wire per index, labelled with the index (and its size on request)
     contraction the legs two tensors share are wires between them; a leg three or more tensors
                 share (a batch leg) meets at a black dot; a leg summed inside one tensor ends in Σ
     result      a double circle that the result's free legs run into
     operation   a labelled box on the wires it acts on (softmax, sigmoid, top-k, norms, masks,
-                dropout, detach ...); element-wise arithmetic is a small circle (+ − × ÷); a
+                dropout, detach ...); a where box names its operands at ports (mask, true,
+                false) that their wires enter; element-wise arithmetic is a small circle (+ − × ÷); a
                 sum of three or more terms is one + that every term runs into (a subtracted
                 term through a − box), however long the sum; a number is written in its box,
                 a named const by its name (`× scale`)
@@ -31,7 +34,8 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     residual    an update `Z = Z + h` (or one whose other operand depends on Z, or `f(Z) + Z`)
                 is drawn thick and blue, along a straight spine, so a residual model shows at a
                 glance
-    block       a call is one box (`layer ×4` for `repeat 4`); `unfold` draws one copy inline,
+    block       a call is one box (`layer ×4` for `repeat 4`), dashed and marked `shared
+                weights, call i of n` where an instance is called again; `unfold` draws one copy inline,
                 framed; an argument the body reads twice enters the frame at one small node
                 named after it, so its wires (a residual's first) stay inside the frame
     rows        a figure of more than FOLD_NODES nodes, or a block view longer than
@@ -44,10 +48,12 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
 ids are sequential in statement order, so the same diagram gives the same DOT text. How each
 operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS`.
 
-Layout: Graphviz lays the DOT text out; a diagram or block view that Graphviz draws with
-crossing wires is laid out again in a few other (seeded, fixed) orders and the first with the
-fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings`); each row of a folded
-figure is laid out on its own (`pack`), so long chains cost time linear in their length.
+Layout: Graphviz lays the DOT text out; a figure that Graphviz draws with crossing wires is laid
+out again in a few other (seeded, fixed) orders, then (planar figures) with each crossing wire
+loosened in turn and a where box's ports ordered as their wires arrive, and the layout with the
+fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings` as the figure report
+`penrose.rendering.measure` counts them); each row of a folded figure is laid out on its own
+(`pack`), so long chains cost time linear in their length.
 
 Limits: a figure of more than `MAX_NODES` (5,000) nodes is refused with a `PenroseRenderError`
 at the statement that crosses it (Graphviz takes about 7 s for 5,000 nodes and minutes beyond);
@@ -92,6 +98,7 @@ class FNode:
     tied: str = ""  # 'tied': one of the copies of a tensor drawn once per use; 'continued': a
     #                 value carried over from the row above (a folded figure)
     row: int = 0  # the row of a folded figure
+    ports: tuple = ()  # (port, text) of a box whose wires enter at named ports (where), in order
 
 
 @dataclass
@@ -103,6 +110,7 @@ class FEdge:
     tooltip: str = ""
     step: int | None = None
     badge: str = ""
+    port: str = ""  # the head's port the wire enters (a where box's mask, true and false)
 
 
 @dataclass
@@ -207,9 +215,28 @@ def _clamp_lines(v: V) -> list[str]:
     return ["clamp", f"[{'−∞' if lo is None else _written(v, 'min')}, {'∞' if hi is None else _written(v, 'max')}]"]
 
 
-def _where_lines(v: V) -> list[str]:
-    extra = [_scalar_text(a) for a in v.args[1:] if isinstance(a, V) and a.type.dtype == "scalar"]
-    return ["where"] + ([", ".join(extra)] if extra else [])
+# where(m, a, b): the wires of m, a and b enter the box at ports named for their part, each
+# labelled inside the box; a plain number is written at its port
+WHERE_PORTS = ("mask", "true", "false")
+
+
+def _where_ports(v: V) -> tuple:
+    """(port, text) of each operand of a where: 'mask', 'true', 'false', or 'false = 0.0' for a
+    plain number."""
+    return tuple((port, port if a.type.dtype != "scalar" else f"{port} = {_scalar_text(a)}") for port, a in zip(WHERE_PORTS, v.args))
+
+
+def _ports_html(name: str, ports: tuple, direction: str) -> str:
+    """A box with named ports on the side its wires come from (left, or top for TB), in the order
+    given, and its name beside them."""
+    cells = [f'<TD PORT="{port}" ALIGN="LEFT"><FONT POINT-SIZE="8" COLOR="#555555">{html.escape(text)}</FONT></TD>'
+             for port, text in ports]
+    table = '<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="1">'
+    if direction == "TB":
+        return f'{table}<TR>{"".join(cells)}</TR><TR><TD COLSPAN="{len(cells)}">{html.escape(name)}</TD></TR></TABLE>'
+    rows = [f'<TR>{cells[0]}<TD ROWSPAN="{len(cells)}" CELLPADDING="3">{html.escape(name)}</TD></TR>']
+    rows += [f"<TR>{c}</TR>" for c in cells[1:]]
+    return table + "".join(rows) + "</TABLE>"
 
 
 def _block_causal_lines(v: V) -> list[str]:
@@ -339,7 +366,7 @@ FIGURE: dict[str, Drawing] = {
     "dropout": _box("dropout", lambda v: ["dropout", f"p={_written(v, 'p')}"]),
     "detach": _box("detach"),
     "clamp": _box("clamp", _clamp_lines),
-    "where": _box("where", _where_lines),
+    "where": _box("where"),  # its operands are named at its ports (_where_ports)
     # masks
     "causal": _box("causal mask", lambda v: ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"], kind="mask"),
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
@@ -427,8 +454,9 @@ def build_figure(c: Checked, view: str = "diagram", options: Options = Options()
                 Span(c.diagram.file),
             )
         s = stmts[n - 1]
-        fig = Figure(_stmt_title(s, n), options.direction, legend, header="title" if options.header else "none")
+        fig = Figure(_stmt_title(s, n), options.direction, legend, header="title" if options.header else "none", untangle=True)
         b = _Builder(c, options, fig)
+        b.calls = instance_calls(c)
         b.draw_statement(c, s)
         return fig
     if kind == "block":
@@ -502,6 +530,8 @@ class _Builder:
         self.node_row: dict = {}  # node id -> its row
         self.nodes_by_id: dict = {}
         self.tied: dict = {}  # name -> how many copies of a tensor drawn once per use
+        self.calls: dict = {}  # block instance -> how many calls of it the drawn body makes
+        self.called: dict = {}  # block instance -> how many of those are drawn so far
         self.top = top
         self.opt = options
         self.fig = fig
@@ -543,8 +573,8 @@ class _Builder:
         self.nodes_by_id[nid] = self.fig.nodes[-1]
         return nid
 
-    def add_edge(self, tail, head, label="", kind="wire", tooltip="") -> FEdge:
-        e = FEdge(tail, head, label, kind, tooltip, self.step)
+    def add_edge(self, tail, head, label="", kind="wire", tooltip="", port="") -> FEdge:
+        e = FEdge(tail, head, label, kind, tooltip, self.step, port=port)
         self.fig.edges.append(e)
         return e
 
@@ -555,8 +585,8 @@ class _Builder:
                 return f"{leg}={n}"
         return leg
 
-    def wire(self, tail, head, leg, cls, kind="wire") -> FEdge:
-        return self.add_edge(tail, head, self.leg_label(leg, cls), kind, tooltip=self.leg_tooltip(leg, cls))
+    def wire(self, tail, head, leg, cls, kind="wire", port="") -> FEdge:
+        return self.add_edge(tail, head, self.leg_label(leg, cls), kind, tooltip=self.leg_tooltip(leg, cls), port=port)
 
     def leg_tooltip(self, leg, cls) -> str:
         words = self.fig.legend.get(leg, "")
@@ -567,6 +597,8 @@ class _Builder:
     def draw_body(self, body: Checked, env: dict, prefix: str, top: bool):
         """Draw every statement of a body; `env` binds formals to values (inlined blocks)."""
         scope = _Scope(body, env, uses(body), prefix)
+        if top:
+            self.calls = instance_calls(body)
         outputs = {n for n, _ in body.outputs} if not body.is_block else set()
         returned = []
         base_step = self.step
@@ -630,6 +662,10 @@ class _Builder:
         if self.tied:
             names = ", ".join(f"{n} ({k:,}×)" for n, k in self.tied.items())
             lines.append(f"tied: {names}: drawn once per use, dashed; the copies are one tensor")
+        shared = {inst: n for inst, n in self.calls.items() if n > 1 and self.called.get(inst)}
+        if shared:
+            names = ", ".join(f"{inst} ({n}×)" for inst, n in shared.items())
+            lines.append(f"shared weights: {names}: each call of a block instance runs on one set of weights")
         rows = 1 + max((n.row for n in self.fig.nodes), default=0)
         if rows > 1:
             lines.append(f"folded into {rows} rows, read top to bottom; a name in a dashed circle at a row's "
@@ -928,14 +964,15 @@ class _Builder:
         stream = {first.key} | {k for k in first.deps if k[0] == first.key[0]}
         return any(val is not None and stream & val.deps for val in others)
 
-    def inputs_to(self, node: str, val: _Val, kind="wire"):
+    def inputs_to(self, node: str, val: _Val, kind="wire", port=""):
+        """`val`'s legs run into `node` (at its `port`, where it has named ports)."""
         if val is None:
             return
         self.after(node, val)
-        for port, leg, cl in zip(val.ports, val.legs, val.cls):
-            self.wire(port, node, leg, cl, kind=kind)
+        for tail, leg, cl in zip(val.ports, val.legs, val.cls):
+            self.wire(tail, node, leg, cl, kind=kind, port=port)
         if not val.legs and val.anchor is not None:
-            self.add_edge(val.anchor, node, kind="scalar")
+            self.add_edge(val.anchor, node, kind="scalar", port=port)
 
     def after(self, node: str, val: _Val):
         """Place `node` after the contractions that made `val` (invisible ordering edges)."""
@@ -949,9 +986,14 @@ class _Builder:
     def box(self, scope, v: V, rule: Drawing, multi=False):
         vals = [self.expr(scope, a, False) for a in v.args]
         lines = rule.label(v)
-        node = self.add_node(v.key, rule.kind, "\n".join(lines), _box_html(lines), tooltip=_op_tooltip(v))
-        for val in vals:
-            self.inputs_to(node, val)
+        ports: tuple = ()
+        if v.key == "where":  # which operand is the mask, which the value where it holds, which elsewhere
+            ports = _where_ports(v)
+            lines = [lines[0]] + [text for _, text in ports]
+        node = self.add_node(v.key, rule.kind, "\n".join(lines), "" if ports else _box_html(lines), tooltip=_op_tooltip(v))
+        self.fig.nodes[-1].ports = ports
+        for i, val in enumerate(vals):
+            self.inputs_to(node, val, port=ports[i][0] if ports else "")
         if multi and v.outs:
             deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
             return [_Val([node] * len(t.legs), tuple(t.legs), tuple(t.cls), node, deps=deps) for t in v.outs]
@@ -1057,8 +1099,11 @@ class _Builder:
         vals = [self.expr(scope, a, False) for a in v.args]
         blk = self.top.blocks[name]
         deps = frozenset().union(*((x.deps | ({x.key} if x.key else set())) for x in vals if x is not None))
+        self.called[inst] = self.called.get(inst, 0) + 1
+        shared = self.calls.get(inst, 1) > 1  # the same instance called again: its weights are shared
+        mark = f"shared weights, call {self.called[inst]} of {self.calls[inst]}" if shared else ""
         if self.opt.unfold:
-            label = f"{inst}: block {name}" + (f" ×{rep} (one copy shown)" if rep else "")
+            label = f"{inst}: block {name}" + (f" ×{rep} (one copy shown)" if rep else "") + (f" ({mark})" if mark else "")
             saved = self.cluster
             self.cluster = self.new_cluster(f"block_{inst}", label, saved)
             env = {}
@@ -1085,12 +1130,43 @@ class _Builder:
         lines = [name if inst == name else f"{inst}: {name}"]
         if rep:
             lines.append(f"×{rep}")
-        node = self.add_node(f"block_{inst}", "block", "\n".join(lines), _block_html(lines), tooltip=f"block {name}")
+        label = _block_html(lines)
+        if mark:
+            lines.append(mark)
+            label += f'<BR/><FONT POINT-SIZE="9" COLOR="{BADGE}">{html.escape(mark)}</FONT>'
+        node = self.add_node(f"block_{inst}", "block", "\n".join(lines), label, tooltip=f"block {name}" + (f": {mark}" if mark else ""))
+        if mark:
+            self.fig.nodes[-1].tied = "shared"
         for val in vals:
             self.inputs_to(node, val)
         if multi and v.outs:
             return [_Val([node] * len(t.legs), tuple(t.legs), tuple(t.cls), node, deps=deps) for t in v.outs]
         return _Val([node] * len(v.type.legs), tuple(v.type.legs), tuple(v.type.cls), node, deps=deps)
+
+
+def instance_calls(body: Checked) -> dict:
+    """Block instance -> how many calls of it the body's statements make (a call without `as`,
+    made twice, runs the same instance: one set of weights).
+
+    >>> from penrose.checker import check
+    >>> from penrose.parser import parse
+    >>> src = "dim e = 2\\nblock f(x[e]) {\\n  param W[e, e]\\n  return einsum('i,ij->j', x, W)\\n}\\ninput x[e]\\ny = f(f(x))\\nz = f(x) as g\\noutput y, z"
+    >>> instance_calls(check(parse(src)))
+    {'f': 2, 'g': 1}
+    """
+    counts: dict = {}
+    seen: set = set()
+    todo = [s.value for s in body.stmts if getattr(s, "value", None) is not None][::-1]  # first statement first
+    while todo:
+        v = todo.pop()
+        if not isinstance(v, V) or id(v) in seen:
+            continue
+        seen.add(id(v))
+        if v.op == "block":
+            inst = v.of(BlockCall).instance
+            counts[inst] = counts.get(inst, 0) + 1
+        todo.extend(v.args)
+    return counts
 
 
 class _Scope:
@@ -1226,12 +1302,23 @@ def _op_tooltip(v: V) -> str:
     return f"{v.key or v.op} → [{', '.join(v.type.legs)}]"
 
 
+# The subscript form of a name: one letter (Latin or Greek), an underscore, then an index of at
+# most three letters or digits — `W_q`, `W_out`, `x_0`, `β_2` — drawn W<sub>q</sub>, as the
+# paper writes its weights; any other name is drawn exactly as written (`input_ids`, `c_true`,
+# `h_squared_norm`, `tok_emb`): an underscore is not a subscript unless the name says so.
+SUBSCRIPT = re.compile(r"([^\W\d_])_([^\W_]{1,3})")
+
+
 def _name_html(name: str) -> str:
-    """'W_q' → W<sub>q</sub>, as the paper writes names."""
-    head, _, rest = name.partition("_")
-    if not head or not rest:
+    """'W_q' → W<SUB>q</SUB> (the subscript form, `SUBSCRIPT`); 'input_ids' as written.
+
+    >>> _name_html("W_q"), _name_html("input_ids"), _name_html("c_true")
+    ('W<SUB>q</SUB>', 'input_ids', 'c_true')
+    """
+    m = SUBSCRIPT.fullmatch(name)
+    if m is None:
         return html.escape(name)
-    return f"{html.escape(head)}<SUB>{html.escape(rest)}</SUB>"
+    return f"{html.escape(m.group(1))}<SUB>{html.escape(m.group(2))}</SUB>"
 
 
 def _html_text(text: str) -> str:
@@ -1256,7 +1343,9 @@ def _wrap(text: str, width: int) -> list[str]:
 
 # ---- DOT ---------------------------------------------------------------------------------------
 
+CAPTION = "~caption"  # the DOT id of a node's caption (its display label) is its own plus this
 FONT = "Helvetica"
+SUB_SCALE = 0.75  # a subscript's size, of its name's
 LEG_FONT = "Times-Italic"
 INK = "#222222"
 LEG_INK = "#1d4e89"
@@ -1298,48 +1387,129 @@ def _q(text: str) -> str:
 
 
 # Graphviz's ordering heuristic leaves crossings in some figures that can be drawn without: a
-# whole diagram or block view of at most UNTANGLE_NODES nodes whose layout crosses is laid out
-# again with the nodes and wires listed in other (fixed, seeded) orders and more ordering
-# passes, and the first layout with the fewest crossings is kept (measured over the zoo: every
-# figure that can be drawn without crossings then is, in at most a dozen tries).
+# figure (a diagram, block or statement view) of at most UNTANGLE_NODES nodes whose layout
+# crosses is laid out again, first with the nodes and wires listed in other (fixed, seeded)
+# orders and more ordering passes, then — wire by wire — with a wire that crosses another
+# loosened (LOOSEN: it no longer ranks its ends, or pulls them less, or asks for more room), for
+# at most UNTANGLE_ROUNDS rounds of UNTANGLE_LAYOUTS layouts in all; the layout with the
+# fewest crossings and labels a wire runs through is kept (counted as the figure report counts
+# them: `crossings.crossings`, `crossings.label_hits`).
 UNTANGLE_NODES = 150
 UNTANGLE_TRIES = (("", 0), ("mclimit=4", 0), ("remincross=true mclimit=4", 0)) + tuple(("", seed) for seed in range(1, 6))
+LOOSEN = ("constraint=false", "weight=0", "minlen=2")
+UNTANGLE_ROUNDS = 4
+UNTANGLE_LAYOUTS = 40
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
-def to_dot(fig: Figure) -> str:
+def to_dot(fig: Figure, untangle: bool = True) -> str:
     """Graphviz DOT text for a figure (deterministic: statement order, sequential ids); a
-    figure marked `untangle` is emitted in the order whose layout crosses the fewest wires."""
+    figure marked `untangle` is emitted in the order whose layout crosses the fewest wires
+    (unless `untangle` is False: the gallery first lays every figure out as it is)."""
     text = _dot_text(fig)
-    if not fig.untangle or fig.rows > 1 or len(fig.nodes) > UNTANGLE_NODES:
+    if not (untangle and fig.untangle) or fig.rows > 1 or len(fig.nodes) > UNTANGLE_NODES:
         return text
-    if text not in _untangled:
+    # the same figure with and without its title block (the gallery's thumbnail) is laid out alike
+    key = re.sub(r" labelloc=t labeljust=l label=<.*", "", text)
+    if key not in _untangled:
         if len(_untangled) > 512:
             _untangled.clear()
-        _untangled[text] = _untangle(fig, text)
-    return _untangled[text]
+        _untangled[key] = _untangle(fig, text)
+    choice = _untangled[key]
+    return _dot_text(fig, *choice) if choice else text
 
 
-def _untangle(fig: Figure, text: str) -> str:
-    from penrose.rendering.crossings import crossings, layout
+def _untangle(fig: Figure, text: str) -> tuple:
+    """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
+    wires; () for the figure as it is. A figure whose graph is not planar (it cannot do without
+    crossings) gets the reordered tries only, not the wire-by-wire search."""
+    import networkx as nx
+
+    from penrose.rendering.crossings import crossings as crossed
+    from penrose.rendering.crossings import label_hits, layout
+
+    def crossings(lay) -> list:  # what to remove: crossing wires, then labels a wire runs through
+        return crossed(lay) + [(wire, owner, None) for owner, wire in label_hits(lay)]
+
+    budget = [UNTANGLE_LAYOUTS]
+    graph = nx.Graph((tail, head) for kind, tail, head, *_ in bundles(fig) if kind != "order" and tail != head)
+    flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings: the reordered tries only
+    ported = {n.id for n in fig.nodes if n.ports} if flat else set()
+
+    def tried(extra, seed, loose) -> tuple:
+        """(crossings, arguments) of a layout, with the ports of a where box in the order the
+        wires that enter them arrive (`port_order`) when that crosses fewer; and the layout."""
+        budget[0] -= 1
+        lay = layout(_dot_text(fig, extra, seed, loose))
+        found = crossings(lay)
+        args: tuple = (extra, seed, loose, None)
+        if any(w.partition("->")[2] in ported for a, b, _ in found for w in (a, b) if "->" in w):  # at a where's ports
+            ports = port_order(fig, lay)
+            budget[0] -= 1
+            again = crossings(layout(_dot_text(fig, extra, seed, loose, ports)))
+            if len(again) < len(found):
+                found, args = again, (extra, seed, loose, ports)
+        return found, args, lay
 
     try:
-        best, fewest = text, len(crossings(layout(text)))
-        for extra, seed in UNTANGLE_TRIES[1:]:
-            if fewest == 0:
+        found, best, lay = tried("", 0, None)
+        search = bool(found) and (flat or not crossed(lay))
+        for extra, seed in UNTANGLE_TRIES:
+            if not found:
                 break
-            candidate = _dot_text(fig, extra, seed)
-            n = len(crossings(layout(candidate)))
-            if n < fewest:
-                best, fewest = candidate, n
+            if (extra, seed) != ("", 0):
+                n, args, _ = tried(extra, seed, None)
+                if len(n) < len(found):
+                    best, found = args, n
+            loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
+            for _ in range(UNTANGLE_ROUNDS if search else 0):  # the wires that cross, loosened one at a time
+                step = None
+                for wire in dict.fromkeys(w for a, b, _ in found for w in (a, b) if "->" in w and w not in loose):
+                    for how in LOOSEN:
+                        if budget[0] <= 0 or (step and not step[0]):
+                            break
+                        n, args, _ = tried(extra, seed, {**loose, wire: how})
+                        if len(n) < len(step[0] if step else found):
+                            step = (n, args)
+                if step is None:
+                    break
+                found, best = step
+                loose = dict(best[2])
+                if not found:
+                    break
     except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is
-        return text
-    return best
+        return ()
+    return () if best == ("", 0, None, None) else best
 
 
-def _dot_text(fig: Figure, extra: str = "", seed: int = 0) -> str:
-    """The DOT text; `extra` graph attributes and a `seed` that shuffles the order in which
-    nodes (within their frame) and wires are listed (0: statement order)."""
+def port_order(fig: Figure, lay) -> dict:
+    """Node id -> its ports in the order the wires entering them arrive in the layout `lay`
+    (top to bottom left to right, left to right top down); a port no wire enters goes last."""
+    tails: dict = {}
+    for e in fig.edges:
+        if e.port and e.tail in lay.nodes:
+            tails.setdefault((e.head, e.port), []).append(lay.nodes[e.tail])
+    order = {}
+    for n in fig.nodes:
+        if not n.ports:
+            continue
+
+        def where(port, n=n):
+            pts = tails.get((n.id, port), [])
+            if not pts:
+                return math.inf
+            x, y = sum(p[0] for p in pts) / len(pts), sum(p[1] for p in pts) / len(pts)
+            return x if fig.direction == "TB" else -y  # dot's y runs up
+
+        order[n.id] = tuple(sorted((p for p, _ in n.ports), key=where))
+    return order
+
+
+def _dot_text(fig: Figure, extra: str = "", seed: int = 0, loose: dict | None = None, ports: dict | None = None) -> str:
+    """The DOT text; `extra` graph attributes, a `seed` that shuffles the order in which nodes
+    (within their frame) and wires are listed (0: statement order), `loose`: 'tail->head' ->
+    the attribute that loosens that wire (LOOSEN), and `ports`: node id -> the order of its
+    ports (`port_order`)."""
     import random
 
     rng = random.Random(seed) if seed else None
@@ -1366,7 +1536,12 @@ def _dot_text(fig: Figure, extra: str = "", seed: int = 0) -> str:
 
     def emit_nodes(cluster, indent):
         for n in by_cluster.get(cluster, []):
-            lines.append(indent + _node_dot(n, fig))
+            lines.append(indent + _node_dot(n, fig, (ports or {}).get(n.id, ())))
+            if n.xlabel:  # its caption: a node of its own beside it, which wires go around
+                cap = _q(n.id + CAPTION)
+                lines.append(f'{indent}{cap} [shape=plaintext class="pen-caption" margin=0 width=0 height=0 label=<{_caption_html(n.xlabel, fig.direction)}>]')
+                lines.append(f"{indent}{{rank=same; {_q(n.id)}; {cap}}}")
+                lines.append(f"{indent}{_q(n.id)} -> {cap} [style=invis]")
         for cid in children.get(cluster, []):
             cl = fig.clusters[cid]
             if not _has_nodes(cid, by_cluster, children):
@@ -1390,34 +1565,44 @@ def _dot_text(fig: Figure, extra: str = "", seed: int = 0) -> str:
     if rng is not None and seed % 2:
         rng.shuffle(wires)
     inline = fig.rows > 1  # Graphviz 2.43 drops most edge labels of a packed layout: write them on the wire
-    for i, (kind, tail, head, label, tooltip, n, mark) in enumerate(wires):
+    side = "w" if fig.direction == "LR" else "n"
+    for i, (kind, tail, head, label, tooltip, n, mark, port) in enumerate(wires):
+        target = f"{_q(head)}:{port}:{side}" if port else _q(head)
         attrs = [EDGE_STYLE[kind]]
         if n > 1:  # several legs between the same two nodes: parallel lines, one label
             ink = RESIDUAL if kind == "residual" else INK
             attrs.append(f'color="{":transparent:".join([ink] * min(n, MAX_PARALLEL))}"')
-        if mark:
-            text = '<BR/>'.join(html.escape(l) for l in label.split("\n"))
-            text = f'label=<{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>>'
-        elif label:
-            text = f"label={_q(label)}"
-        else:
-            text = ""
+        text = _wire_label(label, mark, n, kind) if label or mark else ""
         if tooltip:
             attrs.append(f"tooltip={_q(tooltip)}")
+        if loose and f"{tail}->{head}" in loose:
+            attrs.append(loose[f"{tail}->{head}"])
         if inline and text and kind in ("wire", "residual"):
             leg = _q(f"{tail}~{head}~{i}")
             lines.append(f'  {leg} [shape=plaintext class="pen-leg" fontname="{LEG_FONT}" fontsize=11 '
                          f'fontcolor="{LEG_INK}" width=0 height=0 margin=0.02 {text}]')
             lines.append(f"  {_q(tail)} -> {leg} [{' '.join(attrs)}]")
-            lines.append(f"  {leg} -> {_q(head)} [{' '.join(attrs)}]")
+            lines.append(f"  {leg} -> {target} [{' '.join(attrs)}]")
             continue
         if text:
             attrs.append(text)
-        lines.append(f"  {_q(tail)} -> {_q(head)} [{' '.join(attrs)}]")
+        lines.append(f"  {_q(tail)} -> {target} [{' '.join(attrs)}]")
     for a, b in ties:
         lines.append(f"  {_q(a)} -> {_q(b)} [style=invis constraint=false]")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _wire_label(label: str, mark: str, n: int, kind: str) -> str:
+    """A wire's label, padded so that its text keeps clear of the wire: Graphviz places a label
+    beside the wire's centre line, and the parallel lines of a bundle lie 2 points apart around
+    it (the outermost n − 1 of those steps away)."""
+    text = '<BR/>'.join(html.escape(l) for l in label.split("\n"))
+    if mark:
+        text = f'{text} <FONT FACE="{FONT}" COLOR="{BADGE}"><B>{mark}</B></FONT>'
+    width = 2.6 if kind == "residual" else 1.1
+    pad = math.ceil(2 * (min(n, MAX_PARALLEL) - 1) + width / 2 + 1)
+    return f'label=<<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="{pad}"><TR><TD>{text}</TD></TR></TABLE>>'
 
 
 def _row_ties(fig: Figure) -> list:
@@ -1452,11 +1637,11 @@ def _row_ties(fig: Figure) -> list:
 def bundles(fig: Figure):
     """Edges grouped into bundles: the legs that run between the same two nodes become one
     drawn wire of parallel lines, labelled with all their legs. Yields
-    (kind, tail, head, label, tooltip, number of legs, step badge), in first-edge order."""
+    (kind, tail, head, label, tooltip, number of legs, step badge, head port), in first-edge order."""
     order: list[tuple[object, ...]] = []
     groups: dict[tuple[object, ...], list[FEdge]] = {}
     for e in fig.edges:
-        key: tuple[object, ...] = (e.kind, e.tail, e.head) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
+        key: tuple[object, ...] = (e.kind, e.tail, e.head, e.port) if e.kind in ("wire", "residual") else (e.kind, e.tail, e.head, len(order))
         if key not in groups:
             groups[key] = []
             order.append(key)
@@ -1471,7 +1656,7 @@ def bundles(fig: Figure):
         tooltip = "; ".join(tooltips)
         mark = next((e.badge for e in es if e.badge), "")
         n = len(es) if es[0].kind in ("wire", "residual") else 1
-        yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark
+        yield es[0].kind, es[0].tail, es[0].head, label, tooltip, n, mark, es[0].port
 
 
 def _counted(items: list) -> list:
@@ -1493,7 +1678,8 @@ def _dashed(style: str) -> str:
     return re.sub(r'style=("([^"]*)"|\w+)', lambda m: f'style="{(m.group(2) if m.group(2) is not None else m.group(1))},dashed"', style, count=1)
 
 
-def _node_dot(n: FNode, fig: Figure | None = None) -> str:
+def _node_dot(n: FNode, fig: Figure | None = None, order: tuple = ()) -> str:
+    """A node's DOT line; `order`: the order of its ports (a where box's), if not as written."""
     style = NODE_STYLE[n.kind]
     if n.kind in TENSOR_KINDS and len(n.text) > 3:  # a long name: an oval, not a huge circle
         style = style.replace("shape=doublecircle", "shape=ellipse peripheries=2").replace("shape=circle", "shape=ellipse")
@@ -1501,17 +1687,43 @@ def _node_dot(n: FNode, fig: Figure | None = None) -> str:
         style = _dashed(style)
     attrs = [style, f"class={_q('pen-' + n.kind)}"] + ([n.attrs] if n.attrs else [])
     mark = f'<FONT COLOR="{BADGE}"><B>{n.badge}</B></FONT> ' if n.badge else ""
-    if n.html or mark:
-        attrs.append(f"label=<{mark}{n.html or html.escape(n.text)}>")
+    if n.ports:
+        ports = sorted(n.ports, key=lambda p: order.index(p[0])) if order else n.ports
+        body = _ports_html(n.text.split("\n")[0], tuple(ports), fig.direction if fig else "LR")
+    if n.html or mark or n.ports:
+        body = body if n.ports else _sized_subscripts(n.html, style) or html.escape(n.text)
+        if mark and body.startswith("<TABLE"):  # a label is text or one table: the badge gets a row above,
+            body = f'<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0"><TR><TD>{mark}</TD></TR><TR><TD>{body}</TD></TR></TABLE>'  # clear of the wires
+            mark = ""
+        attrs.append(f"label=<{mark}{body}>")
     else:
         attrs.append(f"label={_q(n.text)}")
     if n.tooltip:
         attrs.append(f"tooltip={_q(n.tooltip)}")
-    if n.xlabel:
-        attrs.append(f'xlabel=<<FONT POINT-SIZE="9" COLOR="#555555">{html.escape(n.xlabel)}</FONT>>')
     if n.group:
         attrs.append(f"group={_q(n.group)}")
     return f"{_q(n.id)} [{' '.join(attrs)}]"
+
+
+def _caption_html(text: str, direction: str) -> str:
+    """A node's caption, the node after it in its rank (below it left to right, to its right top
+    down): the text, then as much blank space again on the far side, so that it sits nearer its
+    own node than the next one."""
+    cell = f'<TD><FONT POINT-SIZE="9" COLOR="#555555">{html.escape(text)}</FONT></TD>'
+    table = '<TABLE BORDER="0" CELLBORDER="0" CELLSPACING="0" CELLPADDING="0">'
+    if direction == "TB":
+        return f'{table}<TR>{cell}<TD WIDTH="14"> </TD></TR></TABLE>'
+    return f'{table}<TR>{cell}</TR><TR><TD HEIGHT="12"> </TD></TR></TABLE>'
+
+
+def _sized_subscripts(label: str, style: str) -> str:
+    """A label's subscripts at SUB_SCALE of the node's font size: Graphviz's SVG would write them
+    at the full size (a browser then draws them wider than the node Graphviz sized)."""
+    if "<SUB>" not in label:
+        return label
+    m = re.search(r"fontsize=([\d.]+)", style)
+    size = round(float(m.group(1)) * SUB_SCALE if m else 10)
+    return label.replace("<SUB>", f'<SUB><FONT POINT-SIZE="{size}">').replace("</SUB>", "</FONT></SUB>")
 
 
 def _title_html(fig: Figure) -> str:

@@ -57,7 +57,7 @@ class Entry:
     checked: Checked | None = None  # None: a file of blocks (no figure of its own)
     description: str = ""
     error: str = ""
-    dots: dict = field(default_factory=dict)  # relative path -> DOT text of a figure
+    dots: dict = field(default_factory=dict)  # relative path -> a figure (penrose.rendering.figure.Figure)
 
 
 # ---- finding diagrams --------------------------------------------------------------------------
@@ -197,10 +197,8 @@ def build_files(paths=None, equation_svg=None) -> dict:
             continue
         pages[f"{e.slug}.html"] = _page(e, equations)
         dots.update(e.dots)
-    from penrose.rendering.graphviz import run_dot_many
-
     names = sorted(dots)
-    out.update(zip(names, run_dot_many([dots[n] for n in names])))
+    out.update(zip(names, lay_out([dots[n] for n in names])))
     for name in names:
         if name.endswith("/thumb.svg"):
             out[name] = thumbnail_svg(out[name])
@@ -211,6 +209,21 @@ def build_files(paths=None, equation_svg=None) -> dict:
     for name, text in pages.items():  # figures are laid out now: give every <img> its size
         out[name] = fill_sizes(text, out).encode("utf-8")
     return out
+
+
+def lay_out(figs: list) -> list:
+    """SVG bytes of many figures, laid out in batches (`run_dot_many`); a figure whose layout
+    crosses wires, or runs one through a label, is laid out again in the order that does so
+    least (`figure.to_dot`'s untangling: only those pay for the extra layouts)."""
+    from penrose.rendering.figure import to_dot
+    from penrose.rendering.graphviz import run_dot_many
+    from penrose.rendering.measure import svg_tangles
+
+    svgs = run_dot_many([to_dot(f, untangle=False) for f in figs])
+    again = [i for i, f in enumerate(figs) if f.untangle and svg_tangles(svgs[i])]
+    for i, svg in zip(again, run_dot_many([to_dot(figs[i]) for i in again]) if again else []):
+        svgs[i] = svg
+    return svgs
 
 
 # ---- figure sizes and thumbnails ---------------------------------------------------------------
@@ -380,11 +393,11 @@ def _load(e: Entry):
 # ---- pages -------------------------------------------------------------------------------------
 
 
-def _dot(checked, view="diagram", **kw) -> str:
-    """The DOT text of a figure; the gallery lays them all out at the end, in batches."""
-    from penrose.rendering.figure import Options, build_figure, to_dot
+def _dot(checked, view="diagram", **kw):
+    """A figure to draw; the gallery lays them all out at the end, in batches (`lay_out`)."""
+    from penrose.rendering.figure import Options, build_figure
 
-    return to_dot(build_figure(checked, view, Options(**kw)))
+    return build_figure(checked, view, Options(**kw))
 
 
 def _page(e: Entry, equations: dict) -> str:
@@ -475,8 +488,6 @@ def plain_return(s) -> bool:
 
 
 def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kind, format_stmt, statement_latex, statement_readings) -> str:
-    from penrose.rendering.figure import to_dot
-
     all_stmts = statements(body)
     called = any(torch_code.get(s.stmt.span) for s in stmts)  # an included block nobody calls has none
     rows = []
@@ -490,7 +501,7 @@ def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kin
         if body is c:
             e.dots[fig] = _dot(c, f"statement:{n}", header=False)
         else:
-            e.dots[fig] = to_dot(_block_statement_figure(c, body, s, n))
+            e.dots[fig] = _block_statement_figure(c, body, s, n)
         try:
             latex = statement_latex(c, s)
         except PenroseError:  # nested too deep to print: show the code only
@@ -519,7 +530,7 @@ def rosetta_table(e, c, body, stmts, torch_code, equations, fig_prefix, view_kin
 def _block_statement_figure(c, body, s, n):
     from penrose.rendering.figure import Figure, Options, _Builder, _stmt_title
 
-    fig = Figure(_stmt_title(s, n), "LR", index_legend(c.diagram), header="none")
+    fig = Figure(_stmt_title(s, n), "LR", index_legend(c.diagram), header="none", untangle=True)
     b = _Builder(c, Options(), fig)
     b.draw_statement(body, s)
     return fig

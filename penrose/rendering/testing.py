@@ -17,6 +17,8 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 
+from penrose.rendering.measure import path_points
+
 SVG = "{http://www.w3.org/2000/svg}"
 
 
@@ -134,6 +136,7 @@ def figure_structure(svg: str) -> Structure:
             nodes[name] = Node(name, kind, " ".join(t for t in _texts(g) if t), _shape_box(g), boxes)
         elif "edge" in cls:
             tail, _, head = html.unescape(g.findtext(f"{SVG}title") or "").partition("->")
+            tail, head = tail.partition(":")[0], head.partition(":")[0]  # a port (where:mask:w) is of its node
             texts = [t for t in g.iter(f"{SVG}text")]
             label = " ".join(("".join(t.itertext())).strip() for t in texts).strip()
             m = re.search(r"\s*(\d+\))$", label)
@@ -142,8 +145,15 @@ def figure_structure(svg: str) -> Structure:
                 label = label[: m.start()]
             legs = tuple(l.strip() for l in label.split(",") if l.strip()) if label else ()
             paths = list(g.iter(f"{SVG}path"))
-            curve = _sample(paths[0].get("d", "")) if paths else []
+            curve = path_points(paths[0].get("d", "")) if paths else []
             wires.append(Wire(tail, head, legs, label, _style(g), [_text_box(t) for t in texts], badge, curve))
+    for name in [n for n in nodes if nodes[n].kind == "caption"]:  # a node's caption is its text
+        cap = nodes.pop(name)
+        owner = nodes.get(name.removesuffix("~caption"))
+        if owner is not None:
+            owner.text = f"{owner.text} {cap.text}".strip()
+            owner.text_boxes.extend(cap.text_boxes)
+    wires = [w for w in wires if not w.tail.endswith("~caption") and not w.head.endswith("~caption")]
     return Structure(title, header, nodes, wires)
 
 
@@ -167,39 +177,10 @@ def overlaps(structure: Structure) -> list:
     return found
 
 
-def _sample(d: str, steps: int = 12) -> list:
-    """Points along an SVG path of the form graphviz writes: 'M x,y C x,y x,y x,y ...'."""
-    nums = [float(v) for v in re.findall(r"-?\d+(?:\.\d+)?(?:e-?\d+)?", d)]
-    pts = list(zip(nums[0::2], nums[1::2]))
-    if len(pts) < 4:
-        return pts
-    out = [pts[0]]
-    for i in range(1, len(pts) - 2, 3):
-        p0, p1, p2, p3 = pts[i - 1], pts[i], pts[i + 1], pts[i + 2]
-        for k in range(1, steps + 1):
-            t = k / steps
-            a, b, c, e = (1 - t) ** 3, 3 * (1 - t) ** 2 * t, 3 * (1 - t) * t * t, t ** 3
-            out.append((a * p0[0] + b * p1[0] + c * p2[0] + e * p3[0], a * p0[1] + b * p1[1] + c * p2[1] + e * p3[1]))
-    return out
-
-
-def _cross(p, q, r, s) -> bool:
-    def orient(a, b, c):
-        v = (b[0] - a[0]) * (c[1] - a[1]) - (b[1] - a[1]) * (c[0] - a[0])
-        return (v > 1e-9) - (v < -1e-9)
-
-    return orient(p, q, r) * orient(p, q, s) < 0 and orient(r, s, p) * orient(r, s, q) < 0
-
-
 def crossings(structure: Structure) -> list:
-    """Pairs of wires whose drawn curves cross (wires that share a node are not compared)."""
-    visible = [w for w in structure.edges if w.style != "invisible" and len(w.curve) > 1]
-    found = []
-    for i, a in enumerate(visible):
-        for b in visible[i + 1 :]:
-            if {a.tail, a.head} & {b.tail, b.head}:
-                continue
-            if any(_cross(a.curve[j], a.curve[j + 1], b.curve[k], b.curve[k + 1])
-                   for j in range(len(a.curve) - 1) for k in range(len(b.curve) - 1)):
-                found.append((f"{a.tail}->{a.head}", f"{b.tail}->{b.head}"))
-    return found
+    """Pairs of wires whose drawn curves cross, as the figure report counts them
+    (`penrose.rendering.measure.wire_crossings`)."""
+    from penrose.rendering.measure import Line, wire_crossings
+
+    visible = [Line(w.tail, w.head, [w.curve], w.curve) for w in structure.edges if w.style != "invisible" and len(w.curve) > 1]
+    return sorted({(a, b) for a, b, _ in wire_crossings(visible)})

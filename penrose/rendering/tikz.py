@@ -329,7 +329,7 @@ def _text(lines: list, base: _Style, colors: _Colors) -> str:
                 continue
             if s.script:
                 body = f"\\text{'subscript' if s.script == 'sub' else 'superscript'}{{{body}}}"
-                s = replace(s, size=s.size / 0.75, script="")
+                s = replace(s, size=base.size, script="")  # \textsubscript makes it small, as the figure does
             if s.underline:
                 body = f"\\underline{{{body}}}"
             cmds = ""
@@ -628,8 +628,14 @@ def layout_to_tikz(layout: dict, snippet: bool = False, max_width: float | None 
         name = names_by_id[o.get("_gvid")]
         x, y = (float(v) for v in str(o["pos"]).split(",")[:2])
         base = _Style(_float(o, "fontsize", 14.0), o.get("fontcolor", "#000000"), o.get("fontname", "Times-Roman"))
-        lines, align = label_lines(str(o.get("label", "\\N")), base, str(o.get("name", "")))
+        label = str(o.get("label", "\\N"))
+        lines, align = label_lines(label, base, str(o.get("name", "")))
         text = _text(lines, base, colors)
+        placed = []
+        if len(re.findall(r"<TD\b[^>]*>\s*[^<\s]", label, re.I)) + len(re.findall(r"<TD\b[^>]*>\s*<FONT", label, re.I)) > 1:
+            # a table of cells side by side (a where box's ports beside its name): each text where
+            # Graphviz put it, not the cells run together on one line
+            text, lines, placed = "", [], _placed_texts(o.get("_ldraw_"), base, colors)
         shapes = [s for s in _shapes(o.get("_draw_")) if s.op.upper() in ("E", "P", "B")]
         opts, extra, geometry = _node_look(shapes, o, scale, colors)
         opts += [f"font={_font(base)}", "inner sep=0pt", "outer sep=0pt"]
@@ -643,6 +649,7 @@ def layout_to_tikz(layout: dict, snippet: bool = False, max_width: float | None 
         body.extend(extra)
         comment = "" if name == o.get("name") else f" % {_comment(str(o.get('name')))}"
         body.append(f"\\node[{st}{', ' + geometry if geometry else ''}] ({name}) at ({_num(x)},{_num(y)}) {{{text}}};{comment}")
+        body.extend(placed)
         _label_node(body, o, "xlabel", "xlp", base, colors, "")
 
     # the title block: name, leg legend and step captions
@@ -741,6 +748,28 @@ def _node_look(shapes: list, o: dict, scale: float, colors: _Colors):
         path = _curve(s.points) + " -- cycle" if s.op.upper() == "B" else _polygon(s.points)
         paths.append(f"\\path[{', '.join(o_opts)}] {path};")
     return ["rectangle"], paths, f"minimum width={_num(ox1 - ox0)}bp, minimum height={_num(oy1 - oy0)}bp"
+
+
+def _placed_texts(ops, base: _Style, colors: _Colors) -> list:
+    """A \\node for each text Graphviz drew (xdot's T operations), on its baseline and with its
+    alignment, in the font, size and colour in effect there."""
+    out = []
+    style = base
+    for op in ops or []:
+        kind = op.get("op")
+        if kind == "F":
+            style = replace(style, size=float(op.get("size", style.size)), face=str(op.get("face", style.face)))
+        elif kind == "c":
+            style = replace(style, color=str(op.get("color", style.color)))
+        elif kind == "t":
+            flags = int(op.get("fontchar", 0))
+            style = replace(style, bold=bool(flags & 1), italic=bool(flags & 2))
+        elif kind == "T" and str(op.get("text", "")).strip():
+            x, y = op["pt"]
+            anchor = {"l": "base west", "r": "base east"}.get(op.get("align", "c"), "base")
+            text = _text([[(str(op["text"]), style)]], base, colors)
+            out.append(f"\\node[font={_font(base)}, inner sep=0pt, anchor={anchor}] at ({_num(x)},{_num(y)}) {{{text}}};")
+    return out
 
 
 def _baselines(ops) -> list:

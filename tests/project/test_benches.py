@@ -62,3 +62,18 @@ def test_compile_zoo_bench_runs_and_checks_its_sides():
     not what can rot); it exits 1 when a compiled side's loss differs from eager."""
     out = _run("bench/compile_zoo.py", "--only", "concept_bottleneck", "--backend", "eager", "--rounds", "1")
     assert "concept_bottleneck" in out and "median ratio" in out and "FAIL" not in out
+
+
+def test_figures_bench_runs_and_counts_what_it_measures(tmp_path):
+    out = _run("bench/figures.py", "bench/figures/gated_where.pen", "--all")
+    assert "the figures of bench/figures/gated_where.pen" in out
+    assert "figures/figures-gated_where.svg " in out and "figures with something to fix: 0 of" in out
+    # a folder of SVGs as it is: one with a crossing and a label on a wire
+    (tmp_path / "bad.svg").write_text(
+        '<svg width="200pt" height="100pt" viewBox="0 0 200 100" xmlns="http://www.w3.org/2000/svg"><g class="graph">'
+        '<g class="edge"><title>a&#45;&gt;b</title><path stroke="#222" d="M10,10C10,10 190,90 190,90"/>'
+        '<text x="50" y="31" font-family="Helvetica" font-size="11">leg</text></g>'
+        '<g class="edge"><title>c&#45;&gt;d</title><path stroke="#222" d="M10,90C10,90 190,10 190,10"/></g></g></svg>')
+    out = _run("bench/figures.py", "--svg", str(tmp_path), "--list")
+    row = next(line for line in out.splitlines() if line.strip().startswith("bad.svg"))
+    assert row.split()[1:4] == ["1", "1", "0"], row  # one crossing, one label crossed, no overflow

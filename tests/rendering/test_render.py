@@ -185,7 +185,8 @@ output m, g
 """
     s = structure(text)
     assert {n.text for n in s.of_kind("mask")} == {"causal mask p ≤ t"}
-    assert any(n.text.startswith("where") for n in s.of_kind("op"))
+    where = next(n.text for n in s.of_kind("op") if "where" in n.text.split())
+    assert "mask" in where and "true = 0" in where and "false = −∞" in where  # each operand named at its port
     # k and r are shared by both operands and the result: they meet at black dots
     assert len(s.of_kind("junction")) >= 2
 
@@ -464,7 +465,7 @@ def test_every_view_of_every_operation_draws():
     svgs = run_dot_many(dots)
     assert len(svgs) == len(dots) and all(s.startswith(b"<?xml") for s in svgs)
     full = figure_structure(svgs[0].decode())
-    assert {"RMS norm over e", "concat → f2", "gather rows of E", "clamp [−1, 1]", "where 0.5", "−"} <= set(full.texts())
+    assert {"RMS norm over e", "concat → f2", "gather rows of E", "clamp [−1, 1]", "mask where true false = 0.5", "−"} <= set(full.texts())
     assert {b.text for b in full.of_kind("block")} == {"two", "nn: nest"}
     parser = MathTextParser("path")
     for body in [c, *c.blocks.values()]:

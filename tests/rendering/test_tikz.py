@@ -2,6 +2,7 @@
 same labels and styling, escaped LaTeX, --snippet, --max-width for every format, the command line,
 and — where a TeX engine is installed — a compile to PDF."""
 
+import html
 import json
 import os
 import re
@@ -192,13 +193,14 @@ def test_splines_are_dots_control_points():
     lay = layout(dot)
     text = render(ATTENTION, "tikz")
     draws = {m.group("ends"): m.group("path") for m in DRAW.finditer(text)}
-    edge = next(e for e in lay["edges"] if e.get("label") == "e" and e.get("_draw_"))
+    edge = next(e for e in lay["edges"] if re.sub(r"<[^>]*>", "", e.get("label", "")) == "e" and e.get("_draw_"))
     tail = next(o["name"] for o in lay["objects"] if o.get("_gvid") == edge["tail"] and "pos" in o)
     head = next(o["name"] for o in lay["objects"] if o.get("_gvid") == edge["head"] and "pos" in o)
     path = draws[f"{tail.replace('_', '-')} -- {head.replace('_', '-')}"]
     points = [tuple(round(float(v), 2) for v in p.split(",")) for p in edge["pos"].split()]
     drawn = [(round(float(a), 2), round(float(b), 2)) for a, b in re.findall(r"\((-?[\d.]+),(-?[\d.]+)\)", path)]
-    assert drawn == points
+    assert len(drawn) == len(points)
+    assert all(abs(a - c) <= 0.011 and abs(b - d) <= 0.011 for (a, b), (c, d) in zip(drawn, points))  # as written, to 2 places
     assert path.count(".. controls") == (len(points) - 1) // 3
 
 
@@ -431,13 +433,81 @@ def test_every_paper_listing_and_zoo_model_renders_to_svg_png_and_pdf():
         assert render(path, "pdf").startswith(b"%PDF"), path
 
 
-# ---- a real TeX engine, where there is one -----------------------------------------------------
+# ---- a real TeX engine: tools/setup.sh installs one (texlive-latex-base, texlive-pictures) --------
 
 TEX = shutil.which("pdflatex") or shutil.which("lualatex")
+PDFTOTEXT = shutil.which("pdftotext")
+PAPER = sorted((ROOT / "zoo" / "paper").glob("*.pen"))
 
 
-@pytest.mark.skipif(TEX is None, reason="no TeX engine (pdflatex or lualatex) on PATH: the TikZ compile test "
-                    "is skipped; the structural TikZ tests above still ran")
+def _tex_engine():
+    """pdflatex (or lualatex) and pdftotext; CI installs them (tools/setup.sh), so there a
+    missing one fails, elsewhere the compile tests are skipped with the reason shown."""
+    if TEX and PDFTOTEXT:
+        return TEX
+    why = "no TeX engine (pdflatex or lualatex) or pdftotext (poppler-utils) on PATH; tools/setup.sh installs them"
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+def _compile(folder: Path, name: str) -> Path:
+    run = subprocess.run([_tex_engine(), "-interaction=nonstopmode", "-halt-on-error", f"{name}.tex"], cwd=folder,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    pdf = folder / f"{name}.pdf"
+    assert pdf.exists() and pdf.read_bytes().startswith(b"%PDF")
+    return pdf
+
+
+def pdf_words(pdf: Path) -> tuple:
+    """((width, height) of the first page, [(word, (x, y) centre)]), y from the top, by pdftotext."""
+    out = subprocess.run([PDFTOTEXT, "-bbox", str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+    page = re.search(r'<page width="([\d.]+)" height="([\d.]+)"', out)
+    assert page, out[:500]
+    words = [(html.unescape(m.group(5)), ((float(m.group(1)) + float(m.group(3))) / 2, (float(m.group(2)) + float(m.group(4))) / 2))
+             for m in re.finditer(r'<word xMin="([\d.]+)" yMin="([\d.]+)" xMax="([\d.]+)" yMax="([\d.]+)">([^<]*)</word>', out)]
+    return (float(page.group(1)), float(page.group(2))), words
+
+
+SVG_NAMED = ("input", "param", "buffer", "formal", "value", "output", "copy", "op", "mask", "block")
+
+
+def svg_nodes(svg: str) -> list:
+    """(word, ink box) of each one-word text inside a named node of the SVG figure (a tensor's
+    name, a box's or block's), in points from the page's top left corner: what the compiled
+    page's words are compared with."""
+    from penrose.rendering.measure import read_svg
+
+    d = read_svg(svg)
+    named = {f"node {s.id}" for s in d.shapes.values() if s.kind in SVG_NAMED}
+    return [(t.text, t.box) for t in d.texts if t.owner in named and t.inside and re.fullmatch(r"\w+", t.text)]
+
+
+def on_page(word: str, box: tuple, words: list) -> bool:
+    """Whether the page writes `word` where the SVG does: each part of it (LaTeX's \\_ is a rule,
+    so pdftotext splits a word at its underscores) a word whose centre lies in the SVG's box."""
+    x0, y0, x1, y1 = box
+    return all(any(w == part and x0 - 4 < p[0] < x1 + 4 and abs(p[1] - (y0 + y1) / 2) < 6 for w, p in words)
+               for part in word.split("_") if part)
+
+
+@pytest.mark.parametrize("path", PAPER, ids=[p.stem for p in PAPER])
+def test_every_paper_listing_compiles_and_its_page_has_the_svgs_nodes(tmp_path, path):
+    # the TikZ of the listing, compiled: the page is the SVG's size and every named node of the
+    # SVG (a tensor, a box, a block) is written on the page where the SVG draws it
+    _tex_engine()
+    svg = render(path)
+    render_file(path, tmp_path / "fig.tex")
+    (width, height), words = pdf_words(_compile(tmp_path, "fig"))
+    m = re.search(r'viewBox="[\d.]+ [\d.]+ ([\d.]+) ([\d.]+)"', svg)
+    assert m and abs(width - float(m.group(1))) < 1.5 and abs(height - float(m.group(2))) < 1.5, (width, height, m)
+    nodes = svg_nodes(svg)
+    assert len(nodes) >= 3, nodes
+    missing = [(name, [round(v) for v in box]) for name, box in nodes if not on_page(name, box, words)]
+    assert missing == [], f"{path.name}: not on the compiled page where the SVG has them: {missing}"
+
+
 def test_tikz_compiles_to_pdf(tmp_path):
     render_file(_write(tmp_path, SPECIAL, "special.pen"), tmp_path / "fig.tex")
     (tmp_path / "snippet.tex").write_text(render(RESIDUAL, "tikz", snippet=True, max_width=300, unfold=True))
@@ -446,10 +516,6 @@ def test_tikz_compiles_to_pdf(tmp_path):
         "\\begin{document}\nA figure:\n\n\\input{snippet.tex}\n\\end{document}\n"
     )
     for name in ("fig", "paper"):
-        run = subprocess.run([TEX, "-interaction=nonstopmode", "-halt-on-error", f"{name}.tex"], cwd=tmp_path,
-                             capture_output=True, text=True, timeout=300)
-        assert run.returncode == 0, run.stdout[-3000:]
-        pdf = tmp_path / f"{name}.pdf"
-        assert pdf.exists() and pdf.read_bytes().startswith(b"%PDF")
+        _compile(tmp_path, name)
     log = (tmp_path / "fig.log").read_text(errors="replace")
     assert "Output written on fig.pdf (1 page" in log  # the page is the figure
