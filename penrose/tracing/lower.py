@@ -16,23 +16,23 @@ import operator
 
 import torch
 
-from penrose import ir
 from penrose.tracing.aten import ATEN, IDENTITY
 from penrose.tracing.common import (
     CAUSES, INPLACE_KEEP, SKIP, VIEW_OPS, BatchAxis, _base, _dtype, _forward_range, _in_torch, _is_block, _packet,
     _scalar, _user_file, torch_name,
 )
 from penrose.tracing.errors import PenroseTraceError, frames, span_at
+from penrose.tracing.lower_consts import Constants
 from penrose.tracing.lower_contract import Contractions
 from penrose.tracing.lower_elementwise import Elementwise
 from penrose.tracing.lower_legs import Reductions
 from penrose.tracing.lower_shapes import Shapes
 from penrose.tracing.model import (
-    BinOp, Call, CallStmt, Classes, Cls, Leg, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
+    BinOp, Call, CallStmt, Classes, Cls, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
 )
 
 
-class Lowerer(Elementwise, Contractions, Reductions, Shapes):
+class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
     def __init__(self, ep, module, inputs, *, batch: bool, hints: dict):
         self.ep = ep
         self.module = module
@@ -69,6 +69,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.batch_size = None
         self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
         self.fixed_length: list = []  # the lengths slices of position tables fix (the diagram's header says so)
+        self.position_legs: list = []  # the legs of `~ arange` buffers made for positions forward computes
+        self.rebuilding = 0  # inside `rebuild`: the ops of a constant lowered as any other
+        self.none_outputs: list = []  # the places of the Nones among the module's outputs (not the diagram's)
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -153,11 +156,13 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.values[node] = ("const", self.consts[node], node)  # read where a tensor of the diagram meets it
             elif node.op == "call_function":
                 self.enter(node)
+                saved = self.checkpoint() if node in self.consts else None
                 try:
                     self.values[node] = self.lower(node)
                 except PenroseTraceError:
-                    if node not in self.consts:
+                    if saved is None:
                         raise
+                    self.restore(saved)  # what the attempt declared (buffers, masks) is not the diagram's
                     # made from constants alone (Hugging Face's masks from torch.arange): its values,
                     # read where a tensor of the diagram meets them (a causal mask, a number, positions)
                     self.values[node] = ("const", self.consts[node], node)
@@ -172,9 +177,14 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 kinds = [spec.kind.name for spec in sig.output_specs]
                 if len(kinds) == len(outs):  # a mutated buffer or input is an output of export's graph, not the module's
                     outs = [o for o, k in zip(outs, kinds) if k == "USER_OUTPUT"]
+                self.none_outputs = [i + 1 for i, o in enumerate(outs) if o is None]  # `return logits, None` (nanoGPT's loss)
+                outs = [o for o in outs if o is not None]
+                if not outs:
+                    raise PenroseTraceError("the module returns None; a diagram's outputs are tensors", self.return_span())
                 for o in outs:
-                    if o is None or not hasattr(o, "op"):
-                        self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", node)
+                    if not hasattr(o, "op"):
+                        raise PenroseTraceError(f"the module returns a {type(o).__name__} ({o!r:.30}), not a tensor; a "
+                                                "diagram's outputs are tensors", self.return_span())
                     v = self.get(o)
                     if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
                         self.node = o
@@ -186,6 +196,31 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             elif node.op == "get_attr":
                 pass  # a submodule of a higher-order op (cond, map): refused where it is used
         return self.root
+
+    def return_span(self):
+        """The last `return` of the module's forward (where a refused output is written)."""
+        import linecache
+
+        rng = self.root.forward_range
+        if rng is None:
+            return None
+        for line in range(rng[2], rng[1] - 1, -1):
+            if linecache.getline(rng[0], line).lstrip().startswith("return"):
+                return span_at(rng[0], line)
+        return None
+
+    def checkpoint(self):
+        return ({id(r): dict(r.params) for r in self.regions.values()}, dict(self.masks), len(self.position_legs),
+                len(self.fixed_length))
+
+    def restore(self, saved):
+        params, masks, positions, fixed = saved
+        for r in self.regions.values():
+            if id(r) in params:
+                r.params = params[id(r)]
+        self.masks = masks
+        del self.position_legs[positions:]
+        del self.fixed_length[fixed:]
 
     def output_pval(self, v: View) -> PVal:
         """An output as a tensor whose legs are the torch axes, in order (size-1 axes too)."""
@@ -346,6 +381,34 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.cur = chain[-1]
         self.src = self.naming_src(node, self.cur)
 
+    def reader(self, owner):
+        """The block of a submodule that forward never calls but whose params an ancestor's code
+        reads (`x @ self.norm(self.rel.weight).T`: an embedding table used as a matrix): a call
+        with no arguments that returns them, `rel_weight = embedding_rel() as rel`, made in the
+        nearest block around the read that holds the submodule, so its params keep their names.
+        None where the submodule cannot be a block."""
+        try:
+            mod = self.module.get_submodule(owner)
+        except AttributeError:
+            return None
+        if not _is_block(mod):
+            return None
+        here = next((r for r in self.cur.ancestors() if r.is_block and (not r.fqn or owner.startswith(r.fqn + "."))), None)
+        if here is None:
+            return None
+        key = ("read", owner, id(here))
+        r = self.regions.get(key)
+        if r is None:
+            r = Region(key, owner, mod, here, True)
+            r.closed = True
+            r.call = CallStmt(r, src=self.naming_src(self.node, here))
+            inside = next((c for c in self.cur.ancestors() if c.parent is here), None)
+            at = here.items.index(inside.call) if inside is not None and inside.call in here.items else len(here.items)
+            here.items.insert(at, r.call)
+            here.children.append(r)
+            self.regions[key] = r
+        return r
+
     def naming_src(self, node, region):
         """The user's line in `region`'s own forward that made this node (None when not there)."""
         rng = region.forward_range
@@ -388,6 +451,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 if found is not None:
                     target, owner, local, region = alias, a_owner, a_local, found
                     break
+        if region is None and owner and owner not in self.called and kind in ("PARAMETER", "BUFFER"):
+            region = self.reader(owner)  # a submodule never called, its param read by an ancestor's code
         if region is None:
             self.fail(f"{'parameter' if kind == 'PARAMETER' else 'buffer'} {target!r} is used outside the call of its "
                       f"module {owner or '(top)'!r}; a block's params are reachable only inside its own calls")
@@ -395,10 +460,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if ids is not None:
             return ids
         p = region.params.get(target)
-        if p is None and kind == "BUFFER" and target not in self.persistent:
-            table = self.sincos_table(region, local, self.tensors.get(target))
+        if p is None and kind == "BUFFER" and target not in self.persistent:  # values no init makes: said another way
+            table = self.unsaved_values(region, target, self.tensors.get(target))
             if table is not None:
-                return self.lift(table, self.cur)
+                return table
         if p is None:
             tensor = self.tensors.get(target)
             p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
@@ -410,228 +475,6 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.masks[key] = self.map_expr(v, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
             return self.masks[key]
         return v
-
-    def fold_constants(self, nodes):
-        """The values of the nodes forward computes from constants alone (no input, parameter or
-        buffer reaches them: `torch.arange(T)`, and what masking code makes of it), evaluated
-        here on their example shapes. A node the ordinary lowering refuses is read from these."""
-        from penrose.tracing.write import made_init
-
-        self.consts: dict = {}
-        self.pure: set = set()  # of those, the ones no placeholder reaches (torch.arange, torch.ones and what is made of them)
-        self.bases: list = []  # rotary bases of the inverse frequencies the module made for itself
-        for node in nodes:
-            kind, target = self.placeholders.get(node.name, (None, None)) if node.op == "placeholder" else (None, None)
-            if kind == "BUFFER" and target not in self.persistent:  # a buffer the module made for itself, as an init does
-                tensor = self.tensors.get(target)
-                init = made_init(tensor) if isinstance(tensor, torch.Tensor) else None
-                if init is not None:
-                    self.consts[node] = tensor.detach()
-                    if init.name == "rotary":
-                        self.bases.append(float(init.kwargs[0][1].value))
-            if kind == "CONSTANT_TENSOR" and isinstance(self.ep.constants.get(target), torch.Tensor):
-                self.consts[node] = self.ep.constants[target].detach()  # torch.tensor([]): a fresh key-value cache
-            if node.op != "call_function":
-                continue
-            args = [a for a in node.all_input_nodes]
-            if any(a not in self.consts for a in args) or node.target is torch.ops.higher_order.cond:
-                continue
-
-            def concrete(a):
-                return self.consts[a] if hasattr(a, "op") else a
-
-            try:
-                with torch.no_grad():
-                    value = node.target(*torch.fx.node.map_aggregate(node.args, concrete),
-                                        **torch.fx.node.map_aggregate(node.kwargs, concrete))
-            except Exception:  # noqa: BLE001, S112 - not foldable: the ordinary lowering decides
-                continue
-            self.consts[node] = value
-            if all(a in self.pure for a in args):
-                self.pure.add(node)
-
-    def const_view(self, entry):
-        """A tensor made from constants, as the diagram can say it: a number (every entry one
-        value), positions (integers 0 .. n-1 along the last axis: an embedding's rows), one id
-        everywhere, or a causal mask (`causal(t, s)`; a float mask as `where(causal(t, s), a, b)`),
-        constant along its leading axes."""
-        _, t, node = entry
-        if not isinstance(t, torch.Tensor):
-            return t
-        key = ("const", node, self.cur.id if hasattr(self.cur, "id") else id(self.cur))
-        if key in self.masks:
-            return self.masks[key]
-        why = "a tensor forward makes from constants (torch.arange, torch.ones, ...) whose values the diagram cannot say"
-        if not t.numel():
-            self.unsupported(why=why)
-        first = t.reshape(-1)[0]
-        integral = not t.is_floating_point() and t.dtype != torch.bool
-        if integral and t.dim():
-            n = t.shape[-1]
-            rows = t.reshape(-1, n)
-            if bool((rows == rows[0]).all()) and torch.equal(rows[0] - rows[0, 0], torch.arange(n)) and n > 1:
-                return ("arange", int(rows[0, 0]), int(rows[0, 0]) + n, 1, node)
-            if bool((t == first).all()):
-                return ("ids_fill", int(first), node)
-        if bool((t == first).all()):
-            user = self.node
-            others = [a.meta.get("val") for a in user.args if hasattr(a, "meta") and a is not node] if user is not None else []
-            shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
-            out = self.out_shape(user) if user is not None else None
-            if t.numel() != 1 and (out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != list(out)):
-                self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
-                                     "(a number broadcasts only where the other operands carry every axis)")
-            return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
-        alibi = self.alibi_view(t)
-        if alibi is not None:
-            self.masks[key] = alibi
-            return alibi
-        lead = t.dim() - 2
-        square = t
-        while square.dim() > 2 and bool((square == square[:1]).all()):
-            square = square[0]
-        if square.dim() != 2 or integral:
-            self.unsupported(why=why)
-        T, S = square.shape
-        table = self.rotary_table(square, t.dim() - 2, node)
-        if table is not None:
-            self.masks[key] = table
-            return table
-        tril = torch.ones(T, S, dtype=torch.bool).tril()
-        if t.dtype == torch.bool and not torch.equal(square, tril):
-            self.unsupported(why=why + " (a mask other than causal)")
-        if t.dtype != torch.bool:
-            inside, outside = square[tril], square[~tril]
-            if not (bool((inside == inside[0]).all()) and bool((outside == outside[0]).all())):
-                self.unsupported(why=why)
-        q = self.C.new(T, role="feat", origin="the queries of a causal mask forward makes")
-        k = self.C.new(S, role="feat", origin="the keys of a causal mask forward makes")
-        p = self.emit(Call("causal", [Leg(q), Leg(k)]), [q, k], False, "bool")
-        v = View(p, [None] * lead + [q, k], False)
-        if t.dtype != torch.bool:
-            v = self.where_(v, float(inside[0]), float(outside[0]))
-        self.masks[key] = v
-        return v
-
-    def rotary_table(self, square, lead, node):
-        """Hugging Face's rotary cos and sin, made in forward from the inverse frequencies the module
-        made for itself and positions 0 .. T-1: the first T rows of an `unsaved` buffer `~ rotary_cos`
-        (`rotary_sin`) as long as the module's position limit; None for other values."""
-        from penrose.tracing.common import made_values
-
-        T, D = square.shape
-        if not square.is_floating_point() or D % 2:
-            return None
-        for base in dict.fromkeys(self.bases + [10000.0]):  # frequencies of one entry are ones, whatever the base
-            for name in ("rotary_cos", "rotary_sin"):
-                want = made_values(name, (T, D), base)
-                if not torch.allclose(square.detach().cpu().double(), want.double(), rtol=1e-6, atol=1e-6):
-                    continue
-                limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in self.module.modules()]
-                P = max([T] + [n for n in limits if isinstance(n, int)])
-                rows = self.C.new(P, role="feat", origin=f"positions of the rotary {name[7:]} table")
-                dim = self.C.new(D, role="feat", origin=f"the head dim of the rotary {name[7:]} table")
-                local = f"{name[7:]}_table"
-                pv = PVal([rows, dim], False, "float", self.cur, "buffer", param=local, hint=local)
-                pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
-                self.C.register(pv)
-                self.cur.params[f"{self.cur.fqn}.{local}" if self.cur.fqn else local] = pv
-                v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
-                self.fixed_length.append((T, f"the rotary {name[7:]} table"))
-                return View(v.pval, [None] * lead + list(v.axes), False)
-        return None
-
-    def alibi_view(self, t):
-        """Bloom's ALiBi bias, `(batch * heads, 1, keys)`: slope_h * s, the slopes `base ** (h + 1)`
-        (a power-of-2 head count), met by an operand whose first axis merges (batch, heads): the
-        slopes from an `unsaved` buffer of head indices `~ arange`, the positions from one of key
-        positions, repeated over the batch and merged as that operand's axis. None for other values."""
-        user = self.node
-        if user is None or t.dim() != 3 or t.shape[1] != 1 or not t.is_floating_point() or t.shape[2] < 2:
-            return None
-        R, _, S = t.shape
-        factors = None
-        for a in list(user.args) + list(user.kwargs.values()):
-            v = self.values.get(a) if hasattr(a, "op") else None
-            if isinstance(v, View) and not v.batched and v.axes and v.axes[0] is not None:
-                merge = self.C.find(v.axes[0]).merge
-                if len(merge) == 2 and merge[0].size * merge[1].size == R:
-                    factors = merge
-        if factors is None:
-            return None
-        B, H = factors[0].size, factors[1].size
-        x = t[:, 0, :].reshape(B, H, S).detach().cpu().double()
-        if not bool((x == x[:1]).all()):
-            return None
-        slopes = x[0, :, 1]
-        base = float(slopes[0])
-        if not 0 < base < 1 or not torch.allclose(x[0], slopes[:, None] * torch.arange(S).double(), rtol=1e-6, atol=0) \
-                or not torch.allclose(slopes, base ** torch.arange(1, H + 1).double(), rtol=1e-6, atol=0):
-            return None
-        base = float(f"{base:.9g}")
-        legs = {}
-        for local, cls in (("head_index", factors[1]), ("key_position", self.C.new(S, role="feat", origin="key positions of the ALiBi bias"))):
-            key = f"{self.cur.fqn}.{local}" if self.cur.fqn else local
-            pv = self.cur.params.get(key)
-            if pv is None:
-                pv = PVal([cls], False, "float", self.cur, "buffer", param=local, hint=local)
-                pv.persistent, pv.made = False, ir.Init("arange")
-                self.C.register(pv)
-                self.cur.params[key] = pv
-            legs[local] = pv
-        h, s = legs["head_index"], legs["key_position"]
-        slope = self.emit(BinOp("**", Num(base), BinOp("+", Ref(h), Num(1))), list(h.legs), False, hint="slopes")
-        bias = self.binop("*", View(slope, [h.legs[0], None], False), View(s, [s.legs[0]], False))
-        v = self.expand(View(bias.pval, [None] + list(bias.axes), False), [B, H, S])
-        return self.reshape(v, [B * H, 1, S])
-
-    def sincos_table(self, region, local, value):
-        """GPT-J's `embed_positions` (persistent=False): row i the sin, then the cos, of i times the
-        rotary frequencies, `cat((sin, cos), 1)`: the first halves of `unsaved` buffers `~ rotary_sin`
-        and `~ rotary_cos` side by side, so no saved buffer is needed. None for other values."""
-        from penrose.tracing.common import made_values
-        from penrose.tracing.write import made_init
-
-        if not isinstance(value, torch.Tensor) or value.dim() != 2 or not value.is_floating_point() \
-                or value.shape[1] % 2 or value.shape[1] < 2 or made_init(value) is not None:
-            return None
-        P, D = value.shape
-        x = value.detach().cpu().double()
-        for base in dict.fromkeys(self.bases + [10000.0]):
-            halves = [made_values(name, (P, D), base)[:, : D // 2] for name in ("rotary_sin", "rotary_cos")]
-            if not torch.equal(torch.cat(halves, 1).to(value.dtype).double(), x):
-                continue
-            rows = self.C.new(P, role="feat", origin=f"positions of {local} (sin, then cos)")
-            views = []
-            for name in ("rotary_sin", "rotary_cos"):
-                dim = self.C.new(D, role="feat", origin=f"the columns of the rotary {name[7:]} table")
-                key = f"{region.fqn}.{name[7:]}_table" if region.fqn else f"{name[7:]}_table"
-                pv = region.params.get(key)
-                if pv is None:
-                    pv = PVal([rows, dim], False, "float", region, "buffer", param=f"{name[7:]}_table", hint=f"{name[7:]}_table")
-                    pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
-                    self.C.register(pv)
-                    region.params[key] = pv
-                v = self.lift(View(pv, list(pv.legs), False), self.cur)
-                views.append(self.narrow(v, 1, 0, D // 2))
-            return self.concat(views, 1)
-        return None
-
-    def made_ids(self, target, kind, node):
-        """A non-persistent integer buffer the module made for itself: position ids (0 .. n-1 along
-        its last axis, Hugging Face BERT's `position_ids`) as positions, ("arange", ...); one id
-        everywhere (BERT's `token_type_ids`, zeros) as ("ids_fill", id, node); None otherwise."""
-        tensor = self.tensors.get(target)
-        if kind != "BUFFER" or target in self.persistent or not isinstance(tensor, torch.Tensor) or not tensor.numel() \
-                or tensor.is_floating_point() or tensor.dtype == torch.bool or tensor.dim() == 0:
-            return None
-        n = tensor.shape[-1]
-        if all(s == 1 for s in tensor.shape[:-1]) and torch.equal(tensor.reshape(n).cpu(), torch.arange(n)):
-            return ("arange", 0, n, 1, node)
-        first = int(tensor.reshape(-1)[0])
-        if bool((tensor == first).all()):
-            return ("ids_fill", first, node)
-        return None
 
     def declare_state(self, region, target, local, kind, tensor) -> PVal:
         """The param (or buffer) `target` of `region`, declared with a leg per axis."""
@@ -686,6 +529,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if out is None:
             out = PVal(inner.pval.legs, inner.pval.batched, inner.pval.dtype, C.parent, "callout", src=C.call.src)
             out.stmt = C.call
+            if C.key[0] == "read" and inner.pval.param:  # a param handed up by its module's reader: rel_weight
+                out.hint = f"{C.fqn.rpartition('.')[2]}_{inner.pval.param}"
             C.return_of[inner.pval.id] = out
             C.returns.append((inner.pval, out))
             C.call.outs.append(out)

@@ -111,6 +111,45 @@ class Contractions:
         return self.matmul(self.view_arg(node.args[0]), self.view_arg(node.args[1]))
 
 
+    def op_outer(self, node):
+        """torch.outer(a, b): every product, einsum('i,j->ij')."""
+        a, b = self.view_arg(node.args[0]), self.view_arg(node.args[1])
+        if not isinstance(a, View) or not isinstance(b, View):
+            self.unsupported(why="a plain-number operand")
+        return self.einsum_view([a, b], [["i"], ["j"]], ["i", "j"])
+
+    def op_conv(self, node):
+        """A convolution whose kernel is 1 along every spatial axis (`nn.Conv1d(c, o, 1)`, a 1x1
+        `nn.Conv2d`: talking heads, token mixing written as a conv), groups 1, no padding: a
+        contraction over the channels, `einsum('bchw,ockl->bohw', x, weight) + bias` (k, l the
+        kernel's legs of size 1); a stride s reads every s-th position (`x[..., ::s]`)."""
+        a = self.args(node)
+        x, w = self.view_arg(a["input"]), self.view_arg(a["weight"])
+        if not isinstance(x, View) or not isinstance(w, View):
+            self.unsupported(why="a plain-number operand")
+        shape = list(a["weight"].meta["val"].shape)
+        n = len(shape) - 2
+        spread = lambda v: list(v) * n if len(v) == 1 else list(v)  # noqa: E731 - (1,) is every axis
+        stride, padding, dilation = (spread(a.get(k) or [1]) for k in ("stride", "padding", "dilation"))
+        if a.get("transposed") or any(k != 1 for k in shape[2:]) or a.get("groups", 1) != 1 \
+                or any(isinstance(p, str) and p != "valid" or isinstance(p, int) and p != 0 for p in padding):
+            self.unsupported(why="a convolution: the language has no sliding windows (a kernel of size 1, groups=1, "
+                                 "no padding, is an einsum over the channels)")
+        for j in range(n):  # a stride reads every s-th position
+            if stride[j] != 1:
+                x = self.strided(x, j - n, 0, None, stride[j])
+        for c in w.axes[2:]:  # the kernel's legs, of size 1, summed
+            if c is not None and self.C.find(c).role in ("one", "feat", ""):
+                self.C.find(c).role = "kernel"
+        kx = [("x", j) for j in range(len(x.full) - n - 1)] + ["c"] + [("s", j) for j in range(n)]
+        kw = ["o", "c"] + [("k", j) for j in range(n)]
+        out = kx[:len(x.full) - n - 1] + ["o"] + [("s", j) for j in range(n)]
+        y = self.einsum_view([x, w], [kx, kw], out)
+        if a.get("bias") is None:
+            return y
+        bias = self.view_arg(a["bias"])
+        return self.fuse_add(y, View(bias.pval, list(bias.axes) + [None] * n, bias.batched))
+
     def op_addmm(self, node):
         a = self.args(node)
         if a.get("beta", 1) != 1 or a.get("alpha", 1) != 1:

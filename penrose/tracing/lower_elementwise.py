@@ -44,6 +44,18 @@ class Elementwise:
             return x
         if want == torch.bool and x.pval.dtype in ("int", "float"):  # a 0/1 mask (Hugging Face's attention_mask) as a bool one
             return self.map_expr(x, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
+        if src.dtype == torch.bool:  # `(ids == eos).int()`: 1 and 0, as for a float
+            return self.as_number(x)
+        if x.pval.dtype == "float" and src.dtype.is_floating_point is False:  # positions rebuilt from `~ arange` buffers
+            return x
+        whole = self.consts.get(self.node), self.consts.get(self.node.args[0])
+        if self.rebuilding and all(isinstance(v, torch.Tensor) for v in whole) and x.pval.dtype == "float":
+            if torch.equal(whole[0].double(), whole[1].double()):
+                return x  # a whole number cast to an integer: the same value
+            if bool((whole[1] >= 0).all()):
+                return self.map_expr(x, lambda r: BinOp("//", r, Num(1)))  # truncation of non-negative values: floor
+            return self.map_expr(x, lambda r: Call("where", [BinOp("<", r, Num(0)), Neg(BinOp("//", Neg(r), Num(1))),
+                                                              BinOp("//", r, Num(1))]))  # toward zero
         self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers, "
                              "integer and float masks to bool (x != 0) and one float dtype to another")
 
@@ -91,6 +103,7 @@ class Elementwise:
 
         Returns the operand expressions, the result's legs (penrose order), its view axes and
         whether it is batched."""
+        operands = self.apart(operands)
         tensors = [(i, v) for i, v in enumerate(operands) if isinstance(v, View)]
         if not tensors:
             self.unsupported(why="no tensor operand")
@@ -136,6 +149,37 @@ class Elementwise:
             ops[li] = lead = View(p, list(lead.axes), lead.batched)
         exprs = [Ref(v.pval) if isinstance(v, View) else Num(v) for v in ops]
         return exprs, list(lead.pval.legs), axes, batched
+
+    def apart(self, operands) -> list:
+        """The operands with one leg read at two torch axes of the result (`pos[:, None] - pos[None, :]`,
+        a tensor against its own transpose) given a leg of its own there: torch pairs every entry
+        of one with every entry of the other, so they are two indices."""
+        out = list(operands)
+        seen: dict = {}  # leg class -> its axis, counted from the end
+        for i, v in enumerate(out):
+            if not isinstance(v, View):
+                continue
+            for pos in range(1, len(v.axes) + 1):
+                c = v.axes[-pos]
+                if c is None or c.size == 1:
+                    continue
+                if seen.setdefault(id(self.C.find(c)), pos) != pos:
+                    v = out[i] = self.relabel(v, len(v.axes) - pos)
+                    seen[id(self.C.find(v.axes[-pos]))] = pos
+        return out
+
+    def relabel(self, v: View, j: int) -> View:
+        """The same values with axis j on a new leg (`rearrange(pos, 's -> s')` renames pos's t)."""
+        c = v.axes[j]
+        p = v.pval
+        if p.kind == "buffer" and p.made is not None and len(p.legs) == 1 and p.region is self.cur:
+            twin = self.made_buffer(p.region, p.param, [c.size], p.made, "", fresh=True)  # positions of another axis
+            self.C.find(twin.legs[0]).origin = f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else ""
+            return View(twin, [twin.legs[0] if k == j else a for k, a in enumerate(v.axes)], v.batched)
+        new = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
+        legs = [new if self.C.same(l, c) else l for l in v.pval.legs]
+        p = self.emit(Call("rearrange", [Ref(v.pval), Pattern(legs, legs)]), legs, v.batched, v.pval.dtype)
+        return View(p, [new if k == j else a for k, a in enumerate(v.axes)], v.batched)
 
     def binary(self, op, dtype="float", swap=False):
         a = self.args(self.node)
@@ -280,8 +324,27 @@ class Elementwise:
         return self.unary_call("dropout", x, p=p)
 
 
+    def op_maximum(self, node):
+        """torch.maximum(a, b) (torch.max of two tensors): the language's max(a, b) entry by entry."""
+        return self.extreme("max")
+
+    def op_minimum(self, node):
+        return self.extreme("min")
+
+    def extreme(self, fn):
+        a = self.args(self.node)
+        x, y = (self.as_number(self.view_arg(a[k])) for k in ("self", "other"))
+        if not isinstance(x, View) or not isinstance(y, View):  # max(x, 0) would read 0 as a leg: where(x > 0, x, 0)
+            x, y = (x, y) if isinstance(x, View) else (y, x)
+            return self.where_(self.binop(">" if fn == "max" else "<", x, y, dtype="bool"), x, y)
+        exprs, legs, axes, batched = self.broadcast([x, y])
+        return View(self.emit(Call(fn, exprs), legs, batched), axes, batched)
+
     def op_where(self, node):
         a = self.args(node)
+        const = self.get(a["condition"])
+        if isinstance(const, bool):  # a condition made from constants that holds everywhere (or nowhere)
+            return self.view_arg(a["self"] if const else a["other"])
         cond, x, y = self.view_arg(a["condition"], "condition"), self.view_arg(a["self"]), self.view_arg(a["other"])
         return self.where_(cond, x, y)
 

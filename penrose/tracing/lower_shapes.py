@@ -450,6 +450,11 @@ class Shapes:
             shape = self.out_shape() or []
             return View(row.pval, [None] * (len(shape) - 1) + row.axes, False)
         ids = self.view_arg(indices)
+        if isinstance(w, View) and not w.batched and len(w.axes) == 2 and isinstance(ids, View) and ids.pval.dtype == "float":
+            # ids the diagram computes (RoBERTa's positions counted from the padding, T5's buckets): one-hot rows
+            return self.einsum_view([self.materialize(w), self.one_hot(ids, w.axes[0].size)],
+                                    [["K", "e"], [("i", j) for j in range(len(ids.full))] + ["K"]],
+                                    [("i", j) for j in range(len(ids.full))] + ["e"])
         if not isinstance(w, View) or w.batched or len(w.axes) != 2 or not isinstance(ids, View) or ids.pval.dtype != "int":
             self.unsupported(why="an embedding needs a two-axis table and integer ids")
         w = self.materialize(w)
@@ -465,6 +470,9 @@ class Shapes:
         Indices of other values (or made from the tensors of the diagram) are refused."""
         x = self.view_arg(node.args[0])
         indices = list(node.args[1])
+        picked = self.picked(x, indices)
+        if picked is not None:
+            return picked
         consts = [self.consts.get(i) if hasattr(i, "op") else None for i in indices]
         given = [k for k, i in enumerate(indices) if i is not None]
         if isinstance(x, View) and len(given) == 1 and given[0] > 0:  # `x[..., [-2], :]` (Falcon's one key head): a slice
@@ -478,12 +486,12 @@ class Shapes:
                     return self.unsqueezed(self.select(x, k, start), k)
                 if start + flat.numel() <= n and torch.equal(flat % n, torch.arange(start, start + flat.numel())):
                     return self.narrow(x, k, start, start + flat.numel())
-            self.unsupported(why="indexing by a tensor of indices (only consecutive constant positions, a slice, are "
-                                 "expressible)")
+            return self.picked(x, indices, rebuilt=True) or self.unsupported(
+                why="indexing by a tensor of indices (only consecutive constant positions, a slice, are expressible)")
         full = x.full if isinstance(x, View) else []
         if not isinstance(x, View) or any(not isinstance(c, torch.Tensor) or c.is_floating_point() or c.dtype == torch.bool
                                            for c in consts) or len(indices) > len(full):
-            self.unsupported()
+            return self.picked(x, indices, rebuilt=True) or self.unsupported()
         shape = list(torch.broadcast_shapes(*[c.shape for c in consts]))
         sizes = list(node.args[0].meta["val"].shape)
         for k, c in enumerate(consts):  # consecutive positions start..end (GPT-J's `embed_positions[position_ids]`): rows of the table
@@ -509,8 +517,8 @@ class Shapes:
             if n == 1 and not along and k < len(shape) and k not in taken and not c.any():
                 along = [k]  # a size-1 axis read at 0
             if len(along) != 1 or along[0] in taken or not torch.equal(c.reshape(-1).cpu(), torch.arange(n)):
-                self.unsupported(why="indexing by a tensor of indices (only the whole of an axis in order, "
-                                     "torch.arange broadcast along an axis of its own, is expressible: the tensor as it is)")
+                return self.picked(self.view_arg(node.args[0]), indices, rebuilt=True) or self.unsupported(
+                    why="indexing by a tensor of indices that the diagram cannot make")
             taken.add(along[0])
             out[along[0]] = full[k]
         out += full[len(indices):]
@@ -521,3 +529,73 @@ class Shapes:
         if any(a is BATCH for a in out):
             raise BatchAxis
         return View(x.pval, out, x.batched)
+
+    # ---- indexing by tensors of the diagram: a one-hot contraction --------------------------------------
+    def one_hot(self, ids, n: int) -> View:
+        """`where(ids == k, 1, 0)` over a new leg k of size n, positions from an `~ arange` buffer: the
+        rows ids pick, as a tensor a contraction reads (`x[ids]` is the einsum of x with it)."""
+        if isinstance(ids, tuple) and ids and ids[0] == "argmax":
+            return self.first_max(ids[1], ids[2], n)
+        k = self.arange_view(n, "rows" if n > 1 else None)
+        hit = self.binop("==", self.unsqueezed(ids, len(ids.full)), k, dtype="bool")
+        return self.where_(hit, 1.0, 0.0)
+
+    def first_max(self, x: View, j: int, n: int) -> View:
+        """One at the first position of the largest entry along axis j of x, zeros elsewhere: what
+        `x.argmax(j)` points at (`(ids == eos).int().argmax(-1)`: the first eos), written as the
+        entries equal to the maximum, less those with an equal one before them (a causal count)."""
+        hit = self.where_(self.binop("==", x, self.reduce(x, [j - len(x.axes)], True, "max"), dtype="bool"), 1.0, 0.0)
+        first = self.where_(self.binop("==", self.running_sum(hit, j), 1.0, dtype="bool"), hit, 0.0)
+        return View(first.pval, [a for i, a in enumerate(first.axes) if i != j] + [first.axes[j]], first.batched)
+
+    def picked(self, x, indices, rebuilt=False):
+        """`x[ids]`, `table[index.view(-1)]`, `h[torch.arange(B), ids.argmax(-1)]`: indices that are
+        tensors of the diagram (or constants rebuilt as such, an argmax), with constant
+        `torch.arange`s over whole axes beside them, as the contraction of x with the one-hot rows
+        they pick. None when no index is a tensor of the diagram (the other forms below)."""
+        if not isinstance(x, View):
+            return None
+        given = [(k, i) for k, i in enumerate(indices) if i is not None]
+        tensors = []
+        for k, i in given:
+            v = self.values.get(i) if hasattr(i, "op") else None
+            if isinstance(v, tuple) and v and v[0] == "argmax" or isinstance(v, View):
+                tensors.append((k, v))
+            elif rebuilt and isinstance(v, tuple) and v and v[0] == "const" and not self.whole_arange(i, indices):
+                tensors.append((k, self.rebuild(i)))  # constant ids (T5's relative-position buckets), rebuilt
+        if len(tensors) != 1:
+            return None
+        (k, ids), = tensors
+        if not isinstance(ids, View) and not (isinstance(ids, tuple) and ids and ids[0] == "argmax"):
+            self.unsupported(why="indexing by a tensor of indices that is not a tensor of the diagram")
+        keys_of = {}
+        sizes = list(self.node.args[0].meta["val"].shape)
+        rank_b = max(len(list(i.meta["val"].shape)) for _, i in given)  # the broadcast shape of the indices
+        if [k2 for k2, _ in given] != list(range(given[0][0], given[-1][0] + 1)):
+            self.unsupported(why="advanced indices that are not side by side")
+        for k2, i in given:
+            if k2 == k:
+                continue
+            c = self.consts.get(i)
+            shape = [1] * (rank_b - c.dim()) + list(c.shape) if isinstance(c, torch.Tensor) else None
+            along = [d for d, sz in enumerate(shape or []) if sz != 1]
+            if not (shape and len(along) == 1 and torch.equal(c.reshape(-1).cpu(), torch.arange(sizes[k2]))):
+                self.unsupported(why="indexing by tensors of indices other than one tensor and torch.arange over whole axes")
+            keys_of[k2] = ("r", along[0])
+        id_rank = len(list(self.node.args[1][k].meta["val"].shape))
+        ids_keys = [("r", rank_b - id_rank + d) for d in range(id_rank)]
+        x_keys = [keys_of.get(a, ("x", a)) for a in range(len(x.full))]
+        x_keys[k] = "K"
+        first = given[0][0]
+        out = x_keys[:first] + [("r", d) for d in range(rank_b)] + x_keys[given[-1][0] + 1:]
+        hot = self.one_hot(ids, sizes[k])
+        if isinstance(ids, tuple):  # the argmax's own axes: x's less the one it ran along
+            ids_keys = [("r", rank_b - id_rank + d) for d in range(len(ids[1].full) - 1)]
+        return self.einsum_view([x, hot], [x_keys, ids_keys + ["K"]], out)
+
+    def whole_arange(self, i, indices) -> bool:
+        """An index that is torch.arange over the whole axis it indexes (the tensor read in order)."""
+        c = self.consts.get(i) if hasattr(i, "op") else None
+        k = indices.index(i)
+        n = int(self.node.args[0].meta["val"].shape[k])
+        return isinstance(c, torch.Tensor) and c.numel() == n and torch.equal(c.reshape(-1).cpu(), torch.arange(n))

@@ -170,6 +170,10 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         kind = ep.call_spec.out_spec.type.__name__
         header.append(f"# The outputs are the fields of the {kind} forward returns, in its order ({', '.join(out_names)}): "
                       "the compiled model returns them as a tuple.")
+    if low.none_outputs:
+        places = ", ".join(map(str, low.none_outputs))
+        header.append(f"# Not an output: the None forward returns at place {places} of its tuple (the compiled model "
+                      "returns the tensors only).")
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
     if low.fixed_length:
@@ -251,7 +255,7 @@ def output_values(out) -> list:
 
     if isinstance(out, Mapping):
         return [v for v in out.values() if isinstance(v, torch.Tensor)]
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+    return [v for v in out if v is not None] if isinstance(out, (tuple, list)) else [out]
 
 
 def _lower(ep, module, inputs, batch, hints, out_names=None):

@@ -36,7 +36,7 @@ RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"
 ROLE_LETTERS = {
     "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
     "head": "hg", "headdim": "dc", "key": "sjk", "piece": "efc", "slice": "uvwpq", "joined": "fc", "copy": "rk",
-    "one": ["one"], "part": "uvw",
+    "one": ["one"], "part": "uvw", "kernel": "klmn",
 }
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -357,6 +357,13 @@ class Body:
     def inline(self, pval):
         return self.inlined.get(pval.id)
 
+    def params(self) -> list:
+        """The region's params and buffers to declare: every one the state dict holds, and the
+        `unsaved` ones a live statement reads (one made while trying a constant that was then said
+        another way is not)."""
+        return [p for p in sorted(self.region.params.values(), key=lambda p: p.id)
+                if p.persistent or p.kind == "param" or self.uses.get(p.id)]
+
 
 # ---- the writer -------------------------------------------------------------------------------------------------
 class BlockDef:
@@ -551,7 +558,7 @@ class Writer:
         T = Text(self.C, leg, val, b.inline)
         T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
         stmts: list = []
-        for p in sorted(region.params.values(), key=lambda p: p.id):
+        for p in b.params():
             if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
@@ -604,9 +611,11 @@ class Writer:
             r = C.find(c)
             roots.setdefault(id(r), r)
         conflicts = defaultdict(set)
+        live: set = set()  # the classes the text writes (dead statements' and unused buffers' are not named)
 
         def clique(rs):
             rs = [C.find(r) for r in rs]
+            live.update(id(r) for r in rs)
             for a in rs:
                 for b in rs:
                     if a is not b:
@@ -615,7 +624,7 @@ class Writer:
         regions = list(_walk(self.root))
         for region in regions:
             b = self.body(region)
-            pvals = [p for p, _ in region.formals] + list(region.params.values()) + [p for it in b.items for p in it.outs]
+            pvals = [p for p, _ in region.formals] + b.params() + [p for it in b.items for p in it.outs]
             if region is self.root:
                 pvals += [v.pval for v in self.L.input_views]
             for p in pvals:
@@ -626,6 +635,7 @@ class Writer:
                         if isinstance(group, tuple) and group and group[0] == "einsum":
                             e = group[1]
                             keyed = [[C.find(c) for c in e.binds.get(k, [])] for k in e.binds]
+                            live.update(id(r) for g in keyed for r in g)
                             for i, ga in enumerate(keyed):
                                 for gb in keyed[i + 1:]:
                                     for a in ga:
@@ -757,7 +767,7 @@ class Writer:
             return 1 if roles_of[id(r)] & {"head", "headdim", "key", "copy"} else 2
 
         for r in sorted(roots.values(), key=lambda r: (first(r), r.id)):
-            if r.vals or r.merge or id(r) in conflicts:
+            if id(r) in live and (r.vals or r.merge or id(r) in conflicts):
                 name(r)
         self.leg_names = names
         self.dim_sizes = size_of

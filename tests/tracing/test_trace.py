@@ -175,10 +175,10 @@ def _perturb(module):
 
 def tensors(out) -> list:
     """A module's outputs as a list: a tensor, a tuple, or a mapping's (a ModelOutput's) tensor
-    fields in order (a key/value cache is not a tensor: no diagram holds it)."""
+    fields in order (a key/value cache is not a tensor: no diagram holds it), a tuple's less its Nones."""
     if isinstance(out, Mapping):
         return [v for v in out.values() if isinstance(v, torch.Tensor)]
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+    return [v for v in out if v is not None] if isinstance(out, (tuple, list)) else [out]
 
 
 def round_trip(module, *inputs, tol=1e-10, **options):
