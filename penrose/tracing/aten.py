@@ -103,3 +103,19 @@ ATEN = {
     "select": S.op_select, "slice": S.op_slice, "narrow": S.op_narrow, "arange": S.op_arange,
     "index_select": S.op_index_select, "embedding": S.op_embedding, "index": S.op_index,
 }
+
+# the ops whose handlers read a virtual merge (the batch merged with other legs, kept apart: Lowerer.reshape)
+# as it is; any other op gets it merged first (which fixes the diagram's batch)
+VIRTUAL_OK = {
+    *UNARY, *COMPARE, *IDENTITY, "detach", "add", "sub", "rsub", "mul", "div", "true_divide", "pow", "neg", "rsqrt",
+    "reciprocal", "square", "gelu", "softplus", "leaky_relu", "clamp", "clamp_min", "clamp_max", "dropout", "where",
+    "masked_fill", "view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as", "permute",
+    "transpose", "swapaxes", "swapdims", "t", "numpy_T", "mT", "movedim", "moveaxis", "unsqueeze", "squeeze", "expand",
+    "broadcast_to", "expand_as", "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
+    "scaled_dot_product_attention", "softmax", "_softmax", "log_softmax", "_log_softmax", "layer_norm", "rms_norm",
+    "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "cat", "concat", "stack",
+    "bitwise_not", "logical_not", "__and__", "bitwise_and", "logical_and", "repeat_interleave", "sum", "mean", "amax",
+    "amin", "full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones", "zeros_like", "ones_like",
+    "full_like", "floor_divide",
+}
+

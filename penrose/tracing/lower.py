@@ -16,7 +16,7 @@ import operator
 
 import torch
 
-from penrose.tracing.aten import ATEN, IDENTITY
+from penrose.tracing.aten import ATEN, IDENTITY, VIRTUAL_OK
 from penrose.tracing.common import (
     CAUSES, INPLACE_KEEP, SKIP, VIEW_OPS, BatchAxis, _base, _dtype, _forward_range, _in_torch, _is_block, _packet,
     _scalar, _user_file, torch_name,
@@ -28,7 +28,7 @@ from penrose.tracing.lower_elementwise import Elementwise
 from penrose.tracing.lower_legs import Reductions
 from penrose.tracing.lower_shapes import Shapes
 from penrose.tracing.model import (
-    BinOp, Call, CallStmt, Classes, Cls, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
+    BinOp, Call, CallStmt, Classes, Cls, Leg, LegClash, Num, Pattern, PVal, Ref, Region, Stmt, View,
 )
 
 
@@ -72,6 +72,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.position_legs: list = []  # the legs of `~ arange` buffers made for positions forward computes
         self.rebuilding = 0  # inside `rebuild`: the ops of a constant lowered as any other
         self.none_outputs: list = []  # the places of the Nones among the module's outputs (not the diagram's)
+        self.batch_legs: list = []  # explicit mode: the legs of axis 0 of the inputs that carry the batch
+        self.virtuals: dict = {}  # the legs a virtual merge keeps apart -> its class (one per group)
+        self.fixed_batch: list = []  # where a merge of the batch became a leg (the diagram's batch is then fixed)
+        self.keep_virtual = True  # the op being lowered reads virtual merges as they are (VIRTUAL_OK)
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -197,6 +201,35 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
                 pass  # a submodule of a higher-order op (cond, map): refused where it is used
         return self.root
 
+    def batch_fix_site(self):
+        """Where the diagram fixes its batch (explicit mode): the first statement that merges the batch
+        leg with others, splits or joins along it, or repeats a tensor over it; None when none does."""
+        from penrose.tracing.model import LegList, children
+
+        def fixes(e) -> bool:
+            if isinstance(e, Call) and e.fn in ("rearrange", "repeat") and len(e.args) > 1 and isinstance(e.args[1], Pattern):
+                pat = e.args[1]
+                left = {id(self.C.find(c)) for x in pat.left for c in (x if isinstance(x, tuple) else [x]) if not isinstance(c, str)}
+                for x in pat.left + pat.right:
+                    if isinstance(x, tuple) and any(self.batchy(c) for c in x):
+                        return True
+                if e.fn == "repeat" and any(not isinstance(x, (str, tuple)) and self.batchy(x) and id(self.C.find(x)) not in left
+                                            for x in pat.right):
+                    return True
+            if isinstance(e, Call) and e.fn in ("concat", "split", "slice") and any(
+                    isinstance(a, Leg) and self.batchy(a.cls) or isinstance(a, LegList) and any(self.batchy(c) for c in a.legs)
+                    for a in e.args[1:]):
+                return True
+            return any(fixes(x) for x in children(e))
+
+        nodes = {n.name: n for n in self.ep.graph.nodes}
+        for r in self.regions.values():
+            for it in r.items:
+                if isinstance(it, Stmt) and fixes(it.expr):
+                    node = nodes.get(it.outs[0].node) if it.outs and it.outs[0].node else None
+                    return self.deeper(node, self.where(node)) if node is not None else None
+        return None
+
     def return_span(self):
         """The last `return` of the module's forward (where a refused output is written)."""
         import linecache
@@ -225,7 +258,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
     def output_pval(self, v: View) -> PVal:
         """An output as a tensor whose legs are the torch axes, in order (size-1 axes too)."""
         self.src = None
-        v = self.materialize(v)
+        v = self.materialize(self.solid(v))
         if any(c is None for c in v.axes):
             axes = [c if c is not None else self.C.new(1, role="one", origin="an axis of size 1 of an output") for c in v.axes]
             p = self.emit(Call("repeat", [Ref(v.pval), Pattern(list(v.pval.legs), axes)]), axes, v.batched, v.pval.dtype)
@@ -252,6 +285,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         if dtype == "int":  # token ids: their axes read as positions
             for c in legs:
                 c.role = "in_other"
+        if not self.batch and shape and legs and shape[0] == int(self.inputs[0].shape[0]) and self.inputs[0].dim():
+            self.batch_legs.append(legs[0])  # the batch as a leg: merges with it are kept apart (virtual)
         p = PVal(legs, batched, dtype, self.root, "input", hint=node.name, node=node.name)
         self.C.register(p)
         return View(p, list(legs), batched)
@@ -440,8 +475,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
             if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:  # torch.tensor(-1e4): a number
                 return _scalar(value)
         if kind not in ("PARAMETER", "BUFFER"):
-            self.fail(f"a constant tensor ({node.name}) is used; a diagram's tensors are inputs, params and buffers "
-                      "(register it as a buffer)")
+            self.fail("torch.tensor cannot be expressed in .pen: a tensor forward makes from constants whose values the "
+                      "diagram cannot say (a diagram's tensors are inputs, params and buffers: register it as a buffer)")
         owner, _, local = target.rpartition(".")
         region = next((r for r in self.cur.ancestors() if r.fqn == owner), None)
         if region is None:  # a tied weight: the name of the same tensor that this call owns
@@ -577,7 +612,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
 
     def materialize(self, v: View, region=None, before=None) -> View:
         """The same view on a penrose tensor whose leg order is the torch order."""
-        present = [c for c in v.axes if c is not None]
+        present = [l for c in v.axes for l in self.flat(c)]  # a virtual merge's legs, side by side
         legs = v.pval.legs
         if len(present) == len(legs) and all(self.C.same(a, b) for a, b in zip(present, legs)):
             return v
@@ -672,6 +707,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         handler = ATEN.get(packet)
         if handler is None:
             self.unsupported()
+        self.keep_virtual = packet in VIRTUAL_OK
         return handler(self, node)
 
     def in_place(self, node, packet):
@@ -717,12 +753,15 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
     def view_arg(self, x, what="operand"):
         v = self.get(x)
         if isinstance(v, View):
-            return v
+            return v if self.keep_virtual else self.solid(v)
+        if isinstance(v, tuple) and v and v[0] == "front":
+            raise BatchAxis  # a permute that moved the batch, read other than one entry of axis 0 at a time
         if isinstance(v, tuple) and v and v[0] == "arange":
             self.unsupported("torch.arange", why="positions are expressible only as an embedding's ids (a slice of its table)")
         if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
-            self.unsupported("Tensor.topk", why="its values and indices are expressible only as "
-                             "zeros_like(x).scatter(dim, indices, values), the language's topk(x, leg, k=K)")
+            self.fail(f"{torch_name(v[-1])} cannot be expressed in .pen: its values and indices are expressible only as "
+                      "zeros_like(x).scatter(dim, indices, values), the language's topk(x, leg, k=K) (a mixture of "
+                      "experts routed by them is data-dependent: no diagram selects the tokens of each expert)", v[-1])
         if isinstance(v, tuple) and v and v[0] == "not":
             if what == "condition":
                 return ("not", self.lift(v[1], self.cur))

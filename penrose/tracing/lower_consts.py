@@ -288,13 +288,14 @@ class Constants:
         if user is None or t.dim() != 3 or t.shape[1] != 1 or not t.is_floating_point() or t.shape[2] < 2:
             return None
         R, _, S = t.shape
-        factors = None
+        factors = virtual = None
         for a in list(user.args) + list(user.kwargs.values()):
             v = self.values.get(a) if hasattr(a, "op") else None
             if isinstance(v, View) and not v.batched and v.axes and v.axes[0] is not None:
                 merge = self.C.find(v.axes[0]).merge
                 if len(merge) == 2 and merge[0].size * merge[1].size == R:
                     factors = merge
+                    virtual = v.axes[0] if self.is_virtual(v.axes[0]) else None
         if factors is None:
             return None
         B, H = factors[0].size, factors[1].size
@@ -320,6 +321,8 @@ class Constants:
         h, s = legs["head_index"], legs["key_position"]
         slope = self.emit(BinOp("**", Num(base), BinOp("+", Ref(h), Num(1))), list(h.legs), False, hint="slopes")
         bias = self.binop("*", View(slope, [h.legs[0], None], False), View(s, [s.legs[0]], False))
+        if virtual is not None:  # the batch kept apart in the scores: the bias, constant along it, broadcasts
+            return View(bias.pval, [virtual, None, bias.axes[1]], False)
         v = self.expand(View(bias.pval, [None] + list(bias.axes), False), [B, H, S])
         return self.reshape(v, [B * H, 1, S])
 

@@ -18,8 +18,70 @@ class Contractions:
 
     # ---- contractions ---------------------------------------------------------------------------------
     def contract(self, ops, keys, out, hint=None, inline_ok=True):
-        """An einsum over views: `keys[i]` names each torch axis of ops[i] (batch included)."""
-        keys = [list(k) for k in keys]
+        """An einsum over views: `keys[i]` names each torch axis of ops[i] (batch included). An axis
+        that is a virtual merge (the batch with other legs, kept apart) stands for its legs, each
+        under a key of its own, where every operand with that key has the same merge; else it is
+        merged first (`solid`)."""
+        ops, keys, flat_out, groups = self.unmerged(list(ops), [list(k) for k in keys], list(out))
+        expr, legs, axes, batched = self.contract_flat(ops, keys, flat_out)
+        if not groups:
+            return expr, legs, axes, batched
+        regrouped, i = [], 0  # (virtual merges come only in explicit mode: no batch key to skip)
+        for k in out:
+            if k in groups:
+                n = len(groups[k])
+                part = axes[i:i + n]
+                regrouped.append(self.virtual_class(part) if all(c is not None for c in part) else None)
+                i += n
+            else:
+                regrouped.append(axes[i])
+                i += 1
+        return expr, legs, regrouped, batched
+
+    def unmerged(self, ops, keys, out):
+        """The operands' virtual merges as their legs: ops with their axes so (torch order, merged
+        legs side by side), keys and out with a key per leg; {key: its legs' keys} for the merged keys."""
+        by_key = defaultdict(list)
+        for v, ks in zip(ops, keys):
+            for e, k in zip(v.full, ks):
+                if isinstance(e, Cls) and e.size != 1:
+                    by_key[k].append(e)
+        spread = set()
+        for k, es in by_key.items():
+            virt = [e for e in es if self.is_virtual(e)]
+            if virt and all(self.is_virtual(e) and [c.size for c in self.flat(e)] == [c.size for c in self.flat(virt[0])]
+                            for e in es):
+                spread.add(k)
+        for i, (v, ks) in enumerate(zip(ops, keys)):
+            if any(self.is_virtual(e) and k not in spread for e, k in zip(v.full, ks)):
+                ops[i] = self.solid(v)
+        groups = {}
+        new_ops, new_keys = [], []
+        for v, ks in zip(ops, keys):
+            axes, nk = [], []
+            full = v.full
+            for e, k in zip(full, ks):
+                if k in spread and self.is_virtual(e):
+                    legs = self.flat(e)
+                    groups[k] = [(k, "leg", j) for j in range(len(legs))]
+                    nk.extend(groups[k])
+                    axes.extend(legs)
+                elif k in spread:  # a size-1 axis against a merged one: each leg of size 1
+                    n = len(groups.get(k) or self.flat(next(x for x in by_key[k] if self.is_virtual(x))))
+                    groups.setdefault(k, [(k, "leg", j) for j in range(n)])
+                    nk.extend(groups[k])
+                    axes.extend([e] + [None] * (n - 1))
+                else:
+                    nk.append(k)
+                    axes.append(e)
+            batched = bool(full) and full[0] is BATCH
+            new_ops.append(View(v.pval, axes[1:] if batched else axes, v.batched))
+            new_keys.append(nk)
+        out = [x for k in out for x in (groups[k] if k in groups else [k])]
+        return new_ops, new_keys, out, {k: g for k, g in groups.items()}
+
+    def contract_flat(self, ops, keys, out):
+        """`contract` over operands with no virtual merge."""
         entries = defaultdict(list)
         for i, (v, ks) in enumerate(zip(ops, keys)):
             if len(ks) != len(v.full):

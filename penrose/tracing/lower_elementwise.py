@@ -103,7 +103,7 @@ class Elementwise:
 
         Returns the operand expressions, the result's legs (penrose order), its view axes and
         whether it is batched."""
-        operands = self.apart(operands)
+        operands = self.apart(self.matched_virtuals(operands))
         tensors = [(i, v) for i, v in enumerate(operands) if isinstance(v, View)]
         if not tensors:
             self.unsupported(why="no tensor operand")
@@ -139,9 +139,11 @@ class Elementwise:
             ops[i] = self.drop_ones(ops[i], positions)
         batched = bool(result) and result[0] is BATCH
         axes = result[1:] if batched else result
-        present = [c for c in axes if c is not None]
+        present = [l for c in axes for l in self.flat(c)]
         tens = [(i, v) for i, v in enumerate(ops) if isinstance(v, View)]
-        li, lead = max(tens, key=lambda iv: (len(iv[1].pval.legs), -iv[0]))
+        batchy = [c for c in present if self.batchy(c)]  # the lead carries the batch: a repeat over it would fix it
+        li, lead = max(tens, key=lambda iv: (all(any(self.C.same(c, l) for l in iv[1].pval.legs) for c in batchy),
+                                              len(iv[1].pval.legs), -iv[0]))
         have = {id(self.C.find(l)) for l in lead.pval.legs}
         if any(id(self.C.find(c)) not in have for c in present):
             left = list(lead.pval.legs)
@@ -149,6 +151,22 @@ class Elementwise:
             ops[li] = lead = View(p, list(lead.axes), lead.batched)
         exprs = [Ref(v.pval) if isinstance(v, View) else Num(v) for v in ops]
         return exprs, list(lead.pval.legs), axes, batched
+
+    def matched_virtuals(self, operands) -> list:
+        """Operands whose virtual merges meet, at each axis, only the same merge (or size 1): kept;
+        a virtual merge against a leg of its own size is merged first (`solid`)."""
+        views = [v for v in operands if isinstance(v, View)]
+        if not any(self.is_virtual(c) for v in views for c in v.axes):
+            return list(operands)
+        rank = max(len(v.full) for v in views)
+        bad = set()
+        for pos in range(1, rank + 1):
+            es = [(i, v.full[-pos]) for i, v in enumerate(operands) if isinstance(v, View) and len(v.full) >= pos]
+            big = [(i, e) for i, e in es if isinstance(e, Cls) and e.size != 1]
+            virt = [e for _, e in big if self.is_virtual(e)]
+            if virt and not all(self.is_virtual(e) and self.C.can_union(e, virt[0]) for _, e in big):
+                bad |= {i for i, e in big if self.is_virtual(e)}
+        return [self.solid(v) if i in bad else v for i, v in enumerate(operands)]
 
     def apart(self, operands) -> list:
         """The operands with one leg read at two torch axes of the result (`pos[:, None] - pos[None, :]`,
@@ -441,7 +459,7 @@ class Elementwise:
         if a.get("largest", True) is False:
             self.unsupported(why="the smallest k (largest=False)")
         self.leg_of(x, a.get("dim", -1))
-        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]))
+        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]), node)  # the node: a refusal is at its line
         return [("topk_values", *key), ("topk_indices", *key)]
 
     def op_scatter(self, node):
@@ -451,7 +469,7 @@ class Elementwise:
                 and src[0] == "topk_values" and index[1:] == src[1:])
         if not topk or base not in (0, 0.0) or isinstance(base, bool):
             self.unsupported(why="only as zeros_like(x).scatter(dim, i, v) with v, i = x.topk(k, dim) (topk in .pen)")
-        _, x, axis, k = index
+        _, x, axis, k, _node = index
         if self.axis(x, a["dim"]) != axis:
             self.unsupported(why="scattered along another axis than the top-k's")
         p = self.emit(Call("topk", [Ref(x.pval), Leg(x.axes[axis])], [("k", Num(k))]), x.pval.legs, x.batched)

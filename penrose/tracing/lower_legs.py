@@ -21,6 +21,8 @@ class Reductions:
     # ---- legs: softmax, norms, reductions -------------------------------------------------------------
     def leg_of(self, v: View, dim: int) -> Cls:
         c = v.axes[self.axis(v, dim)]
+        if self.is_virtual(c):
+            self.unsupported(why="over the batch merged with another axis (internal: not merged first)")
         if c is None:
             self.unsupported(why="over an axis of size 1")
         return c
@@ -40,6 +42,8 @@ class Reductions:
     def over_leg(self, fn, node):
         a = self.args(node)
         x = self.view_arg(a["self"])
+        if self.is_virtual(x.axes[self.axis(x, a["dim"])]):
+            x = self.solid(x)
         # softmax(x, dim, dtype=torch.float32) in a float64 model computes in float32: a down-cast
         # as `.to(torch.float32)` is (Hugging Face's eager attention writes it so)
         dtype, src = a.get("dtype"), self.out_dtype(node.args[0])
@@ -60,6 +64,8 @@ class Reductions:
     def norm(self, fn, x, shape, weight, bias, eps):
         if len(shape) != 1:
             self.unsupported(why="normalising over more than one axis")
+        if self.is_virtual(x.axes[-1]):
+            x = self.solid(x)
         c = self.leg_of(x, -1)
         kwargs = []
         for key, w in (("weight", weight), ("bias", bias)):
@@ -112,7 +118,7 @@ class Reductions:
         if kind in ("sum", "mean", "prod"):
             x = self.as_number(x)
         idx = self.reduced_axes(x, dims)
-        gone = [x.axes[j] for j in idx if x.axes[j] is not None]
+        gone = [l for j in idx for l in self.flat(x.axes[j])]  # a virtual merge: each of its legs
         axes = [None if j in idx else c for j, c in enumerate(x.axes)] if keepdim else [c for j, c in enumerate(x.axes) if j not in idx]
         if not gone:
             return View(x.pval, axes, x.batched)
@@ -221,17 +227,19 @@ class Reductions:
         if not isinstance(x, View):
             self.unsupported(why="a plain number")
         j = self.axis(x, a["dim"])
-        return x if x.axes[j] is None else self.running_sum(x, j)
+        return x if x.axes[j] is None else self.running_sum(x, j, fresh=False)
 
-    def running_sum(self, x: View, j: int) -> View:
-        """The sums of axis j of x up to each position (a causal contraction)."""
+    def running_sum(self, x: View, j: int, fresh: bool = True) -> View:
+        """The sums of axis j of x up to each position (a causal contraction), on a leg of their own
+        (the positions a mask numbers are another axis than the mask's), or on x's (`fresh=False`)."""
         c = x.axes[j]
         s = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
-        upto = self.emit(Call("where", [Call("causal", [Leg(c), Leg(s)]), Num(1), Num(0)]), [c, s], False, hint="upto")
+        t, s = (s, c) if fresh else (c, s)
+        upto = self.emit(Call("where", [Call("causal", [Leg(t), Leg(s)]), Num(1), Num(0)]), [t, s], False, hint="upto")
         keys = [("a", i) for i in range(len(x.full))]
         keys[len(x.full) - len(x.axes) + j] = "s"
         out = [k if k != "s" else "t" for k in keys]
-        return self.einsum_view([x, View(upto, [c, s], False)], [keys, ["t", "s"]], out)
+        return self.einsum_view([x, View(upto, [t, s], False)], [keys, ["t", "s"]], out)
 
     def op_argmax(self, node):
         """`x.argmax(dim)`: the position of the first largest entry, kept as what it points at (a

@@ -24,8 +24,22 @@ class Shapes:
 
     # ---- shapes -------------------------------------------------------------------------------------
     def reshape(self, x: View, new_full) -> View:
+        """x viewed with the sizes `new_full` (the batch's first, in batch mode): its legs split where
+        a new axis takes part of one (`(h d)` out of the width), merged where a new axis takes several;
+        a merge with the batch (explicit mode: `x.view(-1, e)`, `(batch * heads, t, d)`) is virtual,
+        the legs kept apart and the axis read as their product until a view splits it again, so
+        the diagram's batch stays free."""
         if not isinstance(x, View):
             self.unsupported(why="a plain number")
+        done = self.regrouped(x, [int(s) for s in new_full])
+        if done is not None:
+            return done
+        if any(self.is_virtual(c) for c in x.axes):
+            x = self.solid(x)
+        return self.reshape_merging(x, new_full)
+
+    def reshape_merging(self, x: View, new_full) -> View:
+        """`reshape` where a new axis takes parts of two legs (merge them first, then split)."""
         new_full = [int(s) for s in new_full]
         if x.batched:
             if not new_full or new_full[0] != self.batch_size:
@@ -59,8 +73,8 @@ class Shapes:
             mid = []
             for go, gn in groups:
                 mid += [math.prod(c.size for _, c in go)] if len(gn) > 1 else [c.size for _, c in go]
-            x = self.reshape(x, ([self.batch_size] if x.batched else []) + mid)
-            return self.reshape(x, new_full)
+            x = self.reshape_merging(x, ([self.batch_size] if x.batched else []) + mid)
+            return self.reshape_merging(x, new_full)
         axes = [None] * len(new)
         split_of, right, changed = {}, [], bool(ones)
         for go, gn in groups:
@@ -105,6 +119,142 @@ class Shapes:
         p = self.emit(Call("rearrange", [Ref(x.pval), Pattern(left, right)]), legs, x.batched, x.pval.dtype)
         return View(p, axes, x.batched)
 
+    def regrouped(self, x: View, new_full):
+        """`reshape` by consuming x's legs (virtual merges read as their factors) in order, each new
+        axis taking whole legs, or the first part of one that it splits; None where a new axis
+        would need parts of two legs (then `reshape_merging`)."""
+        if x.batched:
+            if not new_full or new_full[0] != self.batch_size:
+                raise BatchAxis
+            new = new_full[1:]
+        else:
+            new = new_full
+        queue = [l for c in x.axes if c is not None for l in self.flat(c) if l.size != 1]
+        if math.prod(c.size for c in queue) != math.prod(new):
+            self.fail(f"{torch_name(self.node)}: internal: sizes do not match")
+        parts: dict = {id(self.C.find(l)): [l] for l in x.pval.legs}  # a leg of x -> the legs it is cut into
+        fresh: dict = {}  # a leg of x -> the new classes cut from it (roles, legend)
+        owner = {id(self.C.find(l)): id(self.C.find(l)) for l in x.pval.legs}
+
+        def cut(c, need):  # c split into (need, rest)
+            root = owner[id(self.C.find(c))]
+            merged = self.C.find(c).merge
+            if merged and not self.is_virtual(c) and not any(self.C.same(f, l) for f in merged for l in x.pval.legs):
+                pieces = list(merged)  # a merge undone: the legs it was made of
+            else:
+                pieces = [self.C.new(need, origin=""), self.C.new(c.size // need, origin="")]
+                fresh.setdefault(root, []).extend(pieces)
+            seq = parts[root]
+            k = next(i for i, l in enumerate(seq) if self.C.same(l, c))
+            parts[root] = seq[:k] + pieces + seq[k + 1:]
+            for pc in pieces:
+                owner[id(self.C.find(pc))] = root
+            return pieces
+
+        groups = []
+        for s in new:
+            if s == 1:
+                groups.append(None)
+                continue
+            group, have = [], 1
+            while have < s:
+                if not queue:
+                    return None
+                c = queue.pop(0)
+                if have * c.size <= s:
+                    group.append(c)
+                    have *= c.size
+                    continue
+                if s % have or c.size % (s // have):
+                    return None
+                pieces = cut(c, s // have)
+                queue = pieces + queue
+            groups.append(group)
+        for root, new_legs in fresh.items():  # as the view names them: (3, heads, head dim) of a fused qkv too
+            src = next(l for l in x.pval.legs if id(self.C.find(l)) == root)
+            seq = [l for l in parts[root] if any(l is f for f in new_legs)]
+            n = len(seq)
+            roles = ["part"] * (n - 2) + ["head", "headdim"] if n > 1 else ["part"]
+            for k, (l, role) in enumerate(zip(seq, roles)):
+                l.role = role
+                l.origin = f"{'first' if k == 0 else 'last' if k == n - 1 else 'middle'} factor of a view of {_describe(src)}"
+        axes, right, legs = [], [], []
+        changed = any(l.size == 1 for l in x.pval.legs) or any(len(parts[id(self.C.find(l))]) > 1 for l in x.pval.legs)
+        for group in groups:
+            if group is None:
+                axes.append(None)
+            elif len(group) == 1:
+                axes.append(group[0])
+                right.append(group[0])
+                legs.append(group[0])
+            elif any(self.batchy(c) for c in group):  # the batch merged with other legs: kept apart
+                axes.append(self.virtual_class(group))
+                right.extend(group)
+                legs.extend(group)
+            else:
+                m = self.C.new(math.prod(c.size for c in group), role="merge", merge=tuple(group), origin="")
+                axes.append(m)
+                right.append(tuple(group))
+                legs.append(m)
+                changed = True
+        if not changed:
+            return View(x.pval, axes, x.batched)
+        left: list[Any] = []
+        for l in x.pval.legs:
+            seq = parts[id(self.C.find(l))]
+            left.append("1" if l.size == 1 else tuple(seq) if len(seq) > 1 else l)
+        p = self.emit(Call("rearrange", [Ref(x.pval), Pattern(left, right)]), legs, x.batched, x.pval.dtype)
+        return View(p, axes, x.batched)
+
+    # ---- virtual merges: the batch merged with other legs, kept apart ------------------------------------
+    def batchy(self, c) -> bool:
+        """A leg that is the batch (explicit mode: axis 0 of the inputs that carry it)."""
+        return any(self.C.same(c, b) for b in self.batch_legs)
+
+    def is_virtual(self, c) -> bool:
+        return isinstance(c, Cls) and self.C.find(c).role == "virtual"
+
+    def flat(self, c) -> list:
+        """The legs of a tensor an axis stands for: a virtual merge's factors, else the leg itself."""
+        if c is None:
+            return []
+        if self.is_virtual(c):
+            return [l for f in self.C.find(c).merge for l in self.flat(f)]
+        return [c]
+
+    def virtual_class(self, group) -> Cls:
+        key = tuple(id(self.C.find(c)) for c in group)
+        v = self.virtuals.get(key)
+        if v is None:
+            v = self.virtuals[key] = self.C.new(math.prod(c.size for c in group), role="virtual", merge=tuple(group),
+                                                origin="")
+        return v
+
+    def solid(self, v):
+        """v with its virtual merges made real legs (a rearrange merging them): what an op that reads
+        that axis as one leg needs. A merge of the batch fixes the diagram's batch: noted, and the
+        trace refuses it unless batch=False."""
+        if not isinstance(v, View) or not any(self.is_virtual(c) for c in v.axes):
+            return v
+        v = self.materialize(v)
+        axes, right = [], []
+        for c in v.axes:
+            if self.is_virtual(c):
+                group = tuple(self.flat(c))
+                m = self.C.new(c.size, role="merge", merge=group, origin="")
+                axes.append(m)
+                right.append(group)
+                if not self.fixed_batch:
+                    self.fixed_batch.append(self.where(self.node))
+            elif c is not None:
+                axes.append(c)
+                right.append(c)
+            else:
+                axes.append(None)
+        legs = [a for a in axes if a is not None]
+        p = self.emit(Call("rearrange", [Ref(v.pval), Pattern(list(v.pval.legs), right)]), legs, v.batched, v.pval.dtype)
+        return View(p, axes, v.batched)
+
     def reshape_node(self, node):
         return self.reshape(self.view_arg(node.args[0]), self.out_shape())
 
@@ -122,7 +272,27 @@ class Shapes:
 
     def op_permute(self, node):
         x = self.view_arg(node.args[0])
-        return self.permute(x, list(node.args[1]))
+        perm = list(node.args[1])
+        if x.batched and perm and perm[0] % len(x.full) != 0 and all(self.picks_front(u) for u in node.users):
+            return ("front", x, [p % len(x.full) for p in perm])  # `qkv.permute(2, 0, 3, 1, 4)` then `.unbind(0)`
+        return self.permute(x, perm)
+
+    @staticmethod
+    def picks_front(node) -> bool:
+        """An op that takes entries of axis 0 one at a time (`unbind(0)`, `x[0]`)."""
+        from penrose.tracing.common import _packet
+
+        if _packet(node) == "unbind":
+            return (node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)) == 0
+        return _packet(node) == "select" and node.args[1] == 0
+
+    def front(self, entry, index) -> View:
+        """Entry `index` of axis 0 of a permuted view that put a non-batch axis first: selected on the
+        view before the permute, the rest of the permute applied after (the batch stays in front)."""
+        _, x, perm = entry
+        y = self.select(x, perm[0], index)
+        rest = [p - (1 if p > perm[0] else 0) for p in perm[1:]]
+        return self.permute(y, rest)
 
     def op_transpose(self, node):
         x = self.view_arg(node.args[0])
@@ -211,6 +381,14 @@ class Shapes:
         pad = len(sizes) - len(full)
         if pad < 0:
             self.unsupported(why="expanding to fewer axes")
+        if self.batch and not x.batched and sizes and sizes[0] == self.batch_size and (
+                pad > 0 or full[0] is None or full[0].size == 1):
+            # learned tokens copied over the batch (`cls_token.expand(B, -1, -1)`, `S.repeat(B, 1, 1)`): the
+            # tensor itself, which every batched tensor it meets broadcasts over the batch
+            if pad == 0 and full[0] is not None:
+                x = self.drop_ones(x, [0])
+            rest = self.expand(View(x.pval, x.axes[0 if pad else 1:], False), list(sizes[1:]))
+            return View(rest.pval, rest.axes, True)
         if x.batched and pad:
             raise BatchAxis
         new_axes, drops, grown = [], [], False
@@ -231,13 +409,15 @@ class Shapes:
             return View(x.pval, new_axes, x.batched)
         if drops:
             x = self.drop_ones(x, drops)
-        present = [c for c in new_axes if c is not None]
+        present = [l for c in new_axes for l in self.flat(c)]
         p = self.emit(Call("repeat", [Ref(x.pval), Pattern(list(x.pval.legs), present)]), present, x.batched, x.pval.dtype)
         return View(p, new_axes, x.batched)
 
 
     # ---- split, concat, select, slice --------------------------------------------------------------------
     def split(self, x: View, dim, sizes):
+        if self.is_virtual(x.axes[self.axis(x, dim)]):
+            x = self.solid(x)
         j = self.axis(x, dim)
         c = x.axes[j]
         if c is None or len(sizes) == 1:
@@ -257,10 +437,13 @@ class Shapes:
 
 
     def op_unbind(self, node):
-        x = self.view_arg(node.args[0])
         a = self.args(node)
         dim = a.get("dim", 0)
         n = len(node.meta["val"])
+        got = self.get(node.args[0])
+        if isinstance(got, tuple) and got and got[0] == "front":
+            return [self.front(got, i) for i in range(n)]
+        x = self.view_arg(node.args[0])
         return [self.select(x, dim, i) for i in range(n)]
 
     def concat(self, views, dim):
@@ -280,6 +463,8 @@ class Shapes:
                 p = self.emit(Call("repeat", [Ref(v.pval), Pattern(list(v.pval.legs), present)]), present, v.batched, v.pval.dtype)
                 v = View(p, axes, v.batched)
             parts.append(self.materialize(v))
+        if any(self.is_virtual(v.axes[self.axis(v, dim)]) for v in parts):
+            parts = [self.materialize(self.solid(v)) for v in parts]
         j0 = self.axis(parts[0], dim)
         first = parts[0]
         for v in parts[1:]:
@@ -331,6 +516,8 @@ class Shapes:
         return self.concat(ups, d)
 
     def select(self, x: View, dim, index):
+        if self.is_virtual(x.axes[self.axis(x, dim)]):
+            x = self.solid(x)
         j = self.axis(x, dim)
         c = x.axes[j]
         axes = x.axes[:j] + x.axes[j + 1 :]
@@ -342,6 +529,9 @@ class Shapes:
 
     def op_select(self, node):
         a = self.args(node)
+        got = self.get(a["self"])
+        if isinstance(got, tuple) and got and got[0] == "front":
+            return self.front(got, a["index"])
         return self.select(self.view_arg(a["self"]), a["dim"], a["index"])
 
     def narrow(self, x: View, dim, start, end):
@@ -361,6 +551,10 @@ class Shapes:
             return x
         if e is BATCH:
             raise BatchAxis
+        if self.is_virtual(e):
+            x = self.solid(x)
+            full = x.full
+            e = full[d]
         if e is not None and end <= start and self.node is not None and any(_is_cat(u) for u in self.node.users):
             return ("empty", self.node)  # Phi-3's `q[..., rotary_dim:]` of a rotation over the whole head: the cat drops it
         if e is None or end <= start:
@@ -545,7 +739,7 @@ class Shapes:
         `x.argmax(j)` points at (`(ids == eos).int().argmax(-1)`: the first eos), written as the
         entries equal to the maximum, less those with an equal one before them (a causal count)."""
         hit = self.where_(self.binop("==", x, self.reduce(x, [j - len(x.axes)], True, "max"), dtype="bool"), 1.0, 0.0)
-        first = self.where_(self.binop("==", self.running_sum(hit, j), 1.0, dtype="bool"), hit, 0.0)
+        first = self.where_(self.binop("==", self.running_sum(hit, j, fresh=False), 1.0, dtype="bool"), hit, 0.0)
         return View(first.pval, [a for i, a in enumerate(first.axes) if i != j] + [first.axes[j]], first.batched)
 
     def picked(self, x, indices, rebuilt=False):
