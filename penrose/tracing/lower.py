@@ -76,6 +76,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.virtuals: dict = {}  # the legs a virtual merge keeps apart -> its class (one per group)
         self.fixed_batch: list = []  # where a merge of the batch became a leg (the diagram's batch is then fixed)
         self.keep_virtual = True  # the op being lowered reads virtual merges as they are (VIRTUAL_OK)
+        self.slices: dict = {}  # (start, end, size) -> the legs slices cut so: one leg where they can be
+        self._helper_lines = None  # helper_lines(), made once when the writer asks
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -129,6 +131,57 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
                 inner = user[-1]
                 return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
         return span
+
+    def helper_lines(self) -> dict:
+        """{node name: (file, line)}: the line inside a helper function that made a node whose recorded
+        stack stops at the line of forward that called the helper (export keeps only that one), for
+        the names a helper's lines give (`attn_weights = torch.matmul(...)` in `eager_attention_forward`).
+        Forward runs once more (eval, no grad) recording the user's stack of every torch call; the
+        k-th node of a torch function at a line is the k-th such call made through that line."""
+        if self._helper_lines is not None:
+            return self._helper_lines
+        import traceback
+        from collections import defaultdict
+
+        from torch.overrides import TorchFunctionMode
+
+        calls = defaultdict(list)  # (function, file, line) -> the innermost user frame of each call through it
+
+        class Record(TorchFunctionMode):
+            def __torch_function__(self, func, types, args=(), kwargs=None):
+                name = getattr(func, "__name__", None)
+                if name:
+                    user = [(f.filename, f.lineno) for f in traceback.extract_stack()[:-1] if _user_file(f.filename)]
+                    for frame in dict.fromkeys(user):
+                        calls[(name, *frame)].append(user[-1])
+                return func(*args, **(kwargs or {}))
+
+        was = self.module.training
+        self.module.eval()
+        state = [(t, t.detach().clone()) for t in list(self.module.parameters()) + list(self.module.buffers())]
+        try:
+            with torch.no_grad(), Record():
+                self.module(*self.inputs)
+        except Exception:  # noqa: BLE001, S110 - only names are sought; without them the text is as before
+            pass
+        finally:
+            self.module.train(was)
+            with torch.no_grad():
+                for t, saved in state:
+                    t.copy_(saved)
+        seen: dict = defaultdict(int)
+        self._helper_lines = {}
+        for node in self.ep.graph.nodes:
+            fn = node.meta.get("torch_fn")
+            user = [f[:2] for f in frames(node.meta.get("stack_trace")) if _user_file(f[0])]
+            if node.op != "call_function" or not fn or len(fn) != 2 or not isinstance(fn[1], str) or not user:
+                continue
+            key = (fn[1].rsplit(".", 1)[-1], *user[-1])
+            k = seen[key]
+            seen[key] += 1
+            if k < len(calls.get(key, ())) and calls[key][k] != user[-1]:
+                self._helper_lines[node.name] = calls[key][k]
+        return self._helper_lines
 
     def unsupported(self, what=None, why=""):
         name = what or torch_name(self.node)
@@ -516,7 +569,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         legs = []
         for j, s in enumerate(tensor.shape):
             role = "one" if s == 1 else ("out" if j == 0 else "in") if tensor.dim() == 2 else "feat"
-            legs.append(self.C.new(s, role=role, origin=f"axis {j} of {target}"))
+            legs.append(self.C.new(s, role=role, origin=f"axis {j} of {'.'.join(target.split('.')[-2:])}"))
         dtype = _dtype(tensor.dtype)
         if dtype == "bool" and kind == "BUFFER":
             dtype = "float"  # a diagram's buffers are float: a bool mask loads as 1 and 0, read as `mask != 0`

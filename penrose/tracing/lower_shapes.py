@@ -462,17 +462,21 @@ class Shapes:
                 present = [c for c in axes if c is not None]
                 p = self.emit(Call("repeat", [Ref(v.pval), Pattern(list(v.pval.legs), present)]), present, v.batched, v.pval.dtype)
                 v = View(p, axes, v.batched)
-            parts.append(self.materialize(v))
+            parts.append(v)
         if any(self.is_virtual(v.axes[self.axis(v, dim)]) for v in parts):
-            parts = [self.materialize(self.solid(v)) for v in parts]
+            parts = [self.solid(v) for v in parts]
         j0 = self.axis(parts[0], dim)
+        for v in parts[1:]:
+            if [a is None for a in v.axes] != [a is None for a in parts[0].axes]:
+                self.unsupported(why="parts with size-1 axes in different places")
+        parts = self.in_one_order(parts)
         first = parts[0]
         for v in parts[1:]:
-            if [a is None for a in v.axes] != [a is None for a in first.axes]:
-                self.unsupported(why="parts with size-1 axes in different places")
             for k, (c1, c2) in enumerate(zip(first.axes, v.axes)):
                 if k != j0 and c1 is not None:
                     self.unify(c1, c2)
+                elif k == j0 and c1.size == c2.size:
+                    self.C.wish(c1, c2)  # the halves of rotate_half: one leg, as a person writes concat([-x2, x1], u, d)
         total = sum(v.axes[j0].size for v in parts)
         into = self.C.new(total, role="joined", origin=f"{_describe(first.axes[j0])} joined with {len(parts) - 1} more (concat)")
         leg = first.axes[j0]
@@ -481,6 +485,26 @@ class Shapes:
         axes = list(first.axes)
         axes[j0] = into
         return View(p, axes, first.batched)
+
+    def in_one_order(self, parts) -> list:
+        """Parts whose legs follow the first part's own order (the language's concat pairs them by
+        position): the first as it is, the others rearranged where their order differs; where the
+        first is a view of its tensor in another order, all of them in the torch order."""
+        first = parts[0]
+        order = [next((k for k, c in enumerate(first.axes) if c is not None and self.C.same(c, l)), None) for l in first.pval.legs]
+        if None in order or any(self.is_virtual(c) for v in parts for c in v.axes):
+            return [self.materialize(v) for v in parts]
+        out = [first]
+        for v in parts[1:]:
+            want = [v.axes[k] for k in order]
+            if len(want) != len(v.pval.legs) or any(w is None for w in want) or not all(
+                    any(self.C.same(w, l) for l in v.pval.legs) for w in want):
+                return [self.materialize(x) for x in parts]
+            if not all(self.C.same(w, l) for w, l in zip(want, v.pval.legs)):
+                p = self.emit(Call("rearrange", [Ref(v.pval), Pattern(list(v.pval.legs), want)]), want, v.batched, v.pval.dtype)
+                v = View(p, list(v.axes), v.batched)
+            out.append(v)
+        return out
 
     def op_cat(self, node):
         a = self.args(node)
@@ -561,6 +585,9 @@ class Shapes:
             self.unsupported(why="an empty slice")
         j = self.axis(x, dim)
         new = self.C.new(end - start, role="slice", origin=f"indices {start} to {end - 1} of {_describe(e)}")
+        for other in self.slices.setdefault((start, end, e.size), []):
+            self.C.wish(new, other)  # the same part of legs of one size (the halves of q's and k's head dims): one leg
+        self.slices[(start, end, e.size)].append(new)
         legs = [new if self.C.same(l, e) else l for l in x.pval.legs]
         p = self.emit(Call("slice", [Ref(x.pval), Leg(e), Num(start), Leg(new)]), legs, x.batched, x.pval.dtype)
         axes = list(x.axes)

@@ -19,6 +19,7 @@ import keyword
 import linecache
 import math
 import re
+import textwrap
 from collections import defaultdict
 from dataclasses import replace
 
@@ -128,10 +129,26 @@ def line_targets(src):
     return None
 
 
+_WORD = re.compile(r"[A-Z][a-z][A-Z]+(?=[A-Z][a-z]|[0-9_]|$)|[A-Z]+[0-9]*[A-Z]?(?=[A-Z][a-z]|_|$)"
+                   r"|[A-Z]?[a-z]+[0-9]*(?:[a-zA-Z](?=[A-Z][a-z]|_|$))?|[0-9]+[a-zA-Z]?")
+
+
 def snake(name: str) -> str:
-    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
-    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
-    return re.sub(r"\W", "_", s).lower().strip("_") or "module"
+    """A class name in snake case as a person splits it: words, acronyms whole (`SiLU`, `ViT`, `RMS`),
+    numbers with the word before them (`GPT2Block` gpt2_block, `Conv1d` conv1d).
+
+    >>> [snake(n) for n in ("SiLUActivation", "GPT2Attention", "LlamaRMSNorm", "ViTSelfAttention", "Conv1D", "MLPBlock")]
+    ['silu_activation', 'gpt2_attention', 'llama_rms_norm', 'vit_self_attention', 'conv1d', 'mlp_block']
+    """
+    words = []
+    for part in re.split(r"\W+|_", name):
+        found = _WORD.findall(part)
+        for w in found:
+            if words and w[0].isdigit() and part.find(w) > 0:
+                words[-1] += w  # a number joins the word before it
+            else:
+                words.append(w)
+    return "_".join(w.lower() for w in words if w) or "module"
 
 
 # ---- expressions to penrose.ir, printed by penrose.fmt ------------------------------------------------------
@@ -182,6 +199,7 @@ class Text:
         if isinstance(e, TensorList):
             return ir.ListExpr(tuple(self.to_ir(x) for x in e.items))
         if isinstance(e, Call):
+            e = self.composed(e)
             return ir.Call(e.fn, tuple(self.to_ir(a) for a in e.args), tuple((k, self.to_ir(v)) for k, v in e.kwargs))
         if isinstance(e, BinOp):
             return ir.BinOp(e.op, self.to_ir(e.a), self.to_ir(e.b))
@@ -190,6 +208,23 @@ class Text:
         if isinstance(e, Einsum):
             return ir.Call("einsum", (ir.String(self.spec(e)),) + tuple(self.to_ir(x) for x in e.operands))
         raise TypeError(e)
+
+    def composed(self, e: Call) -> Call:
+        """`rearrange(repeat(x, 't g d -> g r t d'), 'g r t d -> (g r) t d')` as the one call a person
+        writes, `repeat(x, 't g d -> (g r) t d')`: a rearrange of an inlined rearrange or repeat whose
+        result legs it takes one by one."""
+        while e.fn == "rearrange" and len(e.args) == 2 and isinstance(e.args[0], Ref) and isinstance(e.args[1], Pattern):
+            inner = self.inline(e.args[0].pval)
+            outer = e.args[1]
+            if not (isinstance(inner, Call) and inner.fn in ("rearrange", "repeat") and len(inner.args) == 2
+                    and isinstance(inner.args[1], Pattern) and not inner.kwargs):
+                break
+            mid = inner.args[1].right
+            if any(isinstance(x, (str, tuple)) for x in mid) or any(isinstance(x, (str, tuple)) for x in outer.left) \
+                    or len(mid) != len(outer.left) or not all(self.C.same(a, b) for a, b in zip(mid, outer.left)):
+                break
+            e = Call(inner.fn, [inner.args[0], Pattern(inner.args[1].left, outer.right)])
+        return e
 
     def pattern(self, p: Pattern) -> str:
         def side(entries):
@@ -237,6 +272,7 @@ class Text:
 
 
 MAX_DEPTH = 3  # calls nested in one statement (`softmax(einsum(...) / sqrt(d), s)` is three)
+MAX_LINE = 100  # characters on a line of the text (a longer statement is cut into named intermediates)
 
 
 def call_depth(e, inline) -> int:
@@ -524,7 +560,9 @@ class Writer:
                 if cand.region.rel_name() != f"{prefix}.{len(chain)}":
                     break
                 prev = chain[-1]
-                if len(prev.outs) != 1 or len(cand.args) != 1 or cand.args[0] is not prev.outs[0] or len(prev.args) != 1:
+                # one result fed into the first argument; the other arguments (a mask, cos and sin) the same for every copy
+                if len(prev.outs) != 1 or not cand.args or cand.args[0] is not prev.outs[0] or len(cand.args) != len(it.args) \
+                        or any(a is not b for a, b in zip(cand.args[1:], it.args[1:])):
                     break
                 if any(isinstance(items[k], Stmt) and prev.outs[0] in refs(items[k].expr, []) for k in range(j, len(items)) if k != nxt):
                     break
@@ -854,8 +892,8 @@ class Writer:
                 choose(p, p.hint if p.hint and ok_name(p.hint) else "x", -1)
         else:
             wishes = formal_names or []
-            for j, (p, _) in enumerate(region.formals):
-                w = wishes[j] if j < len(wishes) else (p.hint or "x")
+            for j, (p, outer) in enumerate(region.formals):
+                w = wishes[j] if j < len(wishes) else (p.hint or self.wish_of(outer) or "x")
                 choose(p, w if ok_name(w) else "x", -1)
         fields = {}  # the outputs' names where the module returns a ModelOutput: its fields
         if region.parent is None and self.L.output_names:
@@ -867,15 +905,45 @@ class Writer:
                 if wish is None and isinstance(it, Stmt) and len(it.outs) == 1:  # a part of a long line: the line's name
                     targets = line_targets(it.src)
                     wish = targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
+                if wish is None and isinstance(it, CallStmt) and len(it.outs) > 1:
+                    wish = self.wish_of(p)  # `cos, sin = llama_rotary_embedding() as rotary_emb`: the names it returns
                 if wish is None and isinstance(it, CallStmt):
                     inst = it.region.rel_name()
                     wish = (inst[:-2] if it.chain else inst).split(".")[0] + "_out"
                 if wish is None and region.parent is None and p in b.results:
                     wish = "out"
+                if wish is None and isinstance(it, Stmt):
+                    wish = self.deep_wish(p)
                 if wish is None:
                     wish = _fallback(it)
                 choose(p, wish, i)
         return names
+
+    def deep_wish(self, p):
+        """The name a helper function's line gives a value forward made through it (Hugging Face's
+        `eager_attention_forward`: `attn_weights = torch.matmul(query, key_states.transpose(2, 3))`)."""
+        line = self.L.helper_lines().get(p.node) if p.node else None
+        if line is None:
+            return None
+        targets = line_targets(line)
+        return targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
+
+    def wish_of(self, p, depth=0):
+        """The name the user's code gives a value, followed through block boundaries: a block's result
+        is named as the block's code names it (`return cos, sin`), an argument as the caller's."""
+        if depth > 20:
+            return None
+        if p.kind == "callout" and isinstance(p.stmt, CallStmt):
+            inner = next((i for i, o in p.stmt.region.returns if o is p), None) if not p.stmt.chain else None
+            if inner is not None:
+                b = self.body(p.stmt.region)
+                return b.named.get(inner.id) or inner.hint or self.wish_of(inner, depth + 1)
+        if p.kind == "formal" and p.region is not None:
+            outer = next((o for f, o in p.region.formals if f is p), None)
+            return self.wish_of(outer, depth + 1) if outer is not None else None
+        if p.kind in ("stmt", "input"):
+            return self.body(p.region).named.get(p.id) or p.hint
+        return None
 
     def _reads(self, it, b):
         out = []
@@ -930,7 +998,8 @@ class Writer:
                 raise PenroseTraceError("internal: an output was inlined")
             outs.append(tn[p.id])
         top.append(ir.Output(tuple(dict.fromkeys(outs))))
-        comments = [ir.Comment(line[2:]) for line in header_lines + self.legend()]
+        wrapped = [w for line in header_lines for w in textwrap.wrap(line[2:], MAX_LINE - 2, break_on_hyphens=False)]
+        comments = [ir.Comment(line) for line in wrapped] + [ir.Comment(line[2:]) for line in self.legend()]
         return format_diagram(ir.Diagram(_laid_out(comments, self.dims(), blocks, top)))
 
     def dims(self) -> list:
@@ -953,8 +1022,14 @@ class Writer:
                     size = ir.BinOp("*", size, f)
                 prod.append(ir.Dim(n, size))
             else:
-                plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
+                width[0] += len(f"{n} = {self.dim_sizes[n]}, ")
+                if width[0] > MAX_LINE - 6:  # a new `dim` line: none over MAX_LINE characters
+                    width[0] = len(f"{n} = {self.dim_sizes[n]}, ")
+                    plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=False))
+                else:
+                    plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
 
+        width = [0]
         for n in order:
             emit(n)
         return plain + prod
@@ -972,6 +1047,9 @@ class Writer:
                 origin = next((self._origin(r) for r in hs if self._origin(r)), "") or f"a leg of size {self.dim_sizes[n]}"
                 meaning = origin
             meaning = meaning.replace(",", ";")
+            room = MAX_LINE - len(f"#   {n}  ")
+            if len(meaning) > room:  # one line an entry (a wrapped one would read as another entry)
+                meaning = meaning[:room - 3].rsplit(" ", 1)[0] + " ..."
             out.append(f"#   {n}  {meaning}")
         return out
 
