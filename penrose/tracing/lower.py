@@ -146,14 +146,18 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         from torch.overrides import TorchFunctionMode
 
         calls = defaultdict(list)  # (function, file, line) -> the innermost user frame of each call through it
+        functions: dict = {}  # an innermost user frame -> the name of its function
 
         class Record(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
                 name = getattr(func, "__name__", None)
                 if name:
-                    user = [(f.filename, f.lineno) for f in traceback.extract_stack()[:-1] if _user_file(f.filename)]
+                    stack = [f for f in traceback.extract_stack()[:-1] if _user_file(f.filename)]
+                    user = [(f.filename, f.lineno) for f in stack]
+                    if stack:
+                        functions[user[-1]] = stack[-1].name
                     for frame in dict.fromkeys(user):
-                        calls[(name, *frame)].append(user[-1])
+                        calls[(name, *frame)].append(tuple(user))
                 return func(*args, **(kwargs or {}))
 
         was = self.module.training
@@ -170,7 +174,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
                 for t, saved in state:
                     t.copy_(saved)
         seen: dict = defaultdict(int)
-        self._helper_lines = {}
+        self._helper_lines, self._helper_stacks = {}, {}
         for node in self.ep.graph.nodes:
             fn = node.meta.get("torch_fn")
             user = [f[:2] for f in frames(node.meta.get("stack_trace")) if _user_file(f[0])]
@@ -179,9 +183,33 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
             key = (fn[1].rsplit(".", 1)[-1], *user[-1])
             k = seen[key]
             seen[key] += 1
-            if k < len(calls.get(key, ())) and calls[key][k] != user[-1]:
-                self._helper_lines[node.name] = calls[key][k]
+            if k < len(calls.get(key, ())) and calls[key][k][-1] != user[-1]:
+                self._helper_lines[node.name] = calls[key][k][-1]
+                self._helper_stacks[node.name] = calls[key][k]
+        self._functions = functions
         return self._helper_lines
+
+    def helper_result(self, name):
+        """The helper function whose returned value node `name` is (the last node made on its `return`
+        line in one module call), or None."""
+        import linecache
+
+        line = self.helper_lines().get(name)
+        if line is None or not self.last_on_line(name) or not linecache.getline(*line).lstrip().startswith("return"):
+            return None
+        fn = self._functions.get(line)
+        return None if fn in (None, "forward", "<lambda>") else fn
+
+    def last_on_line(self, name):
+        """Whether node `name` is the last (in graph order) that its helper's line made in one module call."""
+        if not hasattr(self, "_last_on_line"):
+            nodes = {n.name: n for n in self.ep.graph.nodes}
+            self._last_on_line = {}
+            for n in self.helper_lines():  # in graph order: the last one of a call stays
+                stack = nodes[n].meta.get("nn_module_stack") or {}
+                self._last_on_line[(self._helper_stacks[n], tuple(fqn for fqn, _ in stack.values()))] = n
+            self._last_names = set(self._last_on_line.values())
+        return name in self._last_names
 
     def unsupported(self, what=None, why=""):
         name = what or torch_name(self.node)

@@ -423,6 +423,9 @@ class Shapes:
         if c is None or len(sizes) == 1:
             return [x]
         parts = [self.C.new(s, role="piece", origin=f"a piece of {_describe(c)} (split)") for s in sizes]
+        for a, b in zip(parts, parts[1:]):
+            if a.size == b.size:
+                self.C.wish(a, b)  # q, k, v of a fused projection: one leg, split(qkv, f, [e, e, e])
         outs = [[p if self.C.same(l, c) else l for l in x.pval.legs] for p in parts]
         pvals = self.emit(Call("split", [Ref(x.pval), Leg(c), LegList(parts)]), None, x.batched, x.pval.dtype, outs=outs)
         return [View(pv, [p if a is c else a for a in x.axes], x.batched) for pv, p in zip(pvals, parts)]

@@ -129,23 +129,27 @@ def line_targets(src):
     return None
 
 
-_WORD = re.compile(r"[A-Z][a-z][A-Z]+(?=[A-Z][a-z]|[0-9_]|$)|[A-Z]+[0-9]*[A-Z]?(?=[A-Z][a-z]|_|$)"
-                   r"|[A-Z]?[a-z]+[0-9]*(?:[a-zA-Z](?=[A-Z][a-z]|_|$))?|[0-9]+[a-zA-Z]?")
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
 
 
 def snake(name: str) -> str:
     """A class name in snake case as a person splits it: words, acronyms whole (`SiLU`, `ViT`, `RMS`),
     numbers with the word before them (`GPT2Block` gpt2_block, `Conv1d` conv1d).
 
-    >>> [snake(n) for n in ("SiLUActivation", "GPT2Attention", "LlamaRMSNorm", "ViTSelfAttention", "Conv1D", "MLPBlock")]
-    ['silu_activation', 'gpt2_attention', 'llama_rms_norm', 'vit_self_attention', 'conv1d', 'mlp_block']
+    >>> [snake(n) for n in ("SiLUActivation", "GPT2MLP", "LlamaRMSNorm", "ViTSelfAttention", "Conv1D", "MLPBlock")]
+    ['silu_activation', 'gpt2_mlp', 'llama_rms_norm', 'vit_self_attention', 'conv1d', 'mlp_block']
     """
-    words = []
-    for part in re.split(r"\W+|_", name):
-        found = _WORD.findall(part)
-        for w in found:
-            if words and w[0].isdigit() and part.find(w) > 0:
-                words[-1] += w  # a number joins the word before it
+    words: list[str] = []
+    for part in re.split(r"[^A-Za-z0-9]+", name):
+        found = _CAMEL.findall(part)
+        for i, w in enumerate(found):
+            after_number = bool(words) and words[-1][-1:].isdigit() and len(w) == 1 and (
+                i == len(found) - 1 or found[i + 1][:1].isupper())
+            if words and (w.isdigit() or after_number) and i > 0:
+                words[-1] += w  # a number, and one letter after it (Conv1d), join the word before them
+            elif i > 0 and w.isupper() and len(w) <= 2 and len(found[i - 1]) == 2 and found[i - 1][0].isupper() \
+                    and words and words[-1] == found[i - 1]:
+                words[-1] += w  # SiLU, ViT, DiT: an acronym with one small letter in it
             else:
                 words.append(w)
     return "_".join(w.lower() for w in words if w) or "module"
@@ -827,23 +831,40 @@ class Writer:
         return n
 
     def name_blocks(self):
-        used = set()
+        """Blocks by their module's class in snake case (`llama_rms_norm`); where one class makes several
+        blocks (other shapes), the one with the most instances keeps that name and each other is named
+        by its instances (`linear_k_proj_v_proj`), as a person names a variant by what uses it."""
+        used: set = set()
+        by_class: dict = defaultdict(list)
         for bd in self.blocks:
             base = snake(type(bd.rep.module).__name__)
             if isinstance(bd.rep.key, tuple) and bd.rep.key and bd.rep.key[0] == "container":
                 base = snake(bd.rep.fqn.split(".")[-1]) + "_part"  # a ModuleDict's calls, gathered
             if not ok_name(base) or base in MODULE_ATTRS:
-                base = base + "_module"
-            n = base
-            if n in used:  # another variant of the class: named after its (first) instance
-                path = "_".join([part for part in bd.rep.fqn.split(".") if not part.isdigit()][-2:])
-                n = base + "_" + re.sub(r"\W", "_", path or bd.rep.fqn)  # '2' of a top-level Sequential: linear_2
+                base = base + "_module" if base[:1].isalpha() else "module_" + base
+            by_class[base].append(bd)
+        for base, bds in by_class.items():
+            plain = max(bds, key=lambda bd: (len(bd.regions), -bds.index(bd))) if len(bds) > 1 else bds[0]
+            for bd in [plain] + [x for x in bds if x is not plain]:
+                n = base
+                if bd is not plain or n in used:
+                    parts = list(dict.fromkeys(self.instance_part(r) for r in bd.regions))
+                    n = base + "_" + "_".join(parts[:2]) if parts else base
+                    if n in used or any(n == base + "_" + self.instance_part(r) for x in bds if x is not bd for r in x.regions):
+                        path = "_".join([p for p in bd.rep.fqn.split(".") if not p.isdigit()][-2:])
+                        n = base + "_" + re.sub(r"\W", "_", path or bd.rep.fqn)
                 k = 2
                 while n in used or not ok_name(n):
                     n = f"{base}_{k}"
                     k += 1
-            used.add(n)
-            bd.name = n
+                used.add(n)
+                bd.name = n
+
+    @staticmethod
+    def instance_part(region) -> str:
+        """The last name of an instance's path, numbers left out (`layers.0.mlp.up_proj` up_proj)."""
+        parts = [p for p in region.fqn.split(".") if not p.isdigit()]
+        return re.sub(r"\W", "_", parts[-1]) if parts else region.fqn
 
     def name_tensors(self, region, formal_names=None):
         """Names for every tensor of a rendered body: params fixed, the rest by wish, SSA-style."""
@@ -915,18 +936,58 @@ class Writer:
                 if wish is None and isinstance(it, Stmt):
                     wish = self.deep_wish(p)
                 if wish is None:
-                    wish = _fallback(it)
+                    wish = _fallback(it, names, b.inline)
                 choose(p, wish, i)
         return names
+
+    def shorten(self, region, names, indent) -> bool:
+        """Name the longest value written inline in the first statement over MAX_LINE characters (it
+        becomes a statement of its own, before); False when no statement is too long, or none can be cut."""
+        b = self.body(region)
+        T = Text(self.C, self.leg, lambda p: names.get(p.id, "x"), b.inline)
+        T.dims = set(self.dim_sizes)
+        lines = [(it, ir.Assign(tuple(names.get(p.id, "x") for p in it.outs), T.to_ir(it.expr)))
+                 for it in b.kept if isinstance(it, Stmt)]
+        if region.parent is not None:
+            lines.append((None, ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results))))
+        for it, st in lines:
+            if indent + len(format_stmt(st)) <= MAX_LINE:
+                continue
+            inner: list = []
+            for p in (refs(it.expr, []) if it is not None else list(b.results)):
+                self._inlined_in(p, b, inner, 0)
+            if not inner:
+                continue
+            size = {p.id: len(T.expr(b.inlined[p.id])) for p, _ in inner}
+            # the longest call in it (a person names `rotated = concat(...)`, not `... * sin`), else the longest part
+            pick = max(inner, key=lambda x: (isinstance(b.inlined[x[0].id], (Call, Einsum)), size[x[0].id]))[0]
+            del b.inlined[pick.id]
+            b.kept = [x for x in b.items if not (isinstance(x, Stmt) and len(x.outs) == 1 and x.outs[0].id in b.inlined)]
+            return True
+        return False
+
+    def _inlined_in(self, p, b, out, depth):
+        """(value, depth) of the values written inline inside value p (p too, when it is)."""
+        e = b.inlined.get(p.id)
+        if e is None:
+            return
+        out.append((p, depth))
+        for q in refs(e, []):
+            self._inlined_in(q, b, out, depth + 1)
 
     def deep_wish(self, p):
         """The name a helper function's line gives a value forward made through it (Hugging Face's
         `eager_attention_forward`: `attn_weights = torch.matmul(query, key_states.transpose(2, 3))`)."""
-        line = self.L.helper_lines().get(p.node) if p.node else None
+        lines = self.L.helper_lines()
+        line = lines.get(p.node) if p.node else None
         if line is None:
             return None
-        targets = line_targets(line)
-        return targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
+        if self.L.last_on_line(p.node):  # the value of the helper's line (a part of it is not)
+            targets = line_targets(line)
+            if targets and len(targets) == 1 and ok_name(targets[0]):
+                return targets[0]
+        fn = self.L.helper_result(p.node)  # what a helper returns: named after it (`rotate_half`)
+        return fn if fn and ok_name(fn) else None
 
     def wish_of(self, p, depth=0):
         """The name the user's code gives a value, followed through block boundaries: a block's result
@@ -980,11 +1041,15 @@ class Writer:
             reg = bd.rep
             fnames = _formal_names(reg)
             tn = self.name_tensors(reg, fnames)
+            while self.shorten(reg, tn, indent=2):  # a line too long: its longest inlined part named
+                tn = self.name_tensors(reg, fnames)
             val = tn_of(tn)
             formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
             blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
         root = self.root
         tn = self.name_tensors(root)
+        while self.shorten(root, tn, indent=0):
+            tn = self.name_tensors(root)
         val = tn_of(tn)
         top: list = []
         for v in self.L.input_views:
@@ -1087,10 +1152,21 @@ def attribute_sizes(module) -> dict:
     return out
 
 
-def _fallback(it):
+def _fallback(it, names=None, inline=None):
+    """A name for a value no line names: a view of a tensor (rearrange, repeat, select, slice) keeps
+    the tensor's name, as a person reassigns `v = repeat(v, ...)`; else one by what it is."""
     e = it.expr
-    if isinstance(e, Einsum):
-        return "h"
+    if isinstance(e, BinOp) and isinstance(e.a, Einsum):
+        e = e.a  # einsum(...) / sqrt(d)
+    if isinstance(e, Einsum):  # attention's scores: a result with the keys' leg beside the queries'
+        return "scores" if any(c.role == "key" for c in e.out_cls.values()) else "h"
+    view = e
+    while isinstance(view, Call) and view.fn in ("rearrange", "repeat", "select", "slice", "detach", "dropout") \
+            and view.args and isinstance(view.args[0], Ref) and names is not None:
+        p = view.args[0].pval
+        if p.id in names:
+            return re.sub(r"\d+$", "", names[p.id]) or names[p.id]
+        view = inline(p) if inline is not None else None
     if isinstance(e, Call):
         return {"rearrange": "r", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
     if isinstance(e, BinOp):
