@@ -25,6 +25,12 @@ def call_depth(code: str) -> int:
     return deepest
 
 
+def header(text: str) -> str:
+    """The diagram's header comments (above the index legend) as one line: they wrap at MAX_LINE."""
+    head = text.split("# index legend:")[0]
+    return " ".join(line[2:] for line in head.splitlines() if line.startswith("# "))
+
+
 def check_readable(text: str, writer) -> None:
     deep = [line for line in text.splitlines() if call_depth(line) > MAX_DEPTH]
     assert not deep, f"statements nesting more than {MAX_DEPTH} calls: {deep}"
@@ -142,7 +148,7 @@ def legend_repeats(text: str) -> list[str]:
     ones = [n for n, s in sizes.items() if s == "1"]
     seen: dict = {}
     for name, meaning in rows:
-        seen.setdefault(re.sub(r"\d+", "#", meaning.strip()), []).append(name)
+        seen.setdefault(re.sub(r"\.\d+\.", ".#.", meaning.strip()), []).append(name)  # layers.0. and layers.1.
     same = [" ".join(ns) for ns in seen.values() if len(ns) > 1]
     return ([f"size 1: {' '.join(ones)}"] if len(ones) > 1 else []) + same
 

@@ -77,6 +77,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.fixed_batch: list = []  # where a merge of the batch became a leg (the diagram's batch is then fixed)
         self.keep_virtual = True  # the op being lowered reads virtual merges as they are (VIRTUAL_OK)
         self.slices: dict = {}  # (start, end, size) -> the legs slices cut so: one leg where they can be
+        self.views_of: dict = {}  # (role, size, sizes) -> the legs a view first split a leg so into
         self._helper_lines = None  # helper_lines(), made once when the writer asks
 
     # ---- errors -------------------------------------------------------------------------------------

@@ -175,9 +175,13 @@ class Shapes:
             seq = [l for l in parts[root] if any(l is f for f in new_legs)]
             n = len(seq)
             roles = ["part"] * (n - 2) + ["head", "headdim"] if n > 1 else ["part"]
+            key = (self.C.find(src).role, src.size, tuple(l.size for l in seq))
             for k, (l, role) in enumerate(zip(seq, roles)):
                 l.role = role
                 l.origin = f"{'first' if k == 0 else 'last' if k == n - 1 else 'middle'} factor of a view of {_describe(src)}"
+                for other in self.views_of.get(key, [])[k:k + 1]:
+                    self.C.wish(l, other)  # q's, k's and v's heads and head dims, split alike: one leg each
+            self.views_of.setdefault(key, list(seq))
         axes, right, legs = [], [], []
         changed = any(l.size == 1 for l in x.pval.legs) or any(len(parts[id(self.C.find(l))]) > 1 for l in x.pval.legs)
         for group in groups:

@@ -1045,7 +1045,8 @@ class Writer:
                 tn = self.name_tensors(reg, fnames)
             val = tn_of(tn)
             formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
-            blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
+            body = tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))
+            blocks.append(ir.Block(bd.name, tuple(_as_read(f, body, self.dim_sizes) for f in formals), body))
         root = self.root
         tn = self.name_tensors(root)
         while self.shorten(root, tn, indent=0):
@@ -1172,6 +1173,50 @@ def _fallback(it, names=None, inline=None):
     if isinstance(e, BinOp):
         return "h"
     return "h"
+
+
+def _as_read(formal, body, sizes):
+    """A block's formal declared with the letters its einsums read it by, where it is read only by
+    einsums that agree (`block linear(x[t, j])` for `einsum('tj,ej->te', x, weight)`, its square weight's
+    out leg `e` being the caller's width): a call binds its arguments' legs by position, so the caller
+    is unchanged, and the block reads as written."""
+    reads: list = []
+
+    def walk(e):
+        if isinstance(e, ir.Name) and e.id == formal.name:
+            reads.append(None)  # read other than as an einsum's operand
+        elif isinstance(e, ir.Call):
+            spec = e.args[0].value if e.func == "einsum" and e.args and isinstance(e.args[0], ir.String) else None
+            terms = spec.split("->")[0].split(",") if spec else []
+            for k, a in enumerate(e.args):
+                if spec and k and isinstance(a, ir.Name) and a.id == formal.name and k - 1 < len(terms):
+                    term = terms[k - 1].strip()
+                    reads.append(tuple(term.split()) if " " in term else tuple(term))
+                elif not (spec and k == 0):
+                    walk(a)
+            for _, v in e.kwargs:
+                walk(v)
+        elif isinstance(e, ir.BinOp):
+            walk(e.left)
+            walk(e.right)
+        elif isinstance(e, ir.Neg):
+            walk(e.operand)
+        elif isinstance(e, ir.ListExpr):
+            for x in e.items:
+                walk(x)
+
+    for st in body:
+        for v in [getattr(st, "value", None), *getattr(st, "values", ())]:
+            if v is not None:
+                walk(v)
+    letters = set(reads)
+    if len(letters) != 1 or None in letters:
+        return formal
+    (want,) = letters
+    if len(want) != len(formal.legs) or want == formal.legs or any(
+            w not in sizes or sizes[w] != sizes.get(l) for w, l in zip(want, formal.legs)) or len(set(want)) != len(want):
+        return formal
+    return replace(formal, legs=tuple(want))
 
 
 def _formal_names(region):

@@ -19,6 +19,7 @@ import torch
 from test_trace import round_trip as exact_round_trip
 from test_trace import tensors
 from test_trace_real import DTYPES, round_trip
+from trace_readability import header
 from torch import nn
 
 import penrose
@@ -88,9 +89,9 @@ def test_whole_models_called_without_a_wrapper_round_trip(name, dtype):
         text = round_trip(_model(name), [_ids()], dtype)
     fields = "last_hidden_state, pooler_output" if name == "bert" else "last_hidden_state"
     assert f"\noutput {fields}\n" in text
-    assert f"in its order ({fields}): the compiled model returns them as a tuple" in text
+    assert f"in its order ({fields}): the compiled model returns them as a tuple" in header(text)
     if name != "bert":  # an encoder returns no cache: nothing to leave out
-        assert re.search(r"# Not an output: \w+ \(a DynamicCache\) .* use_cache=False", text)
+        assert re.search(r"Not an output: \w+ \(a DynamicCache\) .* use_cache=False", header(text))
     else:
         assert "# Not an output" not in text
 
@@ -143,7 +144,7 @@ def test_positions_counted_from_the_padding_and_relative_buckets_round_trip_at_t
             ids = torch.randint(0, 11, (batch, 5), generator=torch.Generator().manual_seed(batch))
             with torch.no_grad():
                 torch.testing.assert_close(tensors(twin(ids)), tensors(model(ids)), rtol=1e-5, atol=1e-5)
-    assert "# Not in the diagram: shared.weight" in text
+    assert "Not in the diagram: shared.weight" in header(text)
 
 
 class Interleaved(nn.Module):
@@ -223,7 +224,7 @@ def test_t5_layer_norm_downcast_in_float64_warns_at_its_line():
     with pytest.warns(penrose.PenroseWarning, match=r"modeling_t5.py:\d+ \(variance = hidden_states.to\(torch.float32\)"
                                                     r".*casts to float32, below the model's float64; the diagram computes in float64"):
         text = penrose.trace(_t5_ff().double(), x)
-    assert re.search(r"# Computes in float64 where the module casts to float32 at \S+modeling_t5.py:\d+", text)
+    assert re.search(r"Computes in float64 where the module casts to float32 at \S+modeling_t5.py:\d+", header(text))
     model = penrose.compile(text).double()
     module = _t5_ff().double()
     model.load_state_dict(module.state_dict(), strict=True)
@@ -270,7 +271,7 @@ def test_softmax_computed_in_float32_in_a_float64_model_warns_at_its_line():
     x = torch.randn(2, 5, 4, dtype=torch.float64)
     with pytest.warns(penrose.PenroseWarning, match=r"dtype=torch.float32\).to\(q.dtype\)\) casts to float32, below the model's float64"):
         text = penrose.trace(SoftmaxInFloat32().double(), x)
-    assert "# Computes in float64 where the module casts to float32" in text
+    assert "Computes in float64 where the module casts to float32" in header(text)
     with warnings.catch_warnings():
         warnings.simplefilter("error", penrose.PenroseWarning)
         text32 = penrose.trace(SoftmaxInFloat32(), x.float())  # float32: nothing to say
