@@ -74,7 +74,7 @@ ATEN = {
     "clamp": E.op_clamp, "clamp_min": E.op_clamp_min, "clamp_max": E.op_clamp_max,
     "dropout": E.op_dropout,  # (feature_dropout is refused: it drops whole channels)
     # masks, fills, top-k
-    "where": E.op_where, "maximum": E.op_maximum, "minimum": E.op_minimum, "fmax": E.op_maximum, "fmin": E.op_minimum, "masked_fill": E.op_masked_fill,
+    "pad": E.op_pad, "constant_pad_nd": E.op_pad, "where": E.op_where, "maximum": E.op_maximum, "minimum": E.op_minimum, "fmax": E.op_maximum, "fmin": E.op_minimum, "masked_fill": E.op_masked_fill,
     "bitwise_not": E.op_bitwise_not, "logical_not": E.op_bitwise_not,
     **dict.fromkeys(("__and__", "bitwise_and", "logical_and"), E.op_and),
     **dict.fromkeys(("full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones"), E.op_full),
@@ -116,6 +116,6 @@ VIRTUAL_OK = {
     "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "cat", "concat", "stack",
     "bitwise_not", "logical_not", "__and__", "bitwise_and", "logical_and", "repeat_interleave", "sum", "mean", "amax",
     "amin", "full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones", "zeros_like", "ones_like",
-    "full_like", "floor_divide",
+    "full_like", "floor_divide", "pad", "constant_pad_nd",
 }
 

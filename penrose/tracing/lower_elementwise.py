@@ -342,6 +342,15 @@ class Elementwise:
         return self.unary_call("dropout", x, p=p)
 
 
+    def op_pad(self, node):
+        """F.pad by nothing (timm's Swin pads its windows to a multiple of their size: zeros when it
+        already is one): the tensor itself. Padding by more is refused."""
+        a = self.args(node)
+        pads = a.get("pad") or a.get("padding") or []
+        if any(not isinstance(p, int) or p != 0 for p in pads):
+            self.unsupported(why="padding (borders the language has no axis for)")
+        return self.view_arg(node.args[0])
+
     def op_maximum(self, node):
         """torch.maximum(a, b) (torch.max of two tensors): the language's max(a, b) entry by entry."""
         return self.extreme("max")
