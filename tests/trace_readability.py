@@ -130,15 +130,15 @@ def unrolled_layers(text: str) -> list[str]:
     return out
 
 
-MADE_UP = re.compile(r"^(r|h|x|part|cat|masked|probs|scores)\d+$|^(r|h\d)$")
+MADE_UP = re.compile(r"^(r|h|y|part|cat|masked)\d*$")
 
 
 def made_up_names(text: str) -> list[str]:
-    """Tensor names the tracer made up rather than read from the source (`r2`, `h2`, formals `x2`, `x3`)."""
+    """Tensor names the tracer made up rather than read from the source (`r2`, `h2`, `y`, formals `x2`, `x3`)."""
     names = re.findall(r"^\s*([\w, ]+?) = ", text, re.MULTILINE)
     formals = re.findall(r"[(,] ?(\w+)\[", " ".join(re.findall(r"^block \w+\((.*)\) \{$", text, re.MULTILINE)))
-    found = [n.strip() for group in names for n in group.split(",")] + formals
-    return sorted({n for n in found if MADE_UP.match(n)})
+    found = [n.strip() for group in names for n in group.split(",")]
+    return sorted({n for n in found if MADE_UP.match(n)} | {n for n in formals if re.fullmatch(r"x\d+", n)})
 
 
 def legend_repeats(text: str) -> list[str]:
@@ -154,8 +154,18 @@ def legend_repeats(text: str) -> list[str]:
 
 
 def snake_block_names(text: str) -> list[str]:
-    """Block names split as no person would (`si_lu_activation`, `g_p_t2`)."""
-    return [n for n in re.findall(r"^block (\w+)\(", text, re.MULTILINE) if re.search(r"(^|_)[a-z]{1,2}_[a-z]{1,2}(_|$)", n)]
+    """Block names split as no person would (`si_lu_activation`, `g_p_t2`): short pieces that are not the
+    name of an instance the text calls (`linear_c_fc` for `as c_fc` is the module's own name)."""
+    instances = set(re.findall(r" as ([\w`.]+)$", text, re.MULTILINE))
+    parts = {p for i in instances for p in i.replace("`", "").split(".")}
+    out = []
+    for n in re.findall(r"^block (\w+)\(", text, re.MULTILINE):
+        bare = n
+        for p in sorted(parts, key=len, reverse=True):
+            bare = bare.replace("_" + p, "") if p and not p.isdigit() else bare
+        if re.search(r"(^|_)[a-z]{1,2}_[a-z]{1,2}(_|$)", bare):
+            out.append(n)
+    return out
 
 
 def measures(text: str) -> dict:

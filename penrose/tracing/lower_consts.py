@@ -107,12 +107,17 @@ class Constants:
                 self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
                                      "(a number broadcasts only where the other operands carry every axis)")
             return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
+        made = len(self.cur.items)
         v = self.alibi_view(t)
         if v is None:
             v = self.value_view(t)
         if v is None:
             v = self.rebuild(node)
         self.masks[key] = v
+        if isinstance(v, View) and v.pval.kind == "stmt" and v.pval.hint is None and v.pval.stmt in self.cur.items[made:]:
+            targets = line_targets(self.naming_src(node, self.cur))  # the constant as its line names it: pe, bias
+            if targets and len(targets) == 1:
+                v.pval.hint = targets[0]
         return v
 
     def value_view(self, t, region=None, limit=True):
@@ -221,6 +226,16 @@ class Constants:
             return self.masks[key]
         value = self.consts.get(node)
         entry = self.values.get(node)
+        saved_src, self.src = self.src, self.naming_src(node, self.cur) or self.src  # its statements: its own line
+        try:
+            v = self.rebuilt(node, value, entry)
+        finally:
+            self.src = saved_src
+        self.masks[key] = v
+        return v
+
+    def rebuilt(self, node, value, entry):
+        """`rebuild` of one node (not memoised)."""
         if isinstance(entry, tuple) and entry and entry[0] == "state":
             v = self.state_view(entry)
         elif not isinstance(value, torch.Tensor):
@@ -234,13 +249,13 @@ class Constants:
             v = self.value_view(value) if value.numel() else None
             if v is None:
                 v = self.rebuilt_op(node)
-        self.masks[key] = v
         return v
 
     def rebuilt_op(self, node):
         """`rebuild` of one op: its operands rebuilt, then its ordinary lowering."""
         packet = _packet(node) if node.op == "call_function" else None
         if packet == "arange":
+            self.src = self.naming_src(node, self.cur) or self.src
             a = self.args(node)
             start, end, step = (0, a.get("end"), 1) if _overload(node) == "default" else (
                 a.get("start", 0), a.get("end"), a.get("step", 1) or 1)
@@ -342,13 +357,15 @@ class Constants:
         number = ir.Number(int(base) if base == int(base) else base)
         tables = {}
         rows = None
+        for pv in region.params.values():  # a rotary table the block has: the new one shares its legs (one meaning each)
+            if pv.made is not None and pv.made.name.startswith("rotary_") and [c.size for c in pv.legs] == [rows_total, 2 * half]:
+                rows = pv.legs
         for name in dict.fromkeys([a] + ([b] if b else [])):
             init = ir.Init(f"rotary_{name}", (("base", number),))
-            pv = self.made_buffer(region, f"{name}_table", [rows_total, 2 * half], init, "", legs=None if rows is None else [
-                rows, self.C.new(2 * half, role="feat", origin=f"the columns of the rotary {name} table")])
+            pv = self.made_buffer(region, f"{name}_table", [rows_total, 2 * half], init, "", legs=rows)
             if rows is None:
-                rows = pv.legs[0]
-                self.C.find(rows).origin = self.C.find(rows).origin or f"positions of the rotary {name} table"
+                rows = list(pv.legs)
+                self.C.find(rows[0]).origin = self.C.find(rows[0]).origin or f"positions of the rotary {name} table"
             self.C.find(pv.legs[1]).origin = self.C.find(pv.legs[1]).origin or f"the columns of the rotary {name} table"
             v = self.lift(View(pv, list(pv.legs), False), self.cur)
             if rows_total > T:
@@ -364,8 +381,7 @@ class Constants:
             return self.concat([halves[a], halves[b]], 1)
         if a == b:
             return self.tile(halves[a], 1, 2, interleave=True)
-        pair = self.concat([self.unsqueezed(halves[a], -1), self.unsqueezed(halves[b], -1)], -1)
-        return self.reshape(pair, [T, 2 * half])
+        return self.reshape(self.stacked([halves[a], halves[b]], 2), [T, 2 * half])
 
     def unsaved_values(self, region, target, value):
         """A buffer registered with persistent=False whose values no init makes, said as what they

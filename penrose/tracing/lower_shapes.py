@@ -535,6 +535,9 @@ class Shapes:
         dim = a.get("dim", 0)
         n = len(tensors[0].full) + 1
         d = dim % n
+        stacked = self.stacked(tensors, d)
+        if stacked is not None:
+            return stacked
         ups = []
         for t in tensors:
             full = t.full
@@ -545,6 +548,31 @@ class Shapes:
                 new = new[1:]
             ups.append(View(t.pval, new, t.batched))
         return self.concat(ups, d)
+
+    def stacked(self, tensors, d):
+        """torch.stack(parts, d) as a person writes it: the parts joined along an axis they have, cut
+        into (part, axis), the part's leg put at d (`rearrange(concat([a, b], u, f), 't (k u) -> t u k')`
+        once a flatten merges it: the sinusoidal positions' sin and cos, interleaved). None where a part
+        lacks an axis to join along (then a size-1 leg each, joined)."""
+        full = tensors[0].full
+        along = d if d < len(full) else len(full) - 1
+        if not full or any(len(t.full) != len(full) for t in tensors) or any(
+                t.full[along] is None or t.full[along] is BATCH for t in tensors):
+            return None
+        size = tensors[0].full[along].size
+        if any(t.full[along].size != size for t in tensors):
+            return None
+        joined = self.concat(tensors, along)
+        sizes = self.full_shape(joined)
+        cut = self.reshape(joined, sizes[:along] + [len(tensors), size] + sizes[along + 1:])
+        part, leg = cut.axes[along - (1 if cut.batched else 0)], cut.axes[along + 1 - (1 if cut.batched else 0)]
+        self.unify(leg, tensors[0].full[along])
+        part.role = "stack"
+        if d < len(full):
+            return cut
+        order = list(range(len(cut.full)))
+        order[along], order[along + 1] = order[along + 1], order[along]
+        return self.permute(cut, order)
 
     def select(self, x: View, dim, index):
         if self.is_virtual(x.axes[self.axis(x, dim)]):

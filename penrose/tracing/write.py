@@ -37,7 +37,7 @@ RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"
 ROLE_LETTERS = {
     "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
     "head": "hg", "headdim": "dc", "key": "sjk", "piece": "efc", "slice": "uvwpq", "joined": "fc", "copy": "rk",
-    "one": ["one"], "part": "uvw", "kernel": "klmn",
+    "one": ["one"], "part": "uvw", "kernel": "klmn", "stack": "kjw",
 }
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -284,6 +284,10 @@ def call_depth(e, inline) -> int:
     if isinstance(e, Ref):
         inner = inline(e.pval)
         return call_depth(inner, inline) if inner is not None else 0
+    if isinstance(e, Call) and e.fn == "rearrange" and e.args and isinstance(e.args[0], Ref):
+        inner = inline(e.args[0].pval)
+        if isinstance(inner, Call) and inner.fn in ("rearrange", "repeat"):  # written as one call (Text.composed)
+            return call_depth(inner, inline)
     if isinstance(e, (Call, Einsum)):
         args = list(e.args) + [v for _, v in e.kwargs] if isinstance(e, Call) else list(e.operands)
         return 1 + max((call_depth(a, inline) for a in args), default=0)
@@ -955,7 +959,7 @@ class Writer:
                 continue
             inner: list = []
             for p in (refs(it.expr, []) if it is not None else list(b.results)):
-                self._inlined_in(p, b, inner, 0)
+                self._inlined_in(p, b, inner, 0, it.expr if it is not None else None)
             if not inner:
                 continue
             size = {p.id: len(T.expr(b.inlined[p.id])) for p, _ in inner}
@@ -966,14 +970,17 @@ class Writer:
             return True
         return False
 
-    def _inlined_in(self, p, b, out, depth):
-        """(value, depth) of the values written inline inside value p (p too, when it is)."""
+    def _inlined_in(self, p, b, out, depth, parent=None):
+        """(value, depth) of the values written inline inside value p (p too, when it is); not a
+        rearrange or repeat its parent rearrange is written as one call with (`Text.composed`)."""
         e = b.inlined.get(p.id)
         if e is None:
             return
-        out.append((p, depth))
+        composed = isinstance(parent, Call) and parent.fn == "rearrange" and isinstance(e, Call) and e.fn in ("rearrange", "repeat")
+        if not composed:
+            out.append((p, depth))
         for q in refs(e, []):
-            self._inlined_in(q, b, out, depth + 1)
+            self._inlined_in(q, b, out, depth + 1, e)
 
     def deep_wish(self, p):
         """The name a helper function's line gives a value forward made through it (Hugging Face's
@@ -1160,7 +1167,7 @@ def _fallback(it, names=None, inline=None):
     if isinstance(e, BinOp) and isinstance(e.a, Einsum):
         e = e.a  # einsum(...) / sqrt(d)
     if isinstance(e, Einsum):  # attention's scores: a result with the keys' leg beside the queries'
-        return "scores" if any(c.role == "key" for c in e.out_cls.values()) else "h"
+        return "scores" if any(c.role == "key" for c in e.out_cls.values()) else "y"
     view = e
     while isinstance(view, Call) and view.fn in ("rearrange", "repeat", "select", "slice", "detach", "dropout") \
             and view.args and isinstance(view.args[0], Ref) and names is not None:
@@ -1169,10 +1176,8 @@ def _fallback(it, names=None, inline=None):
             return re.sub(r"\d+$", "", names[p.id]) or names[p.id]
         view = inline(p) if inline is not None else None
     if isinstance(e, Call):
-        return {"rearrange": "r", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
-    if isinstance(e, BinOp):
-        return "h"
-    return "h"
+        return {"rearrange": "y", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
+    return "y"  # arithmetic no line names (`h` would read as the heads)
 
 
 def _as_read(formal, body, sizes):
