@@ -136,7 +136,7 @@ MADE_UP = re.compile(r"^(r|h|y|part|cat|masked)\d*$")
 def made_up_names(text: str) -> list[str]:
     """Tensor names the tracer made up rather than read from the source (`r2`, `h2`, `y`, formals `x2`, `x3`)."""
     names = re.findall(r"^\s*([\w, ]+?) = ", text, re.MULTILINE)
-    formals = re.findall(r"[(,] ?(\w+)\[", " ".join(re.findall(r"^block \w+\((.*)\) \{$", text, re.MULTILINE)))
+    formals = re.findall(r"[(,] ?(\w+)\[", " ".join(re.findall(r"^block \w+(\(.*)\) \{$", text, re.MULTILINE)))
     found = [n.strip() for group in names for n in group.split(",")]
     return sorted({n for n in found if MADE_UP.match(n)} | {n for n in formals if re.fullmatch(r"x\d+", n)})
 

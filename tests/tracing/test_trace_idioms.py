@@ -408,3 +408,35 @@ def test_sparse_mixture_of_experts_is_refused_at_its_line_and_stderr_stays_clean
         penrose.trace(make().eval(), torch.randn(2, 5, 8))
     assert cause in err.value.message and code in str(err.value)
     assert capfd.readouterr().err.count("\n") <= 1  # at most transformers' own one-line note, not export's graph
+
+
+# ---- what a person would have written: the measures of tests/trace_readability.py ---------------------------
+
+
+def test_whole_models_read_like_hand_written_diagrams():
+    """LLaMA and GPT-2 from token ids, and timm's ViT attention, by every measure: no line over 100
+    characters, a block's formals read by its einsums by the letters it declares, identical layers
+    written `repeat N`, no made-up names (`r2`, `h2`, formals `x2`), one letter per meaning in the
+    legend, class names split as a person splits them. (Before issue 38, the same three had 13
+    long lines, a block read by other letters, an unrolled layer pair and 3 made-up names.)"""
+    from test_trace_real import _timm, _whole
+    from trace_readability import measures
+
+    for module, inputs in (_whole("llama"), _whole("gpt2"), _timm("timm-vit-attention")):
+        text = penrose.trace(module.eval(), *inputs)
+        assert measures(text) == {"long lines": 0, "block legs vs einsum": 0, "unrolled layers": 0, "made-up names": 0,
+                                  "legend repeats": 0, "block names": 0}, text
+
+
+def test_readability_measures_can_fail():
+    from trace_readability import block_leg_mismatches, legend_repeats, long_lines, made_up_names, snake_block_names, \
+        unrolled_layers
+
+    text = ("# index legend:\n#   t  token\n#   e  width\n#   m  width\n"
+            "dim t = 3, e = 4, m = 4\n\n"
+            "block si_lu_linear(x2[t, e]) {\n  param weight[e, m]\n  return einsum('tm,em->te', x2, weight)\n}\n\n"
+            "input x[t, e]\nh = si_lu_linear(x) as layers.0\nr2 = si_lu_linear(h) as layers.1\n"
+            f"y = x + {' + '.join(['r2'] * 30)}\noutput y\n")
+    assert long_lines(text) and block_leg_mismatches(text) and unrolled_layers(text)
+    assert made_up_names(text) == ["h", "r2", "x2", "y"] and snake_block_names(text) == ["si_lu_linear"]
+    assert legend_repeats(text) == ["e m"]
