@@ -78,7 +78,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.keep_virtual = True  # the op being lowered reads virtual merges as they are (VIRTUAL_OK)
         self.slices: dict = {}  # (start, end, size) -> the legs slices cut so: one leg where they can be
         self.views_of: dict = {}  # (role, size, sizes) -> the legs a view first split a leg so into
-        self._helper_lines = None  # helper_lines(), made once when the writer asks
+        self._helper_lines: dict | None = None  # helper_lines(), made once when the writer asks
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):

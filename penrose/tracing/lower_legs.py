@@ -236,7 +236,7 @@ class Reductions:
         s = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
         t, s = (s, c) if fresh else (c, s)
         upto = self.emit(Call("where", [Call("causal", [Leg(t), Leg(s)]), Num(1), Num(0)]), [t, s], False, hint="upto")
-        keys = [("a", i) for i in range(len(x.full))]
+        keys: list[Any] = [("a", i) for i in range(len(x.full))]
         keys[len(x.full) - len(x.axes) + j] = "s"
         out = [k if k != "s" else "t" for k in keys]
         return self.einsum_view([x, View(upto, [t, s], False)], [keys, ["t", "s"]], out)

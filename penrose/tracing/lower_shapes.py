@@ -151,7 +151,7 @@ class Shapes:
                 owner[id(self.C.find(pc))] = root
             return pieces
 
-        groups = []
+        groups: list[list | None] = []
         for s in new:
             if s == 1:
                 groups.append(None)
@@ -182,23 +182,25 @@ class Shapes:
                 for other in self.views_of.get(key, [])[k:k + 1]:
                     self.C.wish(l, other)  # q's, k's and v's heads and head dims, split alike: one leg each
             self.views_of.setdefault(key, list(seq))
-        axes, right, legs = [], [], []
+        axes: list[Any] = []
+        right: list[Any] = []
+        legs: list[Any] = []
         changed = any(l.size == 1 for l in x.pval.legs) or any(len(parts[id(self.C.find(l))]) > 1 for l in x.pval.legs)
-        for group in groups:
-            if group is None:
+        for grp in groups:
+            if grp is None:
                 axes.append(None)
-            elif len(group) == 1:
-                axes.append(group[0])
-                right.append(group[0])
-                legs.append(group[0])
-            elif any(self.batchy(c) for c in group):  # the batch merged with other legs: kept apart
-                axes.append(self.virtual_class(group))
-                right.extend(group)
-                legs.extend(group)
+            elif len(grp) == 1:
+                axes.append(grp[0])
+                right.append(grp[0])
+                legs.append(grp[0])
+            elif any(self.batchy(c) for c in grp):  # the batch merged with other legs: kept apart
+                axes.append(self.virtual_class(grp))
+                right.extend(grp)
+                legs.extend(grp)
             else:
-                m = self.C.new(math.prod(c.size for c in group), role="merge", merge=tuple(group), origin="")
+                m = self.C.new(math.prod(c.size for c in grp), role="merge", merge=tuple(grp), origin="")
                 axes.append(m)
-                right.append(tuple(group))
+                right.append(tuple(grp))
                 legs.append(m)
                 changed = True
         if not changed:

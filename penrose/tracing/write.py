@@ -950,8 +950,8 @@ class Writer:
         b = self.body(region)
         T = Text(self.C, self.leg, lambda p: names.get(p.id, "x"), b.inline)
         T.dims = set(self.dim_sizes)
-        lines = [(it, ir.Assign(tuple(names.get(p.id, "x") for p in it.outs), T.to_ir(it.expr)))
-                 for it in b.kept if isinstance(it, Stmt)]
+        lines: list[tuple] = [(it, ir.Assign(tuple(names.get(p.id, "x") for p in it.outs), T.to_ir(it.expr)))
+                              for it in b.kept if isinstance(it, Stmt)]
         if region.parent is not None:
             lines.append((None, ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results))))
         for it, st in lines:
