@@ -417,8 +417,9 @@ def test_whole_models_read_like_hand_written_diagrams():
     """LLaMA and GPT-2 from token ids, and timm's ViT attention, by every measure: no line over 100
     characters, a block's formals read by its einsums by the letters it declares, identical layers
     written `repeat N`, no made-up names (`r2`, `h2`, formals `x2`), one letter per meaning in the
-    legend, class names split as a person splits them. (Before issue 38, the same three had 13
-    long lines, a block read by other letters, an unrolled layer pair and 3 made-up names.)"""
+    legend, class names split as a person splits them. (Before issue 38, the same three had 8
+    long lines, a block read by other letters, an unrolled layer pair, 3 made-up names and
+    `si_lu_activation`.)"""
     from test_trace_real import _timm, _whole
     from trace_readability import measures
 
