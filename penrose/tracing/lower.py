@@ -103,14 +103,23 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
             return span
         import traceback
 
-        from torch.overrides import TorchFunctionMode
-
         stacks = []
+        self.replay(lambda func: stacks.append(traceback.extract_stack()[:-2]) if getattr(func, "__name__", None) == name else None)
+        for stack in stacks:
+            user = [f for f in stack if _user_file(f.filename)]
+            if any(f.filename == span.file and f.lineno == span.line for f in user):
+                inner = user[-1]
+                return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
+        return span
+
+    def replay(self, on_call):
+        """Forward run once more on the example inputs (eval, no grad; params and buffers as they were
+        after), `on_call(func)` told of every torch function it calls, with the caller's stack live."""
+        from torch.overrides import TorchFunctionMode
 
         class Record(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                if getattr(func, "__name__", None) == name:
-                    stacks.append(traceback.extract_stack()[:-1])
+                on_call(func)
                 return func(*args, **(kwargs or {}))
 
         was = self.module.training
@@ -119,19 +128,13 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         try:
             with torch.no_grad(), Record():
                 self.module(*self.inputs)
-        except Exception:  # noqa: BLE001, S110 - only a better line is sought; the error stands either way
+        except Exception:  # noqa: BLE001, S110 - only lines and names are sought; without them the trace stands
             pass
         finally:
             self.module.train(was)
             with torch.no_grad():  # what forward updated in place (a running count) is as it was
                 for t, saved in state:
                     t.copy_(saved)
-        for stack in stacks:
-            user = [f for f in stack if _user_file(f.filename)]
-            if any(f.filename == span.file and f.lineno == span.line for f in user):
-                inner = user[-1]
-                return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
-        return span
 
     def helper_lines(self) -> dict:
         """{node name: (file, line)}: the line inside a helper function that made a node whose recorded
@@ -144,36 +147,19 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         import traceback
         from collections import defaultdict
 
-        from torch.overrides import TorchFunctionMode
-
-        calls = defaultdict(list)  # (function, file, line) -> the innermost user frame of each call through it
+        calls = defaultdict(list)  # (function, file, line) -> the user's stack of each call through it
         functions: dict = {}  # an innermost user frame -> the name of its function
 
-        class Record(TorchFunctionMode):
-            def __torch_function__(self, func, types, args=(), kwargs=None):
-                name = getattr(func, "__name__", None)
-                if name:
-                    stack = [f for f in traceback.extract_stack()[:-1] if _user_file(f.filename)]
-                    user = [(f.filename, f.lineno) for f in stack]
-                    if stack:
-                        functions[user[-1]] = stack[-1].name
-                    for frame in dict.fromkeys(user):
-                        calls[(name, *frame)].append(tuple(user))
-                return func(*args, **(kwargs or {}))
+        def record(func):
+            name = getattr(func, "__name__", None)
+            stack = [f for f in traceback.extract_stack()[:-2] if _user_file(f.filename)] if name else []
+            user = [(f.filename, f.lineno) for f in stack]
+            if stack:
+                functions[user[-1]] = stack[-1].name
+            for frame in dict.fromkeys(user):
+                calls[(name, *frame)].append(tuple(user))
 
-        was = self.module.training
-        self.module.eval()
-        state = [(t, t.detach().clone()) for t in list(self.module.parameters()) + list(self.module.buffers())]
-        try:
-            with torch.no_grad(), Record():
-                self.module(*self.inputs)
-        except Exception:  # noqa: BLE001, S110 - only names are sought; without them the text is as before
-            pass
-        finally:
-            self.module.train(was)
-            with torch.no_grad():
-                for t, saved in state:
-                    t.copy_(saved)
+        self.replay(record)
         seen: dict = defaultdict(int)
         self._helper_lines, self._helper_stacks = {}, {}
         for node in self.ep.graph.nodes:

@@ -38,15 +38,18 @@ class Shapes:
             x = self.solid(x)
         return self.reshape_merging(x, new_full)
 
+    def past_batch(self, x: View, new_full) -> list:
+        """A reshape's sizes after the batch (which must stay first, whole: else `BatchAxis`)."""
+        if not x.batched:
+            return new_full
+        if not new_full or new_full[0] != self.batch_size:
+            raise BatchAxis
+        return new_full[1:]
+
     def reshape_merging(self, x: View, new_full) -> View:
         """`reshape` where a new axis takes parts of two legs (merge them first, then split)."""
         new_full = [int(s) for s in new_full]
-        if x.batched:
-            if not new_full or new_full[0] != self.batch_size:
-                raise BatchAxis
-            new = new_full[1:]
-        else:
-            new = new_full
+        new = self.past_batch(x, new_full)
         old_big = [(j, c) for j, c in enumerate(x.axes) if c is not None and c.size != 1]
         ones = [c for c in x.axes if c is not None and c.size == 1]
         new_big = [(j, s) for j, s in enumerate(new) if s != 1]
@@ -123,12 +126,7 @@ class Shapes:
         """`reshape` by consuming x's legs (virtual merges read as their factors) in order, each new
         axis taking whole legs, or the first part of one that it splits; None where a new axis
         would need parts of two legs (then `reshape_merging`)."""
-        if x.batched:
-            if not new_full or new_full[0] != self.batch_size:
-                raise BatchAxis
-            new = new_full[1:]
-        else:
-            new = new_full
+        new = self.past_batch(x, new_full)
         queue = [l for c in x.axes if c is not None for l in self.flat(c) if l.size != 1]
         if math.prod(c.size for c in queue) != math.prod(new):
             self.fail(f"{torch_name(self.node)}: internal: sizes do not match")
