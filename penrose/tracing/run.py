@@ -196,10 +196,17 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
                       "returns the tensors only).")
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
+    inputs_legs = [c for v in low.input_views for c in v.pval.legs]
+    for leg in low.position_legs:  # positions made in forward, from `~ arange` buffers, on an input's axis
+        if any(low.C.same(leg, c) for c in inputs_legs):
+            low.fixed_length.append((leg.size, None))
     if low.fixed_length:
         lengths = sorted({n for n, _ in low.fixed_length})
-        tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length))
-        header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: slices of position tables ({tables}) fix the "
+        tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length if t))
+        made = any(t is None for _, t in low.fixed_length)
+        why = " and ".join(([f"slices of position tables ({tables})"] if tables else [])
+                           + (["positions made in forward (`~ arange` buffers)"] if made else []))
+        header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: {why} fix the "
                       "token count to the example's (trace again for another length; docs/trace.md, \"Other limits\").")
     for model_dtype, cast, where, code in low.downcasts:
         header.append(f"# Computes in {model_dtype} where the module casts to {cast} at {where}{code}: its values differ "

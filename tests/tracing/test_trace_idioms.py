@@ -21,6 +21,7 @@ import torch.nn.functional as F
 import torchvision_stub
 from test_trace import round_trip, tensors
 from torch import nn
+from trace_readability import header
 
 import penrose
 
@@ -132,6 +133,8 @@ def test_constants_forward_makes_from_positions_round_trip(make, expect):
     language's own arithmetic, or read as rows of rotary tables (sin and cos of positions)."""
     text = at_two_batches(make(), _x())
     assert expect in text
+    if make in (AlibiAttention, RetentionDecay):  # positions of the tokens, from a buffer: the header says so
+        assert "Takes 5 tokens only: positions made in forward" in header(text)
 
 
 def test_mpt_alibi_made_in_forward_round_trips():
