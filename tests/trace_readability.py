@@ -25,6 +25,12 @@ def call_depth(code: str) -> int:
     return deepest
 
 
+def header(text: str) -> str:
+    """The diagram's header comments (above the index legend) as one line: they wrap at MAX_LINE."""
+    head = text.split("# index legend:")[0]
+    return " ".join(line[2:] for line in head.splitlines() if line.startswith("# "))
+
+
 def check_readable(text: str, writer) -> None:
     deep = [line for line in text.splitlines() if call_depth(line) > MAX_DEPTH]
     assert not deep, f"statements nesting more than {MAX_DEPTH} calls: {deep}"
@@ -54,3 +60,116 @@ def traced(module, *inputs, **options) -> str:
         text = penrose.trace(module, *inputs, **options)
     check_readable(text, made[-1])
     return text
+
+
+# ---- the measures of what a person would have written (issue 38) ---------------------------------------------
+MAX_LINE = 100
+
+
+def long_lines(text: str) -> list[str]:
+    """Lines over MAX_LINE characters (comments too: the header and legend are read as well)."""
+    return [line for line in text.splitlines() if len(line) > MAX_LINE]
+
+
+def _walk(e):
+    """An expression and every expression inside it."""
+    from penrose import ir
+
+    if e is None:
+        return
+    yield e
+    if isinstance(e, ir.Call):
+        for x in list(e.args) + [v for _, v in e.kwargs]:
+            yield from _walk(x)
+    elif isinstance(e, ir.BinOp):
+        yield from _walk(e.left)
+        yield from _walk(e.right)
+    elif isinstance(e, ir.Neg):
+        yield from _walk(e.operand)
+    elif isinstance(e, ir.ListExpr):
+        for x in e.items:
+            yield from _walk(x)
+
+
+def block_leg_mismatches(text: str) -> list[str]:
+    """Einsums in a block whose letters for a formal, param or buffer of the block are not the legs
+    the block declares for it (`block f(x[t, e])` contracted as 'tm,...': a reader must rename)."""
+    from penrose import ir
+    from penrose.parser import parse
+
+    out = []
+    for st in parse(text).body:
+        if not isinstance(st, ir.Block):
+            continue
+        legs = {f.name: list(f.legs) for f in st.formals}
+        legs.update({t.name: list(t.legs) for t in st.body if isinstance(t, ir.Tensor)})
+        for body_st in st.body:
+            values = [getattr(body_st, "value", None)] + list(getattr(body_st, "values", ()))
+            for e in (x for v in values for x in _walk(v)):
+                if not (isinstance(e, ir.Call) and e.func == "einsum" and e.args and isinstance(e.args[0], ir.String)):
+                    continue
+                spec = e.args[0].value
+                terms = spec.split("->")[0].split(",")
+                for term, operand in zip(terms, e.args[1:]):
+                    if not isinstance(operand, ir.Name) or operand.id not in legs:
+                        continue
+                    letters = term.split() if " " in term.strip() else list(term.strip())
+                    if letters != legs[operand.id]:
+                        out.append(f"{st.name}: {operand.id}{legs[operand.id]} read as '{term.strip()}'")
+    return out
+
+
+def unrolled_layers(text: str) -> list[str]:
+    """Calls of one block on numbered instances one after the other (`as h.0`, `as h.1`) that are not
+    written `repeat N`."""
+    found = re.findall(r"^\s*(\w+) = (\w+)\((\w+)[,)].* as ([\w.`]+)\.(\d+)$", text, re.MULTILINE)
+    out = []
+    for (o1, b1, _a1, p1, k1), (_o2, b2, a2, p2, k2) in zip(found, found[1:]):
+        if b1 == b2 and p1 == p2 and int(k2) == int(k1) + 1 and a2 == o1:
+            out.append(f"{p1}.{k1} -> {p2}.{k2}")
+    return out
+
+
+MADE_UP = re.compile(r"^(r|h|y|part|cat|masked)\d*$")
+
+
+def made_up_names(text: str) -> list[str]:
+    """Tensor names the tracer made up rather than read from the source (`r2`, `h2`, `y`, formals `x2`, `x3`)."""
+    names = re.findall(r"^\s*([\w, ]+?) = ", text, re.MULTILINE)
+    formals = re.findall(r"[(,] ?(\w+)\[", " ".join(re.findall(r"^block \w+(\(.*)\) \{$", text, re.MULTILINE)))
+    found = [n.strip() for group in names for n in group.split(",")]
+    return sorted({n for n in found if MADE_UP.match(n)} | {n for n in formals if re.fullmatch(r"x\d+", n)})
+
+
+def legend_repeats(text: str) -> list[str]:
+    """Letters for one meaning: dims of size 1 beyond one, and dims whose legend line says the same."""
+    rows = re.findall(r"^#\s+(\w+)\s{2}(.*)$", text, re.MULTILINE)
+    sizes = dict(re.findall(r"\b(\w+) = (\d+)\b", "\n".join(re.findall(r"^dim (.*)$", text, re.MULTILINE))))
+    ones = [n for n, s in sizes.items() if s == "1"]
+    seen: dict = {}
+    for name, meaning in rows:
+        seen.setdefault(re.sub(r"\.\d+\.", ".#.", meaning.strip()), []).append(name)  # layers.0. and layers.1.
+    same = [" ".join(ns) for ns in seen.values() if len(ns) > 1]
+    return ([f"size 1: {' '.join(ones)}"] if len(ones) > 1 else []) + same
+
+
+def snake_block_names(text: str) -> list[str]:
+    """Block names split as no person would (`si_lu_activation`, `g_p_t2`): short pieces that are not the
+    name of an instance the text calls (`linear_c_fc` for `as c_fc` is the module's own name)."""
+    instances = set(re.findall(r" as ([\w`.]+)$", text, re.MULTILINE))
+    parts = {p for i in instances for p in i.replace("`", "").split(".")}
+    out = []
+    for n in re.findall(r"^block (\w+)\(", text, re.MULTILINE):
+        bare = n
+        for p in sorted(parts, key=len, reverse=True):
+            bare = bare.replace("_" + p, "") if p and not p.isdigit() else bare
+        if re.search(r"(^|_)[a-z]{1,2}_[a-z]{1,2}(_|$)", bare):
+            out.append(n)
+    return out
+
+
+def measures(text: str) -> dict:
+    """Each measure's count for one traced text."""
+    return {"long lines": len(long_lines(text)), "block legs vs einsum": len(block_leg_mismatches(text)),
+            "unrolled layers": len(unrolled_layers(text)), "made-up names": len(made_up_names(text)),
+            "legend repeats": len(legend_repeats(text)), "block names": len(snake_block_names(text))}

@@ -27,8 +27,10 @@ def trace(module, *example_inputs, dims=None, verify=True, notes=False, batch=No
     - `dims`: names for input axes, `{"b": 0, "t": 1}` (axes of the first input) or
       `{"t": (1, 0)}` (input 1, axis 0). Naming axis 0 declares the batch axis as a leg.
     - `batch`: None (default) reads axis 0 of the inputs as the batch every penrose input
-      accepts, unless an op mixes it with other axes (then it becomes the leg `b`); False
-      always declares it; True refuses a module that does not keep it apart.
+      accepts, unless an op mixes it with other axes (then it becomes the leg `b`, still free);
+      a module whose batch the diagram would have to fix (merged into one leg with others) is
+      refused at that line. False always declares it, and accepts a fixed batch (the header
+      says so); True refuses a module that does not keep it apart.
     - `verify`: compile the text, load the module's state dict and compare outputs on the
       example inputs (eval mode); a mismatch is a `PenroseTraceError`.
     - `notes`: each statement keeps the user's source line as its note.

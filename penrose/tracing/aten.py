@@ -74,7 +74,7 @@ ATEN = {
     "clamp": E.op_clamp, "clamp_min": E.op_clamp_min, "clamp_max": E.op_clamp_max,
     "dropout": E.op_dropout,  # (feature_dropout is refused: it drops whole channels)
     # masks, fills, top-k
-    "where": E.op_where, "masked_fill": E.op_masked_fill,
+    "pad": E.op_pad, "constant_pad_nd": E.op_pad, "where": E.op_where, "maximum": E.op_maximum, "minimum": E.op_minimum, "fmax": E.op_maximum, "fmin": E.op_minimum, "masked_fill": E.op_masked_fill,
     "bitwise_not": E.op_bitwise_not, "logical_not": E.op_bitwise_not,
     **dict.fromkeys(("__and__", "bitwise_and", "logical_and"), E.op_and),
     **dict.fromkeys(("full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones"), E.op_full),
@@ -83,14 +83,14 @@ ATEN = {
     "topk": E.op_topk, "scatter": E.op_scatter,
     # contractions
     **dict.fromkeys(("matmul", "mm", "bmm", "mv", "dot"), C.op_matmul),
-    "addmm": C.op_addmm, "baddbmm": C.op_baddbmm, "linear": C.op_linear, "einsum": C.op_einsum,
+    "outer": C.op_outer, **dict.fromkeys(("conv1d", "conv2d", "conv3d", "convolution"), C.op_conv), "ger": C.op_outer, "addmm": C.op_addmm, "baddbmm": C.op_baddbmm, "linear": C.op_linear, "einsum": C.op_einsum,
     "bilinear": C.op_bilinear, "scaled_dot_product_attention": C.op_scaled_dot_product_attention,
     # over one leg: softmax, norms, reductions
     "softmax": R.op_softmax, "_softmax": R.op__softmax, "log_softmax": R.op_log_softmax,
     "_log_softmax": R.op__log_softmax, "layer_norm": R.op_layer_norm, "rms_norm": R.op_rms_norm,
     "linalg_vector_norm": R.op_linalg_vector_norm, "var": R.op_var, "std": R.op_std, "logsumexp": R.op_logsumexp,
     "cdist": R.op_cdist, "cosine_similarity": R.op_cosine_similarity,  # distances: a sum over one leg
-    "sum": R.op_sum, "mean": R.op_mean, "amax": R.op_amax, "amin": R.op_amin, "prod": R.op_prod, "max": R.op_max,
+    "argmax": R.op_argmax, "cumsum": R.op_cumsum, "sum": R.op_sum, "mean": R.op_mean, "amax": R.op_amax, "amin": R.op_amin, "prod": R.op_prod, "max": R.op_max, "min": R.op_min,
     # shapes
     **dict.fromkeys(("view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as"), S.reshape_node),
     "permute": S.op_permute, **dict.fromkeys(("transpose", "swapaxes", "swapdims"), S.op_transpose),
@@ -103,3 +103,19 @@ ATEN = {
     "select": S.op_select, "slice": S.op_slice, "narrow": S.op_narrow, "arange": S.op_arange,
     "index_select": S.op_index_select, "embedding": S.op_embedding, "index": S.op_index,
 }
+
+# the ops whose handlers read a virtual merge (the batch merged with other legs, kept apart: Lowerer.reshape)
+# as it is; any other op gets it merged first (which fixes the diagram's batch)
+VIRTUAL_OK = {
+    *UNARY, *COMPARE, *IDENTITY, "detach", "add", "sub", "rsub", "mul", "div", "true_divide", "pow", "neg", "rsqrt",
+    "reciprocal", "square", "gelu", "softplus", "leaky_relu", "clamp", "clamp_min", "clamp_max", "dropout", "where",
+    "masked_fill", "view", "reshape", "_unsafe_view", "flatten", "unflatten", "view_as", "reshape_as", "permute",
+    "transpose", "swapaxes", "swapdims", "t", "numpy_T", "mT", "movedim", "moveaxis", "unsqueeze", "squeeze", "expand",
+    "broadcast_to", "expand_as", "matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum",
+    "scaled_dot_product_attention", "softmax", "_softmax", "log_softmax", "_log_softmax", "layer_norm", "rms_norm",
+    "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "cat", "concat", "stack",
+    "bitwise_not", "logical_not", "__and__", "bitwise_and", "logical_and", "repeat_interleave", "sum", "mean", "amax",
+    "amin", "full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones", "zeros_like", "ones_like",
+    "full_like", "floor_divide", "pad", "constant_pad_nd",
+}
+

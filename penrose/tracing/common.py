@@ -37,8 +37,8 @@ CAUSES = {
     **dict.fromkeys(("sin", "cos", "tan", "atan", "erf", "floor", "ceil", "round", "sign"), "a function the language does not have"),
     **dict.fromkeys(("tril", "triu"), "a mask made in forward (register it as a buffer, or write causal(t, s))"),
     **dict.fromkeys(("pad", "constant_pad_nd", "reflection_pad1d", "replication_pad1d"), "padding (borders the language has no axis for)"),
-    "maximum": "the element-wise maximum of two tensors (write where(a > b, a, b))",
-    "minimum": "the element-wise minimum of two tensors (write where(a < b, a, b))",
+    **dict.fromkeys(("one_hot", "nonzero", "index_add", "bincount", "unique"),
+                    "it routes by indices (a sparse mixture of experts selects each expert's tokens: data-dependent)"),
 }
 SKIP = {"_assert_tensor_metadata", "_assert_scalar", "sym_constrain_range_for_size", "_assert_async"}
 

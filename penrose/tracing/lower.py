@@ -16,13 +16,13 @@ import operator
 
 import torch
 
-from penrose import ir
-from penrose.tracing.aten import ATEN, IDENTITY
+from penrose.tracing.aten import ATEN, IDENTITY, VIRTUAL_OK
 from penrose.tracing.common import (
     CAUSES, INPLACE_KEEP, SKIP, VIEW_OPS, BatchAxis, _base, _dtype, _forward_range, _in_torch, _is_block, _packet,
     _scalar, _user_file, torch_name,
 )
 from penrose.tracing.errors import PenroseTraceError, frames, span_at
+from penrose.tracing.lower_consts import Constants
 from penrose.tracing.lower_contract import Contractions
 from penrose.tracing.lower_elementwise import Elementwise
 from penrose.tracing.lower_legs import Reductions
@@ -32,7 +32,7 @@ from penrose.tracing.model import (
 )
 
 
-class Lowerer(Elementwise, Contractions, Reductions, Shapes):
+class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
     def __init__(self, ep, module, inputs, *, batch: bool, hints: dict):
         self.ep = ep
         self.module = module
@@ -69,6 +69,16 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.batch_size = None
         self.masks: dict = {}  # a bool buffer read in a region: its `!= 0`, made once
         self.fixed_length: list = []  # the lengths slices of position tables fix (the diagram's header says so)
+        self.position_legs: list = []  # the legs of `~ arange` buffers made for positions forward computes
+        self.rebuilding = 0  # inside `rebuild`: the ops of a constant lowered as any other
+        self.none_outputs: list = []  # the places of the Nones among the module's outputs (not the diagram's)
+        self.batch_legs: list = []  # explicit mode: the legs of axis 0 of the inputs that carry the batch
+        self.virtuals: dict = {}  # the legs a virtual merge keeps apart -> its class (one per group)
+        self.fixed_batch: list = []  # where a merge of the batch became a leg (the diagram's batch is then fixed)
+        self.keep_virtual = True  # the op being lowered reads virtual merges as they are (VIRTUAL_OK)
+        self.slices: dict = {}  # (start, end, size) -> the legs slices cut so: one leg where they can be
+        self.views_of: dict = {}  # (role, size, sizes) -> the legs a view first split a leg so into
+        self._helper_lines: dict | None = None  # helper_lines(), made once when the writer asks
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):
@@ -93,14 +103,23 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             return span
         import traceback
 
-        from torch.overrides import TorchFunctionMode
-
         stacks = []
+        self.replay(lambda func: stacks.append(traceback.extract_stack()[:-2]) if getattr(func, "__name__", None) == name else None)
+        for stack in stacks:
+            user = [f for f in stack if _user_file(f.filename)]
+            if any(f.filename == span.file and f.lineno == span.line for f in user):
+                inner = user[-1]
+                return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
+        return span
+
+    def replay(self, on_call):
+        """Forward run once more on the example inputs (eval, no grad; params and buffers as they were
+        after), `on_call(func)` told of every torch function it calls, with the caller's stack live."""
+        from torch.overrides import TorchFunctionMode
 
         class Record(TorchFunctionMode):
             def __torch_function__(self, func, types, args=(), kwargs=None):
-                if getattr(func, "__name__", None) == name:
-                    stacks.append(traceback.extract_stack()[:-1])
+                on_call(func)
                 return func(*args, **(kwargs or {}))
 
         was = self.module.training
@@ -109,19 +128,75 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         try:
             with torch.no_grad(), Record():
                 self.module(*self.inputs)
-        except Exception:  # noqa: BLE001, S110 - only a better line is sought; the error stands either way
+        except Exception:  # noqa: BLE001, S110 - only lines and names are sought; without them the trace stands
             pass
         finally:
             self.module.train(was)
             with torch.no_grad():  # what forward updated in place (a running count) is as it was
                 for t, saved in state:
                     t.copy_(saved)
-        for stack in stacks:
-            user = [f for f in stack if _user_file(f.filename)]
-            if any(f.filename == span.file and f.lineno == span.line for f in user):
-                inner = user[-1]
-                return span_at(inner.filename, inner.lineno) if (inner.filename, inner.lineno) != (span.file, span.line) else span
-        return span
+
+    def helper_lines(self) -> dict:
+        """{node name: (file, line)}: the line inside a helper function that made a node whose recorded
+        stack stops at the line of forward that called the helper (export keeps only that one), for
+        the names a helper's lines give (`attn_weights = torch.matmul(...)` in `eager_attention_forward`).
+        Forward runs once more (eval, no grad) recording the user's stack of every torch call; the
+        k-th node of a torch function at a line is the k-th such call made through that line."""
+        if self._helper_lines is not None:
+            return self._helper_lines
+        import traceback
+        from collections import defaultdict
+
+        calls = defaultdict(list)  # (function, file, line) -> the user's stack of each call through it
+        functions: dict = {}  # an innermost user frame -> the name of its function
+
+        def record(func):
+            name = getattr(func, "__name__", None)
+            stack = [f for f in traceback.extract_stack()[:-2] if _user_file(f.filename)] if name else []
+            user = [(f.filename, f.lineno) for f in stack]
+            if stack:
+                functions[user[-1]] = stack[-1].name
+            for frame in dict.fromkeys(user):
+                calls[(name, *frame)].append(tuple(user))
+
+        self.replay(record)
+        seen: dict = defaultdict(int)
+        self._helper_lines, self._helper_stacks = {}, {}
+        for node in self.ep.graph.nodes:
+            fn = node.meta.get("torch_fn")
+            user = [f[:2] for f in frames(node.meta.get("stack_trace")) if _user_file(f[0])]
+            if node.op != "call_function" or not fn or len(fn) != 2 or not isinstance(fn[1], str) or not user:
+                continue
+            key = (fn[1].rsplit(".", 1)[-1], *user[-1])
+            k = seen[key]
+            seen[key] += 1
+            if k < len(calls.get(key, ())) and calls[key][k][-1] != user[-1]:
+                self._helper_lines[node.name] = calls[key][k][-1]
+                self._helper_stacks[node.name] = calls[key][k]
+        self._functions = functions
+        return self._helper_lines
+
+    def helper_result(self, name):
+        """The helper function whose returned value node `name` is (the last node made on its `return`
+        line in one module call), or None."""
+        import linecache
+
+        line = self.helper_lines().get(name)
+        if line is None or not self.last_on_line(name) or not linecache.getline(*line).lstrip().startswith("return"):
+            return None
+        fn = self._functions.get(line)
+        return None if fn in (None, "forward", "<lambda>") else fn
+
+    def last_on_line(self, name):
+        """Whether node `name` is the last (in graph order) that its helper's line made in one module call."""
+        if not hasattr(self, "_last_on_line"):
+            nodes = {n.name: n for n in self.ep.graph.nodes}
+            self._last_on_line = {}
+            for n in self.helper_lines():  # in graph order: the last one of a call stays
+                stack = nodes[n].meta.get("nn_module_stack") or {}
+                self._last_on_line[(self._helper_stacks[n], tuple(fqn for fqn, _ in stack.values()))] = n
+            self._last_names = set(self._last_on_line.values())
+        return name in self._last_names
 
     def unsupported(self, what=None, why=""):
         name = what or torch_name(self.node)
@@ -153,11 +228,13 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 self.values[node] = ("const", self.consts[node], node)  # read where a tensor of the diagram meets it
             elif node.op == "call_function":
                 self.enter(node)
+                saved = self.checkpoint() if node in self.consts else None
                 try:
                     self.values[node] = self.lower(node)
                 except PenroseTraceError:
-                    if node not in self.consts:
+                    if saved is None:
                         raise
+                    self.restore(saved)  # what the attempt declared (buffers, masks) is not the diagram's
                     # made from constants alone (Hugging Face's masks from torch.arange): its values,
                     # read where a tensor of the diagram meets them (a causal mask, a number, positions)
                     self.values[node] = ("const", self.consts[node], node)
@@ -172,9 +249,14 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 kinds = [spec.kind.name for spec in sig.output_specs]
                 if len(kinds) == len(outs):  # a mutated buffer or input is an output of export's graph, not the module's
                     outs = [o for o, k in zip(outs, kinds) if k == "USER_OUTPUT"]
+                self.none_outputs = [i + 1 for i, o in enumerate(outs) if o is None]  # `return logits, None` (nanoGPT's loss)
+                outs = [o for o in outs if o is not None]
+                if not outs:
+                    raise PenroseTraceError("the module returns None; a diagram's outputs are tensors", self.return_span())
                 for o in outs:
-                    if o is None or not hasattr(o, "op"):
-                        self.fail("the module returns a non-tensor value; a diagram's outputs are tensors", node)
+                    if not hasattr(o, "op"):
+                        raise PenroseTraceError(f"the module returns a {type(o).__name__} ({o!r:.30}), not a tensor; a "
+                                                "diagram's outputs are tensors", self.return_span())
                     v = self.get(o)
                     if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
                         self.node = o
@@ -187,10 +269,64 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 pass  # a submodule of a higher-order op (cond, map): refused where it is used
         return self.root
 
+    def batch_fix_site(self):
+        """Where the diagram fixes its batch (explicit mode): the first statement that merges the batch
+        leg with others, splits or joins along it, or repeats a tensor over it; None when none does."""
+        from penrose.tracing.model import LegList, children
+
+        def fixes(e) -> bool:
+            if isinstance(e, Call) and e.fn in ("rearrange", "repeat") and len(e.args) > 1 and isinstance(e.args[1], Pattern):
+                pat = e.args[1]
+                left = {id(self.C.find(c)) for x in pat.left for c in (x if isinstance(x, tuple) else [x]) if not isinstance(c, str)}
+                for x in pat.left + pat.right:
+                    if isinstance(x, tuple) and any(self.batchy(c) for c in x):
+                        return True
+                if e.fn == "repeat" and any(not isinstance(x, (str, tuple)) and self.batchy(x) and id(self.C.find(x)) not in left
+                                            for x in pat.right):
+                    return True
+            if isinstance(e, Call) and e.fn in ("concat", "split", "slice") and any(
+                    isinstance(a, Leg) and self.batchy(a.cls) or isinstance(a, LegList) and any(self.batchy(c) for c in a.legs)
+                    for a in e.args[1:]):
+                return True
+            return any(fixes(x) for x in children(e))
+
+        nodes = {n.name: n for n in self.ep.graph.nodes}
+        for r in self.regions.values():
+            for it in r.items:
+                if isinstance(it, Stmt) and fixes(it.expr):
+                    node = nodes.get(it.outs[0].node) if it.outs and it.outs[0].node else None
+                    return self.deeper(node, self.where(node)) if node is not None else None
+        return None
+
+    def return_span(self):
+        """The last `return` of the module's forward (where a refused output is written)."""
+        import linecache
+
+        rng = self.root.forward_range
+        if rng is None:
+            return None
+        for line in range(rng[2], rng[1] - 1, -1):
+            if linecache.getline(rng[0], line).lstrip().startswith("return"):
+                return span_at(rng[0], line)
+        return None
+
+    def checkpoint(self):
+        return ({id(r): dict(r.params) for r in self.regions.values()}, dict(self.masks), len(self.position_legs),
+                len(self.fixed_length))
+
+    def restore(self, saved):
+        params, masks, positions, fixed = saved
+        for r in self.regions.values():
+            if id(r) in params:
+                r.params = params[id(r)]
+        self.masks = masks
+        del self.position_legs[positions:]
+        del self.fixed_length[fixed:]
+
     def output_pval(self, v: View) -> PVal:
         """An output as a tensor whose legs are the torch axes, in order (size-1 axes too)."""
         self.src = None
-        v = self.materialize(v)
+        v = self.materialize(self.solid(v))
         if any(c is None for c in v.axes):
             axes = [c if c is not None else self.C.new(1, role="one", origin="an axis of size 1 of an output") for c in v.axes]
             p = self.emit(Call("repeat", [Ref(v.pval), Pattern(list(v.pval.legs), axes)]), axes, v.batched, v.pval.dtype)
@@ -217,6 +353,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if dtype == "int":  # token ids: their axes read as positions
             for c in legs:
                 c.role = "in_other"
+        if not self.batch and shape and legs and shape[0] == int(self.inputs[0].shape[0]) and self.inputs[0].dim():
+            self.batch_legs.append(legs[0])  # the batch as a leg: merges with it are kept apart (virtual)
         p = PVal(legs, batched, dtype, self.root, "input", hint=node.name, node=node.name)
         self.C.register(p)
         return View(p, list(legs), batched)
@@ -346,6 +484,34 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         self.cur = chain[-1]
         self.src = self.naming_src(node, self.cur)
 
+    def reader(self, owner):
+        """The block of a submodule that forward never calls but whose params an ancestor's code
+        reads (`x @ self.norm(self.rel.weight).T`: an embedding table used as a matrix): a call
+        with no arguments that returns them, `rel_weight = embedding_rel() as rel`, made in the
+        nearest block around the read that holds the submodule, so its params keep their names.
+        None where the submodule cannot be a block."""
+        try:
+            mod = self.module.get_submodule(owner)
+        except AttributeError:
+            return None
+        if not _is_block(mod):
+            return None
+        here = next((r for r in self.cur.ancestors() if r.is_block and (not r.fqn or owner.startswith(r.fqn + "."))), None)
+        if here is None:
+            return None
+        key = ("read", owner, id(here))
+        r = self.regions.get(key)
+        if r is None:
+            r = Region(key, owner, mod, here, True)
+            r.closed = True
+            r.call = CallStmt(r, src=self.naming_src(self.node, here))
+            inside = next((c for c in self.cur.ancestors() if c.parent is here), None)
+            at = here.items.index(inside.call) if inside is not None and inside.call in here.items else len(here.items)
+            here.items.insert(at, r.call)
+            here.children.append(r)
+            self.regions[key] = r
+        return r
+
     def naming_src(self, node, region):
         """The user's line in `region`'s own forward that made this node (None when not there)."""
         rng = region.forward_range
@@ -377,8 +543,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             if isinstance(value, torch.Tensor) and value.numel() == 1 and value.dim() == 0:  # torch.tensor(-1e4): a number
                 return _scalar(value)
         if kind not in ("PARAMETER", "BUFFER"):
-            self.fail(f"a constant tensor ({node.name}) is used; a diagram's tensors are inputs, params and buffers "
-                      "(register it as a buffer)")
+            self.fail("torch.tensor cannot be expressed in .pen: a tensor forward makes from constants whose values the "
+                      "diagram cannot say (a diagram's tensors are inputs, params and buffers: register it as a buffer)")
         owner, _, local = target.rpartition(".")
         region = next((r for r in self.cur.ancestors() if r.fqn == owner), None)
         if region is None:  # a tied weight: the name of the same tensor that this call owns
@@ -388,6 +554,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
                 if found is not None:
                     target, owner, local, region = alias, a_owner, a_local, found
                     break
+        if region is None and owner and owner not in self.called and kind in ("PARAMETER", "BUFFER"):
+            region = self.reader(owner)  # a submodule never called, its param read by an ancestor's code
         if region is None:
             self.fail(f"{'parameter' if kind == 'PARAMETER' else 'buffer'} {target!r} is used outside the call of its "
                       f"module {owner or '(top)'!r}; a block's params are reachable only inside its own calls")
@@ -395,10 +563,10 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if ids is not None:
             return ids
         p = region.params.get(target)
-        if p is None and kind == "BUFFER" and target not in self.persistent:
-            table = self.sincos_table(region, local, self.tensors.get(target))
+        if p is None and kind == "BUFFER" and target not in self.persistent:  # values no init makes: said another way
+            table = self.unsaved_values(region, target, self.tensors.get(target))
             if table is not None:
-                return self.lift(table, self.cur)
+                return table
         if p is None:
             tensor = self.tensors.get(target)
             p = self.declare_state(region, target, local, kind, node.meta.get("val") if tensor is None else tensor)
@@ -411,234 +579,12 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
             return self.masks[key]
         return v
 
-    def fold_constants(self, nodes):
-        """The values of the nodes forward computes from constants alone (no input, parameter or
-        buffer reaches them: `torch.arange(T)`, and what masking code makes of it), evaluated
-        here on their example shapes. A node the ordinary lowering refuses is read from these."""
-        from penrose.tracing.write import made_init
-
-        self.consts: dict = {}
-        self.pure: set = set()  # of those, the ones no placeholder reaches (torch.arange, torch.ones and what is made of them)
-        self.bases: list = []  # rotary bases of the inverse frequencies the module made for itself
-        for node in nodes:
-            kind, target = self.placeholders.get(node.name, (None, None)) if node.op == "placeholder" else (None, None)
-            if kind == "BUFFER" and target not in self.persistent:  # a buffer the module made for itself, as an init does
-                tensor = self.tensors.get(target)
-                init = made_init(tensor) if isinstance(tensor, torch.Tensor) else None
-                if init is not None:
-                    self.consts[node] = tensor.detach()
-                    if init.name == "rotary":
-                        self.bases.append(float(init.kwargs[0][1].value))
-            if kind == "CONSTANT_TENSOR" and isinstance(self.ep.constants.get(target), torch.Tensor):
-                self.consts[node] = self.ep.constants[target].detach()  # torch.tensor([]): a fresh key-value cache
-            if node.op != "call_function":
-                continue
-            args = [a for a in node.all_input_nodes]
-            if any(a not in self.consts for a in args) or node.target is torch.ops.higher_order.cond:
-                continue
-
-            def concrete(a):
-                return self.consts[a] if hasattr(a, "op") else a
-
-            try:
-                with torch.no_grad():
-                    value = node.target(*torch.fx.node.map_aggregate(node.args, concrete),
-                                        **torch.fx.node.map_aggregate(node.kwargs, concrete))
-            except Exception:  # noqa: BLE001, S112 - not foldable: the ordinary lowering decides
-                continue
-            self.consts[node] = value
-            if all(a in self.pure for a in args):
-                self.pure.add(node)
-
-    def const_view(self, entry):
-        """A tensor made from constants, as the diagram can say it: a number (every entry one
-        value), positions (integers 0 .. n-1 along the last axis: an embedding's rows), one id
-        everywhere, or a causal mask (`causal(t, s)`; a float mask as `where(causal(t, s), a, b)`),
-        constant along its leading axes."""
-        _, t, node = entry
-        if not isinstance(t, torch.Tensor):
-            return t
-        key = ("const", node, self.cur.id if hasattr(self.cur, "id") else id(self.cur))
-        if key in self.masks:
-            return self.masks[key]
-        why = "a tensor forward makes from constants (torch.arange, torch.ones, ...) whose values the diagram cannot say"
-        if not t.numel():
-            self.unsupported(why=why)
-        first = t.reshape(-1)[0]
-        integral = not t.is_floating_point() and t.dtype != torch.bool
-        if integral and t.dim():
-            n = t.shape[-1]
-            rows = t.reshape(-1, n)
-            if bool((rows == rows[0]).all()) and torch.equal(rows[0] - rows[0, 0], torch.arange(n)) and n > 1:
-                return ("arange", int(rows[0, 0]), int(rows[0, 0]) + n, 1, node)
-            if bool((t == first).all()):
-                return ("ids_fill", int(first), node)
-        if bool((t == first).all()):
-            user = self.node
-            others = [a.meta.get("val") for a in user.args if hasattr(a, "meta") and a is not node] if user is not None else []
-            shapes = [list(v.shape) for v in others if isinstance(v, torch.Tensor)]
-            out = self.out_shape(user) if user is not None else None
-            if t.numel() != 1 and (out is None or not shapes or list(torch.broadcast_shapes(*shapes)) != list(out)):
-                self.unsupported(why=f"a filled tensor of shape {tuple(t.shape)} whose axes the result keeps "
-                                     "(a number broadcasts only where the other operands carry every axis)")
-            return bool(first) if t.dtype == torch.bool else int(first) if integral else float(first)
-        alibi = self.alibi_view(t)
-        if alibi is not None:
-            self.masks[key] = alibi
-            return alibi
-        lead = t.dim() - 2
-        square = t
-        while square.dim() > 2 and bool((square == square[:1]).all()):
-            square = square[0]
-        if square.dim() != 2 or integral:
-            self.unsupported(why=why)
-        T, S = square.shape
-        table = self.rotary_table(square, t.dim() - 2, node)
-        if table is not None:
-            self.masks[key] = table
-            return table
-        tril = torch.ones(T, S, dtype=torch.bool).tril()
-        if t.dtype == torch.bool and not torch.equal(square, tril):
-            self.unsupported(why=why + " (a mask other than causal)")
-        if t.dtype != torch.bool:
-            inside, outside = square[tril], square[~tril]
-            if not (bool((inside == inside[0]).all()) and bool((outside == outside[0]).all())):
-                self.unsupported(why=why)
-        q = self.C.new(T, role="feat", origin="the queries of a causal mask forward makes")
-        k = self.C.new(S, role="feat", origin="the keys of a causal mask forward makes")
-        p = self.emit(Call("causal", [Leg(q), Leg(k)]), [q, k], False, "bool")
-        v = View(p, [None] * lead + [q, k], False)
-        if t.dtype != torch.bool:
-            v = self.where_(v, float(inside[0]), float(outside[0]))
-        self.masks[key] = v
-        return v
-
-    def rotary_table(self, square, lead, node):
-        """Hugging Face's rotary cos and sin, made in forward from the inverse frequencies the module
-        made for itself and positions 0 .. T-1: the first T rows of an `unsaved` buffer `~ rotary_cos`
-        (`rotary_sin`) as long as the module's position limit; None for other values."""
-        from penrose.tracing.common import made_values
-
-        T, D = square.shape
-        if not square.is_floating_point() or D % 2:
-            return None
-        for base in dict.fromkeys(self.bases + [10000.0]):  # frequencies of one entry are ones, whatever the base
-            for name in ("rotary_cos", "rotary_sin"):
-                want = made_values(name, (T, D), base)
-                if not torch.allclose(square.detach().cpu().double(), want.double(), rtol=1e-6, atol=1e-6):
-                    continue
-                limits = [getattr(getattr(m, "config", None), "max_position_embeddings", None) for m in self.module.modules()]
-                P = max([T] + [n for n in limits if isinstance(n, int)])
-                rows = self.C.new(P, role="feat", origin=f"positions of the rotary {name[7:]} table")
-                dim = self.C.new(D, role="feat", origin=f"the head dim of the rotary {name[7:]} table")
-                local = f"{name[7:]}_table"
-                pv = PVal([rows, dim], False, "float", self.cur, "buffer", param=local, hint=local)
-                pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
-                self.C.register(pv)
-                self.cur.params[f"{self.cur.fqn}.{local}" if self.cur.fqn else local] = pv
-                v = self.narrow(View(pv, [rows, dim], False), 0, 0, T)
-                self.fixed_length.append((T, f"the rotary {name[7:]} table"))
-                return View(v.pval, [None] * lead + list(v.axes), False)
-        return None
-
-    def alibi_view(self, t):
-        """Bloom's ALiBi bias, `(batch * heads, 1, keys)`: slope_h * s, the slopes `base ** (h + 1)`
-        (a power-of-2 head count), met by an operand whose first axis merges (batch, heads): the
-        slopes from an `unsaved` buffer of head indices `~ arange`, the positions from one of key
-        positions, repeated over the batch and merged as that operand's axis. None for other values."""
-        user = self.node
-        if user is None or t.dim() != 3 or t.shape[1] != 1 or not t.is_floating_point() or t.shape[2] < 2:
-            return None
-        R, _, S = t.shape
-        factors = None
-        for a in list(user.args) + list(user.kwargs.values()):
-            v = self.values.get(a) if hasattr(a, "op") else None
-            if isinstance(v, View) and not v.batched and v.axes and v.axes[0] is not None:
-                merge = self.C.find(v.axes[0]).merge
-                if len(merge) == 2 and merge[0].size * merge[1].size == R:
-                    factors = merge
-        if factors is None:
-            return None
-        B, H = factors[0].size, factors[1].size
-        x = t[:, 0, :].reshape(B, H, S).detach().cpu().double()
-        if not bool((x == x[:1]).all()):
-            return None
-        slopes = x[0, :, 1]
-        base = float(slopes[0])
-        if not 0 < base < 1 or not torch.allclose(x[0], slopes[:, None] * torch.arange(S).double(), rtol=1e-6, atol=0) \
-                or not torch.allclose(slopes, base ** torch.arange(1, H + 1).double(), rtol=1e-6, atol=0):
-            return None
-        base = float(f"{base:.9g}")
-        legs = {}
-        for local, cls in (("head_index", factors[1]), ("key_position", self.C.new(S, role="feat", origin="key positions of the ALiBi bias"))):
-            key = f"{self.cur.fqn}.{local}" if self.cur.fqn else local
-            pv = self.cur.params.get(key)
-            if pv is None:
-                pv = PVal([cls], False, "float", self.cur, "buffer", param=local, hint=local)
-                pv.persistent, pv.made = False, ir.Init("arange")
-                self.C.register(pv)
-                self.cur.params[key] = pv
-            legs[local] = pv
-        h, s = legs["head_index"], legs["key_position"]
-        slope = self.emit(BinOp("**", Num(base), BinOp("+", Ref(h), Num(1))), list(h.legs), False, hint="slopes")
-        bias = self.binop("*", View(slope, [h.legs[0], None], False), View(s, [s.legs[0]], False))
-        v = self.expand(View(bias.pval, [None] + list(bias.axes), False), [B, H, S])
-        return self.reshape(v, [B * H, 1, S])
-
-    def sincos_table(self, region, local, value):
-        """GPT-J's `embed_positions` (persistent=False): row i the sin, then the cos, of i times the
-        rotary frequencies, `cat((sin, cos), 1)`: the first halves of `unsaved` buffers `~ rotary_sin`
-        and `~ rotary_cos` side by side, so no saved buffer is needed. None for other values."""
-        from penrose.tracing.common import made_values
-        from penrose.tracing.write import made_init
-
-        if not isinstance(value, torch.Tensor) or value.dim() != 2 or not value.is_floating_point() \
-                or value.shape[1] % 2 or value.shape[1] < 2 or made_init(value) is not None:
-            return None
-        P, D = value.shape
-        x = value.detach().cpu().double()
-        for base in dict.fromkeys(self.bases + [10000.0]):
-            halves = [made_values(name, (P, D), base)[:, : D // 2] for name in ("rotary_sin", "rotary_cos")]
-            if not torch.equal(torch.cat(halves, 1).to(value.dtype).double(), x):
-                continue
-            rows = self.C.new(P, role="feat", origin=f"positions of {local} (sin, then cos)")
-            views = []
-            for name in ("rotary_sin", "rotary_cos"):
-                dim = self.C.new(D, role="feat", origin=f"the columns of the rotary {name[7:]} table")
-                key = f"{region.fqn}.{name[7:]}_table" if region.fqn else f"{name[7:]}_table"
-                pv = region.params.get(key)
-                if pv is None:
-                    pv = PVal([rows, dim], False, "float", region, "buffer", param=f"{name[7:]}_table", hint=f"{name[7:]}_table")
-                    pv.persistent, pv.made = False, ir.Init(name, (("base", ir.Number(int(base) if base == int(base) else base)),))
-                    self.C.register(pv)
-                    region.params[key] = pv
-                v = self.lift(View(pv, list(pv.legs), False), self.cur)
-                views.append(self.narrow(v, 1, 0, D // 2))
-            return self.concat(views, 1)
-        return None
-
-    def made_ids(self, target, kind, node):
-        """A non-persistent integer buffer the module made for itself: position ids (0 .. n-1 along
-        its last axis, Hugging Face BERT's `position_ids`) as positions, ("arange", ...); one id
-        everywhere (BERT's `token_type_ids`, zeros) as ("ids_fill", id, node); None otherwise."""
-        tensor = self.tensors.get(target)
-        if kind != "BUFFER" or target in self.persistent or not isinstance(tensor, torch.Tensor) or not tensor.numel() \
-                or tensor.is_floating_point() or tensor.dtype == torch.bool or tensor.dim() == 0:
-            return None
-        n = tensor.shape[-1]
-        if all(s == 1 for s in tensor.shape[:-1]) and torch.equal(tensor.reshape(n).cpu(), torch.arange(n)):
-            return ("arange", 0, n, 1, node)
-        first = int(tensor.reshape(-1)[0])
-        if bool((tensor == first).all()):
-            return ("ids_fill", first, node)
-        return None
-
     def declare_state(self, region, target, local, kind, tensor) -> PVal:
         """The param (or buffer) `target` of `region`, declared with a leg per axis."""
         legs = []
         for j, s in enumerate(tensor.shape):
             role = "one" if s == 1 else ("out" if j == 0 else "in") if tensor.dim() == 2 else "feat"
-            legs.append(self.C.new(s, role=role, origin=f"axis {j} of {target}"))
+            legs.append(self.C.new(s, role=role, origin=f"axis {j} of {'.'.join(target.split('.')[-2:])}"))
         dtype = _dtype(tensor.dtype)
         if dtype == "bool" and kind == "BUFFER":
             dtype = "float"  # a diagram's buffers are float: a bool mask loads as 1 and 0, read as `mask != 0`
@@ -686,6 +632,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         if out is None:
             out = PVal(inner.pval.legs, inner.pval.batched, inner.pval.dtype, C.parent, "callout", src=C.call.src)
             out.stmt = C.call
+            if C.key[0] == "read" and inner.pval.param:  # a param handed up by its module's reader: rel_weight
+                out.hint = f"{C.fqn.rpartition('.')[2]}_{inner.pval.param}"
             C.return_of[inner.pval.id] = out
             C.returns.append((inner.pval, out))
             C.call.outs.append(out)
@@ -732,7 +680,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
 
     def materialize(self, v: View, region=None, before=None) -> View:
         """The same view on a penrose tensor whose leg order is the torch order."""
-        present = [c for c in v.axes if c is not None]
+        present = [l for c in v.axes for l in self.flat(c)]  # a virtual merge's legs, side by side
         legs = v.pval.legs
         if len(present) == len(legs) and all(self.C.same(a, b) for a, b in zip(present, legs)):
             return v
@@ -827,6 +775,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
         handler = ATEN.get(packet)
         if handler is None:
             self.unsupported()
+        self.keep_virtual = packet in VIRTUAL_OK
         return handler(self, node)
 
     def in_place(self, node, packet):
@@ -872,12 +821,15 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes):
     def view_arg(self, x, what="operand"):
         v = self.get(x)
         if isinstance(v, View):
-            return v
+            return v if self.keep_virtual else self.solid(v)
+        if isinstance(v, tuple) and v and v[0] == "front":
+            raise BatchAxis  # a permute that moved the batch, read other than one entry of axis 0 at a time
         if isinstance(v, tuple) and v and v[0] == "arange":
             self.unsupported("torch.arange", why="positions are expressible only as an embedding's ids (a slice of its table)")
         if isinstance(v, tuple) and v and v[0] in ("topk_values", "topk_indices"):
-            self.unsupported("Tensor.topk", why="its values and indices are expressible only as "
-                             "zeros_like(x).scatter(dim, indices, values), the language's topk(x, leg, k=K)")
+            self.fail(f"{torch_name(v[-1])} cannot be expressed in .pen: its values and indices are expressible only as "
+                      "zeros_like(x).scatter(dim, indices, values), the language's topk(x, leg, k=K) (a mixture of "
+                      "experts routed by them is data-dependent: no diagram selects the tokens of each expert)", v[-1])
         if isinstance(v, tuple) and v and v[0] == "not":
             if what == "condition":
                 return ("not", self.lift(v[1], self.cur))

@@ -18,8 +18,70 @@ class Contractions:
 
     # ---- contractions ---------------------------------------------------------------------------------
     def contract(self, ops, keys, out, hint=None, inline_ok=True):
-        """An einsum over views: `keys[i]` names each torch axis of ops[i] (batch included)."""
-        keys = [list(k) for k in keys]
+        """An einsum over views: `keys[i]` names each torch axis of ops[i] (batch included). An axis
+        that is a virtual merge (the batch with other legs, kept apart) stands for its legs, each
+        under a key of its own, where every operand with that key has the same merge; else it is
+        merged first (`solid`)."""
+        ops, keys, flat_out, groups = self.unmerged(list(ops), [list(k) for k in keys], list(out))
+        expr, legs, axes, batched = self.contract_flat(ops, keys, flat_out)
+        if not groups:
+            return expr, legs, axes, batched
+        regrouped, i = [], 0  # (virtual merges come only in explicit mode: no batch key to skip)
+        for k in out:
+            if k in groups:
+                n = len(groups[k])
+                part = axes[i:i + n]
+                regrouped.append(self.virtual_class(part) if all(c is not None for c in part) else None)
+                i += n
+            else:
+                regrouped.append(axes[i])
+                i += 1
+        return expr, legs, regrouped, batched
+
+    def unmerged(self, ops, keys, out):
+        """The operands' virtual merges as their legs: ops with their axes so (torch order, merged
+        legs side by side), keys and out with a key per leg; {key: its legs' keys} for the merged keys."""
+        by_key = defaultdict(list)
+        for v, ks in zip(ops, keys):
+            for e, k in zip(v.full, ks):
+                if isinstance(e, Cls) and e.size != 1:
+                    by_key[k].append(e)
+        spread = set()
+        for k, es in by_key.items():
+            virt = [e for e in es if self.is_virtual(e)]
+            if virt and all(self.is_virtual(e) and [c.size for c in self.flat(e)] == [c.size for c in self.flat(virt[0])]
+                            for e in es):
+                spread.add(k)
+        for i, (v, ks) in enumerate(zip(ops, keys)):
+            if any(self.is_virtual(e) and k not in spread for e, k in zip(v.full, ks)):
+                ops[i] = self.solid(v)
+        groups = {}
+        new_ops, new_keys = [], []
+        for v, ks in zip(ops, keys):
+            axes, nk = [], []
+            full = v.full
+            for e, k in zip(full, ks):
+                if k in spread and self.is_virtual(e):
+                    legs = self.flat(e)
+                    groups[k] = [(k, "leg", j) for j in range(len(legs))]
+                    nk.extend(groups[k])
+                    axes.extend(legs)
+                elif k in spread:  # a size-1 axis against a merged one: each leg of size 1
+                    n = len(groups.get(k) or self.flat(next(x for x in by_key[k] if self.is_virtual(x))))
+                    groups.setdefault(k, [(k, "leg", j) for j in range(n)])
+                    nk.extend(groups[k])
+                    axes.extend([e] + [None] * (n - 1))
+                else:
+                    nk.append(k)
+                    axes.append(e)
+            batched = bool(full) and full[0] is BATCH
+            new_ops.append(View(v.pval, axes[1:] if batched else axes, v.batched))
+            new_keys.append(nk)
+        out = [x for k in out for x in (groups[k] if k in groups else [k])]
+        return new_ops, new_keys, out, {k: g for k, g in groups.items()}
+
+    def contract_flat(self, ops, keys, out):
+        """`contract` over operands with no virtual merge."""
         entries = defaultdict(list)
         for i, (v, ks) in enumerate(zip(ops, keys)):
             if len(ks) != len(v.full):
@@ -110,6 +172,45 @@ class Contractions:
     def op_matmul(self, node):
         return self.matmul(self.view_arg(node.args[0]), self.view_arg(node.args[1]))
 
+
+    def op_outer(self, node):
+        """torch.outer(a, b): every product, einsum('i,j->ij')."""
+        a, b = self.view_arg(node.args[0]), self.view_arg(node.args[1])
+        if not isinstance(a, View) or not isinstance(b, View):
+            self.unsupported(why="a plain-number operand")
+        return self.einsum_view([a, b], [["i"], ["j"]], ["i", "j"])
+
+    def op_conv(self, node):
+        """A convolution whose kernel is 1 along every spatial axis (`nn.Conv1d(c, o, 1)`, a 1x1
+        `nn.Conv2d`: talking heads, token mixing written as a conv), groups 1, no padding: a
+        contraction over the channels, `einsum('bchw,ockl->bohw', x, weight) + bias` (k, l the
+        kernel's legs of size 1); a stride s reads every s-th position (`x[..., ::s]`)."""
+        a = self.args(node)
+        x, w = self.view_arg(a["input"]), self.view_arg(a["weight"])
+        if not isinstance(x, View) or not isinstance(w, View):
+            self.unsupported(why="a plain-number operand")
+        shape = list(a["weight"].meta["val"].shape)
+        n = len(shape) - 2
+        spread = lambda v: list(v) * n if len(v) == 1 else list(v)  # noqa: E731 - (1,) is every axis
+        stride, padding, dilation = (spread(a.get(k) or [1]) for k in ("stride", "padding", "dilation"))
+        if a.get("transposed") or any(k != 1 for k in shape[2:]) or a.get("groups", 1) != 1 \
+                or any(isinstance(p, str) and p != "valid" or isinstance(p, int) and p != 0 for p in padding):
+            self.unsupported(why="a convolution: the language has no sliding windows (a kernel of size 1, groups=1, "
+                                 "no padding, is an einsum over the channels)")
+        for j in range(n):  # a stride reads every s-th position
+            if stride[j] != 1:
+                x = self.strided(x, j - n, 0, None, stride[j])
+        for c in w.axes[2:]:  # the kernel's legs, of size 1, summed
+            if c is not None and self.C.find(c).role in ("one", "feat", ""):
+                self.C.find(c).role = "kernel"
+        kx = [("x", j) for j in range(len(x.full) - n - 1)] + ["c"] + [("s", j) for j in range(n)]
+        kw = ["o", "c"] + [("k", j) for j in range(n)]
+        out = kx[:len(x.full) - n - 1] + ["o"] + [("s", j) for j in range(n)]
+        y = self.einsum_view([x, w], [kx, kw], out)
+        if a.get("bias") is None:
+            return y
+        bias = self.view_arg(a["bias"])
+        return self.fuse_add(y, View(bias.pval, list(bias.axes) + [None] * n, bias.batched))
 
     def op_addmm(self, node):
         a = self.args(node)

@@ -44,6 +44,18 @@ class Elementwise:
             return x
         if want == torch.bool and x.pval.dtype in ("int", "float"):  # a 0/1 mask (Hugging Face's attention_mask) as a bool one
             return self.map_expr(x, lambda r: BinOp("!=", r, Num(0)), dtype="bool")
+        if src.dtype == torch.bool:  # `(ids == eos).int()`: 1 and 0, as for a float
+            return self.as_number(x)
+        if x.pval.dtype == "float" and src.dtype.is_floating_point is False:  # positions rebuilt from `~ arange` buffers
+            return x
+        whole = self.consts.get(self.node), self.consts.get(self.node.args[0])
+        if self.rebuilding and all(isinstance(v, torch.Tensor) for v in whole) and x.pval.dtype == "float":
+            if torch.equal(whole[0].double(), whole[1].double()):
+                return x  # a whole number cast to an integer: the same value
+            if bool((whole[1] >= 0).all()):
+                return self.map_expr(x, lambda r: BinOp("//", r, Num(1)))  # truncation of non-negative values: floor
+            return self.map_expr(x, lambda r: Call("where", [BinOp("<", r, Num(0)), Neg(BinOp("//", Neg(r), Num(1))),
+                                                              BinOp("//", r, Num(1))]))  # toward zero
         self.unsupported(why=f"it converts {src.dtype} to {want}; a diagram converts only bool masks to numbers, "
                              "integer and float masks to bool (x != 0) and one float dtype to another")
 
@@ -91,6 +103,7 @@ class Elementwise:
 
         Returns the operand expressions, the result's legs (penrose order), its view axes and
         whether it is batched."""
+        operands = self.apart(self.matched_virtuals(operands))
         tensors = [(i, v) for i, v in enumerate(operands) if isinstance(v, View)]
         if not tensors:
             self.unsupported(why="no tensor operand")
@@ -126,9 +139,11 @@ class Elementwise:
             ops[i] = self.drop_ones(ops[i], positions)
         batched = bool(result) and result[0] is BATCH
         axes = result[1:] if batched else result
-        present = [c for c in axes if c is not None]
+        present = [l for c in axes for l in self.flat(c)]
         tens = [(i, v) for i, v in enumerate(ops) if isinstance(v, View)]
-        li, lead = max(tens, key=lambda iv: (len(iv[1].pval.legs), -iv[0]))
+        batchy = [c for c in present if self.batchy(c)]  # the lead carries the batch: a repeat over it would fix it
+        li, lead = max(tens, key=lambda iv: (all(any(self.C.same(c, l) for l in iv[1].pval.legs) for c in batchy),
+                                              len(iv[1].pval.legs), -iv[0]))
         have = {id(self.C.find(l)) for l in lead.pval.legs}
         if any(id(self.C.find(c)) not in have for c in present):
             left = list(lead.pval.legs)
@@ -136,6 +151,53 @@ class Elementwise:
             ops[li] = lead = View(p, list(lead.axes), lead.batched)
         exprs = [Ref(v.pval) if isinstance(v, View) else Num(v) for v in ops]
         return exprs, list(lead.pval.legs), axes, batched
+
+    def matched_virtuals(self, operands) -> list:
+        """Operands whose virtual merges meet, at each axis, only the same merge (or size 1): kept;
+        a virtual merge against a leg of its own size is merged first (`solid`)."""
+        views = [v for v in operands if isinstance(v, View)]
+        if not any(self.is_virtual(c) for v in views for c in v.axes):
+            return list(operands)
+        rank = max(len(v.full) for v in views)
+        bad = set()
+        for pos in range(1, rank + 1):
+            es = [(i, v.full[-pos]) for i, v in enumerate(operands) if isinstance(v, View) and len(v.full) >= pos]
+            big = [(i, e) for i, e in es if isinstance(e, Cls) and e.size != 1]
+            virt = [e for _, e in big if self.is_virtual(e)]
+            if virt and not all(self.is_virtual(e) and self.C.can_union(e, virt[0]) for _, e in big):
+                bad |= {i for i, e in big if self.is_virtual(e)}
+        return [self.solid(v) if i in bad else v for i, v in enumerate(operands)]
+
+    def apart(self, operands) -> list:
+        """The operands with one leg read at two torch axes of the result (`pos[:, None] - pos[None, :]`,
+        a tensor against its own transpose) given a leg of its own there: torch pairs every entry
+        of one with every entry of the other, so they are two indices."""
+        out = list(operands)
+        seen: dict = {}  # leg class -> its axis, counted from the end
+        for i, v in enumerate(out):
+            if not isinstance(v, View):
+                continue
+            for pos in range(1, len(v.axes) + 1):
+                c = v.axes[-pos]
+                if c is None or c.size == 1:
+                    continue
+                if seen.setdefault(id(self.C.find(c)), pos) != pos:
+                    v = out[i] = self.relabel(v, len(v.axes) - pos)
+                    seen[id(self.C.find(v.axes[-pos]))] = pos
+        return out
+
+    def relabel(self, v: View, j: int) -> View:
+        """The same values with axis j on a new leg (`rearrange(pos, 's -> s')` renames pos's t)."""
+        c = v.axes[j]
+        p = v.pval
+        if p.kind == "buffer" and p.made is not None and len(p.legs) == 1 and p.region is self.cur:
+            twin = self.made_buffer(p.region, p.param, [c.size], p.made, "", fresh=True)  # positions of another axis
+            self.C.find(twin.legs[0]).origin = f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else ""
+            return View(twin, [twin.legs[0] if k == j else a for k, a in enumerate(v.axes)], v.batched)
+        new = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
+        legs = [new if self.C.same(l, c) else l for l in v.pval.legs]
+        p = self.emit(Call("rearrange", [Ref(v.pval), Pattern(legs, legs)]), legs, v.batched, v.pval.dtype)
+        return View(p, [new if k == j else a for k, a in enumerate(v.axes)], v.batched)
 
     def binary(self, op, dtype="float", swap=False):
         a = self.args(self.node)
@@ -280,8 +342,36 @@ class Elementwise:
         return self.unary_call("dropout", x, p=p)
 
 
+    def op_pad(self, node):
+        """F.pad by nothing (timm's Swin pads its windows to a multiple of their size: zeros when it
+        already is one): the tensor itself. Padding by more is refused."""
+        a = self.args(node)
+        pads = a.get("pad") or a.get("padding") or []
+        if any(not isinstance(p, int) or p != 0 for p in pads):
+            self.unsupported(why="padding (borders the language has no axis for)")
+        return self.view_arg(node.args[0])
+
+    def op_maximum(self, node):
+        """torch.maximum(a, b) (torch.max of two tensors): the language's max(a, b) entry by entry."""
+        return self.extreme("max")
+
+    def op_minimum(self, node):
+        return self.extreme("min")
+
+    def extreme(self, fn):
+        a = self.args(self.node)
+        x, y = (self.as_number(self.view_arg(a[k])) for k in ("self", "other"))
+        if not isinstance(x, View) or not isinstance(y, View):  # max(x, 0) would read 0 as a leg: where(x > 0, x, 0)
+            x, y = (x, y) if isinstance(x, View) else (y, x)
+            return self.where_(self.binop(">" if fn == "max" else "<", x, y, dtype="bool"), x, y)
+        exprs, legs, axes, batched = self.broadcast([x, y])
+        return View(self.emit(Call(fn, exprs), legs, batched), axes, batched)
+
     def op_where(self, node):
         a = self.args(node)
+        const = self.get(a["condition"])
+        if isinstance(const, bool):  # a condition made from constants that holds everywhere (or nowhere)
+            return self.view_arg(a["self"] if const else a["other"])
         cond, x, y = self.view_arg(a["condition"], "condition"), self.view_arg(a["self"]), self.view_arg(a["other"])
         return self.where_(cond, x, y)
 
@@ -378,7 +468,7 @@ class Elementwise:
         if a.get("largest", True) is False:
             self.unsupported(why="the smallest k (largest=False)")
         self.leg_of(x, a.get("dim", -1))
-        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]))
+        key = (x, self.axis(x, a.get("dim", -1)), int(a["k"]), node)  # the node: a refusal is at its line
         return [("topk_values", *key), ("topk_indices", *key)]
 
     def op_scatter(self, node):
@@ -388,7 +478,7 @@ class Elementwise:
                 and src[0] == "topk_values" and index[1:] == src[1:])
         if not topk or base not in (0, 0.0) or isinstance(base, bool):
             self.unsupported(why="only as zeros_like(x).scatter(dim, i, v) with v, i = x.topk(k, dim) (topk in .pen)")
-        _, x, axis, k = index
+        _, x, axis, k, _node = index
         if self.axis(x, a["dim"]) != axis:
             self.unsupported(why="scattered along another axis than the top-k's")
         p = self.emit(Call("topk", [Ref(x.pval), Leg(x.axes[axis])], [("k", Num(k))]), x.pval.legs, x.batched)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from penrose.tracing.common import _overload
+from penrose.tracing.common import _overload, _packet
 from penrose.tracing.model import Call, Cls, Leg, Num, Pattern, Ref, Str, View
 
 
@@ -21,6 +21,8 @@ class Reductions:
     # ---- legs: softmax, norms, reductions -------------------------------------------------------------
     def leg_of(self, v: View, dim: int) -> Cls:
         c = v.axes[self.axis(v, dim)]
+        if self.is_virtual(c):
+            self.unsupported(why="over the batch merged with another axis (internal: not merged first)")
         if c is None:
             self.unsupported(why="over an axis of size 1")
         return c
@@ -40,6 +42,8 @@ class Reductions:
     def over_leg(self, fn, node):
         a = self.args(node)
         x = self.view_arg(a["self"])
+        if self.is_virtual(x.axes[self.axis(x, a["dim"])]):
+            x = self.solid(x)
         # softmax(x, dim, dtype=torch.float32) in a float64 model computes in float32: a down-cast
         # as `.to(torch.float32)` is (Hugging Face's eager attention writes it so)
         dtype, src = a.get("dtype"), self.out_dtype(node.args[0])
@@ -60,6 +64,8 @@ class Reductions:
     def norm(self, fn, x, shape, weight, bias, eps):
         if len(shape) != 1:
             self.unsupported(why="normalising over more than one axis")
+        if self.is_virtual(x.axes[-1]):
+            x = self.solid(x)
         c = self.leg_of(x, -1)
         kwargs = []
         for key, w in (("weight", weight), ("bias", bias)):
@@ -112,7 +118,7 @@ class Reductions:
         if kind in ("sum", "mean", "prod"):
             x = self.as_number(x)
         idx = self.reduced_axes(x, dims)
-        gone = [x.axes[j] for j in idx if x.axes[j] is not None]
+        gone = [l for j in idx for l in self.flat(x.axes[j])]  # a virtual merge: each of its legs
         axes = [None if j in idx else c for j, c in enumerate(x.axes)] if keepdim else [c for j, c in enumerate(x.axes) if j not in idx]
         if not gone:
             return View(x.pval, axes, x.batched)
@@ -193,12 +199,59 @@ class Reductions:
         return self.reduce(self.view_arg(a["self"]), a.get("dim"), a.get("keepdim", False), "prod")
 
     def op_max(self, node):
+        return self.extremum(node, "max")
+
+    def op_min(self, node):
+        return self.extremum(node, "min")
+
+    def extremum(self, node, kind):
+        """torch.max / torch.min: over a dim (values; the indices only if unread), over everything, or
+        of two tensors entry by entry (`torch.min(a, b)`, T5's bucket limit)."""
         a = self.args(node)
+        if _overload(node) == "other":
+            return self.extreme(kind)
         if "dim" in a and _overload(node) == "dim":
-            return (self.reduce(self.view_arg(a["self"]), a["dim"], a.get("keepdim", False), "max"), None)
+            return (self.reduce(self.view_arg(a["self"]), a["dim"], a.get("keepdim", False), kind), None)
         if _overload(node) == "default":
-            return self.reduce(self.view_arg(a["self"]), None, False, "max")
-        self.unsupported(why="max of two tensors (use torch.maximum's formula: where(a > b, a, b))")
+            return self.reduce(self.view_arg(a["self"]), None, False, kind)
+        self.unsupported(why=f"{kind} in this form")
+
+    def op_cumsum(self, node):
+        """`x.cumsum(dim)`: the sum of the entries up to each position, an einsum with the causal
+        mask as numbers, `einsum('bs,ts->bt', x, where(causal(t, s), 1, 0))` (OPT's and RoBERTa's
+        positions counted from the mask)."""
+        a = self.args(node)
+        if a.get("dtype") not in (None,) and not isinstance(a.get("dtype"), torch.dtype):
+            self.unsupported(why="a dtype argument")
+        x = self.as_number(self.view_arg(a["self"]))
+        if not isinstance(x, View):
+            self.unsupported(why="a plain number")
+        j = self.axis(x, a["dim"])
+        return x if x.axes[j] is None else self.running_sum(x, j, fresh=False)
+
+    def running_sum(self, x: View, j: int, fresh: bool = True) -> View:
+        """The sums of axis j of x up to each position (a causal contraction), on a leg of their own
+        (the positions a mask numbers are another axis than the mask's), or on x's (`fresh=False`)."""
+        c = x.axes[j]
+        s = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
+        t, s = (s, c) if fresh else (c, s)
+        upto = self.emit(Call("where", [Call("causal", [Leg(t), Leg(s)]), Num(1), Num(0)]), [t, s], False, hint="upto")
+        keys: list[Any] = [("a", i) for i in range(len(x.full))]
+        keys[len(x.full) - len(x.axes) + j] = "s"
+        out = [k if k != "s" else "t" for k in keys]
+        return self.einsum_view([x, View(upto, [t, s], False)], [keys, ["t", "s"]], out)
+
+    def op_argmax(self, node):
+        """`x.argmax(dim)`: the position of the first largest entry, kept as what it points at (a
+        one-hot along dim, `first_max`), for the indexing that reads it (`h[torch.arange(B), idx]`)."""
+        a = self.args(node)
+        x = self.as_number(self.view_arg(a["self"]))
+        if a.get("dim") is None or a.get("keepdim"):
+            self.unsupported(why="an argmax over every axis, or keepdim=True (only x.argmax(dim) that indexes x's rows is expressible)")
+        for u in node.users:  # read only as an index
+            if not (_packet(u) == "index" and node in list(u.args[1])):
+                self.unsupported(why="its indices are read as numbers (only as an index, x[torch.arange(B), idx], is an argmax expressible)")
+        return ("argmax", x, self.axis(x, a["dim"]))
 
     # distances: a sum over one leg
     def op_cdist(self, node):

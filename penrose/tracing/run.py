@@ -19,16 +19,34 @@ from penrose.tracing.write import Writer, made_init, ok_name
 
 @contextmanager
 def _quiet():
-    """torch.export logs the graph of a failed trace; the error says what matters."""
+    """torch.export logs the graph of a failed trace, and prints it on stderr (`partial_fx_graph`);
+    the error says what matters: the logs are muted, and what export writes on stderr is held back
+    and written out after it, less the graph of a failure."""
+    import io
+    import sys
+
     names = ["torch.fx.experimental.symbolic_shapes", "torch._export", "torch.export", "torch._dynamo", "torch._subclasses"]
     saved = [(logging.getLogger(n), logging.getLogger(n).level) for n in names]
     for lg, _ in saved:
         lg.setLevel(logging.CRITICAL)
+    held, real = io.StringIO(), sys.stderr
+    sys.stderr = held
+    failed = None
     try:
         yield
+    except Exception as e:
+        failed = e
+        raise
     finally:
+        sys.stderr = real
         for lg, level in saved:
             lg.setLevel(level)
+        text = held.getvalue()
+        graph = str(getattr(failed, "partial_fx_graph", "") or "")
+        if graph:
+            text = text.replace(graph + "\n", "").replace(graph, "")
+        if text.strip():
+            real.write(text)
 
 
 def _user_frame(exc):
@@ -150,7 +168,9 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
             if batch is True:
                 raise PenroseTraceError("batch=True, but the module mixes axis 0 of its inputs with other axes") from None
             low = None
+    auto_batch = False  # the trace made axis 0 a leg itself: it must stay free
     if low is None:
+        auto_batch = batch is None and not named_batch and first.dim() >= 1
         if not named_batch and first.dim() >= 1:
             hints = dict(hints)
             taken = set(hints.values()) | {k.rsplit(".", 1)[-1] for k in module.state_dict()}
@@ -170,12 +190,23 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         kind = ep.call_spec.out_spec.type.__name__
         header.append(f"# The outputs are the fields of the {kind} forward returns, in its order ({', '.join(out_names)}): "
                       "the compiled model returns them as a tuple.")
+    if low.none_outputs:
+        places = ", ".join(map(str, low.none_outputs))
+        header.append(f"# Not an output: the None forward returns at place {places} of its tuple (the compiled model "
+                      "returns the tensors only).")
     if low.batch:
         header.append("# Axis 0 of the inputs is their batch: every input takes leading batch dims.")
+    inputs_legs = [c for v in low.input_views for c in v.pval.legs]
+    for leg in low.position_legs:  # positions made in forward, from `~ arange` buffers, on an input's axis
+        if any(low.C.same(leg, c) for c in inputs_legs):
+            low.fixed_length.append((leg.size, None))
     if low.fixed_length:
         lengths = sorted({n for n, _ in low.fixed_length})
-        tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length))
-        header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: slices of position tables ({tables}) fix the "
+        tables = ", ".join(dict.fromkeys(t for _, t in low.fixed_length if t))
+        made = any(t is None for _, t in low.fixed_length)
+        why = " and ".join(([f"slices of position tables ({tables})"] if tables else [])
+                           + (["positions made in forward (`~ arange` buffers)"] if made else []))
+        header.append(f"# Takes {' or '.join(map(str, lengths))} tokens only: {why} fix the "
                       "token count to the example's (trace again for another length; docs/trace.md, \"Other limits\").")
     for model_dtype, cast, where, code in low.downcasts:
         header.append(f"# Computes in {model_dtype} where the module casts to {cast} at {where}{code}: its values differ "
@@ -198,6 +229,16 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
                       "{**module.state_dict(), **dict(module.named_buffers())}.")
     text = Writer(low, name, notes=notes).write(header)
     text = _canonical(text)
+    if (auto_batch or batch is False) and not named_batch and first.dim() >= 1 and not _batch_free(text):
+        size = int(first.shape[0])
+        if auto_batch:  # would refuse every other batch at run time: say so now, where it happens
+            raise PenroseTraceError(
+                f"the module merges its batch with other axes into one, which the diagram can write only as a leg of "
+                f"the batch's size, so the traced diagram would run a batch of {size} only; trace with batch=False to "
+                "accept that", low.fixed_batch[0] if low.fixed_batch else low.batch_fix_site())
+        lines = text.split("\n")
+        lines.insert(1, f"# Takes a batch of {size} only: the module merges its batch with other axes into one (batch=False).")
+        text = _canonical("\n".join(lines))
     if verify:
         _verify(text, module, inputs, ignore=set(low.unused))  # as the user calls it: without use_cache=False
     return text
@@ -251,7 +292,7 @@ def output_values(out) -> list:
 
     if isinstance(out, Mapping):
         return [v for v in out.values() if isinstance(v, torch.Tensor)]
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+    return [v for v in out if v is not None] if isinstance(out, (tuple, list)) else [out]
 
 
 def _lower(ep, module, inputs, batch, hints, out_names=None):
@@ -273,6 +314,16 @@ def _canonical(text: str) -> str:
     except PenroseError as e:
         raise PenroseTraceError(f"internal: the traced diagram does not check: {e.message}\n--- the text ---\n{text}") from None
     return out
+
+
+def _batch_free(text) -> bool:
+    """Whether the compiled diagram reads the size of axis 0 of its first input at run time."""
+    from penrose.checker import check
+    from penrose.parser import parse
+
+    checked = check(parse(text))
+    first = next(d for d in checked.decls.values() if d.tensor.kind == "input")
+    return not first.type.cls or checked.sizes.is_free(first.type.cls[0])
 
 
 def _verify(text, module, inputs, ignore=frozenset()):

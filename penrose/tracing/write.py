@@ -19,6 +19,7 @@ import keyword
 import linecache
 import math
 import re
+import textwrap
 from collections import defaultdict
 from dataclasses import replace
 
@@ -36,7 +37,7 @@ RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"
 ROLE_LETTERS = {
     "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
     "head": "hg", "headdim": "dc", "key": "sjk", "piece": "efc", "slice": "uvwpq", "joined": "fc", "copy": "rk",
-    "one": ["one"], "part": "uvw",
+    "one": ["one"], "part": "uvw", "kernel": "klmn", "stack": "kjw",
 }
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -128,10 +129,30 @@ def line_targets(src):
     return None
 
 
+_CAMEL = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
 def snake(name: str) -> str:
-    s = re.sub(r"(?<=[a-z0-9])([A-Z])", r"_\1", name)
-    s = re.sub(r"(?<=[A-Z])([A-Z][a-z])", r"_\1", s)
-    return re.sub(r"\W", "_", s).lower().strip("_") or "module"
+    """A class name in snake case as a person splits it: words, acronyms whole (`SiLU`, `ViT`, `RMS`),
+    numbers with the word before them (`GPT2Block` gpt2_block, `Conv1d` conv1d).
+
+    >>> [snake(n) for n in ("SiLUActivation", "GPT2MLP", "LlamaRMSNorm", "ViTSelfAttention", "Conv1D", "MLPBlock")]
+    ['silu_activation', 'gpt2_mlp', 'llama_rms_norm', 'vit_self_attention', 'conv1d', 'mlp_block']
+    """
+    words: list[str] = []
+    for part in re.split(r"[^A-Za-z0-9]+", name):
+        found = _CAMEL.findall(part)
+        for i, w in enumerate(found):
+            after_number = bool(words) and words[-1][-1:].isdigit() and len(w) == 1 and (
+                i == len(found) - 1 or found[i + 1][:1].isupper())
+            if words and (w.isdigit() or after_number) and i > 0:
+                words[-1] += w  # a number, and one letter after it (Conv1d), join the word before them
+            elif i > 0 and w.isupper() and len(w) <= 2 and len(found[i - 1]) == 2 and found[i - 1][0].isupper() \
+                    and words and words[-1] == found[i - 1]:
+                words[-1] += w  # SiLU, ViT, DiT: an acronym with one small letter in it
+            else:
+                words.append(w)
+    return "_".join(w.lower() for w in words if w) or "module"
 
 
 # ---- expressions to penrose.ir, printed by penrose.fmt ------------------------------------------------------
@@ -182,6 +203,7 @@ class Text:
         if isinstance(e, TensorList):
             return ir.ListExpr(tuple(self.to_ir(x) for x in e.items))
         if isinstance(e, Call):
+            e = self.composed(e)
             return ir.Call(e.fn, tuple(self.to_ir(a) for a in e.args), tuple((k, self.to_ir(v)) for k, v in e.kwargs))
         if isinstance(e, BinOp):
             return ir.BinOp(e.op, self.to_ir(e.a), self.to_ir(e.b))
@@ -190,6 +212,23 @@ class Text:
         if isinstance(e, Einsum):
             return ir.Call("einsum", (ir.String(self.spec(e)),) + tuple(self.to_ir(x) for x in e.operands))
         raise TypeError(e)
+
+    def composed(self, e: Call) -> Call:
+        """`rearrange(repeat(x, 't g d -> g r t d'), 'g r t d -> (g r) t d')` as the one call a person
+        writes, `repeat(x, 't g d -> (g r) t d')`: a rearrange of an inlined rearrange or repeat whose
+        result legs it takes one by one."""
+        while e.fn == "rearrange" and len(e.args) == 2 and isinstance(e.args[0], Ref) and isinstance(e.args[1], Pattern):
+            inner = self.inline(e.args[0].pval)
+            outer = e.args[1]
+            if not (isinstance(inner, Call) and inner.fn in ("rearrange", "repeat") and len(inner.args) == 2
+                    and isinstance(inner.args[1], Pattern) and not inner.kwargs):
+                break
+            mid = inner.args[1].right
+            if any(isinstance(x, (str, tuple)) for x in mid) or any(isinstance(x, (str, tuple)) for x in outer.left) \
+                    or len(mid) != len(outer.left) or not all(self.C.same(a, b) for a, b in zip(mid, outer.left)):
+                break
+            e = Call(inner.fn, [inner.args[0], Pattern(inner.args[1].left, outer.right)])
+        return e
 
     def pattern(self, p: Pattern) -> str:
         def side(entries):
@@ -237,6 +276,7 @@ class Text:
 
 
 MAX_DEPTH = 3  # calls nested in one statement (`softmax(einsum(...) / sqrt(d), s)` is three)
+MAX_LINE = 100  # characters on a line of the text (a longer statement is cut into named intermediates)
 
 
 def call_depth(e, inline) -> int:
@@ -244,6 +284,10 @@ def call_depth(e, inline) -> int:
     if isinstance(e, Ref):
         inner = inline(e.pval)
         return call_depth(inner, inline) if inner is not None else 0
+    if isinstance(e, Call) and e.fn == "rearrange" and e.args and isinstance(e.args[0], Ref):
+        inner = inline(e.args[0].pval)
+        if isinstance(inner, Call) and inner.fn in ("rearrange", "repeat"):  # written as one call (Text.composed)
+            return call_depth(inner, inline)
     if isinstance(e, (Call, Einsum)):
         args = list(e.args) + [v for _, v in e.kwargs] if isinstance(e, Call) else list(e.operands)
         return 1 + max((call_depth(a, inline) for a in args), default=0)
@@ -356,6 +400,13 @@ class Body:
 
     def inline(self, pval):
         return self.inlined.get(pval.id)
+
+    def params(self) -> list:
+        """The region's params and buffers to declare: every one the state dict holds, and the
+        `unsaved` ones a live statement reads (one made while trying a constant that was then said
+        another way is not)."""
+        return [p for p in sorted(self.region.params.values(), key=lambda p: p.id)
+                if p.persistent or p.kind == "param" or self.uses.get(p.id)]
 
 
 # ---- the writer -------------------------------------------------------------------------------------------------
@@ -517,7 +568,9 @@ class Writer:
                 if cand.region.rel_name() != f"{prefix}.{len(chain)}":
                     break
                 prev = chain[-1]
-                if len(prev.outs) != 1 or len(cand.args) != 1 or cand.args[0] is not prev.outs[0] or len(prev.args) != 1:
+                # one result fed into the first argument; the other arguments (a mask, cos and sin) the same for every copy
+                if len(prev.outs) != 1 or not cand.args or cand.args[0] is not prev.outs[0] or len(cand.args) != len(it.args) \
+                        or any(a is not b for a, b in zip(cand.args[1:], it.args[1:])):
                     break
                 if any(isinstance(items[k], Stmt) and prev.outs[0] in refs(items[k].expr, []) for k in range(j, len(items)) if k != nxt):
                     break
@@ -551,7 +604,7 @@ class Writer:
         T = Text(self.C, leg, val, b.inline)
         T.dims = set() if canonical else set(getattr(self, "dim_sizes", {}))
         stmts: list = []
-        for p in sorted(region.params.values(), key=lambda p: p.id):
+        for p in b.params():
             if not canonical and pen_name(p.param) is None:
                 where = f"{region.fqn}.{p.param}" if region.fqn else p.param
                 raise PenroseTraceError(f"the state-dict name {where!r} cannot be kept: {p.param!r} cannot be written in .pen, "
@@ -604,9 +657,11 @@ class Writer:
             r = C.find(c)
             roots.setdefault(id(r), r)
         conflicts = defaultdict(set)
+        live: set = set()  # the classes the text writes (dead statements' and unused buffers' are not named)
 
         def clique(rs):
             rs = [C.find(r) for r in rs]
+            live.update(id(r) for r in rs)
             for a in rs:
                 for b in rs:
                     if a is not b:
@@ -615,7 +670,7 @@ class Writer:
         regions = list(_walk(self.root))
         for region in regions:
             b = self.body(region)
-            pvals = [p for p, _ in region.formals] + list(region.params.values()) + [p for it in b.items for p in it.outs]
+            pvals = [p for p, _ in region.formals] + b.params() + [p for it in b.items for p in it.outs]
             if region is self.root:
                 pvals += [v.pval for v in self.L.input_views]
             for p in pvals:
@@ -626,6 +681,7 @@ class Writer:
                         if isinstance(group, tuple) and group and group[0] == "einsum":
                             e = group[1]
                             keyed = [[C.find(c) for c in e.binds.get(k, [])] for k in e.binds]
+                            live.update(id(r) for g in keyed for r in g)
                             for i, ga in enumerate(keyed):
                                 for gb in keyed[i + 1:]:
                                     for a in ga:
@@ -757,7 +813,7 @@ class Writer:
             return 1 if roles_of[id(r)] & {"head", "headdim", "key", "copy"} else 2
 
         for r in sorted(roots.values(), key=lambda r: (first(r), r.id)):
-            if r.vals or r.merge or id(r) in conflicts:
+            if id(r) in live and (r.vals or r.merge or id(r) in conflicts):
                 name(r)
         self.leg_names = names
         self.dim_sizes = size_of
@@ -779,23 +835,40 @@ class Writer:
         return n
 
     def name_blocks(self):
-        used = set()
+        """Blocks by their module's class in snake case (`llama_rms_norm`); where one class makes several
+        blocks (other shapes), the one with the most instances keeps that name and each other is named
+        by its instances (`linear_k_proj_v_proj`), as a person names a variant by what uses it."""
+        used: set = set()
+        by_class: dict = defaultdict(list)
         for bd in self.blocks:
             base = snake(type(bd.rep.module).__name__)
             if isinstance(bd.rep.key, tuple) and bd.rep.key and bd.rep.key[0] == "container":
                 base = snake(bd.rep.fqn.split(".")[-1]) + "_part"  # a ModuleDict's calls, gathered
             if not ok_name(base) or base in MODULE_ATTRS:
-                base = base + "_module"
-            n = base
-            if n in used:  # another variant of the class: named after its (first) instance
-                path = "_".join([part for part in bd.rep.fqn.split(".") if not part.isdigit()][-2:])
-                n = base + "_" + re.sub(r"\W", "_", path or bd.rep.fqn)  # '2' of a top-level Sequential: linear_2
+                base = base + "_module" if base[:1].isalpha() else "module_" + base
+            by_class[base].append(bd)
+        for base, bds in by_class.items():
+            plain = max(bds, key=lambda bd: (len(bd.regions), -bds.index(bd))) if len(bds) > 1 else bds[0]
+            for bd in [plain] + [x for x in bds if x is not plain]:
+                n = base
+                if bd is not plain or n in used:
+                    parts = list(dict.fromkeys(self.instance_part(r) for r in bd.regions))
+                    n = base + "_" + "_".join(parts[:2]) if parts else base
+                    if n in used or any(n == base + "_" + self.instance_part(r) for x in bds if x is not bd for r in x.regions):
+                        path = "_".join([p for p in bd.rep.fqn.split(".") if not p.isdigit()][-2:])
+                        n = base + "_" + re.sub(r"\W", "_", path or bd.rep.fqn)
                 k = 2
                 while n in used or not ok_name(n):
                     n = f"{base}_{k}"
                     k += 1
-            used.add(n)
-            bd.name = n
+                used.add(n)
+                bd.name = n
+
+    @staticmethod
+    def instance_part(region) -> str:
+        """The last name of an instance's path, numbers left out (`layers.0.mlp.up_proj` up_proj)."""
+        parts = [p for p in region.fqn.split(".") if not p.isdigit()]
+        return re.sub(r"\W", "_", parts[-1]) if parts else region.fqn
 
     def name_tensors(self, region, formal_names=None):
         """Names for every tensor of a rendered body: params fixed, the rest by wish, SSA-style."""
@@ -844,8 +917,8 @@ class Writer:
                 choose(p, p.hint if p.hint and ok_name(p.hint) else "x", -1)
         else:
             wishes = formal_names or []
-            for j, (p, _) in enumerate(region.formals):
-                w = wishes[j] if j < len(wishes) else (p.hint or "x")
+            for j, (p, outer) in enumerate(region.formals):
+                w = wishes[j] if j < len(wishes) else (p.hint or self.wish_of(outer) or "x")
                 choose(p, w if ok_name(w) else "x", -1)
         fields = {}  # the outputs' names where the module returns a ModelOutput: its fields
         if region.parent is None and self.L.output_names:
@@ -857,15 +930,88 @@ class Writer:
                 if wish is None and isinstance(it, Stmt) and len(it.outs) == 1:  # a part of a long line: the line's name
                     targets = line_targets(it.src)
                     wish = targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
+                if wish is None and isinstance(it, CallStmt) and len(it.outs) > 1:
+                    wish = self.wish_of(p)  # `cos, sin = llama_rotary_embedding() as rotary_emb`: the names it returns
                 if wish is None and isinstance(it, CallStmt):
                     inst = it.region.rel_name()
                     wish = (inst[:-2] if it.chain else inst).split(".")[0] + "_out"
                 if wish is None and region.parent is None and p in b.results:
                     wish = "out"
+                if wish is None and isinstance(it, Stmt):
+                    wish = self.deep_wish(p)
                 if wish is None:
-                    wish = _fallback(it)
+                    wish = _fallback(it, names, b.inline)
                 choose(p, wish, i)
         return names
+
+    def shorten(self, region, names, indent) -> bool:
+        """Name the longest value written inline in the first statement over MAX_LINE characters (it
+        becomes a statement of its own, before); False when no statement is too long, or none can be cut."""
+        b = self.body(region)
+        T = Text(self.C, self.leg, lambda p: names.get(p.id, "x"), b.inline)
+        T.dims = set(self.dim_sizes)
+        lines: list[tuple] = [(it, ir.Assign(tuple(names.get(p.id, "x") for p in it.outs), T.to_ir(it.expr)))
+                              for it in b.kept if isinstance(it, Stmt)]
+        if region.parent is not None:
+            lines.append((None, ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results))))
+        for it, st in lines:
+            if indent + len(format_stmt(st)) <= MAX_LINE:
+                continue
+            inner: list = []
+            for p in (refs(it.expr, []) if it is not None else list(b.results)):
+                self._inlined_in(p, b, inner, 0, it.expr if it is not None else None)
+            if not inner:
+                continue
+            size = {p.id: len(T.expr(b.inlined[p.id])) for p, _ in inner}
+            # the longest call in it (a person names `rotated = concat(...)`, not `... * sin`), else the longest part
+            pick = max(inner, key=lambda x: (isinstance(b.inlined[x[0].id], (Call, Einsum)), size[x[0].id]))[0]
+            del b.inlined[pick.id]
+            b.kept = [x for x in b.items if not (isinstance(x, Stmt) and len(x.outs) == 1 and x.outs[0].id in b.inlined)]
+            return True
+        return False
+
+    def _inlined_in(self, p, b, out, depth, parent=None):
+        """(value, depth) of the values written inline inside value p (p too, when it is); not a
+        rearrange or repeat its parent rearrange is written as one call with (`Text.composed`)."""
+        e = b.inlined.get(p.id)
+        if e is None:
+            return
+        composed = isinstance(parent, Call) and parent.fn == "rearrange" and isinstance(e, Call) and e.fn in ("rearrange", "repeat")
+        if not composed:
+            out.append((p, depth))
+        for q in refs(e, []):
+            self._inlined_in(q, b, out, depth + 1, e)
+
+    def deep_wish(self, p):
+        """The name a helper function's line gives a value forward made through it (Hugging Face's
+        `eager_attention_forward`: `attn_weights = torch.matmul(query, key_states.transpose(2, 3))`)."""
+        lines = self.L.helper_lines()
+        line = lines.get(p.node) if p.node else None
+        if line is None:
+            return None
+        if self.L.last_on_line(p.node):  # the value of the helper's line (a part of it is not)
+            targets = line_targets(line)
+            if targets and len(targets) == 1 and ok_name(targets[0]):
+                return targets[0]
+        fn = self.L.helper_result(p.node)  # what a helper returns: named after it (`rotate_half`)
+        return fn if fn and ok_name(fn) else None
+
+    def wish_of(self, p, depth=0):
+        """The name the user's code gives a value, followed through block boundaries: a block's result
+        is named as the block's code names it (`return cos, sin`), an argument as the caller's."""
+        if depth > 20:
+            return None
+        if p.kind == "callout" and isinstance(p.stmt, CallStmt):
+            inner = next((i for i, o in p.stmt.region.returns if o is p), None) if not p.stmt.chain else None
+            if inner is not None:
+                b = self.body(p.stmt.region)
+                return b.named.get(inner.id) or inner.hint or self.wish_of(inner, depth + 1)
+        if p.kind == "formal" and p.region is not None:
+            outer = next((o for f, o in p.region.formals if f is p), None)
+            return self.wish_of(outer, depth + 1) if outer is not None else None
+        if p.kind in ("stmt", "input"):
+            return self.body(p.region).named.get(p.id) or p.hint
+        return None
 
     def _reads(self, it, b):
         out = []
@@ -902,11 +1048,16 @@ class Writer:
             reg = bd.rep
             fnames = _formal_names(reg)
             tn = self.name_tensors(reg, fnames)
+            while self.shorten(reg, tn, indent=2):  # a line too long: its longest inlined part named
+                tn = self.name_tensors(reg, fnames)
             val = tn_of(tn)
             formals = tuple(ir.Tensor("formal", tn[p.id], tuple(self.leg(c) for c in p.legs), p.dtype) for p, _ in reg.formals)
-            blocks.append(ir.Block(bd.name, formals, tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))))
+            body = tuple(self.body_stmts(reg, self.leg, val, lambda r: r.block.name))
+            blocks.append(ir.Block(bd.name, tuple(_as_read(f, body, self.dim_sizes) for f in formals), body))
         root = self.root
         tn = self.name_tensors(root)
+        while self.shorten(root, tn, indent=0):
+            tn = self.name_tensors(root)
         val = tn_of(tn)
         top: list = []
         for v in self.L.input_views:
@@ -920,7 +1071,8 @@ class Writer:
                 raise PenroseTraceError("internal: an output was inlined")
             outs.append(tn[p.id])
         top.append(ir.Output(tuple(dict.fromkeys(outs))))
-        comments = [ir.Comment(line[2:]) for line in header_lines + self.legend()]
+        wrapped = [w for line in header_lines for w in textwrap.wrap(line[2:], MAX_LINE - 2, break_on_hyphens=False)]
+        comments = [ir.Comment(line) for line in wrapped] + [ir.Comment(line[2:]) for line in self.legend()]
         return format_diagram(ir.Diagram(_laid_out(comments, self.dims(), blocks, top)))
 
     def dims(self) -> list:
@@ -943,8 +1095,14 @@ class Writer:
                     size = ir.BinOp("*", size, f)
                 prod.append(ir.Dim(n, size))
             else:
-                plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
+                width[0] += len(f"{n} = {self.dim_sizes[n]}, ")
+                if width[0] > MAX_LINE - 6:  # a new `dim` line: none over MAX_LINE characters
+                    width[0] = len(f"{n} = {self.dim_sizes[n]}, ")
+                    plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=False))
+                else:
+                    plain.append(ir.Dim(n, ir.Number(self.dim_sizes[n]), grouped=bool(plain)))
 
+        width = [0]
         for n in order:
             emit(n)
         return plain + prod
@@ -962,6 +1120,9 @@ class Writer:
                 origin = next((self._origin(r) for r in hs if self._origin(r)), "") or f"a leg of size {self.dim_sizes[n]}"
                 meaning = origin
             meaning = meaning.replace(",", ";")
+            room = MAX_LINE - len(f"#   {n}  ")
+            if len(meaning) > room:  # one line an entry (a wrapped one would read as another entry)
+                meaning = meaning[:room - 3].rsplit(" ", 1)[0] + " ..."
             out.append(f"#   {n}  {meaning}")
         return out
 
@@ -999,15 +1160,68 @@ def attribute_sizes(module) -> dict:
     return out
 
 
-def _fallback(it):
+def _fallback(it, names=None, inline=None):
+    """A name for a value no line names: a view of a tensor (rearrange, repeat, select, slice) keeps
+    the tensor's name, as a person reassigns `v = repeat(v, ...)`; else one by what it is."""
     e = it.expr
-    if isinstance(e, Einsum):
-        return "h"
+    if isinstance(e, BinOp) and isinstance(e.a, Einsum):
+        e = e.a  # einsum(...) / sqrt(d)
+    if isinstance(e, Einsum):  # attention's scores: a result with the keys' leg beside the queries'
+        return "scores" if any(c.role == "key" for c in e.out_cls.values()) else "y"
+    view = e
+    while isinstance(view, Call) and view.fn in ("rearrange", "repeat", "select", "slice", "detach", "dropout") \
+            and view.args and isinstance(view.args[0], Ref) and names is not None:
+        p = view.args[0].pval
+        if p.id in names:
+            return re.sub(r"\d+$", "", names[p.id]) or names[p.id]
+        view = inline(p) if inline is not None else None
     if isinstance(e, Call):
-        return {"rearrange": "r", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
-    if isinstance(e, BinOp):
-        return "h"
-    return "h"
+        return {"rearrange": "y", "softmax": "probs", "split": "part", "concat": "cat", "where": "masked"}.get(e.fn, e.fn + "_out")
+    return "y"  # arithmetic no line names (`h` would read as the heads)
+
+
+def _as_read(formal, body, sizes):
+    """A block's formal declared with the letters its einsums read it by, where it is read only by
+    einsums that agree (`block linear(x[t, j])` for `einsum('tj,ej->te', x, weight)`, its square weight's
+    out leg `e` being the caller's width): a call binds its arguments' legs by position, so the caller
+    is unchanged, and the block reads as written."""
+    reads: list = []
+
+    def walk(e):
+        if isinstance(e, ir.Name) and e.id == formal.name:
+            reads.append(None)  # read other than as an einsum's operand
+        elif isinstance(e, ir.Call):
+            spec = e.args[0].value if e.func == "einsum" and e.args and isinstance(e.args[0], ir.String) else None
+            terms = spec.split("->")[0].split(",") if spec else []
+            for k, a in enumerate(e.args):
+                if spec and k and isinstance(a, ir.Name) and a.id == formal.name and k - 1 < len(terms):
+                    term = terms[k - 1].strip()
+                    reads.append(tuple(term.split()) if " " in term else tuple(term))
+                elif not (spec and k == 0):
+                    walk(a)
+            for _, v in e.kwargs:
+                walk(v)
+        elif isinstance(e, ir.BinOp):
+            walk(e.left)
+            walk(e.right)
+        elif isinstance(e, ir.Neg):
+            walk(e.operand)
+        elif isinstance(e, ir.ListExpr):
+            for x in e.items:
+                walk(x)
+
+    for st in body:
+        for v in [getattr(st, "value", None), *getattr(st, "values", ())]:
+            if v is not None:
+                walk(v)
+    letters = set(reads)
+    if len(letters) != 1 or None in letters:
+        return formal
+    (want,) = letters
+    if len(want) != len(formal.legs) or want == formal.legs or any(
+            w not in sizes or sizes[w] != sizes.get(l) for w, l in zip(want, formal.legs)) or len(set(want)) != len(want):
+        return formal
+    return replace(formal, legs=tuple(want))
 
 
 def _formal_names(region):

@@ -317,25 +317,26 @@ class Conv(nn.Module):
         return self.proj(x.unsqueeze(0)).squeeze(0)
 
 
-class CumSum(nn.Module):
+class CumProd(nn.Module):
     def forward(self, x):
-        return x.cumsum(-1) * 2
+        return x.cumprod(-1) * 2
 
 
 class Ramp(nn.Module):
-    """A tensor made from constants that is neither a mask, a number, positions nor a rotary table."""
+    """A tensor made from constants with a function the language lacks (sin of a ramp, not of positions
+    times rotary frequencies: no table holds it)."""
 
     def forward(self, x):
-        return x * torch.linspace(0.0, 1.0, x.shape[-1])
+        return x * torch.sin(torch.linspace(0.0, 1.0, x.shape[-1]))
 
 
 @pytest.mark.parametrize("make, code, cause", [
     (IntCast, "x.long()", "converts torch.float32 to torch.int64"),
-    (Ramp, "torch.linspace(", "a tensor forward makes from constants"),
+    (Ramp, "torch.sin(torch.linspace(", "a tensor forward makes from constants"),
     (WideFill, "torch.ones(3, 4)", "a filled tensor of shape (3, 4)"),
     (Conv, "self.proj(", "torch.conv1d cannot be expressed in .pen: a convolution"),
-    (CumSum, "x.cumsum(-1)", "Tensor.cumsum cannot be expressed in .pen: a cumulative op"),
-], ids=["float-to-int", "made-from-constants", "fill-with-new-axes", "conv", "cumsum"])
+    (CumProd, "x.cumprod(-1)", "Tensor.cumprod cannot be expressed in .pen: a cumulative op"),
+], ids=["float-to-int", "made-from-constants", "fill-with-new-axes", "conv", "cumprod"])
 def test_what_stays_refused_names_op_cause_and_line(make, code, cause):
     with pytest.raises(PenroseTraceError) as e:
         penrose.trace(make(), torch.randn(2, 4) if make is not Conv else torch.randn(4, 6))
