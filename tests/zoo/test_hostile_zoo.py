@@ -315,7 +315,8 @@ def test_good_npz_files_read(tmp_path):
      r"array 'x': its header announces \[1000000000000, 3\] float64 \(24,000,000,000,000 bytes\) but the archive holds 16 bytes"),
     (lambda p: _zip(p, {"x.npy": _npy("{'descr': 'bfloat16', 'fortran_order': False, 'shape': (40, 3), }", b"\0" * 240),
                         **_saved(c=_rows()[1], y=_rows()[2])}),
-     r"array 'x': not a readable \.npy header"),
+     # numpy knows 'bfloat16' once ml_dtypes is imported (onnx imports it): then the dtype is refused by name
+     r"array 'x': (not a readable \.npy header|dtype bfloat16 is not one penrose reads)"),
     (lambda p: np.savez(p, x=_rows()[0] * 1e300, c=_rows()[1], y=_rows()[2]),
      r"x holds -?[0-9.]+e\+300, beyond float32's range"),  # was silently inf
     (lambda p: np.savez(p, x=_rows()[0], c=np.zeros((40, 0)), y=_rows()[2]),
