@@ -115,9 +115,9 @@ def source(path_or_text: object = None, /, *, text: str | None = None, include_p
            entries: dict[str, _Any] | None = None, sizes: _Mapping[str, _Any] | None = None, **more_sizes: _Any) -> str:
     """The standalone PyTorch source for a diagram (what `penrose compile -o` writes)."""
     from penrose.compiler import generate_source
-    from penrose.loader import load_entries
+    from penrose.loader import warned_entries
 
-    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
+    checked, more = warned_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return generate_source(checked, entries=more)
 
 

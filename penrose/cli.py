@@ -265,7 +265,7 @@ def _parse(argv: list) -> argparse.Namespace:
 
 
 def main(argv=None) -> int:
-    from penrose.errors import PenroseError
+    from penrose.errors import PenroseError, PenroseWarning
 
     args = _parse(list(sys.argv[1:] if argv is None else argv))
     if not args.command:
@@ -275,8 +275,8 @@ def main(argv=None) -> int:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             code = _run(args)
-        for w in caught:
-            print(f"warning: {w.message}", file=sys.stderr)
+        for w in caught:  # a PenroseWarning (penrose export's checker warnings) at its place in the diagram
+            print(w.message.render() if isinstance(w.message, PenroseWarning) else f"warning: {w.message}", file=sys.stderr)
         return code
     except PenroseError as e:
         print(e.render(), file=sys.stderr)
@@ -291,9 +291,17 @@ def main(argv=None) -> int:
 
 
 def _print_warnings(checked):
+    from penrose.errors import warning_text
+
     for msg, span in checked.warnings:
-        loc = f"{span}: " if span.line else ""
-        print(f"{loc}warning: {msg}", file=sys.stderr)
+        print(warning_text(msg, span), file=sys.stderr)
+
+
+def _quiet_load(*args, **kwargs):
+    """penrose.load without PenroseWarnings: the commands print the checker's warnings themselves."""
+    from penrose.loader import load_entries
+
+    return load_entries(*args, **kwargs)[0]
 
 
 def _run(args) -> int:
@@ -303,7 +311,7 @@ def _run(args) -> int:
         return _load(args.entry_point)(args.rest)
     if args.command == "check":
         for f in args.files:
-            c = penrose.load(_path(f), include_paths=args.include_paths, sizes=_sizes(args.size))
+            c = _quiet_load(_path(f), include_paths=args.include_paths, sizes=_sizes(args.size))
             _print_warnings(c)
             print(f"{f}: ok — {len(c.inputs)} input(s), {c.param_count():,} parameter(s), outputs "
                   + ", ".join(f"{n}[{', '.join(t.legs)}]" for n, t in c.outputs))
@@ -331,7 +339,7 @@ def _run(args) -> int:
     if args.command == "plan":
         from penrose.report import plan_report
 
-        print(plan_report(penrose.load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))))
+        print(plan_report(_quiet_load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))))
         return 0
     if args.command == "fmt":
         from penrose.io import atomic_write_text, read_text
@@ -371,9 +379,9 @@ def _run(args) -> int:
         if args.einsum is not None:
             from penrose.tracing.einsum import einsum_text
 
-            c = penrose.load(text=einsum_text(args.einsum, _sizes(args.size)))
+            c = _quiet_load(text=einsum_text(args.einsum, _sizes(args.size)))
         else:
-            c = penrose.load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))
+            c = _quiet_load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))
         options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
                        unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
         if args.output:

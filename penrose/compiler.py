@@ -1578,9 +1578,9 @@ def compile_diagram(
     >>> m(torch.zeros(2)).tolist()
     [0.5, 0.5]
     """
-    from penrose.loader import load_entries
+    from penrose.loader import warned_entries
 
-    checked, more = load_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
+    checked, more = warned_entries(path_or_text, entries=entries, text=text, include_paths=include_paths, sizes=sizes, **more_sizes)
     return build(checked, seed=seed, fuse_attention=fuse_attention, entries=more)
 
 

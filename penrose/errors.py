@@ -32,16 +32,10 @@ class Span:
 NOWHERE = Span()
 
 
-class PenroseError(Exception):
-    """A user error, with its position and the source line under a caret."""
+class _Located:
+    """`file`, `line` and `col` of a `span` (an error's or a warning's)."""
 
-    kind = "error"
-
-    def __init__(self, message: str, span: Span | None = None, notes: tuple[tuple[str, Span], ...] = ()):
-        self.message = message
-        self.span = span or NOWHERE
-        self.notes = tuple(notes)
-        super().__init__(self.render())
+    span: Span
 
     @property
     def file(self) -> str:
@@ -54,6 +48,18 @@ class PenroseError(Exception):
     @property
     def col(self) -> int:
         return self.span.col
+
+
+class PenroseError(_Located, Exception):
+    """A user error, with its position and the source line under a caret."""
+
+    kind = "error"
+
+    def __init__(self, message: str, span: Span | None = None, notes: tuple[tuple[str, Span], ...] = ()):
+        self.message = message
+        self.span = span or NOWHERE
+        self.notes = tuple(notes)
+        super().__init__(self.render())
 
     def render(self) -> str:
         parts = [_located(self.span, self.kind, self.message)]
@@ -131,8 +137,37 @@ class PenroseRenderError(PenroseError):
     """A figure cannot be drawn or written."""
 
 
-class PenroseWarning(UserWarning):
-    """A diagram that is valid but probably not what was meant (an unused input)."""
+class PenroseWarning(_Located, UserWarning):
+    """A diagram that is valid but probably not what was meant (an unused input, legs aligned by
+    position, an einsum output letter naming a dim of another size), raised with `warnings.warn`
+    by `penrose.load`, `compile`, `interpret`, `source` and `export_onnx` at the caller's line.
+
+    `message` is the text and `span` the place in the diagram (`line`, `col`, `file`); `str()` is
+    both, so `warnings.filterwarnings("ignore", message=".*never used", category=PenroseWarning)`
+    and `filterwarnings("error", category=PenroseWarning)` work as for any warning.
+
+    >>> w = PenroseWarning("param 'W' is never used", Span("m.pen", 3, 7))
+    >>> str(w), w.line, w.col
+    ("m.pen:3:7: param 'W' is never used", 3, 7)
+    """
+
+    def __init__(self, message: str, span: Span | None = None):
+        self.message = message
+        self.span = span or NOWHERE
+        super().__init__(f"{self.span}: {message}" if self.span.line else message)
+
+    def render(self) -> str:
+        """The text `penrose check` prints: 'm.pen:3:7: warning: ...'."""
+        return warning_text(self.message, self.span)
+
+
+def warning_text(message: str, span: Span) -> str:
+    """A checker warning as the CLI, the notebook magic and the live page show it.
+
+    >>> warning_text("input 'x' is never used", Span("m.pen", 2, 7))
+    "m.pen:2:7: warning: input 'x' is never used"
+    """
+    return f"{span}: warning: {message}" if span.line else f"warning: {message}"
 
 
 def suggest(name: str, candidates: Iterable[str]) -> str:

@@ -33,7 +33,7 @@ import html
 import shlex
 from typing import Any, TypedDict
 
-from penrose.errors import PenroseError
+from penrose.errors import PenroseError, warning_text
 from penrose.workspace import Workspace
 
 CELL_FILE = "<pen cell>"
@@ -121,7 +121,7 @@ def run_cell(line: str, cell: str, namespace: dict | None = None, display=None):
         raise PenCellError(e) from None
     show = display or (lambda obj: None)
     if checked.warnings:
-        text = "\n".join(f"{span}: warning: {msg}" if span.line else f"warning: {msg}" for msg, span in checked.warnings)
+        text = "\n".join(warning_text(msg, span) for msg, span in checked.warnings)
         show(_Text(text, "warning"))
     if opts["figure"]:
         from penrose.rendering import render

@@ -43,7 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, quote, urlparse, urlsplit
 
-from penrose.errors import PenroseError, PenroseRenderError, Span
+from penrose.errors import PenroseError, PenroseRenderError, Span, warning_text
 
 POLL = 0.1  # seconds between looks at the files' modification times
 KEEPALIVE = 15.0  # seconds between comments on an idle event stream
@@ -215,10 +215,7 @@ def _error_html(e: PenroseError) -> str:
 def _warnings_html(warnings) -> str:
     if not warnings:
         return ""
-    rows = []
-    for message, span in warnings:
-        where = f"{span}: " if span.line else ""
-        rows.append(f"{where}warning: {message}")
+    rows = [warning_text(message, span) for message, span in warnings]  # as `penrose check` prints them
     return f'<pre class="warning">{html.escape(chr(10).join(rows))}</pre>'
 
 

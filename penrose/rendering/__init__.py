@@ -55,11 +55,11 @@ def _max_width(max_width):
 
 def _checked(obj, sizes):
     """The checked diagram to draw (penrose.load: a path, text, Diagram, Checked or compiled module)."""
-    from penrose.loader import load, loadable
+    from penrose.loader import load_entries, loadable
 
     if not loadable(obj):
         raise PenroseRenderError(f"cannot render a {type(obj).__name__}; pass .pen text, a path, a Diagram or a Checked diagram")
-    return load(obj, sizes=sizes)
+    return load_entries(obj, sizes=sizes)[0]  # quiet: a figure raises no PenroseWarning (the serve page shows them)
 
 
 @deep

@@ -374,7 +374,7 @@ def write_tree(files: dict, out_dir) -> None:
 
 
 def _load(e: Entry):
-    from penrose.loader import load
+    from penrose.loader import load_entries
     from penrose.parser import parse
 
     try:
@@ -385,7 +385,7 @@ def _load(e: Entry):
     diagram = parse(source, file=str(e.path))  # includes resolve next to the file
     if not any(isinstance(st, ir.Output) for st in diagram.body):
         return  # only blocks and dims: a library that other diagrams include
-    e.checked = load(diagram)  # the one loader: its includes read, then checked
+    e.checked = load_entries(diagram)[0]  # the one loader, quiet: its includes read, then checked
     # pages and reports show the display path, never an absolute one
     e.checked.diagram = ir.Diagram(e.checked.diagram.body, file=e.display, source=source)
 

@@ -323,13 +323,15 @@ def test_notes_point_at_both_places():
 
 
 def test_unused_input_and_param_are_warnings():
-    c = penrose.load("# index legend: t token\ndim t = 2\ninput x[t]\ninput unused[t]\nparam W[t]\noutput x")
+    with pytest.warns(penrose.PenroseWarning, match="never used"):  # raised in Python too (test_penrose_warning.py)
+        c = penrose.load("# index legend: t token\ndim t = 2\ninput x[t]\ninput unused[t]\nparam W[t]\noutput x")
     got = [(msg, span.line, span.col) for msg, span in c.warnings]
     assert got == [("input 'unused' is never used", 4, 1), ("param 'W' is never used", 5, 1)]
 
 
 def test_unused_argument_in_a_block_is_a_warning():
-    c = penrose.load("# index legend: t token\ndim t = 2\nblock f(x[t], y[t]) {\n  return x\n}\ninput z[t]\nw = f(z, z)\noutput w")
+    with pytest.warns(penrose.PenroseWarning, match="formal 'y' is never used"):
+        c = penrose.load("# index legend: t token\ndim t = 2\nblock f(x[t], y[t]) {\n  return x\n}\ninput z[t]\nw = f(z, z)\noutput w")
     assert [(m, s.line) for m, s in c.warnings] == [("formal 'y' is never used", 3)]
 
 
