@@ -34,6 +34,7 @@ class _State:
     at: Span  # the statement being checked, for an error without a better place
     dim_named_refs: dict[int, V]  # id(V) -> V: reads of a computed tensor named like a dim
     constants: dict[str, tuple]  # const name -> (value, declaration span)
+    relabels: list  # einsum output letters that rename the leg they take (check_ops._Relabel)
     _static_scope: _Scope  # no tensors: where a const's value is read
 
     if TYPE_CHECKING:  # what one part calls in another (declared for mypy; defined in the part named)
@@ -47,6 +48,7 @@ class _State:
         def _tensor_arg(self, sc, e: ir.Call, i: int, allow=("float",), v: V | None = None) -> V: ...  # penrose.check_exprs
         def _number_kw(self, e: ir.Call, key, default=None, node=None): ...  # penrose.check_exprs
         def _baked(self, *classes): ...  # penrose.check_ops
+        def _letter_cause(self, ex, v: V, legs, cls, span, what: str) -> None: ...  # penrose.check_ops
 
 
 class _Scope:

@@ -204,6 +204,7 @@ class _Exprs(_State):
                     self.S.unify(c, cls[j], (f"{what}: leg {vl[j]!r} of {_describe(ex)} against leg {legs[j]!r}", span))
                 align.append(tuple(range(len(legs))))
             else:
+                self._letter_cause(ex, v, legs, cls, span, what)  # an einsum letter upstream renamed a leg
                 raise PenroseCheckError(
                     f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}; "
                     "legs align by name when one set contains the other, else by position when the counts match"

@@ -6,16 +6,18 @@
 from __future__ import annotations
 
 import math
+import string
 from collections.abc import Callable
+from typing import NamedTuple
 
 from penrose import ir
 from penrose.check_base import _a, _describe, _State
 from penrose.check_einops import _Einops
 from penrose.checked import SCALAR, TType, V
 from penrose.attrs import Clamp, Concat, Dropout, Einsum, Flatten, LayerNorm, Mask, NONE, Pair, RMSNorm, Reduce, Rope, Select, Slice, Softmax, Split, TopK, Unary, Unflatten, Where
-from penrose.einsum_spec import is_ellipsis_label, label_text, spec_span
+from penrose.einsum_spec import is_ellipsis_label, label_text, respell, spec_span
 from penrose.einsum_spec import parse as parse_einsum
-from penrose.errors import PenroseCheckError, suggest
+from penrose.errors import PenroseCheckError, Span, suggest
 from penrose.fmt import format_expr
 from penrose.ops import OPS
 
@@ -106,11 +108,54 @@ class _Ops(_State):
                     )
                 if self.S.find(label_cls[label]) != self.S.find(c):
                     self.S.unify(label_cls[label], c, (f"einsum label {label_text(label)}", here.span))
+        self._output_letters(spec_node, ein, operands, label_cls, label_leg, label_origin)
         legs = tuple(label_leg[l] if is_ellipsis_label(l) else l for l in ein.out)
         batched = any(v.type.batched for v in operands) and not ein.sum_batch
         ty = TType(legs, tuple(label_cls[l] for l in ein.out), "float", batched)
         attrs = Einsum(terms=ein.terms, out=ein.out, sum_batch=ein.sum_batch, spec=spec_node.value)
         return V("einsum", tuple(operands), attrs, ty, span=e.span)
+
+    def _output_letters(self, spec_node, ein, operands, label_cls, label_leg, label_origin):
+        """An output letter names the result's leg: one that renames the leg it takes ('kd,de->ke'
+        on a square W[d, d] makes W's leg 'd' the result's leg 'e') is kept in `relabels`, so
+        that a later statement refused over the renamed leg is reported at the letter
+        (`_letter_cause`); a warning at the letter when it names a declared dim of another size.
+        Either says what to write: the spec with the legs' own names."""
+        renamed = {l: label_leg[l] for l in ein.out if not is_ellipsis_label(l) and label_leg[l] != l}
+        if not renamed or ein.parsed.output is None:
+            return
+        hint = _keep_names_hint(ein, renamed, {leg for v in operands for leg in v.legs} | set(self.dims))
+        size = self.S.size
+        for letter in ein.parsed.output.labels:
+            if letter.name not in renamed:
+                continue
+            c, origin = label_cls[letter.name], label_origin[letter.name]
+            span = spec_span(spec_node.span, letter.start, letter.end)
+            self.relabels.append(_Relabel(letter.name, renamed[letter.name], c, span, str(origin), hint))
+            n, m = size(c), size(self.dims[letter.name]) if letter.name in self.dims else None
+            if n is not None and m is not None and m != n:
+                self.warnings.append((
+                    f"einsum output letter {letter.name!r} names dim {letter.name!r} (size {m}), but it takes {origin} "
+                    f"(size {n}): the result's leg {letter.name!r} has size {n}; {hint}", span))
+
+    def _letter_cause(self, ex, v: V, legs, cls, span, what: str) -> None:
+        """Raise at the einsum output letter when it caused this refusal to broadcast `ex` against
+        `legs`: with the renamed leg named back, the legs would align by name."""
+        S = self.S
+        for r in reversed(self.relabels):
+            root = S.find(r.cls)
+
+            def back(ls, cs, r=r, root=root):
+                return tuple(r.leg if l == r.letter and S.find(c) == root else l for l, c in zip(ls, cs))
+
+            a, b = back(v.type.legs, v.type.cls), back(legs, cls)
+            if (a, b) != (tuple(v.type.legs), tuple(legs)) and len(set(a)) == len(a) and len(set(b)) == len(b) and set(a) <= set(b):
+                line = getattr(ex, "span", span).line
+                raise PenroseCheckError(
+                    f"einsum output letter {r.letter!r} names the result's leg {r.letter!r}, but it takes {r.origin}, "
+                    f"so {what} on line {line} cannot broadcast {_describe(ex)} with legs [{', '.join(v.type.legs)}] "
+                    f"against [{', '.join(legs)}]; {r.hint}", r.span,
+                    notes=((f"{what} refused here", getattr(ex, "span", span)),))
 
     # one-tensor functions over a leg ---------------------------------------------------------------
     def _over_leg(self, sc, e: ir.Call, default_last=True, v: V | None = None):
@@ -506,6 +551,39 @@ TYPE_RULES: dict[str, Callable[..., V]] = {
 }
 
 _EINSUM_SPECS: dict = {}  # (spec, operand legs, batched) -> einsum_spec.Einsum, for specs read without error
+
+
+class _Relabel(NamedTuple):
+    """An einsum output letter that renames the leg it takes (`_Ops._output_letters`)."""
+
+    letter: str
+    leg: str  # the name of the leg it takes
+    cls: int  # the leg's size class
+    span: Span  # the letter in the spec
+    origin: str  # "operand 2 'W' leg 'd'"
+    hint: str  # "write einsum('ka,ad->kd', ...)"
+
+
+def _keep_names_hint(ein, renamed: dict[str, str], taken: set[str]) -> str:
+    """'write einsum(SPEC, ...)': the spec whose output letters keep the names of the legs they
+    take (a contracted letter of that name gets a fresh one); where two result legs would share
+    a name, the advice in words."""
+    kept = {l for l in ein.out if l not in renamed}
+    new = list(renamed.values())
+    renames = {l: n for l, n in renamed.items() if n not in kept and new.count(n) == 1}
+    if not renames:
+        return "write an output letter that is the name of the leg it takes"
+    labels = {l for t in ein.terms for l in t}
+    taken = taken | labels | set(renames.values())
+    for label in sorted(labels - set(ein.out)):
+        if label in renames.values():  # a contracted letter with the name a result leg takes
+            pool = [f"{label}{k}" for k in range(2, 100)] if ein.parsed.words else list(string.ascii_lowercase + string.ascii_uppercase)
+            fresh = next((x for x in pool if x not in taken), None)
+            if fresh is None:
+                return "write an output letter that is the name of the leg it takes"
+            renames[label] = fresh
+            taken.add(fresh)
+    return f"write einsum('{respell(ein.parsed, renames)}', ...) to keep the legs' names"
 
 
 class _Where:

@@ -178,6 +178,7 @@ class _Checker(_Exprs, _Ops, _Einops):
         self.at = Span(self.file)  # the statement being checked, for an error without a better place
         self.dim_named_refs: dict[int, V] = {}  # id(V) -> V: reads of a computed tensor named like a dim
         self.constants: dict[str, tuple] = {}  # const name -> (value, declaration span)
+        self.relabels: list = []  # einsum output letters that rename the leg they take (penrose.check_ops)
         self._static_scope = _Scope(self, "<const>", False)  # no tensors: where a const's value is read
 
     lenient = False  # sizes the diagram does not declare are left to the others checked with it

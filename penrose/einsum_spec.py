@@ -377,3 +377,28 @@ def label_text(label: str) -> str:
         return repr(label)
     k = int(label[len(ELLIPSIS) :])
     return "'...' (its last dim)" if k == 0 else f"'...' (dim {k + 1} from its right)"
+
+
+def respell(p: Parsed, renames: dict[str, str]) -> str:
+    """The spec `p` with its labels renamed (in every term), as it was written otherwise; in the
+    spaced word form when a new label is longer than a letter. The hints of the checker's
+    messages write specs with it.
+
+    >>> respell(lex('kd,de->ke'), {'e': 'd', 'd': 'a'})
+    'ka,ad->kd'
+    >>> respell(lex('kd,de->ke'), {'e': 'hd'})
+    'k d, d hd -> k hd'
+    """
+    if not p.words and any(len(new) > 1 for new in renames.values()):
+        def term(t: Term) -> str:
+            names = [renames.get(n, n) for n in t.names]
+            if t.ellipsis is not None:
+                names.insert(t.ellipsis, ELLIPSIS)
+            return " ".join(names)
+
+        return ", ".join(term(t) for t in p.inputs) + (f" -> {term(p.output)}" if p.output is not None else "")
+    out, at = [], 0
+    for label in sorted((l for t in (*p.inputs, *([p.output] if p.output else [])) for l in t.labels), key=lambda l: l.start):
+        out += [p.text[at:label.start], renames.get(label.name, label.name)]
+        at = label.end
+    return "".join(out) + p.text[at:]
