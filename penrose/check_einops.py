@@ -203,7 +203,9 @@ class _Einops(_State):
                         hint = " (repeat adds legs)" if kind == "rearrange" else " (reduce only removes legs; repeat adds them)"
                         raise PenroseCheckError(f"{kind}: {a.name!r} is on the right but not on the left{hint}", at(a.start, a.end))
                     if self.S.size(self.dims[a.name]) is None:
-                        raise PenroseCheckError(f"repeat: the new leg {a.name!r} needs a size", at(a.start, a.end))
+                        raise PenroseCheckError(
+                            f"repeat: the new leg {a.name!r} needs a size: give it as einops does, repeat(..., {a.name}=SIZE), "
+                            f"or declare it with 'dim {a.name} = SIZE'", at(a.start, a.end))
                     axes[a.name] = (self.dims[a.name], a.name)
                     self._baked(self.dims[a.name])
                     new.append(a.name)

@@ -12,6 +12,7 @@ from dataclasses import replace
 
 from penrose import ir, ops
 from penrose.check_base import _a, _describe, _names, _Scope, _State
+from penrose.check_hints import broadcast_hint
 from penrose.check_ops import TYPE_RULES
 from penrose.checked import SCALAR, CStmt, Instance, TType, V
 from penrose.attrs import BinOp, BlockCall, Const, DimSize, Folded, Num, Ref, Shown, Unary
@@ -29,7 +30,8 @@ class _Exprs(_State):
         for t in s.targets:
             self._name_ok(t, s.span, "tensor", module_attr=False)
             if t in sc.decls and sc.decls[t].tensor.kind in ("param", "buffer"):
-                raise PenroseCheckError(f"cannot assign to {sc.decls[t].tensor.kind} {t!r}", s.span)
+                raise PenroseCheckError(f"cannot assign to {sc.decls[t].tensor.kind} {t!r}; give the new value another name "
+                                        f"({t}_2 = ...)", s.span)
             if t in FUNCTIONS or t in self.block_defs:
                 raise PenroseCheckError(f"{t!r} is a {'function' if t in FUNCTIONS else 'block'} name", s.span)
             if t in sc.instances:
@@ -205,10 +207,12 @@ class _Exprs(_State):
                 align.append(tuple(range(len(legs))))
             else:
                 self._letter_cause(ex, v, legs, cls, span, what)  # an einsum letter upstream renamed a leg
+                size = self.S.size
+                hint = broadcast_hint(what, ex, vl, [size(c) for c in v.type.cls], exprs, [x.type.legs for x in vals],
+                                      legs, [size(c) for c in cls])
                 raise PenroseCheckError(
-                    f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}; "
-                    "legs align by name when one set contains the other, else by position when the counts match"
-                    " (write an outer product as an einsum)",
+                    f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}: "
+                    f"legs align by name when one set contains the other, else by position when the counts match; {hint}",
                     getattr(ex, "span", span),
                 )
         return legs, cls, tuple(align)
@@ -221,8 +225,9 @@ class _Exprs(_State):
         a, b = S.size(c), S.size(oc)
         shown = f"leg {leg!r} of {_describe(ex)} with leg {other!r} of {_describe(lead_ex)}"
         outer = "product" if what == "'*'" else "sum" if what in ("'+'", "'-'") else "combination"
+        sized = "" if a is not None else f", {leg}=SIZE"
         fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) give the other operand leg "
-               f"{leg!r} too, by name: repeat(..., '... {other} -> ... {other} {leg}'), or write an einsum")
+               f"{leg!r} too, by name: write repeat({format_expr(lead_ex)}, '... -> ... {leg}'{sized}), or an einsum")
         if S.find(c) != S.find(oc) and (a is None or b is None):
             unknown = leg if a is None else other
             raise PenroseCheckError(
@@ -235,10 +240,11 @@ class _Exprs(_State):
         n = len(v.legs)
         if isinstance(arg, ir.Name):
             if arg.id not in v.legs:
+                close = suggest(arg.id, v.legs)
+                tensor = format_expr(call.args[0]) if call.args else "x"
+                write = "" if close or not v.legs else f"; write one of them, as {call.func}({tensor}, {v.legs[-1]})"
                 raise PenroseCheckError(
-                    f"{call.func}: the tensor has no leg {arg.id!r}{suggest(arg.id, v.legs)}; its legs are [{', '.join(v.legs)}]",
-                    arg.span,
-                )
+                    f"{call.func}: the tensor has no leg {arg.id!r}{close}; its legs are [{', '.join(v.legs)}]{write}", arg.span)
             if v.legs.count(arg.id) > 1:
                 raise PenroseCheckError(f"{call.func}: leg {arg.id!r} appears twice; use dim=i", arg.span)
             return v.legs.index(arg.id)
@@ -247,6 +253,9 @@ class _Exprs(_State):
             if not -n <= i < n:
                 raise PenroseCheckError(f"{call.func}: dim={i} is out of range for a tensor with {n} leg(s)", arg.span)
             return i % n
+        if isinstance(arg, ir.String) and arg.value in v.legs:
+            raise PenroseCheckError(f"{call.func}: the {what} is a leg name, without quotes: write {arg.value}, not "
+                                    f"{arg.value!r}", arg.span)
         raise PenroseCheckError(f"{call.func}: the {what} is a leg name or dim=i", getattr(arg, "span", call.span))
 
     def _call(self, sc, e: ir.Call) -> V:
@@ -257,7 +266,9 @@ class _Exprs(_State):
             pool = list(FUNCTIONS) + list(self.block_defs)
             hint = suggest(f, pool)
             if f in sc.vars:
-                hint = f"; {f!r} is a tensor, not a function"
+                args = ", ".join(format_expr(a) for a in e.args)
+                hint = (f"; {f!r} is a tensor, not a function: contract it with einsum, as "
+                        f"einsum('te,ed->td', {args or 'x'}, {f}) for a matrix on legs [e, d]")
             raise PenroseCheckError(f"unknown function {f!r}{hint}", e.span)
         self._arity(e)  # arity and keywords as the table of operations says
         v = self._builtin(sc, e)
@@ -426,7 +437,8 @@ class _Exprs(_State):
         elif isinstance(node, ir.Name) and node.id in self.dims:
             n = self.S.size(self.dims[node.id])
             if n is None:
-                raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1", node.span)
+                raise PenroseCheckError(f"repeat count {node.id!r} needs a size of at least 1: declare it with 'dim {node.id} = 4', "
+                                        f"or give it when compiling (penrose.compile(..., {node.id}=4), --size {node.id}=4)", node.span)
             what = f"repeat count {node.id!r} (size {n:,})"
         else:
             raise PenroseCheckError("repeat takes a whole number or a dim, as 'repeat 4' or 'repeat L'", node.span)

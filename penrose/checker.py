@@ -80,6 +80,7 @@ from penrose.tables import (
     unquote,
 )
 from penrose.views import legend_warnings, values
+from penrose.check_hints import later_assignment
 
 if TYPE_CHECKING:
     from penrose.reading import Includes
@@ -670,6 +671,10 @@ class _Checker(_Exprs, _Ops, _Einops):
             hint = suggest(name, pool)
             if name in self.dims:
                 hint = f"; {name!r} is a dim (a leg), not a tensor"
+            elif not hint:
+                later = later_assignment(name, span, [self.diagram.body, *(b.body for b, _ in self.block_defs.values())])
+                hint = (f"; it is assigned on line {later}, below this use: move that statement above it" if later else
+                        f"; declare it ('input {name}[...]', 'param {name}[...]') or assign it ('{name} = ...') above this line")
             raise PenroseCheckError(f"unknown tensor {name!r}{hint}", span)
         sc.used.add(name)
         return sc.vars[name]

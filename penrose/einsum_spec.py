@@ -301,8 +301,12 @@ def resolve(
             have = f"{k}: [{', '.join(legs[i])}]" if i < len(legs) else str(k)
             besides = " besides '...'" if t.ellipsis is not None else ""
             only = "only " if t.ellipsis is not None else ""
+            write = ""
+            if i < len(legs) and t.ellipsis is None and legs[i]:
+                named = "".join(legs[i]) if all(len(l) == 1 for l in legs[i]) else " ".join(legs[i])
+                write = f"; write one label per leg, as '{named}', or '...' for the legs it leaves out"
             raise PenroseCheckError(
-                f"einsum term {i + 1} '{shown}' has {m} leg(s){besides} but {op(i)} has {only}{have}",
+                f"einsum term {i + 1} '{shown}' has {m} leg(s){besides} but {op(i)} has {only}{have}{write}",
                 spec_span(span, t.start, t.end),
             )
         if t.ellipsis is None:

@@ -263,7 +263,7 @@ PATHS = """\
 dim e = 4, f = 3
 block lin(x[e]) {
   param W[e, e]
-  return einsum('e,fe->f', x, W)
+  return einsum('a,ea->e', x, W)
 }
 block out(x[e]) {
   param W[f, e]
