@@ -327,9 +327,10 @@ def _batch_free(text) -> bool:
 
 
 def _verify(text, module, inputs, ignore=frozenset()):
-    from penrose.compiler import compile_diagram
+    from penrose.compiler import build
+    from penrose.loader import load_entries
 
-    model = compile_diagram(None, text=text)
+    model = build(load_entries(None, text=text)[0])  # quiet: the traced text's own warnings are no PenroseWarning here
     ref = next((t for t in list(module.parameters()) + list(module.buffers()) + list(inputs) if t.is_floating_point()), None)
     if ref is not None:
         model = model.to(dtype=ref.dtype, device=ref.device)
