@@ -49,6 +49,7 @@ class _State:
         def _number_kw(self, e: ir.Call, key, default=None, node=None): ...  # penrose.check_exprs
         def _baked(self, *classes): ...  # penrose.check_ops
         def _letter_cause(self, ex, v: V, legs, cls, span, what: str) -> None: ...  # penrose.check_ops
+        def _blame_letter(self, err): ...  # penrose.check_ops
 
 
 class _Scope:

@@ -131,9 +131,10 @@ class _Ops(_State):
                 continue
             c, origin = label_cls[letter.name], label_origin[letter.name]
             span = spec_span(spec_node.span, letter.start, letter.end)
-            self.relabels.append(_Relabel(letter.name, renamed[letter.name], c, span, str(origin), hint))
             n, m = size(c), size(self.dims[letter.name]) if letter.name in self.dims else None
-            if n is not None and m is not None and m != n:
+            clash = (m, n) if n is not None and m is not None and m != n else None
+            self.relabels.append(_Relabel(letter.name, renamed[letter.name], c, span, str(origin), hint, clash))
+            if clash is not None:
                 self.warnings.append((
                     f"einsum output letter {letter.name!r} names dim {letter.name!r} (size {m}), but it takes {origin} "
                     f"(size {n}): the result's leg {letter.name!r} has size {n}; {hint}", span))
@@ -156,6 +157,20 @@ class _Ops(_State):
                     f"so {what} on line {line} cannot broadcast {_describe(ex)} with legs [{', '.join(v.type.legs)}] "
                     f"against [{', '.join(legs)}]; {r.hint}", r.span,
                     notes=((f"{what} refused here", getattr(ex, "span", span)),))
+
+    def _blame_letter(self, err: PenroseCheckError) -> PenroseCheckError:
+        """A size conflict below an einsum output letter that names a dim of another size, over
+        that letter and those two sizes: the error at the letter, the conflict in its message."""
+        for r in reversed(self.relabels):
+            if r.clash is None or r.span.file != err.span.file or err.span.line <= r.span.line:
+                continue
+            m, n = r.clash
+            if f"{r.letter!r}" in err.message and f"{m}" in err.message and f"{n}" in err.message:
+                return PenroseCheckError(
+                    f"einsum output letter {r.letter!r} names dim {r.letter!r} (size {m}), but it takes {r.origin} (size {n}), "
+                    f"so line {err.span.line} fails: {err.message}; {r.hint}", r.span,
+                    notes=((f"line {err.span.line} refused here", err.span), *err.notes))
+        return err
 
     # one-tensor functions over a leg ---------------------------------------------------------------
     def _over_leg(self, sc, e: ir.Call, default_last=True, v: V | None = None):
@@ -562,6 +577,7 @@ class _Relabel(NamedTuple):
     span: Span  # the letter in the spec
     origin: str  # "operand 2 'W' leg 'd'"
     hint: str  # "write einsum('ka,ad->kd', ...)"
+    clash: tuple[int, int] | None = None  # (the size of the dim the letter names, the leg's size) when they differ
 
 
 def _keep_names_hint(ein, renamed: dict[str, str], taken: set[str]) -> str:

@@ -200,10 +200,13 @@ class _Checker(_Exprs, _Ops, _Einops):
         top = self._collect(self.diagram)
         if not self.lenient:
             self.refuse_unknown()
-        for name in block_order({n: blk for n, (blk, _) in self.block_defs.items()}):  # callees first
-            blk, _ = self.block_defs[name]
-            self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
-        result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
+        try:
+            for name in block_order({n: blk for n, (blk, _) in self.block_defs.items()}):  # callees first
+                blk, _ = self.block_defs[name]
+                self.blocks[name] = self._check_body(blk.name, blk.body, blk.formals, is_block=True, span=blk.span)
+            result = self._check_body(self.diagram.name, top, (), is_block=False, span=Span(self.file))
+        except PenroseCheckError as err:  # placed at an einsum output letter that caused it (check_ops)
+            raise self._blame_letter(err) from None
         found = self.warnings + list(legend_warnings(self.diagram)) + result.warnings
         result.warnings = sorted(found, key=lambda w: (w[1].file != self.file, w[1].line, w[1].col))  # in file order
         self._allocations_ok([self.blocks[n] for n in self.block_defs] + [result])

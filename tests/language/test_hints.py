@@ -22,6 +22,16 @@ MISTAKES = [
      5, 21, r"einsum output letter 'e' names the result's leg 'e', but it takes operand 2 'W' leg 'd', so '\+' on line 6 "
             r"cannot broadcast 'b_r' with legs \[d\] against \[k, e\]",
      "write einsum('ka,ad->kd', ...)"),
+    ("an einsum output letter naming a dim of another size, and a sum over it below",
+     "dim k = 3, d = 4, e = 5\ninput x[k, d]\nparam W[d, d]\nparam c[k, e]\nh = einsum('kd,de->ke', x, W)\ny = h + c\noutput y",
+     5, 21, r"einsum output letter 'e' names dim 'e' \(size 5\), but it takes operand 2 'W' leg 'd' \(size 4\), so line 6 "
+            r"fails: size conflict in '\+'",
+     "write einsum('ka,ad->kd', ...)"),
+    ("an einsum output letter naming a dim of another size, and an einsum over it below",
+     "dim k = 3, d = 4, e = 5\ninput x[k, d]\nparam W[d, d]\nparam U[e, e]\nh = einsum('kd,de->ke', x, W)\n"
+     "y = einsum('ke,ef->kf', h, U)\noutput y",
+     5, 21, r"so line 6 fails: size of label 'e' for operand 2 'U' leg 'e' \(5\) does not match operand 1 'h' leg 'e' \(4\)",
+     "write einsum('ka,ad->kd', ...)"),
     ("an outer sum over legs sized at run time",
      "dim t, s, a = 4\ninput qa[t, a]\ninput ka[s, a]\ny = tanh(qa + ka)\noutput y",
      4, 15, r"'\+' would align leg 's' of 'ka' with leg 't' of 'qa' by position",
@@ -127,6 +137,13 @@ def test_an_einsum_letter_of_the_dim_it_takes_or_of_no_dim_is_no_warning():
     renamed = "dim k = 3, d = 4\ninput x[k, d]\nparam W[d, d]\nh = einsum('kd,de->ke', x, W)\noutput h"
     for text in (plain, renamed):
         assert [m for m, _ in penrose.load(text).warnings if "einsum" in m] == []
+
+
+def test_the_refusal_at_the_letter_keeps_a_note_at_the_statement():
+    text = next(m[1] for m in MISTAKES if m[0].endswith("and a sum over it below"))
+    with pytest.raises(PenroseCheckError) as info:
+        penrose.load(text)
+    assert [(t, s.line, s.col) for t, s in info.value.notes][0] == ("line 6 refused here", 6, 5)
 
 
 def test_a_later_refusal_unrelated_to_the_letter_stays_where_it_is():
