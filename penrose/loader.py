@@ -134,6 +134,8 @@ def warn_checked(checked: list[Checked]) -> None:
 
     seen: set[tuple[str, Any]] = set()
     for c in checked:
+        if not c.warnings:
+            continue
         seen.update(legend_warnings(c.diagram))
         for message, span in c.warnings:
             if (message, span) not in seen:
