@@ -264,7 +264,8 @@ class _Exprs(_State):
             return self._block_call(sc, e)
         if f not in FUNCTIONS:
             pool = list(FUNCTIONS) + list(self.block_defs)
-            hint = suggest(f, pool)
+            hint = suggest(f, pool) or (f"; write one of the functions of docs/language.md ('Functions'), or define it as "
+                                        f"a block: block {f}(x[...]) {{ ... }}")
             if f in sc.vars:
                 args = ", ".join(format_expr(a) for a in e.args)
                 hint = (f"; {f!r} is a tensor, not a function: contract it with einsum, as "

@@ -340,8 +340,10 @@ def resolve(
                 )
             seen.add(l.name)
             if l.name not in counts:
+                inputs = ", ".join(repr(n) for n in counts)
                 raise PenroseCheckError(
-                    f"output leg {l.name!r} appears in no input of the einsum", spec_span(span, l.start, l.end)
+                    f"output leg {l.name!r} appears in no input of the einsum; write only the inputs' labels "
+                    f"({inputs}) after '->'", spec_span(span, l.start, l.end)
                 )
         if o.ellipsis is None:
             out = o.names
