@@ -550,7 +550,7 @@ class GradientPlan:
             return self._body(blk, f"{prefix}{call.instance}.", args, v)
         x, *rest = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(call.repeat):
-            returned = self._body(blk, f"{prefix}{call.instance}.{i}.", [x, *rest], v)
+            returned = self._body(blk, f"{prefix}{call.prefix(i)}", [x, *rest], v)
             if len(returned) != 1:
                 raise NoGeneratedBackward(f"block {blk.name} yields several tensors", v.span)
             x = returned[0]

@@ -138,10 +138,10 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
             out[prefix + d.tensor.name] = _initialised(d.tensor, shape, g, dtype)
         for inst in body.instances.values():
             blk = body.blocks[inst.block]
-            if inst.repeat is None:
+            if inst.stacked is None:
                 visit(blk, f"{prefix}{inst.name}.")
             else:
-                for i in range(inst.repeat):
+                for i in range(inst.stacked):
                     visit(blk, f"{prefix}{inst.name}.{i}.")
 
     visit(checked, "")
@@ -837,7 +837,7 @@ def _block(fr, v, args):
     else:
         x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(call.repeat):
-            (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
+            (x,) = _call_block(fr, blk, f"{fr.prefix}{call.prefix(i)}", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)
 

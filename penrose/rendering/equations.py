@@ -289,7 +289,7 @@ def _atom(v, names: tuple) -> sympy.Expr:
     if v.op == "block":
         blk = v.of(BlockCall)
         name = blk.block
-        latex = _roman(name) + (rf"^{{\times {blk.repeat}}}" if blk.repeat else "")
+        latex = _roman(name) + (rf"^{{\times {blk.repeat}}}" if blk.repeat else "")  # f^{×3}: f applied 3 times (shared or not)
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
 

@@ -165,7 +165,8 @@ class _Reader:
             if v.op == "block":
                 self.args(v)
                 rep = v.of(BlockCall).repeat
-                more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
+                shared = v.of(BlockCall).shared
+                more = f", {rep} times in a chain, " + ("the same weights each time" if shared else "each copy with its own weights") if rep else ""
                 if rep and len(v.args) > 1:
                     more += " and the same further arguments"
                 self.add(Reading("block", "Block", f"Apply block {v.of(BlockCall).block}{more}."))
