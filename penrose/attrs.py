@@ -212,7 +212,7 @@ class Where(Aligned):
 
 @dataclass(frozen=True, slots=True)
 class Mask(Attrs):
-    """causal and block_causal: `kind` is the function; `block` the block size (block_causal)."""
+    """causal, block_causal and arange (a leg's positions): `kind` is the function; `block` the block size (block_causal)."""
 
     kind: str
     block: int | None = None

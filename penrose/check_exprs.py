@@ -256,7 +256,7 @@ class _Exprs(_State):
                     f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}; "
                     "legs align by name when one set contains the other, else by position when the counts match; "
                     f"for every pair (an outer {what} over the legs of both) state the result's legs, as "
-                    f"y[{', '.join(dict.fromkeys(legs + vl))}] = ...",
+                    f"{self._stated_hint(legs + vl)}",
                     getattr(ex, "span", span),
                 )
         return legs, cls, tuple(align)
@@ -285,6 +285,12 @@ class _Exprs(_State):
                       for v in vals)
         return legs, tuple(cls[leg] for leg in legs), align
 
+    def _stated_hint(self, legs) -> str:
+        """`decay[h, t, s] = ...`: the statement's target with the legs stated (y where there is none)."""
+        ctx = getattr(self, "_stmt_ctx", None)
+        target = ctx["assign"].targets[0] if ctx is not None and len(ctx["assign"].targets) == 1 else "y"
+        return f"{target}[{', '.join(dict.fromkeys(legs))}] = ..."
+
     def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what, lead_legs=()):
         """Two legs of different names aligned by position (docs/language.md, element-wise
         arithmetic): allowed, with a warning, only when the sizes are already known and equal
@@ -294,7 +300,7 @@ class _Exprs(_State):
         shown = f"leg {leg!r} of {_describe(ex)} with leg {other!r} of {_describe(lead_ex)}"
         outer = "product" if what == "'*'" else "sum" if what in ("'+'", "'-'") else "combination"
         fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) state the result's legs, "
-               f"as y[{', '.join(dict.fromkeys((*lead_legs, leg)))}] = ... (operands then align by name), or give the other "
+               f"as {self._stated_hint((*lead_legs, leg))} (operands then align by name), or give the other "
                f"operand leg {leg!r} too: repeat(..., '... {other} -> ... {other} {leg}'), or write an einsum")
         if S.find(c) != S.find(oc) and (a is None or b is None):
             unknown = leg if a is None else other

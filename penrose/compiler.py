@@ -889,6 +889,10 @@ def _lower_where(em: _Emitter, v: V):
 
 def _lower_mask(em: _Emitter, v: V):
     em.uses_device = True
+    if v.of(Mask).kind == "arange":  # a leg's positions, in the model's floating dtype
+        em.uses_dtype = True
+        n = em.size_node(v.type.cls[0], v.span, v.legs[0])
+        return P.call(P.path("torch.arange"), n, device=P.name("_device"), dtype=P.name("_dtype"))
     t, p = (em.size_node(c, v.span, leg) for c, leg in zip(v.type.cls, v.legs))
     if v.of(Mask).kind == "causal":
         return P.call(P.name("_causal_mask"), t, p, P.name("_device"))
@@ -1120,6 +1124,7 @@ LOWER = {
     "clamp": _lower_clamp,
     "where": _lower_where,
     "causal": _lower_mask,
+    "arange": _lower_mask,
     "block_causal": _lower_mask,
     "gather": _lower_gather,
     "split": _lower_split,

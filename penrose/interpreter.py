@@ -679,7 +679,10 @@ def _where(fr, v, args):
 
 
 def _mask(fr, v, args):
-    """causal(t, p): True where p <= t; block_causal(t, p, block=B): where p // B <= t // B."""
+    """causal(t, p): True where p <= t; block_causal(t, p, block=B): where p // B <= t // B;
+    arange(t): the positions 0, 1, ... along t, in the model's floating dtype."""
+    if v.of(Mask).kind == "arange":
+        return torch.arange(fr.size(v.type.cls[0], v.span), device=fr.device, dtype=fr.dtype or torch.get_default_dtype())
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
@@ -889,6 +892,7 @@ OPERATIONS = {
     "clamp": _clamp,
     "where": _where,
     "causal": _mask,
+    "arange": _mask,
     "block_causal": _mask,
     "gather": _gather,
     "split": _split,

@@ -442,6 +442,11 @@ def _causal(v, names):
     return sympy.LessThan(p, t, evaluate=False)
 
 
+def _arange(v, names):
+    """arange(t): the position t itself (arange(t) - arange(s) reads t - s)."""
+    return leg_symbol(names[0])
+
+
 def _block_causal(v, names):
     """block_causal(t, p, block=B): ⌊p/B⌋ ≤ ⌊t/B⌋, bidirectional inside a block, causal across."""
     t, p = (leg_symbol(n) for n in names)
@@ -700,6 +705,7 @@ EQUATION: dict = {
     "where": _where,
     # masks
     "causal": _causal,
+    "arange": _arange,
     "block_causal": _block_causal,
     # indexing and shapes
     "gather": _gather,

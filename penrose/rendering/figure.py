@@ -371,6 +371,7 @@ FIGURE: dict[str, Drawing] = {
     # masks
     "causal": _box("causal mask", lambda v: ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"], kind="mask"),
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
+    "arange": _box("positions", lambda v: ["positions", f"0 … {v.type.legs[0]}−1"], kind="mask"),
     # indexing and shapes
     "gather": _box("gather", lambda v: ["gather", f"rows of {_short(v.args[0])}"]),
     "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.of(Axis).axis)} → {' + '.join(str(s) for s in v.of(Split).sizes)}"]),

@@ -40,7 +40,7 @@ def test_protopnet_distances_are_refused_not_bound_to_three():
     msg = str(e.value)
     assert "leg 'm' of 'pp' with leg 's' of 'zz' by position" in msg
     assert "size of 's', which is not known" in msg and "repeat(" in msg and "einsum" in msg
-    assert "state the result's legs, as y[s, m] = ..." in msg  # issue 41: the form that says it
+    assert "state the result's legs, as dist[s, m] = ..." in msg  # issue 41: the form that says it
     assert (e.value.span.line, e.value.span.col) == (6, 13)
 
 
