@@ -29,6 +29,7 @@ def test_entries_cover_the_issue():
         "linear", "mlp", "self_attention", "causal_self_attention", "sparse_autoencoder",
         "topk_sparse_autoencoder", "concept_bottleneck", "concept_bottleneck_logit",
         "concept_bottleneck_hybrid", "concept_bottleneck_typed", "concept_embedding", "concept_embedding_typed", "concept_graph",
+        "concept_graph_input", "causally_reliable_cbm",
         "concept_whitening", "prototype_concepts", "neural_additive", "mixture_of_linear_models", "mixture_typed", "senn", "cav_probe",
     }
 
