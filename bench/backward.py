@@ -40,7 +40,7 @@ MODELS = {
     "hybrid": lambda s: penrose_zoo.HybridConceptBottleneckModel(j=8, **s),
     "cem": lambda s: penrose_zoo.ConceptEmbeddingModel(e=8, p_int=0.25, **s),
     "mixture": lambda s: penrose_zoo.MixtureOfLinearModels(m=4, **s),
-    "graph": lambda s: penrose_zoo.ConceptGraphModel(concept_names=[f"c{i}" for i in range(s["k"])],
+    "graph": lambda s: penrose_zoo.InputConceptGraphModel(concept_names=[f"c{i}" for i in range(s["k"])],
                                                      parents={"c2": ["c0", "c1"]}, **s),
 }
 

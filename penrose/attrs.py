@@ -212,7 +212,7 @@ class Where(Aligned):
 
 @dataclass(frozen=True, slots=True)
 class Mask(Attrs):
-    """causal and block_causal: `kind` is the function; `block` the block size (block_causal)."""
+    """causal, block_causal and arange (a leg's positions): `kind` is the function; `block` the block size (block_causal)."""
 
     kind: str
     block: int | None = None
@@ -283,11 +283,17 @@ class Slice(Axis):
 
 @dataclass(frozen=True, slots=True)
 class BlockCall(Attrs):
-    """A call of a block: the block, the instance holding its params, its repeat count (or None)."""
+    """A call of a block: the block, the instance holding its params, its repeat count (or None);
+    `shared`: a `repeat N shared`, one instance applied N times (its parameters tied)."""
 
     block: str
     instance: str
     repeat: int | None
+    shared: bool = False
+
+    def prefix(self, i: int) -> str:
+        """The state-dict path of run `i`'s parameters below the caller: `inst.i.`, or `inst.` once for all (shared)."""
+        return f"{self.instance}." if self.repeat is None or self.shared else f"{self.instance}.{i}."
 
 
 NONE = NoAttrs()

@@ -48,8 +48,10 @@ class _Exprs(_State):
                 )
         if len(set(s.targets)) != len(s.targets):
             raise PenroseCheckError("a name appears twice among the targets", s.span)
+        if s.legs is not None:
+            self._stated_ok(s)
         sc.block_calls = []
-        stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "assign": s}
+        stmt_ctx = {"instance": s.instance, "repeat": s.repeat, "shared": s.shared, "assign": s, "legs": s.legs}
         self._stmt_ctx: dict[str, Any] | None = stmt_ctx
         try:
             value = self._unambiguous(sc, self._expr(sc, s.value))  # `y = k`: the tensor or the size?
@@ -59,6 +61,8 @@ class _Exprs(_State):
             raise PenroseCheckError("'as NAME' names the one block call of a statement", s.span)
         if s.repeat is not None and not (isinstance(s.value, ir.Call) and s.value.func in self.block_defs):
             raise PenroseCheckError("'repeat N' applies to a statement that is one block call: Z = layer(Z) repeat N", s.span)
+        if s.legs is not None:
+            self._stated_match(s, value)
         if value.outs:
             types = value.outs
         else:
@@ -75,6 +79,47 @@ class _Exprs(_State):
             sc.versions[t] = sc.versions.get(t, 0) + 1 if known else 0
             versions.append(sc.versions[t])
         return CStmt(s, s.targets, value, types, step, tuple(versions))
+
+    def _stated_ok(self, s: ir.Assign):
+        """`s[t, s, a] = ...`: each stated leg a declared dim, once."""
+        assert s.legs is not None
+        for i, leg in enumerate(s.legs):
+            at = s.leg_spans[i] if i < len(s.leg_spans) else s.span
+            if leg not in self.dims:
+                raise PenroseCheckError(
+                    f"stated leg {leg!r} is not a declared dim{suggest(leg, list(self.dims))}; declare it (dim {leg}) "
+                    "or state the legs the value has", at)
+            if s.legs.index(leg) != i:
+                raise PenroseCheckError(f"leg {leg!r} is stated twice; a leg names one axis of the result", at)
+
+    def _stated_match(self, s: ir.Assign, value: V):
+        """The value has exactly the stated legs, in the stated order; their sizes are the dims'."""
+        assert s.legs is not None
+        stated, legs = s.legs, value.type.legs
+        shown = f"[{', '.join(stated)}]"
+        if value.outs or value.type.dtype == "scalar":
+            what = "several tensors" if value.outs else "a plain number"
+            raise PenroseCheckError(f"{s.targets[0]}{shown} states legs, but the value is {what}; write {s.targets[0]} = ...", s.span)
+        for i, leg in enumerate(stated):
+            if leg not in legs:
+                at = s.leg_spans[i] if i < len(s.leg_spans) else s.span
+                raise PenroseCheckError(
+                    f"leg {leg!r} is stated, but the value has legs [{', '.join(legs)}]; state only those, or give an "
+                    f"operand leg {leg!r}", at)
+        extra = [leg for leg in legs if leg not in stated]
+        if extra:
+            kept = ", ".join(stated + tuple(extra))
+            raise PenroseCheckError(
+                f"the value has leg {extra[0]!r}, which {s.targets[0]}{shown} does not state; state it "
+                f"({s.targets[0]}[{kept}] = ...) or sum it out (sum(..., {extra[0]}))",
+                cast("ir.Expr", s.value).span)
+        if legs != stated:
+            raise PenroseCheckError(
+                f"the value's legs are [{', '.join(legs)}], in that order; state them so ({s.targets[0]}[{', '.join(legs)}] = ...), "
+                "or reorder them in the value (an einsum's output, or rearrange)", cast("ir.Expr", s.value).span)
+        for i, (leg, c) in enumerate(zip(legs, value.type.cls)):
+            at = s.leg_spans[i] if i < len(s.leg_spans) else s.span
+            self.S.unify(c, self.dims[leg], (f"stated leg {leg!r}", at))
 
     # -- expressions
     def _expr(self, sc: _Scope, e) -> V:
@@ -188,6 +233,9 @@ class _Exprs(_State):
         li, lead = max(tensors, key=lambda iv: (len(iv[1].legs), -iv[0]))
         legs, cls = lead.type.legs, lead.type.cls
         unique = len(set(legs)) == len(legs)
+        outer = self._outer(vals, tensors, legs, span, what)
+        if outer is not None:
+            return outer
         align = []
         for v, ex in zip(vals, exprs):
             if v.type.dtype == "scalar":
@@ -202,7 +250,7 @@ class _Exprs(_State):
             elif len(vl) == len(legs):
                 for j, c in enumerate(v.type.cls):
                     if vl[j] != legs[j]:
-                        self._by_position(ex, vl[j], c, exprs[li], legs[j], cls[j], span, what)
+                        self._by_position(ex, vl[j], c, exprs[li], legs[j], cls[j], span, what, legs)
                     self.S.unify(c, cls[j], (f"{what}: leg {vl[j]!r} of {_describe(ex)} against leg {legs[j]!r}", span))
                 align.append(tuple(range(len(legs))))
             else:
@@ -212,12 +260,44 @@ class _Exprs(_State):
                                       legs, [size(c) for c in cls])
                 raise PenroseCheckError(
                     f"cannot broadcast {_describe(ex)} with legs [{', '.join(vl)}] against [{', '.join(legs)}] in {what}: "
-                    f"legs align by name when one set contains the other, else by position when the counts match; {hint}",
+                    f"legs align by name when one set contains the other, else by position when the counts match; {hint}; "
+                    f"or, for every pair (an outer {what} over the legs of both), state the result's legs, as "
+                    f"{self._stated_hint(legs + vl)}",
                     getattr(ex, "span", span),
                 )
         return legs, cls, tuple(align)
 
-    def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what):
+    def _outer(self, vals, tensors, lead_legs, span, what):
+        """Under stated legs (`s[t, s, a] = qa + ka`), operands whose legs no one of them holds all
+        of align by name: the result has every leg of any operand, in the stated order (legs not
+        stated after them, as first met), each operand broadcast over the legs it lacks. None where
+        the ordinary rule applies (one operand holds every leg) or no legs are stated."""
+        ctx = getattr(self, "_stmt_ctx", None)
+        stated = ctx.get("legs") if ctx is not None else None
+        if stated is None or any(len(set(v.type.legs)) != len(v.type.legs) for _, v in tensors):
+            return None
+        met = list(dict.fromkeys(leg for _, v in tensors for leg in v.type.legs))
+        if set(met) <= set(lead_legs):
+            return None
+        legs = tuple([leg for leg in stated if leg in met] + [leg for leg in met if leg not in stated])
+        cls: dict[str, int] = {}
+        for _, v in tensors:
+            for leg, c in zip(v.type.legs, v.type.cls):
+                if leg in cls:
+                    self.S.unify(c, cls[leg], (f"{what}: leg {leg!r}", span))
+                else:
+                    cls[leg] = c
+        align = tuple(None if v.type.dtype == "scalar" else tuple(v.type.legs.index(l) if l in v.type.legs else None for l in legs)
+                      for v in vals)
+        return legs, tuple(cls[leg] for leg in legs), align
+
+    def _stated_hint(self, legs) -> str:
+        """`decay[h, t, s] = ...`: the statement's target with the legs stated (y where there is none)."""
+        ctx = getattr(self, "_stmt_ctx", None)
+        target = ctx["assign"].targets[0] if ctx is not None and len(ctx["assign"].targets) == 1 else "y"
+        return f"{target}[{', '.join(dict.fromkeys(legs))}] = ..."
+
+    def _by_position(self, ex, leg: str, c: int, lead_ex, other: str, oc: int, span, what, lead_legs=()):
         """Two legs of different names aligned by position (docs/language.md, element-wise
         arithmetic): allowed, with a warning, only when the sizes are already known and equal
         (then nothing is guessed); a leg of unknown size is never bound this way."""
@@ -226,7 +306,8 @@ class _Exprs(_State):
         shown = f"leg {leg!r} of {_describe(ex)} with leg {other!r} of {_describe(lead_ex)}"
         outer = "product" if what == "'*'" else "sum" if what in ("'+'", "'-'") else "combination"
         sized = "" if a is not None else f", {leg}=SIZE"
-        fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) give the other operand leg "
+        fix = (f"rename one leg if they are one leg; for every pair (the outer {outer}) state the result's legs, "
+               f"as {self._stated_hint((*lead_legs, leg))} (operands then align by name), or give the other operand leg "
                f"{leg!r} too, by name: write repeat({format_expr(lead_ex)}, '... -> ... {leg}'{sized}), or an einsum")
         if S.find(c) != S.find(oc) and (a is None or b is None):
             unknown = leg if a is None else other
@@ -376,10 +457,11 @@ class _Exprs(_State):
                 self.S.unify(self.dims[leg], c, (f"block {e.func!r} argument {f.name!r} leg {leg!r}", a.span))
         instance = e.func
         repeat = None
+        shared = False
         if ctx is not None and ctx["assign"] is not None and ctx["assign"].value is e:
             instance = ctx["instance"] or e.func
             if ctx["repeat"] is not None:
-                repeat = self._repeat_count(ctx["repeat"])
+                repeat, shared = self._repeat_count(ctx["repeat"]), ctx["shared"]
                 if not args or len(blk.outputs) != 1:
                     raise PenroseCheckError(
                         "'repeat' chains a block with one result, fed back into its first argument "
@@ -406,14 +488,14 @@ class _Exprs(_State):
                 f"instance {instance!r}: {outer!r} is a block instance and cannot also hold {inner!r} (a path's parts "
                 "above its last are containers)", e.span, notes=(("the other instance", sc.instances[nested].span),))
         prev = sc.instances.get(instance)
-        if prev is not None and (prev.block != e.func or prev.repeat != repeat):
+        if prev is not None and (prev.block != e.func or prev.stacked != (None if shared else repeat)):
             raise PenroseCheckError(
-                f"instance {instance!r} is already a {'repeated ' if prev.repeat else ''}{prev.block!r} block; name this one with 'as NAME'",
+                f"instance {instance!r} is already a {'repeated ' if prev.stacked else ''}{prev.block!r} block; name this one with 'as NAME'",
                 e.span,
                 notes=(("first used here", prev.span),),
             )
         if prev is None:
-            sc.instances[instance] = Instance(instance, e.func, repeat, e.span)
+            sc.instances[instance] = Instance(instance, e.func, repeat, e.span, shared)
         sc.block_calls.append(instance)
         # results: a leg whose class is one of the formals' classes maps to the argument's class
         outs = []
@@ -424,7 +506,7 @@ class _Exprs(_State):
         return V(
             "block",
             tuple(args),
-            BlockCall(block=e.func, instance=instance, repeat=repeat),
+            BlockCall(block=e.func, instance=instance, repeat=repeat, shared=shared),
             ty,
             outs=tuple(outs) if len(outs) > 1 else (),
             span=e.span,

@@ -321,15 +321,15 @@ class _Ops(_State):
 
     def _mask(self, sc, e, block):
         legs = []
+        usage = f"{e.func} takes two dims, as {e.func}(t, p)" if len(e.args) == 2 else f"{e.func} takes a dim, as {e.func}(t)"
         for a in e.args:
             if isinstance(a, ir.Name) and a.id not in self.dims:
-                usage = f"{e.func} takes two dims, as {e.func}(t, p)"
                 if a.id in sc.vars:
                     raise PenroseCheckError(f"{e.func}: {a.id!r} is a tensor, not a dim ({usage})", a.span)
                 hint = suggest(a.id, self.dims) or f"; declare it with 'dim {a.id} = SIZE'"
                 raise PenroseCheckError(f"{e.func}: undeclared dim {a.id!r}{hint} ({usage})", a.span)
             if not isinstance(a, ir.Name):
-                raise PenroseCheckError(f"{e.func} takes two dims, as {e.func}(t, p)", a.span)
+                raise PenroseCheckError(usage, a.span)
             legs.append(a.id)
         size = None
         if block:
@@ -337,13 +337,17 @@ class _Ops(_State):
             if size is None or size <= 0:
                 raise PenroseCheckError("block_causal needs block=N with N > 0", e.span)
         cls = tuple(self.dims[l] for l in legs)
-        return V("mask", (), Mask(e.func, size), TType(tuple(legs), cls, "bool", False), span=e.span)
+        dtype = "float" if e.func == "arange" else "bool"  # arange(t): the positions 0, 1, ... along t
+        return V("mask", (), Mask(e.func, size), TType(tuple(legs), cls, dtype, False), span=e.span)
 
     def _fn_causal(self, sc, e):
         return self._mask(sc, e, False)
 
     def _fn_block_causal(self, sc, e):
         return self._mask(sc, e, True)
+
+    def _fn_arange(self, sc, e):
+        return self._mask(sc, e, False)
 
     def _fn_gather(self, sc, e):
         table = self._tensor_arg(sc, e, 0)
@@ -553,6 +557,7 @@ TYPE_RULES: dict[str, Callable[..., V]] = {
     "clamp": _Ops._fn_clamp,
     "where": _Ops._fn_where,
     "causal": _Ops._fn_causal,
+    "arange": _Ops._fn_arange,
     "block_causal": _Ops._fn_block_causal,
     "gather": _Ops._fn_gather,
     "split": _Ops._fn_split,

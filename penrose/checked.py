@@ -134,6 +134,18 @@ class Instance:
     block: str
     repeat: int | None
     span: Span
+    shared: bool = False  # `repeat N shared`: one copy of the block's parameters, applied N times
+
+    @property
+    def stacked(self) -> int | None:
+        """How many copies of the block the instance holds in a list (a ModuleList; its state-dict
+        paths `inst.0.`, `inst.1.`, ...), or None where it is the block itself (one call, or shared)."""
+        return None if self.shared else self.repeat
+
+    @property
+    def copies(self) -> int:
+        """How many copies of the block's parameters the instance holds."""
+        return self.stacked or 1
 
 
 @dataclass
@@ -177,7 +189,7 @@ class Checked:
         """Learnable parameters, blocks and repeats included."""
         total = sum(math.prod(self.size(c) or 0 for c in d.type.cls) for d in self.params)
         for inst in self.instances.values():
-            total += self.blocks[inst.block].param_count() * (inst.repeat or 1)
+            total += self.blocks[inst.block].param_count() * inst.copies
         return total
 
 

@@ -241,7 +241,7 @@ class _Checker(_Exprs, _Ops, _Einops):
 
         def entries(body: Checked) -> int:  # blocks are checked callees first, so no cycle here
             own = sum(self._entries(d) for d in body.params + body.buffers)
-            return own + sum(block_entries(i.block) * (i.repeat or 1) for i in body.instances.values())
+            return own + sum(block_entries(i.block) * i.copies for i in body.instances.values())
 
         def block_entries(name: str) -> int:
             if name not in per_block:
@@ -251,7 +251,7 @@ class _Checker(_Exprs, _Ops, _Einops):
         total = 0
         items = [(self._entries(d), f"{d.tensor.kind} {d.tensor.name!r}", d.tensor.span) for d in top.params + top.buffers]
         items += [
-            (block_entries(i.block) * (i.repeat or 1), f"{i.name!r} (block {i.block!r}" + (f" × {i.repeat:,})" if i.repeat else ")"), i.span)
+            (block_entries(i.block) * i.copies, f"{i.name!r} (block {i.block!r}" + (f" × {i.repeat:,})" if i.copies > 1 else ")"), i.span)
             for i in top.instances.values()
         ]
         for count, what, span in sorted(items, key=lambda it: (it[2].line, it[2].col)):

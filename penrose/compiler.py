@@ -516,7 +516,7 @@ class _Emitter:
                 return _member(node, own[0].tensor.name)
             for inst in c.instances.values():
                 sub = _instance_node(inst.name, node)
-                found = find(self.c.blocks[inst.block], P.subscript(sub, P.const(0)) if inst.repeat is not None else sub)
+                found = find(self.c.blocks[inst.block], P.subscript(sub, P.const(0)) if inst.stacked is not None else sub)
                 if found is not None:
                     return found
             return None
@@ -607,8 +607,8 @@ class _Emitter:
             if not head.isdigit() and not quoted(head):  # a number or a quoted name is a key (add_module), not an attribute
                 emitted_name(head, "attribute", inst.span)
             made = P.call(P.name(self.block_classes[inst.name]))
-            if inst.repeat is not None:
-                made = P.call(P.path("torch.nn.ModuleList"), P.list_comp(made, "_", P.call(P.name("range"), inst.repeat)))
+            if inst.stacked is not None:  # `repeat N`: N copies; `repeat N shared` is the block itself, run N times
+                made = P.call(P.path("torch.nn.ModuleList"), P.list_comp(made, "_", P.call(P.name("range"), inst.stacked)))
             out[inst.name] = (made, inst.span)
         return out
 
@@ -889,6 +889,10 @@ def _lower_where(em: _Emitter, v: V):
 
 def _lower_mask(em: _Emitter, v: V):
     em.uses_device = True
+    if v.of(Mask).kind == "arange":  # a leg's positions, in the model's floating dtype
+        em.uses_dtype = True
+        n = em.size_node(v.type.cls[0], v.span, v.legs[0])
+        return P.call(P.path("torch.arange"), n, device=P.name("_device"), dtype=P.name("_dtype"))
     t, p = (em.size_node(c, v.span, leg) for c, leg in zip(v.type.cls, v.legs))
     if v.of(Mask).kind == "causal":
         return P.call(P.name("_causal_mask"), t, p, P.name("_device"))
@@ -1120,6 +1124,7 @@ LOWER = {
     "clamp": _lower_clamp,
     "where": _lower_where,
     "causal": _lower_mask,
+    "arange": _lower_mask,
     "block_causal": _lower_mask,
     "gather": _lower_gather,
     "split": _lower_split,
@@ -1157,7 +1162,10 @@ def _atom_block(em: _Emitter, v: V):
     args = [em.expr(x) for x in v.args]
     method = em.calls.get(inst)  # None: the block is its class's forward; else one of its other methods
     module = _instance_node(inst)
-    if v.of(BlockCall).repeat is not None:
+    call = v.of(BlockCall)
+    if call.repeat is not None:
+        if call.shared:  # one block, applied `repeat` times: `_chain([self.slots] * 3, x)`
+            module = P.binop("*", P.list_([module]), P.const(call.repeat))
         return P.call(P.name("_chain"), module, *args, **({"method": P.const(method)} if method else {}))
     return P.call(P.attr(module, method) if method else module, *args)
 
@@ -1288,10 +1296,10 @@ def _classes(checked: Checked, entries: dict, fuse_attention: bool) -> list:
         out: dict = {}
         for _, c in members:
             for inst in c.instances.values():
-                found = out.setdefault(inst.name, ([], inst.repeat, inst.span))
-                if found[1] != inst.repeat:
+                found = out.setdefault(inst.name, ([], inst.stacked, inst.span))
+                if found[1] != inst.stacked:
                     raise PenroseCompileError(
-                        f"instance {inst.name!r} is repeated {inst.repeat or 1} time(s) here and {found[1] or 1} in another entry; "
+                        f"instance {inst.name!r} is repeated {inst.stacked or 1} time(s) here and {found[1] or 1} in another entry; "
                         "entries that share a module share its instances", inst.span)
                 if inst.block not in found[0]:
                     found[0].append(inst.block)

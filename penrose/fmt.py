@@ -272,9 +272,10 @@ def _code(s) -> str:
         dtype = f" : {s.dtype}" if s.dtype != "float" else ""
         return f"{s.kind} {s.name}{_legs(s)}{dtype}{_init(s.init)}{'' if s.saved else ' unsaved'}"
     if isinstance(s, ir.Assign):
-        text = f"{', '.join(s.targets)} = {_expr(s.value, 0)}"
+        stated = f"[{', '.join(s.legs)}]" if s.legs is not None else ""
+        text = f"{', '.join(s.targets)}{stated} = {_expr(s.value, 0)}"
         if s.repeat is not None:
-            text += f" repeat {_expr(s.repeat, 0)}"
+            text += f" repeat {_expr(s.repeat, 0)}" + (" shared" if s.shared else "")
         if s.instance is not None:
             text += f" as {s.instance}"
         return text

@@ -27,7 +27,7 @@ operators + − * / ** (a tensor exponent too) and neg, comparisons and // (no g
 two operands, or clamping by a number; ties share the gradient as autograd's), softmax,
 log_softmax, layernorm, rmsnorm, rope, topk, topk_mask, gather, select, slice, split (one slot
 per piece), concat, flatten, unflatten, rearrange / reduce / repeat (the compiled module's steps,
-each with its vjp), causal and block_causal masks, detach, dropout in eval mode (the mode read
+each with its vjp), causal and block_causal masks and arange (constants), detach, dropout in eval mode (the mode read
 when planning, `training=`; or p = 0), blocks (inlined, several returns included) and plain
 numbers the checker folded. A diagram with anything else raises `NoGeneratedBackward` naming
 the operation and its line: dropout in training (its random mask is drawn when the module
@@ -494,7 +494,7 @@ class GradientPlan:
         tensor whose device (a mask's) or dtype (a where of two numbers) the compiled module takes."""
         if v.key in ("layernorm", "rmsnorm"):
             return tuple(self._tensor(name, body.decls[name].tensor.kind, prefix) for name in _weights(v))
-        if v.key in ("causal", "block_causal"):  # the inputs: the first's device, sizes they carry
+        if v.key in ("causal", "block_causal", "arange"):  # the inputs: the first's device (and float dtype), sizes they carry
             return tuple(slot for _, slot in self._inputs) or (self._reference(floating=False),)
         if v.key == "where" and all(x.type.dtype == "scalar" for x in v.args[1:]):
             return (self._reference(floating=True),)
@@ -550,7 +550,7 @@ class GradientPlan:
             return self._body(blk, f"{prefix}{call.instance}.", args, v)
         x, *rest = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(call.repeat):
-            returned = self._body(blk, f"{prefix}{call.instance}.{i}.", [x, *rest], v)
+            returned = self._body(blk, f"{prefix}{call.prefix(i)}", [x, *rest], v)
             if len(returned) != 1:
                 raise NoGeneratedBackward(f"block {blk.name} yields several tensors", v.span)
             x = returned[0]
@@ -1455,10 +1455,19 @@ def _rule_dropout(v: V, reads: _Reads):
 
 
 def _rule_mask(v: V, reads: _Reads):
-    """causal and block_causal: bool constants of their sizes (read from the inputs where only
+    """arange: a leg's positions; causal and block_causal: bool constants of their sizes (read from the inputs where only
     they give them), on the first input's device; the planner gives the inputs as operands."""
-    t, p = (reads.carried(c) for c in v.type.cls)
     m = v.of(Mask)
+    if m.kind == "arange":  # a leg's positions: a constant in the first float input's dtype
+        n = reads.carried(v.type.cls[0])
+
+        def positions(*inputs):
+            first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
+            floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
+            return torch.arange(n(inputs), device=getattr(first, "device", None), dtype=floats[0] if floats else None)
+
+        return positions, ()
+    t, p = (reads.carried(c) for c in v.type.cls)
 
     def forward(*inputs):
         device = getattr(inputs[0], "device", None)
@@ -1684,6 +1693,7 @@ _RULES: dict[str, Callable[[V], tuple[Callable[..., Any], tuple[Callable[..., An
     "gather": _rule_gather,
     "dropout": _Reading(_rule_dropout),
     "causal": _Reading(_rule_mask),
+    "arange": _Reading(_rule_mask),
     "block_causal": _Reading(_rule_mask),
     "topk": _rule_topk,
     "topk_mask": _rule_topk_mask,

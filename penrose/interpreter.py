@@ -138,10 +138,10 @@ def init_params(checked: Checked, seed: int = 0, dtype=torch.float32) -> dict:
             out[prefix + d.tensor.name] = _initialised(d.tensor, shape, g, dtype)
         for inst in body.instances.values():
             blk = body.blocks[inst.block]
-            if inst.repeat is None:
+            if inst.stacked is None:
                 visit(blk, f"{prefix}{inst.name}.")
             else:
-                for i in range(inst.repeat):
+                for i in range(inst.stacked):
                     visit(blk, f"{prefix}{inst.name}.{i}.")
 
     visit(checked, "")
@@ -679,7 +679,10 @@ def _where(fr, v, args):
 
 
 def _mask(fr, v, args):
-    """causal(t, p): True where p <= t; block_causal(t, p, block=B): where p // B <= t // B."""
+    """causal(t, p): True where p <= t; block_causal(t, p, block=B): where p // B <= t // B;
+    arange(t): the positions 0, 1, ... along t, in the model's floating dtype."""
+    if v.of(Mask).kind == "arange":
+        return torch.arange(fr.size(v.type.cls[0], v.span), device=fr.device, dtype=fr.dtype or torch.get_default_dtype())
     n_t, n_p = (fr.size(c, v.span) for c in v.type.cls)
     t = torch.arange(n_t, device=fr.device)
     p = torch.arange(n_p, device=fr.device)
@@ -837,7 +840,7 @@ def _block(fr, v, args):
     else:
         x, *fixed = args  # the first argument is carried, the others reach every copy unchanged
         for i in range(call.repeat):
-            (x,) = _call_block(fr, blk, f"{fr.prefix}{inst}.{i}.", [x, *fixed])
+            (x,) = _call_block(fr, blk, f"{fr.prefix}{call.prefix(i)}", [x, *fixed])
         outs = [x]
     return outs[0] if len(outs) == 1 else tuple(outs)
 
@@ -889,6 +892,7 @@ OPERATIONS = {
     "clamp": _clamp,
     "where": _where,
     "causal": _mask,
+    "arange": _mask,
     "block_causal": _mask,
     "gather": _gather,
     "split": _split,

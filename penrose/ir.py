@@ -6,7 +6,8 @@ The term syntax (docs/language.md has the full language):
     stmt      ::= Dim(name, size?)                       dim t = 16
                 | Const(name, value)                    const alpha = 8, scale = alpha / r
                 | Tensor(kind, name, legs, dtype, init?)  input Z[t, e] / param W[e, d] ~ init / buffer
-                | Assign(targets, value, instance?, repeat?)   h = expr [as inst | as net.0] [repeat N]
+                | Assign(targets, value, instance?, repeat?)   h = expr [as inst | as net.0] [repeat N [shared]]
+                                                        s[t, s, a] = expr (stated legs)
                 | Output(names) | Return(values)
                 | Block(name, formals, body)            block f(x[t, e]) { stmt* }
                 | Include(path) | Label(name, text) | Comment(text, step?)
@@ -232,6 +233,12 @@ class Assign:
     note: str = ""
     span: Span = _span()
     note_span: Span = _note_span()
+    # `y = f(y) repeat N shared`: one instance applied N times (its parameters tied), not N copies
+    shared: bool = field(default=False, kw_only=True)
+    # `s[t, s, a] = ...`: the legs the statement states for its one target (None: not stated);
+    # element-wise operands align by name against them. `leg_spans` says where each is written.
+    legs: tuple[str, ...] | None = field(default=None, kw_only=True)
+    leg_spans: tuple[Span, ...] = field(default=(), compare=False, repr=False, kw_only=True)
 
 
 @dataclass(frozen=True)

@@ -795,7 +795,7 @@ class Analyzer:
             for k in KEYWORDS:
                 add(k, "keyword", "keyword")
         else:
-            for k in ("as", "repeat"):
+            for k in ("as", "repeat", "shared"):
                 add(k, "keyword", "keyword")
         return out
 

@@ -361,6 +361,9 @@ _ROWS = [
        rule="causal", attrs=(Mask,)),
     Op("block_causal", "mask", ("t", "p"), 2, 2, (Kw("block", INT, None, "positive"),), "the two dims given (a bool mask)",
        "true where p's block is not after t's (bidirectional inside blocks of the given size)", rule="block_causal", attrs=(Mask,)),
+    Op("arange", "mask", ("t",), 1, 1, (), "the dim given (a float per position)",
+       "the positions along a leg, 0, 1, ..., its size - 1 (the size at run time): arange(t) - arange(s) is t - s",
+       rule="arange", attrs=(Mask,)),
     # indexing and shapes
     Op("gather", "index", ("table", "ids"), 2, 2, (), "the ids' legs, then the table's legs after the first",
        "pick rows of a table by integer ids (an embedding lookup)", rule="gather", attrs=(NoAttrs,)),

@@ -70,7 +70,7 @@ def grammar_text() -> str:
 
 # The keywords, as the grammar spells them, by their role: the statement a keyword starts
 # (`param_decl: "param" ...`), a modifier by its alias (`"as" INSTANCE -> as_mod`), and
-# the UNSAVED terminal. The fast path reads its keywords from here, so a keyword renamed in the
+# the UNSAVED and SHARED terminals. The fast path reads its keywords from here, so a keyword renamed in the
 # grammar is renamed for both readers.
 _STATEMENT_ROLES = ("dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label")
 _MODIFIER_ROLES = ("as", "repeat")
@@ -80,10 +80,11 @@ def _keywords(grammar: str) -> dict[str, str]:
     """role -> keyword, read from the grammar's text (without Lark: the fast path never imports it)."""
     found = dict(re.findall(r'^(\w+?)_(?:decl|stmt|def):\s*"(\w+)"', grammar, re.M))
     found |= {role: word for word, role in re.findall(r'"(\w+)"[^\n]*->\s*(\w+)_mod\b', grammar)}
-    unsaved = re.search(r'^UNSAVED:\s*"(\w+)"', grammar, re.M)
-    if unsaved:
-        found["unsaved"] = unsaved.group(1)
-    missing = [r for r in (*_STATEMENT_ROLES, *_MODIFIER_ROLES, "unsaved") if r not in found]
+    for role in ("unsaved", "shared"):  # the UNSAVED and SHARED terminals
+        word = re.search(rf'^{role.upper()}:\s*"(\w+)"', grammar, re.M)
+        if word:
+            found[role] = word.group(1)
+    missing = [r for r in (*_STATEMENT_ROLES, *_MODIFIER_ROLES, "unsaved", "shared") if r not in found]
     if missing:
         raise RuntimeError(f"{grammar_file()}: no keyword found for {', '.join(missing)}")
     return found
@@ -430,13 +431,19 @@ class _Fast:
     def assign(self) -> ir.Assign:
         k, first = self.k, self.i
         targets = [self.name()]
-        while k[self.i] == ",":
+        stated = leg_spans = None
+        if k[self.i] == "[":  # `s[t, s, a] = ...`: the one target's legs, stated
+            stated, batched, leg_spans, _ = self.legs()
+            if batched:
+                raise _Slow
+        while stated is None and k[self.i] == ",":
             self.i += 1
             targets.append(self.name())
         self.expect("=")
         value = self.expr()
         end = value[3], value[4]
         instance = repeat = None
+        shared = False
         while k[self.i] == "NAME" and self.v[self.i] in _MODIFIER:  # keywords only here
             word = _MODIFIER[self.v[self.i]]
             self.i += 1
@@ -449,8 +456,12 @@ class _Fast:
                     raise _Slow
                 item = self.atom()
                 repeat, end = _plain(item), (item[3], item[4])
+                if k[self.i] == "NAME" and self.v[self.i] == _WORD["shared"]:
+                    shared, end = True, self.end(self.i)
+                    self.i += 1
         span = self.span_from(first, end)
-        return ir.Assign(tuple(self.v[j] for j in targets), _plain(value), instance, repeat, span=span)
+        return ir.Assign(tuple(self.v[j] for j in targets), _plain(value), instance, repeat, span=span, shared=shared,
+                         legs=stated, leg_spans=leg_spans or ())
 
     # -- expressions
     def expr(self):
@@ -852,15 +863,26 @@ class _ToIR:
     def targets(self, meta, ch):
         return tuple(str(c) for c in ch)
 
+    def stated(self, meta, ch):
+        legs, batched, leg_spans = ch[1]
+        if batched:
+            raise PenroseSyntaxError("stated legs name the result's own legs; its batch legs ('...') come from the operands",
+                                     self.L.span(meta))
+        return ((str(ch[0]),), legs, leg_spans)
+
     def as_mod(self, meta, ch):
         return ("as", str(ch[0]), self.L.span(meta))
 
     def repeat_mod(self, meta, ch):
-        return ("repeat", self._expr(ch[0]), self.L.span(meta))
+        return ("repeat", (self._expr(ch[0]), ch[1] is not None), self.L.span(meta))
 
     def assign(self, meta, ch):
         targets, value, *mods = ch
+        legs, leg_spans = None, ()
+        if isinstance(targets[0], tuple):  # stated: ((name,), legs, leg spans)
+            targets, legs, leg_spans = targets
         instance = repeat = None
+        shared = False
         for kind, val, span in mods:
             if kind == "as":
                 if instance is not None:
@@ -869,8 +891,9 @@ class _ToIR:
             else:
                 if repeat is not None:
                     raise PenroseSyntaxError("'repeat' given twice", span)
-                repeat = val
-        return ir.Assign(targets, self._expr(value), instance, repeat, span=self.L.span(meta))
+                repeat, shared = val
+        return ir.Assign(targets, self._expr(value), instance, repeat, span=self.L.span(meta), shared=shared, legs=legs,
+                         leg_spans=leg_spans)
 
     def output_stmt(self, meta, ch):
         return ir.Output(tuple(str(c) for c in ch), span=self.L.span(meta))

@@ -54,7 +54,7 @@ class PenroseLexer(RegexLexer):
             (r"\b(include)\b", Keyword.Namespace),
             (r"\b(as)(\s+)(" + INSTANCE_PATTERN + r")", bygroups(Keyword, Whitespace, Name.Variable.Instance)),
             (words(sorted(FUNCTIONS), prefix=r"\b", suffix=r"(?=\s*\()"), Name.Builtin),
-            (r"\b(output|return|repeat|as)\b", Keyword),
+            (r"\b(output|return|repeat|shared|as)\b", Keyword),
             (r"(~)(\s*)" + r"\b(" + "|".join(INITS) + r")\b", bygroups(Operator, Whitespace, Name.Builtin)),
             (r"(:)(\s*)\b(" + "|".join(DTYPES) + r")\b", bygroups(Punctuation, Whitespace, Keyword.Type)),
             (r"(\.)(shape|detach)\b", bygroups(Punctuation, Name.Attribute)),

@@ -118,7 +118,7 @@ def reserved(name: str, place: str) -> str | None:
 # names the checker refuses for a tensor, a const or a block: the table's (its builtins are the
 # language's functions, refused as such), and a few more kept free for readers of the code
 GENERATED = RESERVED["module"] | frozenset({"self", "super", "math", "None", "True", "False", "inf"})
-PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat", "unsaved"})
+PEN_KEYWORDS = frozenset({"dim", "const", "input", "param", "buffer", "output", "return", "block", "include", "label", "as", "repeat", "shared", "unsaved"})
 
 # the functions of the language and their arguments: the table of operations (penrose/ops.py)
 FUNCTIONS = ops.FUNCTIONS

@@ -17,14 +17,15 @@ element-wise function, einsum (compact and spaced forms, 1-4 operands, contracte
 renamed legs, diagonals, size-1 broadcasting, implicit output, '...' kept, summed, or covering
 declared legs anywhere in a term), softmax, log_softmax, layernorm and rmsnorm (with
 weights and biases), topk, topk_mask, sum/mean/max/min over a leg, max/min of two operands, dropout, detach (both spellings), clamp,
-where, causal and block_causal masks, gather, split, concat, unflatten, flatten, rope, the einops
+where, causal and block_causal masks, positions (`arange(t)`), gather, split, concat, unflatten, flatten, rope, the einops
 calls (rearrange, reduce with the five reductions, repeat: permutations, merges on the right
 into product dims, splits on the left, `1`/`()` legs, `...` on both sides or, in reduce, on the
 left only, new legs alone and inside merges), select and slice (by name or position, negative
 indices, a length as a dim, a number with into= or positional), consts (numbers and expressions
 of dims and consts, read as scalars, indices, keyword values and init arguments), blocks
-(calls in expressions, `as` with names and dotted paths, `repeat` with further arguments, several
-results, blocks calling blocks), attention
+(calls in expressions, `as` with names and dotted paths, `repeat` and `repeat N shared` with
+further arguments, several results, blocks calling blocks), stated legs with outer sums,
+products and powers (`h[a, b, c] = x + y`), attention
 sequences the compiler fuses, reassignment (SSA), labels, captions and notes.
 
 With `decorate=True` the text also carries comments in awkward places: inside multi-line
@@ -339,6 +340,8 @@ class _Gen:
             options += ["rearrange", "einreduce", "select"]
         if T and unique:
             options += ["einrepeat", "slice"]
+        if len(T) == 1:
+            options += ["arange"]
         if any(l in self.sums for l in T) and unique:
             options += ["concat", "concat"]  # rare shapes: take them when they come
         if any(l in self.prods for l in T) and unique:
@@ -357,6 +360,11 @@ class _Gen:
 
     def _leaf(self, sc, T, depth, unbatched):
         return self.leaf(sc, T, unbatched)
+
+    def _arange(self, sc, T, depth, unbatched):
+        """`arange(t)`: the positions along a leg (a float tensor, never batched)."""
+        self.ops.add("arange")
+        return f"arange({T[0]})", ATOM, False
 
     def _unary(self, sc, T, depth, unbatched):
         f = self.pick(UNARY_FUNCS)
@@ -935,7 +943,7 @@ class _Gen:
 
     # statements ----------------------------------------------------------------------------------
     def statement(self, sc: _Scope, depth: int):
-        kinds = ["assign", "assign", "assign", "reassign", "comment"]
+        kinds = ["assign", "assign", "assign", "reassign", "comment", "stated"]
         if self.sums:
             kinds.append("split")
         if any(len(b.outs) >= 1 for b in sc.blocks):
@@ -971,6 +979,36 @@ class _Gen:
         T = self.target()
         x = self.expr(sc, T, depth)
         self.assign(sc, self.fresh("h"), T, x[0], x[2])
+
+    def _stmt_stated(self, sc, depth):
+        """`h[a, b, c] = tanh(x + y)`: stated legs, the operands on legs no one of them holds all
+        of (aligned by name: an outer sum, product or power), each a leaf or a function of one."""
+        T = self.legs(2, 3)
+        if len(T) < 2:
+            return self._stmt_assign(sc, depth)
+        self.ops.add("stated")
+        first = self.draw(st.integers(1, len(T) - 1))  # each side misses a leg of T; some legs on both
+        A = set(T[:first]) | {l for l in T[first:] if self.coin(0.3)}
+        B = set(T[first:]) | {l for l in T[:first] if self.coin(0.3)}
+        if A >= set(T) or B >= set(T):
+            A, B = set(T[:first]), set(T[first:])
+        sides = []
+        for legs in (A, B):
+            order = tuple(self.draw(st.permutations(sorted(legs))))
+            x = self.expr(sc, order, 0)  # a leaf: a by-position pair inside would align by name here
+            if self.coin(0.3):
+                x = (f"tanh({x[0]})", ATOM, x[2])
+            sides.append(x)
+        op = self.pick(["+", "-", "*", "**"])
+        a, b = sides
+        if op == "**":  # a positive base, a bounded exponent
+            a, b = (f"(abs({a[0]}) + 1)", ATOM, a[2]), (f"tanh({b[0]})", ATOM, b[2])
+        value = self.binary(op, a, b)
+        if self.coin(0.3):
+            value = f"sigmoid({value})"
+        name = self.fresh("h")
+        sc.lines.append(f"{name}[{', '.join(T)}] = {value}{self.note()}")
+        sc.tensors[name] = _Tensor(T, a[2] or b[2])
 
     def _stmt_reassign(self, sc, depth):
         own = [n for n, t in sc.tensors.items() if t.kind in ("local", "input", "formal") and t.dtype == "float"]
@@ -1025,7 +1063,8 @@ class _Gen:
             return self.fresh(base)
 
         if repeatable and self.coin(0.4):
-            modifiers = f" repeat {self.pick(['1', '2'] + [d for d in self.dims if self.dims[d] <= 2])} as {instance('layers')}"
+            shared = " shared" if self.coin(0.3) else ""  # one instance applied N times
+            modifiers = f" repeat {self.pick(['1', '2'] + [d for d in self.dims if self.dims[d] <= 2])}{shared} as {instance('layers')}"
         elif self.coin(0.5):
             modifiers = f" as {instance('inst')}"
         sc.lines.append(f"{', '.join(names)} = {call}{modifiers}{self.note()}")

@@ -26,6 +26,8 @@ from penrose_zoo.concept_bottleneck_model import (
     TypedConceptBottleneckModel,
 )
 from penrose_zoo.concept_embedding_model import ConceptEmbeddingModel, TypedConceptEmbeddingModel
+from penrose_zoo.causally_reliable_cbm import CausallyReliableCBM
+from penrose_zoo.concept_graph_input_model import InputConceptGraphModel
 from penrose_zoo.concept_graph_model import ConceptGraphModel
 from penrose_zoo.concept_whitening import ConceptWhiteningModel
 from penrose_zoo.core import Explanation, InterventionError, ModelEntry, ZooModel
@@ -63,7 +65,13 @@ _ENTRIES = [
     ModelEntry("concept_embedding_typed", TypedConceptEmbeddingModel,
                "concept embedding model over binary, categorical (grouped softmax) and continuous concepts", "toy sets"),
     ModelEntry("concept_graph", ConceptGraphModel,
-               "graph concept bottleneck: concepts from the input and their parents in a given DAG", "checkmark"),
+               "concept graph model: roots from the input, every other concept and the task from their parents",
+               "checkmark"),
+    ModelEntry("concept_graph_input", InputConceptGraphModel,
+               "input-reading graph bottleneck: every concept from the input and its parents in a given DAG",
+               "checkmark"),
+    ModelEntry("causally_reliable_cbm", CausallyReliableCBM,
+               "causally reliable CBM (C2BM): per-concept embeddings, hypernetworks over the parents", "checkmark"),
     ModelEntry("concept_whitening", ConceptWhiteningModel,
                "concept whitening: ZCA-whitened input rotated so that k axes align with concepts", "toy sets"),
     ModelEntry("prototype_concepts", PrototypeConceptModel,
@@ -115,6 +123,8 @@ __all__ = [
     "ConceptEmbeddingModel",
     "TypedConceptEmbeddingModel",
     "ConceptGraphModel",
+    "InputConceptGraphModel",
+    "CausallyReliableCBM",
     "ConceptWhiteningModel",
     "PrototypeConceptModel",
     "NeuralAdditiveModel",

@@ -316,15 +316,21 @@ class ConceptModel(ZooModel):
         (`task_loss_grad`, `bce_grad`). Raises NoGeneratedBackward where that is not
         this model's step: a loss or concept loss of its own, a backbone that fine-tunes, or an
         operation of the diagram without a rule (`fit` then trains with autograd)."""
-        me = type(self)
-        for name in ("loss", "concept_loss", "concept_loss_terms", "_run", "_diagram_inputs"):
-            if getattr(me, name) is not getattr(ConceptModel, name) or name in self.__dict__:
-                raise NoGeneratedBackward(f"{me.__name__} has its own {name.strip('_').replace('_', ' ')}")
+        for name in self.own_step_parts():
+            raise NoGeneratedBackward(f"{type(self).__name__} has its own {name.strip('_').replace('_', ' ')}")
         if mode not in LOSS_MODES:
             raise ValueError(f"mode must be 'joint', 'independent', 'concepts' or 'task', got {mode!r}")
         if self.backbone is not None and self.backbone_mode == "finetune" and not self._features_given:
             raise NoGeneratedBackward("a fine-tuned backbone trains through autograd")
         return GeneratedStep(self, mode)
+
+    def own_step_parts(self) -> list[str]:
+        """The parts of the training step the generated step stands in for (the loss, the concept
+        loss and its terms, the forward run, the diagram's inputs) that this model computes its
+        own way: where there is one, `fit` trains with autograd."""
+        me = type(self)
+        return [name for name in ("loss", "concept_loss", "concept_loss_terms", "_run", "_diagram_inputs")
+                if getattr(me, name) is not getattr(ConceptModel, name) or name in self.__dict__]
 
     def fit(self, train: Any, val: Any = None, *, mode: str = "joint", concept_epochs: int | None = None,
             **fit_kwargs: Any) -> dict:

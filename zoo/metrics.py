@@ -1,4 +1,21 @@
-"""Metrics for the zoo: accuracy, ROC-AUC, concept detection AUC and HSIC.
+"""Metrics for the zoo: accuracy, ROC-AUC, concept detection AUC, HSIC, and the causal scores
+CACE and completeness.
+
+CACE (the causal concept effect, Goyal et al., "Explaining Classifiers with Causal Concept
+Effect", 2019; PyC's `cace_score`): the mean change of a model's output when a concept is set,
+
+  CACE(c → t) = E_x[ t | do(c = high) ] − E_x[ t | do(c = low) ]   (high = 1, low = 0 by default)
+
+where t is the task's probabilities (softmax over r logits; σ of one logit) or a concept's values;
+in a graph model the set concept reaches t through its descendants.
+
+Completeness (Yeh et al., "On Completeness-aware Concept-Based Explanations in Deep Neural
+Networks", NeurIPS 2020): how much of a black box's score a concept-based model keeps,
+
+  completeness = (score(concept model) − score(random)) / (score(black box) − score(random))
+
+with `random` the score of a chance predictor (0 by default, which is PyC's `completeness_score`:
+the plain ratio of the two scores); the score is accuracy unless another is given.
 
 HSIC (Hilbert–Schmidt independence criterion) with kernel matrices K (of x) and L (of y) on
 n paired samples:
@@ -28,6 +45,9 @@ __all__ = [
     "median_bandwidth",
     "kernel_matrix",
     "hsic",
+    "cace",
+    "cace_score",
+    "completeness",
 ]
 
 
@@ -179,3 +199,63 @@ def hsic(
     term2 = Kt.sum() * Lt.sum() / ((n - 1) * (n - 2))
     term3 = 2.0 / (n - 2) * (Kt.sum(0) @ Lt.sum(1))  # 1ᵀ K̃ L̃ 1
     return (term1 + term2 - term3) / (n * (n - 3))
+
+
+def cace_score(y_low, y_high) -> torch.Tensor:
+    """E[y | do(c = high)] − E[y | do(c = low)] from the two runs' outputs [n, …] (means over the
+    first axis): PyC's `cace_score(y_pred_c0, y_pred_c1)` with the arguments in that order."""
+    y_low, y_high = torch.as_tensor(y_low), torch.as_tensor(y_high)
+    if y_low.shape != y_high.shape:
+        raise ValueError(f"cace_score: the two runs' outputs differ in shape: {tuple(y_low.shape)} and {tuple(y_high.shape)}")
+    return y_high.mean(0) - y_low.mean(0)
+
+
+def _task_probabilities(model, y: torch.Tensor) -> torch.Tensor:
+    if getattr(model, "task", "multiclass") == "regression":
+        return y
+    return torch.sigmoid(y) if y.shape[-1] == 1 else torch.softmax(y, -1)
+
+
+@torch.no_grad()
+def cace(model, x, concept, target=None, *, high=1.0, low=0.0) -> torch.Tensor:
+    """The causal concept effect of `concept` (a name or id; a categorical concept's `high` and
+    `low` are its one-hot values) on `target`: the task's probabilities (None, the default; the
+    values for a regression task) or a concept's values (a name or id), over the inputs x, with
+    the model in eval mode. Returns a tensor: one effect per task class (per column of the
+    target concept)."""
+    def columns(name):
+        first = model.concept_index(name)
+        return next((list(u) for u in model.concept_units() if first in u), [first])
+
+    cols = columns(concept)
+    k = model.sizes["k"]
+    was = model.training
+    model.eval()
+    try:
+        outs = []
+        for value in (low, high):
+            v = torch.as_tensor(value, dtype=torch.float32).reshape(-1)
+            if v.numel() not in (1, len(cols)):
+                raise ValueError(f"cace: {concept!r} has {len(cols)} column(s); a value of {v.numel()} entries does not fit")
+            c_true, do = torch.zeros(k), torch.zeros(k, dtype=torch.bool)
+            c_true[cols], do[cols] = v.expand(len(cols)), True
+            p = next(model.parameters())
+            outs.append(model(x, c_true=c_true.to(p.device, p.dtype), do=do.to(p.device)))
+    finally:
+        model.train(was)
+    if target is None:
+        low_t, high_t = (_task_probabilities(model, o.y) for o in outs)
+    else:
+        low_t, high_t = (o.c[..., columns(target)] for o in outs)
+    return cace_score(low_t, high_t)
+
+
+def completeness(targets, blackbox, concept_model, *, random_score: float = 0.0, score=accuracy) -> float:
+    """(score(concept_model) − random_score) / (score(blackbox) − random_score): `blackbox` and
+    `concept_model` are the two models' predictions on the same examples (what `score(predictions,
+    targets)` reads: logits for `accuracy`, the default); `random_score` a chance predictor's
+    score (0: PyC's plain ratio; the majority class's accuracy, or 0.5 for AUC, Yeh et al.'s)."""
+    whitebox, black = score(concept_model, targets), score(blackbox, targets)
+    if black - random_score <= 0:
+        raise ValueError(f"completeness: the black box scores {black:.4g}, not above the random score {random_score:.4g}")
+    return (whitebox - random_score) / (black - random_score)

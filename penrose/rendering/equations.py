@@ -289,7 +289,7 @@ def _atom(v, names: tuple) -> sympy.Expr:
     if v.op == "block":
         blk = v.of(BlockCall)
         name = blk.block
-        latex = _roman(name) + (rf"^{{\times {blk.repeat}}}" if blk.repeat else "")
+        latex = _roman(name) + (rf"^{{\times {blk.repeat}}}" if blk.repeat else "")  # f^{×3}: f applied 3 times (shared or not)
         return call(latex, *[value_entry(x, tuple(x.type.legs)) for x in v.args])
     return sympy.Symbol(v.op)
 
@@ -440,6 +440,11 @@ def _causal(v, names):
     """causal(t, p): p ≤ t, the key position at or before the query position."""
     t, p = (leg_symbol(n) for n in names)
     return sympy.LessThan(p, t, evaluate=False)
+
+
+def _arange(v, names):
+    """arange(t): the position t itself (arange(t) - arange(s) reads t - s)."""
+    return leg_symbol(names[0])
 
 
 def _block_causal(v, names):
@@ -700,6 +705,7 @@ EQUATION: dict = {
     "where": _where,
     # masks
     "causal": _causal,
+    "arange": _arange,
     "block_causal": _block_causal,
     # indexing and shapes
     "gather": _gather,

@@ -165,7 +165,8 @@ class _Reader:
             if v.op == "block":
                 self.args(v)
                 rep = v.of(BlockCall).repeat
-                more = f", {rep} times in a chain, each copy with its own weights" if rep else ""
+                shared = v.of(BlockCall).shared
+                more = f", {rep} times in a chain, " + ("the same weights each time" if shared else "each copy with its own weights") if rep else ""
                 if rep and len(v.args) > 1:
                     more += " and the same further arguments"
                 self.add(Reading("block", "Block", f"Apply block {v.of(BlockCall).block}{more}."))
@@ -408,6 +409,11 @@ def _causal(r, v):
     return Reading("mask", "Causal mask", f"True where {p} ≤ {t}: position {t} may only see positions {p} at or before it.")
 
 
+def _arange(r, v):
+    (t,) = v.type.legs
+    return Reading("mask", "Positions", f"The positions along {t}: 0, 1, ..., one less than its size (the size the inputs give).")
+
+
 def _block_causal(r, v):
     t, p = v.type.legs
     b = v.of(Mask).block
@@ -577,6 +583,7 @@ READING: dict = {
     "where": _after_args(lambda r, v: Reading("mask", "Masking", "Choose, entry by entry, the first value where the mask holds and the second elsewhere.")),
     # masks
     "causal": _after_args(_causal),
+    "arange": _after_args(_arange),
     "block_causal": _after_args(_block_causal),
     # indexing and shapes
     "gather": _after_args(lambda r, v: Reading("lookup", "Lookup", f"Pick the rows of {_name(v.args[0])} named by the ids in {_name(v.args[1])}: an embedding lookup.")),

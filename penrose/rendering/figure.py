@@ -34,7 +34,8 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     residual    an update `Z = Z + h` (or one whose other operand depends on Z, or `f(Z) + Z`)
                 is drawn thick and blue, along a straight spine, so a residual model shows at a
                 glance
-    block       a call is one box (`layer ×4` for `repeat 4`), dashed and marked `shared
+    block       a call is one box (`layer ×4` for `repeat 4`, dashed `slot / iterate ×3 shared`
+                for `repeat 3 shared`: one block applied 3 times), dashed and marked `shared
                 weights, call i of n` where an instance is called again; `unfold` draws one copy inline,
                 framed; an argument the body reads twice enters the frame at one small node
                 named after it, so its wires (a residual's first) stay inside the frame
@@ -370,6 +371,7 @@ FIGURE: dict[str, Drawing] = {
     # masks
     "causal": _box("causal mask", lambda v: ["causal mask", f"{v.type.legs[1]} ≤ {v.type.legs[0]}"], kind="mask"),
     "block_causal": _box("block-causal mask", _block_causal_lines, kind="mask"),
+    "arange": _box("positions", lambda v: ["positions", f"0 … {v.type.legs[0]}−1"], kind="mask"),
     # indexing and shapes
     "gather": _box("gather", lambda v: ["gather", f"rows of {_short(v.args[0])}"]),
     "split": _box("split", lambda v: ["split", f"{_leg_of(v, v.of(Axis).axis)} → {' + '.join(str(s) for s in v.of(Split).sizes)}"]),
@@ -1103,7 +1105,8 @@ class _Builder:
         shared = self.calls.get(inst, 1) > 1  # the same instance called again: its weights are shared
         mark = f"shared weights, call {self.called[inst]} of {self.calls[inst]}" if shared else ""
         if self.opt.unfold:
-            label = f"{inst}: block {name}" + (f" ×{rep} (one copy shown)" if rep else "") + (f" ({mark})" if mark else "")
+            copies = f" iterate ×{rep} shared" if call.shared else f" ×{rep} (one copy shown)"
+            label = f"{inst}: block {name}" + (copies if rep else "") + (f" ({mark})" if mark else "")
             saved = self.cluster
             self.cluster = self.new_cluster(f"block_{inst}", label, saved)
             env = {}
@@ -1128,14 +1131,14 @@ class _Builder:
                 res.append(_Val(o.ports, tuple(t.legs), tuple(t.cls), o.anchor, None, deps | o.deps))
             return res if multi and v.outs else res[0]
         lines = [name if inst == name else f"{inst}: {name}"]
-        if rep:
-            lines.append(f"×{rep}")
+        if rep:  # `repeat N shared`: one block (one set of weights) applied N times
+            lines.append(f"iterate ×{rep} shared" if call.shared else f"×{rep}")
         label = _block_html(lines)
         if mark:
             lines.append(mark)
             label += f'<BR/><FONT POINT-SIZE="9" COLOR="{BADGE}">{html.escape(mark)}</FONT>'
         node = self.add_node(f"block_{inst}", "block", "\n".join(lines), label, tooltip=f"block {name}" + (f": {mark}" if mark else ""))
-        if mark:
+        if mark or (rep and call.shared):
             self.fig.nodes[-1].tied = "shared"
         for val in vals:
             self.inputs_to(node, val)

@@ -40,7 +40,19 @@ def test_protopnet_distances_are_refused_not_bound_to_three():
     msg = str(e.value)
     assert "leg 'm' of 'pp' with leg 's' of 'zz' by position" in msg
     assert "size of 's', which is not known" in msg and "repeat(" in msg and "einsum" in msg
+    assert "state the result's legs, as dist[s, m] = ..." in msg  # issue 41: the form that says it
     assert (e.value.span.line, e.value.span.col) == (6, 13)
+
+
+def test_the_outer_sum_written_with_stated_legs():
+    """The hint's form works: `dist[s, m] = zz + pp - 2 * zp`, s sized only by the inputs."""
+    text = PROTOPNET.replace("dist = zz", "dist[s, m] = zz")
+    m = penrose.compile(text)
+    for n in (5, 2):
+        zz, pp, zp = torch.randn(n), torch.randn(3), torch.randn(n, 3)
+        want = zz[:, None] + pp[None, :] - 2 * zp
+        torch.testing.assert_close(m(zz, pp, zp), want)
+        torch.testing.assert_close(penrose.interpret(text, zz, pp, zp), want)
 
 
 def test_the_outer_sum_written_by_name():

@@ -150,6 +150,12 @@ CASES = [
     "return a, b + c",
     "y = [a, [b, c], []]",
     "y = a",  # no final newline
+    "s[t, s, a] = tanh(qa + ka)  # stated legs",
+    "s[] = a + b",
+    "s[t,\n  s] = a - b",
+    "y = f(x) repeat 3 shared",
+    "y = f(x) repeat L shared as slots  # tied",
+    "y = f(x) as slots repeat L shared",
     "\ufeffy = a\r\nz = b\r\n",  # a byte-order mark and CRLF
     "\n\n\ny = a\n\n",
     "",
@@ -165,6 +171,7 @@ def test_forms_the_fast_path_reads_as_lark_does(text):
 DECLINED = [
     "y = f(x) repeat L aslayers",  # Lark's contextual lexer reads 'as' + 'layers' where no name can stand
     "y = f(x) aswn",
+    "y = f(x) repeat L sharedas g",
 ]
 
 
@@ -217,9 +224,9 @@ def test_the_fast_path_knows_every_keyword_and_operator_of_the_grammar():
     literals = {p.value for p in terminals.values() if p.type == "str"}
     words = {w for w in literals if w.isidentifier()}
     # the keywords the fast path read from the grammar's text are Lark's: statement keywords;
-    # 'as' and 'repeat' after an assignment, 'unsaved' after a buffer
-    assert words == set(_WORD.values()) == _KEYWORDS | set(_MODIFIER) | {_WORD["unsaved"]}
-    assert len(_WORD) == len(words) == 13
+    # 'as' and 'repeat' after an assignment, 'shared' after a repeat, 'unsaved' after a buffer
+    assert words == set(_WORD.values()) == _KEYWORDS | set(_MODIFIER) | {_WORD["unsaved"], _WORD["shared"]}
+    assert len(_WORD) == len(words) == 14
     compare = terminals["COMPARE"].to_regexp()
     assert {op for op in ("<", "<=", ">", ">=", "==", "!=", "=<", "<>", "=") if re.fullmatch(compare, op)} == _COMPARE
     for op in (literals - words) | _COMPARE:

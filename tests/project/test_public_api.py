@@ -52,6 +52,8 @@ ZOO_MODULES = [
     "penrose_zoo.concept_bottleneck_model",
     "penrose_zoo.concept_embedding_model",
     "penrose_zoo.concept_graph_model",
+    "penrose_zoo.concept_graph_input_model",
+    "penrose_zoo.causally_reliable_cbm",
     "penrose_zoo.prototype_concept_model",
     "penrose_zoo.mixture_of_linear_models",
     "penrose_zoo.interventions",

@@ -179,6 +179,110 @@ def concept_graph_topological(P, x, c_true, do, parents: dict[int, list[int]]):
     return {"y": (c * P["task_parents"]) @ P["W_y"] + P["b_y"], "c": c}
 
 
+def _graph_units(P):
+    """The concepts of a graph model as column lists (a categorical group is one concept), each
+    with its parent columns, in an order where every concept follows its parents, read from the
+    buffers (binary / continuous / member, A, root)."""
+    k = P["A"].shape[0]
+    units, seen = [], set()
+    for j in range(k):
+        if j in seen:
+            continue
+        if P["binary"][j] > 0.5 or P["continuous"][j] > 0.5:
+            unit = [j]
+        else:
+            g = int(P["member"][j].argmax())
+            unit = [i for i in range(k) if P["member"][i, g] > 0.5]
+        seen.update(unit)
+        units.append(unit)
+    parents = {tuple(u): [i for i in range(k) if P["A"][i, u[0]] > 0.5] for u in units}
+    order, placed = [], set()
+    while len(order) < len(units):
+        for u in units:
+            if tuple(u) not in {tuple(o) for o in order} and set(parents[tuple(u)]) <= placed:
+                order.append(u)
+                placed.update(u)
+    return order, parents
+
+
+def _activate_unit(P, unit, z):
+    """A concept's activation: σ (binary), the identity (continuous), the softmax of its group."""
+    if len(unit) > 1 or not (P["binary"][unit[0]] > 0.5 or P["continuous"][unit[0]] > 0.5):
+        return torch.softmax(z.clamp(-30, 30), dim=-1)
+    return torch.sigmoid(z) if P["binary"][unit[0]] > 0.5 else z
+
+
+def _concept_by_concept(P, c_true, do, logits_of):
+    """Evaluate the concepts in topological order: logits_of(unit, parent_columns, values so far)
+    gives the unit's logits [..., len(unit)]; an intervened column keeps its given value."""
+    order, parents = _graph_units(P)
+    k = P["A"].shape[0]
+    values: dict[int, torch.Tensor] = {}
+    logits: dict[int, torch.Tensor] = {}
+    for unit in order:
+        z = logits_of(unit, parents[tuple(unit)], values)
+        a = _activate_unit(P, unit, z)
+        for pos, j in enumerate(unit):
+            logits[j] = z[..., pos]
+            values[j] = torch.where(do[..., j], c_true[..., j], a[..., pos])
+    return torch.stack([values[j] for j in range(k)], -1), torch.stack([logits[j] for j in range(k)], -1)
+
+
+def concept_graph_model(P, x, c_true, do):
+    """Dominici et al. 2025's concept graph model (PyC's graph CBM), concept by concept in
+    topological order: a root concept's logits x W_c[:, u] + b_c[u], any other concept's
+    Σ_{i ∈ pa(u)} c_i W_p[i, u] + b_c[u] (its parents only); c_u by type; intervened columns keep
+    their given values; the task node y = Σ_{i ∈ pa(y)} c_i W_y[i] + b_y."""
+    def logits_of(unit, pa, values):
+        if P["root"][unit[0]] > 0.5:
+            return x @ P["W_c"][:, unit] + P["b_c"][unit]
+        z = P["b_c"][unit].expand(*x.shape[:-1], len(unit))
+        for i in pa:
+            z = z + values[i][..., None] * P["W_p"][i, unit]
+        return z
+
+    c, z = _concept_by_concept(P, c_true, do, logits_of)
+    task = [i for i in range(c.shape[-1]) if P["task_parents"][i] > 0.5]
+    y = c[..., task] @ P["W_y"][task] + P["b_y"]
+    return {"y": y, "c": c, "c_logit": z}
+
+
+def causally_reliable_cbm(P, x, c_true, do):
+    """De Felice et al. 2025's C2BM as PyC builds it, concept by concept in topological order:
+    each state j of concept n has the embedding emb_j = x W_e[:, j] + b_e[j]; a root decodes
+    z_j = emb_j · W_r[n] + b_r[n]; any other concept's hypernetwork makes the weights
+    w_j = relu(emb_j H_1[n] + b_1[n]) H_2[n][:, pa] + b_2[n][pa] and z_j = Σ_{i ∈ pa} c_i w_ji;
+    the task node likewise from its own embedding and hypernetwork (no bias)."""
+    def node_of(j):
+        return int(P["node"][j].argmax())
+
+    def logits_of(unit, pa, values):
+        n = node_of(unit[0])
+        zs = []
+        for j in unit:
+            emb = x @ P["W_e"][:, j, :] + P["b_e"][j]
+            if P["root"][j] > 0.5:
+                zs.append(emb @ P["W_r"][n] + P["b_r"][n])
+            else:
+                w = F.relu(emb @ P["H_1"][n] + P["b_1"][n]) @ P["H_2"][n][:, pa] + P["b_2"][n][pa]
+                parent_values = torch.stack([values[i] for i in pa], -1) if pa else w[..., :0]
+                zs.append((parent_values * w).sum(-1))
+        return torch.stack(zs, -1)
+
+    c, z = _concept_by_concept(P, c_true, do, logits_of)
+    k, r = c.shape[-1], P["W_t"].shape[1]
+    task = [i for i in range(k) if P["task_parents"][i] > 0.5]
+    ys, ws = [], []
+    for t in range(r):
+        emb = x @ P["W_t"][:, t, :] + P["b_t"][t]
+        w = F.relu(emb @ P["T_1"] + P["c_1"]) @ P["T_2"][:, task] + P["c_2"][task]
+        ys.append((c[..., task] * w).sum(-1))
+        full = torch.zeros(*w.shape[:-1], k, dtype=w.dtype)
+        full[..., task] = w
+        ws.append(full)
+    return {"y": torch.stack(ys, -1), "c": c, "c_logit": z, "w_y": torch.stack(ws, -1)}
+
+
 def concept_whitening(P, x, c_true, do):
     """Chen et al. 2020: x̂ = W (x − μ) with the whitening matrix W, the rotated axes Qᵀ x̂ with
     Q = [Q_c Q_j] (the first k axes are concepts, interventions replace them); y linear in all axes."""
@@ -370,7 +474,9 @@ REFERENCES = {
     "concept_bottleneck_typed": concept_bottleneck_typed,
     "concept_embedding": concept_embedding,
     "concept_embedding_typed": concept_embedding_typed,
-    "concept_graph": concept_graph,
+    "concept_graph": concept_graph_model,
+    "concept_graph_input": concept_graph,
+    "causally_reliable_cbm": causally_reliable_cbm,
     "concept_whitening": concept_whitening,
     "prototype_concepts": prototype_concepts,
     "neural_additive": neural_additive,

@@ -51,7 +51,7 @@ KNOWN = {"zoo/concept_embedding_model.pen": 1,
          # added with the concept toolkit (issue 26): the graph model's parent weights cross
          # its where's wires once, the typed embedding model keeps the embedding model's one
          # and its member copy's; no loosened wire or port order tried removes them
-         "zoo/concept_graph_model.pen": 1, "zoo/concept_embedding_typed.pen": 2}
+         "zoo/concept_graph_input_model.pen": 1, "zoo/concept_embedding_typed.pen": 2}
 
 
 def _figures():

@@ -42,7 +42,11 @@ MODELS = {
     "hybrid": lambda **kw: penrose_zoo.HybridConceptBottleneckModel(f=F, k=K, j=4, **kw),
     "cem": lambda **kw: penrose_zoo.ConceptEmbeddingModel(f=F, k=K, e=4, **kw),
     "mixture": lambda **kw: penrose_zoo.MixtureOfLinearModels(f=F, k=K, m=2, **kw),
-    "graph": lambda **kw: penrose_zoo.ConceptGraphModel(f=F, k=K, concept_names=["a", "b", "c"],
+    "graph_parents": lambda **kw: penrose_zoo.ConceptGraphModel(f=F, concept_names=["a", "b", "c"],
+                                                                parents={"c": ["a", "b"]}, **kw),
+    "c2bm": lambda **kw: penrose_zoo.CausallyReliableCBM(f=F, e=3, h=3, concept_names=["a", "b", "c"],
+                                                         parents={"c": ["a", "b"]}, **kw),
+    "graph": lambda **kw: penrose_zoo.InputConceptGraphModel(f=F, k=K, concept_names=["a", "b", "c"],
                                                         parents={"c": ["a", "b"]}, **kw),
     "weighted": lambda **kw: penrose_zoo.ConceptBottleneckModel(f=F, k=K, concept_weight=[0.5, 2.0, 4.0], **kw),
 }

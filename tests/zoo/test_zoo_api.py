@@ -29,6 +29,7 @@ def test_entries_cover_the_issue():
         "linear", "mlp", "self_attention", "causal_self_attention", "sparse_autoencoder",
         "topk_sparse_autoencoder", "concept_bottleneck", "concept_bottleneck_logit",
         "concept_bottleneck_hybrid", "concept_bottleneck_typed", "concept_embedding", "concept_embedding_typed", "concept_graph",
+        "concept_graph_input", "causally_reliable_cbm",
         "concept_whitening", "prototype_concepts", "neural_additive", "mixture_of_linear_models", "mixture_typed", "senn", "cav_probe",
     }
 
@@ -100,6 +101,7 @@ def test_docs_zoo_python_examples_run():
     "penrose_zoo.sparse_autoencoder", "penrose_zoo.concept_bottleneck_model", "penrose_zoo.concept_embedding_model",
     "penrose_zoo.prototype_concept_model", "penrose_zoo.neural_additive_model", "penrose_zoo.mixture_of_linear_models",
     "penrose_zoo", "penrose_zoo.plots", "penrose_zoo.cli", "penrose_zoo.validate",
+    "penrose_zoo.concept_graph_model", "penrose_zoo.causally_reliable_cbm",
 ])
 def test_docstring_examples(module):
     import doctest

@@ -1,4 +1,4 @@
-"""The graph concept bottleneck (ConceptGraphModel): on a DAG it equals the topological evaluation of
+"""The input-reading graph bottleneck (InputConceptGraphModel): on a DAG it equals the topological evaluation of
 a causal concept graph model (Dominici et al. 2025), interventions reach descendants, and it trains
 on checkmark, whose graph the data set gives."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from penrose_zoo import ConceptGraphModel
+from penrose_zoo import InputConceptGraphModel
 from penrose_zoo.concept_graph_model import graph_depth
 from penrose_zoo.data import toy_concepts
 from penrose_zoo.interventions import RandomPolicy, intervention_curve
@@ -30,7 +30,7 @@ def _random(model, seed):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_equals_the_topological_evaluation(seed):
-    m = _random(ConceptGraphModel(f=4, r=3, concept_names=NAMES, parents=PARENTS, task_parents=["d", "e"]).double(), seed)
+    m = _random(InputConceptGraphModel(f=4, r=3, concept_names=NAMES, parents=PARENTS, task_parents=["d", "e"]).double(), seed)
     assert m.sizes["depth"] == 3
     g = torch.Generator().manual_seed(seed + 10)
     x = torch.randn(6, 4, generator=g, dtype=torch.float64)
@@ -47,7 +47,7 @@ def test_equals_the_topological_evaluation(seed):
 
 
 def test_an_intervention_reaches_the_descendants():
-    m = ConceptGraphModel(f=4, r=2, concept_names=("A", "B", "C"), parents={"C": ["B"]}, task_parents=["A", "C"]).eval()
+    m = InputConceptGraphModel(f=4, r=2, concept_names=("A", "B", "C"), parents={"C": ["B"]}, task_parents=["A", "C"]).eval()
     with torch.no_grad():
         m.diagram.W_p.fill_(0.0)
         m.diagram.W_p[1, 2] = -20.0  # C = not B
@@ -63,7 +63,7 @@ def test_an_intervention_reaches_the_descendants():
 
 def test_trains_on_checkmark_with_its_graph():
     d = toy_concepts("checkmark", n=500, seed=0)
-    m = ConceptGraphModel(f=4, r=2, concept_names=d.concept_names, parents=d.parents,
+    m = InputConceptGraphModel(f=4, r=2, concept_names=d.concept_names, parents=d.parents,
                           task_parents=d.task_parents, concept_weight=3.0)
     m.fit(d.train_tuple(), epochs=12, batch_size=64, lr=3e-2, progress=False)
     res = m.evaluate(d.test_tuple(), intervene_all=True)
@@ -77,4 +77,4 @@ def test_graph_errors_are_named():
     with pytest.raises(ValueError, match="cycle: c -> d -> c|cycle: d -> c -> d"):
         graph_depth(NAMES, {"c": ["d"], "d": ["c"]})
     with pytest.raises(ValueError, match="names 'z', not a concept"):
-        ConceptGraphModel(f=4, concept_names=("a", "b"), parents={"b": ["z"]})
+        InputConceptGraphModel(f=4, concept_names=("a", "b"), parents={"b": ["z"]})

@@ -37,7 +37,10 @@ CONCEPT_MODELS = {
     "concept_embedding": dict(f=6, k=4, e=3, r=3),
     "concept_embedding_typed": dict(f=6, e=3, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
     "prototype_concepts": dict(f=6, p=2, k=4, r=3),
-    "concept_graph": dict(f=6, k=4, r=3, parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
+    "concept_graph": dict(f=6, r=3, concept_names=["c0", "c1", "c2", "c3"], parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
+    "concept_graph_input": dict(f=6, k=4, r=3, parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
+    "causally_reliable_cbm": dict(f=6, e=3, h=3, r=3, concept_names=["c0", "c1", "c2", "c3"],
+                                  parents={"c2": ["c0"], "c3": ["c2", "c1"]}),
     "concept_whitening": dict(f=6, k=4, r=3),
     "mixture_of_linear_models": dict(f=6, k=4, m=2, r=3),
     "mixture_typed": dict(f=6, m=2, r=3, concepts={"a": "binary", "b": "binary", "c": "binary", "d": "continuous"}),
@@ -131,7 +134,8 @@ def _sequential_by_hand(model, x, c, policy, values):
     return masks
 
 
-@pytest.mark.parametrize("name", ["concept_bottleneck", "mixture_of_linear_models", "concept_graph"])
+@pytest.mark.parametrize("name", ["concept_bottleneck", "mixture_of_linear_models", "concept_graph", "concept_graph_input",
+                                  "causally_reliable_cbm"])
 @pytest.mark.parametrize("policy", [GradientPolicy(), UncertaintyPolicy()], ids=["gradient", "uncertainty"])
 def test_sequential_policies_rerank_after_each_intervention(name, policy):
     """Sequential interventions (Shin et al. 2023): the policy scores again after each concept is
@@ -149,7 +153,7 @@ def test_sequential_policies_rerank_after_each_intervention(name, policy):
             assert torch.equal(got, expected)
         static = policy.ranking(model, x, c, model(x))
         same = all(torch.equal(masks[s], intervention_masks(static, s / 4)) for s in range(5))
-        if isinstance(policy, GradientPolicy) or name == "concept_graph":
+        if isinstance(policy, GradientPolicy) or name in ("concept_graph", "concept_graph_input", "causally_reliable_cbm"):
             assert not same  # re-ranking changed some example's order
         else:
             assert same  # a CBM's and the mixture's concept probabilities do not depend on interventions
@@ -371,6 +375,8 @@ def test_concept_models_take_a_binary_task(name):
     k = data.c_train.shape[1]
     if "concepts" in sizes:
         sizes["concepts"] = {n: "binary" for n in data.concept_names}
+    elif "concept_names" in sizes:  # the graph models over named concepts: checkmark's C = ¬B
+        sizes.update(concept_names=list(data.concept_names), parents={"C": ["B"]})
     elif "parents" in sizes:
         sizes.update(k=k, parents={"c2": ["c0"]})
     else:

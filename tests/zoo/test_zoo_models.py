@@ -49,7 +49,9 @@ SIZES = {
     "concept_bottleneck_typed": dict(f=small, r=small),  # k, g from its default concepts (one of each type)
     "concept_embedding": dict(f=small, k=small, e=small, r=small),
     "concept_embedding_typed": dict(f=small, e=small, r=small),  # k, g from its default concepts
-    "concept_graph": dict(f=small, k=small, r=small),
+    "concept_graph": dict(f=small, r=small),  # k, g from its default concepts and graph (one of each type)
+    "concept_graph_input": dict(f=small, k=small, r=small),
+    "causally_reliable_cbm": dict(f=small, e=small, h=small, r=small),  # k, n, g from its default concepts
     "concept_whitening": dict(f=st.integers(2, 5), k=st.just(1), r=small),
     "prototype_concepts": dict(f=small, p=small, k=small, r=small),
     "neural_additive": dict(f=small, i=small, j=small, r=small),
@@ -88,8 +90,9 @@ def build_pair(name, sizes, seed, dtype=torch.float64, device="cpu"):
             p.copy_(torch.randn(p.shape, generator=g, dtype=torch.float64) * 0.7)
         for _bname, b in model.diagram.named_buffers():
             b.copy_(torch.rand(b.shape, generator=g, dtype=torch.float64))
-        for bname, b in getattr(getattr(model, "spec", None), "buffers", dict)().items():
-            getattr(model.diagram, bname).copy_(b)  # the typed bottleneck's 0/1 type buffers
+        structure = getattr(model, "structure_buffers", None) or getattr(getattr(model, "spec", None), "buffers", dict)
+        for bname, b in structure().items():
+            getattr(model.diagram, bname).copy_(b)  # the typed models' 0/1 type buffers, the graph models' graph
     model = model.to(device)
     params = dict(model.diagram.named_parameters()) | dict(model.diagram.named_buffers())
     return model, params

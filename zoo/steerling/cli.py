@@ -275,8 +275,37 @@ def _parser() -> argparse.ArgumentParser:
     ka.add_argument("--unlearn-strength", type=WEIGHT, default=20.0,
                     help="strength of the release's relu logit mask in the unlearning measurement (0: skip it)")
     ka.add_argument("--steer", default=None, metavar="A,B", help="the labelled concepts steered (default all)")
+    ka.add_argument("--null", default=None, choices=["random_init", "shuffled_k"],
+                    help="measure a null of the checkpoint: untrained from the seed, or K shuffled across concepts")
+    ka.add_argument("--baselines", default=None, metavar="A,B",
+                    help="steering baselines at the injection's KL: logit_bias, activation_addition, layer_injection "
+                         "(or 'all')")
+    ka.add_argument("--layer", type=NONNEGATIVE, default=None,
+                    help="the residual-stream layer of activation_addition and layer_injection (default n_layers // 2)")
+    ka.add_argument("--no-suppression", action="store_true", help="injection only (no clamp, no unlearning)")
     ka.add_argument("--threads", type=COUNT, default=None)
     ka.add_argument("--json", action="store_true")
+
+    nu = sub.add_parser("nulls", help="train the model and its nulls over seeds on a planted corpus; print every "
+                                      "known-answer figure beside its nulls and baselines (mean [95%% bootstrap CI])")
+    nu.add_argument("--data", required=True, metavar="DIR", help="a planted corpus (penrose steerling planted)")
+    nu.add_argument("--out", required=True, metavar="DIR", help="checkpoints, results and nulls.json (reused on rerun)")
+    nu.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3 for an interval)")
+    nu.add_argument("--steps", type=COUNT, default=600)
+    nu.add_argument("--preset", default="small", help="tiny | small")
+    nu.add_argument("--tokenizer", default="bpe", choices=["byte", "bpe"])
+    nu.add_argument("--bpe-vocab", type=VOCAB, default=512)
+    nu.add_argument("--no-teacher-forcing", action="store_true", help="train without teacher forcing of k̂_gt")
+    nu.add_argument("--samples", type=COUNT, default=32, help="generations per concept and condition")
+    nu.add_argument("--new-tokens", type=COUNT, default=32)
+    nu.add_argument("--strength", type=ascii_float, default=2.0, help="injected weight of the concept")
+    nu.add_argument("--max-batches", type=COUNT, default=8)
+    nu.add_argument("--baselines", default="all", metavar="A,B", help="steering baselines ('all', or a list; '' none)")
+    nu.add_argument("--layer", type=NONNEGATIVE, default=None)
+    nu.add_argument("--nulls", default="all", metavar="A,B",
+                    help="shuffled_labels, lambda0, random_init, shuffled_k (default all)")
+    nu.add_argument("--threads", type=COUNT, default=None)
+    nu.add_argument("--json", action="store_true", help="print nulls.json's table instead of the text table")
 
     from penrose_zoo.steerling.scaling import add_arguments
 
@@ -297,7 +326,7 @@ def main(argv=None) -> int:
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
                 "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling,
-                "planted": _planted, "known-answer": _known_answer}[args.command](args)
+                "planted": _planted, "known-answer": _known_answer, "nulls": _nulls}[args.command](args)
     except PenroseError as e:
         print(printable(e.render(), keep="\n"), file=sys.stderr)
         return 1
@@ -846,14 +875,56 @@ def _known_answer(args) -> int:
     import torch
 
     from penrose_zoo.steerling.known_answer import format_report, known_answer
+    from penrose_zoo.steerling.nulls import BASELINES
 
     if args.threads:
         torch.set_num_threads(args.threads)
     r = known_answer(args.checkpoint, samples=args.samples, new_tokens=args.new_tokens, strength=args.strength,
                      max_batches=args.max_batches, seed=args.seed,
                      concepts=[c for c in args.steer.split(",") if c] if args.steer else None,
-                     epsilon_off=args.epsilon_off, unlearn_strength=args.unlearn_strength)
+                     epsilon_off=args.epsilon_off, unlearn_strength=args.unlearn_strength, null=args.null,
+                     baselines=_names_list(args.baselines, "--baselines", BASELINES), layer=args.layer,
+                     suppression=not args.no_suppression)
     print(json_text(r, indent=1) if args.json else format_report(r))
+    return 0
+
+
+def _names_list(text: str | None, flag: str, choices) -> list[str]:
+    """A comma-separated list of choices ('all': every one; None or '': none), or a PenroseError."""
+    from penrose.errors import PenroseError
+
+    if not text:
+        return []
+    if text == "all":
+        return list(choices)
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    bad = [x for x in items if x not in choices]
+    if bad:
+        raise PenroseError(f"{flag}: {', '.join(map(repr, bad))} not among {', '.join(choices)}")
+    return items
+
+
+def _nulls(args) -> int:
+    import torch
+
+    from penrose.errors import PenroseError
+    from penrose_zoo.steerling import nulls as nl
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    try:
+        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
+    except ValueError:
+        raise PenroseError(f"--seeds: expected whole numbers separated by commas, got {args.seeds!r}") from None
+    if not seeds or any(s < 0 for s in seeds):
+        raise PenroseError(f"--seeds: expected whole numbers >= 0, got {args.seeds!r}")
+    res = nl.run_nulls(args.data, args.out, seeds=seeds, steps=args.steps, preset=args.preset, tokenizer=args.tokenizer,
+                       bpe_vocab=args.bpe_vocab, teacher_forcing=not args.no_teacher_forcing, samples=args.samples,
+                       new_tokens=args.new_tokens, strength=args.strength, max_batches=args.max_batches,
+                       baselines=_names_list(args.baselines, "--baselines", nl.BASELINES), layer=args.layer,
+                       nulls=_names_list(args.nulls, "--nulls", (*nl.TRAINED_NULLS, *nl.NULLS)),
+                       log=lambda m: print(m, file=sys.stderr))
+    print(json_text(res["table"], indent=1) if args.json else nl.format_nulls(res["table"]))
     return 0
 
 

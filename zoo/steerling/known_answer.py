@@ -142,7 +142,8 @@ def bootstrap_ratio(a, b, *, n: int = 2000, seed: int = 0) -> dict:
 
 @torch.no_grad()
 def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, seed: int, intervene: dict | None = None,
-                   attribute: bool = True, epsilon_off: bool = False, logit_mask: torch.Tensor | None = None) -> dict:
+                   attribute: bool = True, epsilon_off: bool = False, logit_mask: torch.Tensor | None = None,
+                   residual: tuple[int, torch.Tensor] | None = None) -> dict:
     """One sample per prompt (prompts of one length; row i draws with a generator seeded seed + i),
     each continued for up to new_tokens tokens, one forward pass per token (the block-causal variant predicts an
     appended [MASK]); `intervene` {concept: weight} at every position (with epsilon_off a weight
@@ -150,7 +151,9 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
     (steer.edit_keeping_epsilon), or, with epsilon_off, the model's own intervention (the
     release's: ε switched off, the head reads k̂ + û). logit_mask (v,): subtracted from the
     logits tokens are sampled from (the release's relu_logit_mask, steer.prepare_steering's
-    relu_suppression); the attribution records the model's logits before it. Returns the generated ids
+    relu_suppression; a logit bias is a negative mask); the attribution records the model's logits
+    before it. residual (layer, vector): the vector added to the residual stream at that layer
+    (nulls.residual_added) in the steered pass, not in the unsteered one that scores the NLL. Returns the generated ids
     per sample (cut after <|eoc|>), the unsteered model's log-likelihood of each generated token,
     and, with attribute, the known contribution per concept summed over each sample's tokens
     plus a GenerationAttribution of every sampled logit."""
@@ -179,7 +182,12 @@ def sample_steered(model, tok, prompts: list[list[int]], new_tokens: int, *, see
             break
         x = torch.cat([ids, torch.full((n, 1), tok.mask_id, device=device)], 1) if model.variant == "block_causal" else ids
         plain = forward_ids(model, x)
-        if not kw:
+        if residual is not None:
+            from penrose_zoo.steerling.nulls import residual_added
+
+            with residual_added(model, *residual):
+                out = forward_ids(model, x)
+        elif not kw:
             out = plain
         elif epsilon_off:  # a value None: the concept's current weight (a null edit that switches ε off)
             vals = {c: (plain.known_weights[..., c] if v is None else v) for c, v in kw["intervene_known"].items()}
@@ -248,10 +256,15 @@ def _rate(ids, tok, corpus, concept: str) -> float:
 
 def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strength: float = 1.0, max_batches: int = 32,
                  seed: int = 0, concepts: list[str] | None = None, epsilon_off: bool = False,
-                 unlearn_strength: float = 20.0) -> dict:
+                 unlearn_strength: float = 20.0, null: str | None = None, baselines=(), layer: int | None = None,
+                 suppression: bool = True) -> dict:
     """Every measurement of the module doc on a training checkpoint (a dict; format_report prints it).
-    concepts: the labelled concepts steered (default all); unlearn_strength: the relu logit mask's
-    strength of the release's unlearning recipe (0: not measured)."""
+    concepts: the labelled concepts steered (default all; [] none); unlearn_strength: the relu logit
+    mask's strength of the release's unlearning recipe (0: not measured). null: measure a null of
+    the checkpoint instead (penrose_zoo.steerling.nulls.NULLS: 'random_init', 'shuffled_k'; seeded by
+    `seed`). baselines: steering baselines (nulls.BASELINES) run beside each injection at the
+    injection's KL; layer: their layer (default n_layers // 2). suppression: measure the clamp and
+    the unlearning (False: injection only)."""
     import random
 
     from penrose.errors import PenroseError
@@ -268,12 +281,30 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     samples, new_tokens = whole(samples, "samples", low=1), whole(new_tokens, "new_tokens", low=1)
     strength, unlearn_strength = number(strength, "strength"), number(unlearn_strength, "unlearn_strength", low=0)
     max_batches, seed = whole(max_batches, "max_batches", low=1), whole(seed, "seed", low=0, high=2**32 - 1)
-    epsilon_off = flag(epsilon_off, "epsilon_off")
+    epsilon_off, suppression = flag(epsilon_off, "epsilon_off"), flag(suppression, "suppression")
+    from penrose_zoo.steerling import nulls as nl
+
+    if null is not None and null not in nl.NULLS:
+        raise PenroseArgumentError(f"null must be one of {', '.join(nl.NULLS)} (the trained nulls "
+                                   f"{', '.join(nl.TRAINED_NULLS)} are checkpoints of their own), got {null!r}")
+    if isinstance(baselines, str) or not all(b in nl.BASELINES for b in baselines):
+        raise PenroseArgumentError(f"baselines must be a list of {', '.join(nl.BASELINES)}, got {baselines!r}")
+    baselines = list(dict.fromkeys(baselines))
+    if baselines and epsilon_off:
+        raise PenroseArgumentError("the steering baselines are matched to the ε-held edit; leave epsilon_off off")
     if concepts is not None and (isinstance(concepts, str) or not all(isinstance(c, str) for c in concepts)):
         raise PenroseArgumentError(f"concepts must be a list of concept names, got {concepts!r}")
     model, tok, names, state = load_checkpoint(checkpoint)
     model.eval()
     cfg = TrainConfig(**state["config"]).resolved()
+    permutation = None
+    if null == "random_init":
+        model = nl.reinitialised(model, seed=seed)
+    elif null == "shuffled_k":
+        permutation = nl.shuffle_known_embeddings(model, seed=seed)
+    layer = model.sizes["L"] // 2 if layer is None else layer
+    if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer <= model.sizes["L"]:
+        raise PenroseArgumentError(f"layer must be a whole number from 0 to {model.sizes['L']}, got {layer!r}")
     where = data_dir(cfg.data)
     if not (Path(where) / MANIFEST).is_file():
         raise PenroseError(f"{checkpoint} was trained on {where!r}, which holds no planted corpus ({MANIFEST}); "
@@ -311,6 +342,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         return f
 
     tr_b, va_b = rows_of(train_data, max_batches), rows_of(val_data, max_batches)
+    train_truth = truth_labels_of(train_data)
     tr = chunk_pool(model, tr_b, truth_labels_of(train_data))
     va = chunk_pool(model, va_b, truth_labels_of(val_data))
     n = len(names)
@@ -332,8 +364,10 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     shares, errors, hits, chance, counted = [], [], 0, [], 0
     active_known: list[torch.Tensor] = []
     active_frac: list[tuple[int, int]] = []
+    val_truth = truth_labels_of(val_data)
     for batch, _ in va_b:
         out = forward_ids(model, batch.input_ids)
+        planted_labels = val_truth(batch)[:, :n]  # the truth, not the labels trained on (a shuffled-label null)
         ls = measure.logit_share(model, out, valid=batch.valid)
         shares.append((ls["mean_share_concept"], ls["mean_share_known"]))
         active = batch.valid & (out.known_weights.float().amax(-1) > 0.5)  # some known concept on
@@ -351,14 +385,15 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
         for (bi, ti) in keep.nonzero().tolist():
             credit[batch.chunk_index[bi, ti]].index_add_(0, ids[bi, ti], contrib[bi, ti])
         for j in range(c):
-            labels = batch.chunk_labels[j]
+            labels = planted_labels[j]
             if labels.sum() == 0:
                 continue
             counted += 1
             hits += bool(labels[int(credit[j].argmax())] > 0)
             chance.append(float(labels.sum()) / n)
     attribution: dict[str, Any] = {"heldout_precision": hits / max(counted, 1), "heldout_chance": float(np.mean(chance)),
-                   "heldout_chunks": counted, "max_error": float(max(errors))}
+                   "heldout_chunks": counted, "max_error": float(max(errors)),
+                   "detector": nl.detector_precision(va["known"], va["labels"][:, :n])}
     act = torch.cat(active_known)
     share = {"concept": float(np.mean([s[0] for s in shares])), "known": float(np.mean([s[1] for s in shares])),
              "known_where_active": float(act.mean()) if act.numel() else None,
@@ -393,11 +428,11 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
 
     neutral_prompts = one_length(neutral() for _ in range(400))
 
-    def run(prompts, intervene, logit_mask=None):
+    def run(prompts, intervene, logit_mask=None, residual=None):
         """Every prompt `per` times, as one batch (seeds fixed by position, so conditions pair up)."""
         rows = [p for p in prompts for _ in range(per)]
         r = sample_steered(model, tok, rows, new_tokens, seed=seed * 100_003, intervene=intervene, epsilon_off=epsilon_off,
-                           logit_mask=logit_mask)
+                           logit_mask=logit_mask, residual=residual)
         return {"generated": r["generated"], "nll": r["nll"], "tokens": r["tokens"], "credit": r["credit"],
                 "att": [r["attribution"].verify()]}
 
@@ -414,16 +449,26 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             hits += int(cr.argmax()) in present
         return {"precision": hits / counted if counted else None, "chunks": counted}
 
-    null = {0: None} if epsilon_off else None  # the baseline: no edit, ε as the steered runs have it
-    base = run(neutral_prompts, null)
+    # the unsteered baseline: no edit, ε as the steered runs have it (not `null`: that names the model's null)
+    null_edit = {0: None} if epsilon_off else None
+    base = run(neutral_prompts, null_edit)
     steering = {}
     gen_attr: dict[str, Any] = {"unsteered": precision(base), "verified": all(v.passed for v in base["att"]),
                 "max_error": max(v.max_abs_error for v in base["att"])}
     injected_prec = []
     val_texts = [truth[t] for t in val_data.texts]
-    for cname in (concepts or list(names)):
+    def all_rates(res):
+        from penrose_zoo.steerling.planted import text_concept_rates
+
+        return [text_concept_rates(tok.decode(g, skip_special_tokens=True), planted) for g in res["generated"]]
+
+    base_rates = all_rates(base)
+    kl_batches = [b for b, _ in va_b[:2]]
+    steered_rates: dict[str, dict[str, list]] = {"model": {}, **{b: {} for b in baselines}}
+    for cname in (list(names) if concepts is None else concepts):
         cid = names.index(cname)
         inj = run(neutral_prompts, {cid: float(strength)})
+        steered_rates["model"][cname] = all_rates(inj)
         ip = precision(inj)
         injected_prec.append(ip)
         gen_attr["verified"] &= all(v.passed for v in inj["att"])
@@ -438,9 +483,9 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                     a = ch.text.rfind(". ", 0, s0)
                     b = ch.text.find(".", e0)
                     sentences.append(ch.text[a + 2 if a >= 0 else 0:b + 1])
-        sup_prompts = one_length(sentences)  # none when no validation chunk carries the concept
+        sup_prompts = one_length(sentences) if suppression else []  # none when no validation chunk carries c
         sup = run(sup_prompts, {cid: 0.0}) if sup_prompts else None
-        keep = run(sup_prompts, null) if sup_prompts else None
+        keep = run(sup_prompts, null_edit) if sup_prompts else None
         # the release's unlearning (SteeringConfig.injection_relu): the relu logit mask of the concept,
         # strength · relu(W K_c), subtracted from the sampling logits, with the weight clamped to 0
         unl = None
@@ -461,6 +506,28 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             "generated_tokens_mean": float(np.mean(inj["tokens"])),
             "injected_attribution_precision": ip["precision"],
         }
+        if baselines:
+            model_edit = nl.Edit("weight", float(strength), concept=cid)
+            target = nl.edit_kl(model, kl_batches, model_edit)
+            steering[cname]["kl"] = target
+            steering[cname]["baselines"] = {}
+            for bname in baselines:
+                if bname == "logit_bias":
+                    edit = nl.Edit("logit_bias", 0.0, tokens=tuple(nl.word_token_ids(tok, planted, cname)))
+                else:
+                    j = all_names.index(cname)
+                    vec = (nl.mean_difference(model, [b for b, _ in tr_b], lambda b: train_truth(b)[:, j] > 0, layer)
+                           if bname == "activation_addition" else model.concept_embeddings("known")[cid].detach().float())
+                    edit = nl.Edit("residual", 0.0, vector=vec, layer=layer)
+                s_b, kl_b = nl.match_strength(lambda x: nl.edit_kl(model, kl_batches, edit.at(x)), target)
+                edit = edit.at(s_b)
+                bias = edit.bias(model.vocab_size)
+                res = run(neutral_prompts, None, logit_mask=None if bias is None else -bias, residual=edit.residual())
+                steered_rates[bname][cname] = all_rates(res)
+                steering[cname]["baselines"][bname] = {
+                    "inject": bootstrap_ratio([r[cname] for r in steered_rates[bname][cname]], r_base, seed=seed),
+                    "strength": s_b, "kl": kl_b, "nll": float(np.mean(res["nll"])),
+                    "kl_matched": abs(kl_b - target) <= 0.05 * target}
     hitsum = sum((p["precision"] or 0) * p["chunks"] for p in injected_prec)
     cnt = sum(p["chunks"] for p in injected_prec)
     gen_attr["injected"] = {"precision": hitsum / cnt if cnt else None, "chunks": cnt}
@@ -468,7 +535,19 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     ratios = [s["inject"]["ratio"] for s in steering.values() if s["inject"]["ratio"] is not None]
     sratios = [s["suppress"]["ratio"] for s in steering.values() if s["suppress"] and s["suppress"]["ratio"] is not None]
     uratios = [s["unlearn"]["ratio"] for s in steering.values() if s["unlearn"] and s["unlearn"]["ratio"] is not None]
+    spec = {m: nl.specificity(rs, base_rates, list(names)) for m, rs in steered_rates.items() if rs}
+    base_summary = {}
+    for bname in baselines:
+        br = [s["baselines"][bname]["inject"]["ratio"] for s in steering.values()]
+        mr = [s["inject"]["ratio"] for s in steering.values()]
+        pairs = [(m, b) for m, b in zip(mr, br) if m is not None and b is not None]
+        base_summary[bname] = {"inject_ratio_median": float(np.median([b for _, b in pairs])) if pairs else None,
+                               "model_beats": sum(m > b for m, b in pairs), "concepts": len(pairs)}
     return {
+        "null": null, "null_permutation": permutation, "layer": layer, "baselines": baselines,
+        "specificity": spec, "specificity_diagonal": {m: (float(np.median([v[c] for c, v in mat.items() if v[c] is not None]))
+                                                          if any(v[c] is not None for c, v in mat.items()) else None)
+                                                      for m, mat in spec.items()},
         "checkpoint": str(checkpoint), "step": state["step"], "variant": cfg.variant, "epsilon": cfg.epsilon,
         "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
         "known_concepts": list(names), "withheld": withheld,
@@ -484,6 +563,8 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
             "unlearn_ratio_median": float(np.median(uratios)) if uratios else None,
             "unlearn_ratio_max": float(max(uratios)) if uratios else None,
             "heldout_attribution_precision": attribution["heldout_precision"],
+            "detector_attribution_precision": attribution["detector"]["precision"],
+            "baselines": base_summary,
             "generated_attribution_precision": gen_attr["injected"]["precision"],
             "attribution_verified": gen_attr["verified"],
             "unknown_recovery_auc": mean([r["val_auc"] for r in recovery.values()]),
@@ -499,8 +580,10 @@ def format_report(r: dict) -> str:
         return "—" if c is None else f"{c[0]:.2f}–{c[1]:.2f}"
 
     s = r["summary"]
+    null = {"random_init": "NULL: untrained, initialised from the seed", "shuffled_k": "NULL: K shuffled across concepts "
+            f"{r.get('null_permutation')}"}.get(r.get("null") or "", None)
     lines = [f"{r['checkpoint']} ({r['variant']}, {'ε on' if r['epsilon'] else 'pure bottleneck'}, step {r['step']}, "
-             f"val loss {f(r['val_loss'])})",
+             f"val loss {f(r['val_loss'])})" + ("" if null is None else f"  [{null}]"),
              f"detection AUC (validation chunks): module {f(s['detection_auc_mean'])}  linear probe on h "
              f"{f(s['probe_auc_mean'])}  token-level {f(r['detection']['token_auc_mean'])}"]
     for name, d in r["detection"]["per_concept"].items():
@@ -522,13 +605,31 @@ def format_report(r: dict) -> str:
             sup += f"unlearn x{f(u['ratio'], '.2f')} [{ci(u['ratio_ci95'])}] NLL {f(st['nll']['unlearned'], '.2f')}  "
         lines.append(f"  {name:>10}: inject {i['with']:.3f}/{i['without']:.3f} x{f(i['ratio'], '.2f')} [{ci(i['ratio_ci95'])}]"
                      f"  {sup}NLL {st['nll']['unsteered']:.2f} -> {st['nll']['injected']:.2f} (inject)"
-                     + ("" if p is None else f", {st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)"))
+                     + ("" if p is None else f", {st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)")
+                     + ("" if st.get("kl") is None else f"  KL {st['kl']:.3f}"))
+        for bname, b in (st.get("baselines") or {}).items():
+            bi = b["inject"]
+            lines.append(f"  {'':>10}  {bname} (strength {b['strength']:.3g}, KL {b['kl']:.3f}): {bi['with']:.3f}/"
+                         f"{bi['without']:.3f} x{f(bi['ratio'], '.2f')} [{ci(bi['ratio_ci95'])}]  NLL {b['nll']:.2f}")
+    for bname, b in (s.get("baselines") or {}).items():
+        lines.append(f"baseline {bname} at the injection's KL (layer {r.get('layer')}): median ratio "
+                     f"x{f(b['inject_ratio_median'], '.2f')}; the model's injection beats it for {b['model_beats']} of "
+                     f"{b['concepts']} concepts")
+    for m, mat in (r.get("specificity") or {}).items():
+        cols = list(next(iter(mat.values())))
+        lines.append(f"specificity ({m}): rows steered, columns the rate ratio of each concept's words")
+        lines.append("  " + " " * 10 + "".join(f"{c[:7]:>8}" for c in cols))
+        for c, row in mat.items():
+            lines.append(f"  {c:>10}" + "".join(f"{f(row[d], '.2f'):>8}" for d in cols))
     a = r["attribution"]
     g = a["generated"]
     lines.append(f"attribution: held-out precision {a['heldout_precision']:.3f} (chance {a['heldout_chance']:.3f}, "
                  f"{a['heldout_chunks']} chunks), max error {a['max_error']:.1e}; generated: unsteered "
                  f"{f(g['unsteered']['precision'])} ({g['unsteered']['chunks']}), injected {f(g['injected']['precision'])} "
                  f"({g['injected']['chunks']}); verify() {'exact' if g['verified'] else 'FAILED'} (max error {g['max_error']:.1e})")
+    if a.get("detector"):
+        lines.append(f"detector-only attribution (the chunk's top concept by presence): precision "
+                     f"{f(a['detector']['precision'])} ({a['detector']['chunks']} chunks)")
     for w, rec in r["unknown_recovery"].items():
         lines.append(f"withheld {w!r} (prevalence {rec['prevalence']:.2f}): best unknown concept #{rec['unknown_concept']} "
                      f"AUC {f(rec['val_auc'])} (train {rec['train_auc']:.3f}); probe on h {f(rec['probe_auc'])}")

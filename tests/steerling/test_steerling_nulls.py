@@ -1,0 +1,283 @@
+"""The nulls and baselines of the known-answer claims (penrose_zoo.steerling.nulls,
+`penrose steerling known-answer --null/--baselines`, `penrose steerling nulls`): each null really
+changes what it claims to change, the steering baselines are matched in KL, the statistics say
+what they compute. Tiny sizes, one torch thread; one slow end-to-end test."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+import torch
+
+from penrose_zoo.steerling import nulls as nl
+from penrose_zoo.steerling.lm_data import load_concept_corpus
+from penrose_zoo.steerling.planted import PlantedConfig, generate_planted, load_planted, write_planted
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+REDUCED = os.environ.get("PENROSE_REDUCED", "") not in ("", "0")
+
+
+def tiny_model():
+    from test_steerling_train import tiny
+
+    return tiny(True, True).eval()
+
+
+def rows(seed: int = 0, b: int = 3, t: int = 9) -> SimpleNamespace:
+    """A batch as edit_kl reads it: token ids and the valid positions."""
+    ids = torch.randint(0, 256, (b, t), generator=torch.Generator().manual_seed(seed))
+    return SimpleNamespace(input_ids=ids, valid=torch.ones(b, t, dtype=torch.bool))
+
+
+def test_shuffled_labels_break_the_label_concept_map(tmp_path):
+    corpus = generate_planted(PlantedConfig(n_chunks=300, seed=4))
+    src = write_planted(corpus, tmp_path / "p")
+    out = nl.shuffle_labels(src, tmp_path / "s", seed=1)
+    shuffled = load_planted(out)
+    # the text and the truth stay; the label multiset stays; the labels no longer follow the text
+    assert [c.text for c in shuffled.chunks] == [c.text for c in corpus.chunks]
+    assert [c.concepts for c in shuffled.chunks] == [c.concepts for c in corpus.chunks]
+    assert sorted(c.labels for c in shuffled.chunks) == sorted(c.labels for c in corpus.chunks)
+    assert all(set(c.labels) <= set(c.concepts) for c in corpus.chunks)
+    agree = np.mean([set(c.labels) <= set(c.concepts) for c in shuffled.chunks])
+    assert agree < 0.6, agree
+    # what training reads (the category files) carries the shuffled labels
+    cc = load_concept_corpus(out)
+    truth = {c.text: c for c in shuffled.chunks}
+    for ch in cc.train + cc.val:
+        assert sorted(cc.concept_names[i] for i in ch.concepts) == sorted(truth[ch.text].labels)
+    # seeded
+    again = load_planted(nl.shuffle_labels(src, tmp_path / "s2", seed=1))
+    assert [c.labels for c in again.chunks] == [c.labels for c in shuffled.chunks]
+
+
+def test_k_shuffle_permutes_every_concept():
+    model = tiny_model()
+    before = {n: p.detach().clone() for n, p in model.net.named_parameters()}
+    K = model.concept_embeddings("known").detach().clone()
+    perm = nl.shuffle_known_embeddings(model, seed=3)
+    n = K.shape[0]
+    assert sorted(perm) == list(range(n)) and all(perm[i] != i for i in range(n))  # a derangement
+    after = model.concept_embeddings("known").detach()
+    for i in range(n):
+        torch.testing.assert_close(after[i], K[perm[i]], rtol=0, atol=0)
+    for name, p in model.net.named_parameters():  # nothing else moved
+        if name != "known_head.concept_embedding":
+            assert torch.equal(p, before[name]), name
+    assert nl.shuffle_known_embeddings(tiny_model(), seed=3) == perm
+
+
+def test_random_init_is_untrained_and_seeded():
+    model = tiny_model()
+    with torch.no_grad():
+        model.net.known_head.concept_embedding.add_(1.0)  # "trained"
+    fresh = nl.reinitialised(model, seed=0)
+    assert fresh.config_dict() == model.config_dict()
+    assert not torch.equal(fresh.concept_embeddings("known"), model.concept_embeddings("known"))
+    torch.testing.assert_close(fresh.concept_embeddings("known"), tiny_model().concept_embeddings("known"))
+
+
+def test_residual_added_adds_at_the_layer_and_only_inside():
+    model = tiny_model()
+    ids = rows().input_ids
+    v = torch.randn(16, generator=torch.Generator().manual_seed(2))
+    plain, edited = [], []
+    with nl._captured(model, 1, plain), torch.no_grad():
+        model(ids)
+    with nl.residual_added(model, 1, v), nl._captured(model, 1, edited), torch.no_grad():
+        model(ids)
+    torch.testing.assert_close(edited[0], plain[0] + v)
+    with torch.no_grad():  # layer 0: before the first block; the hooks are gone after the block
+        a = model(ids).logits
+        with nl.residual_added(model, 0, v):
+            b = model(ids).logits
+        c = model(ids).logits
+    assert (a - b).abs().max() > 1e-3 and torch.equal(a, c)
+    with pytest.raises(ValueError, match="layer must be a whole number from 0 to 1"):
+        with nl.residual_added(model, 2, v):
+            pass
+
+
+def test_logit_bias_kl_is_the_closed_form_and_matches_the_model_edit():
+    """A bias b on a token set S: KL(p_b ‖ p) = b·P_b(S) − log(1 + P(S)(e^b − 1)), from p alone."""
+    model = tiny_model()
+    batch = rows()
+    tokens = (ord("a"), ord("e"), ord("q"))
+    with torch.no_grad():
+        p = torch.softmax(model(batch.input_ids).logits.double(), -1)
+    b = 1.7
+    ps = p[..., list(tokens)].sum(-1)
+    z = 1 + ps * (math.exp(b) - 1)
+    want = float((b * ps * math.exp(b) / z - torch.log(z)).mean())
+    got = nl.edit_kl(model, [batch], nl.Edit("logit_bias", b, tokens=tokens))
+    assert got == pytest.approx(want, rel=1e-4)
+    assert nl.edit_kl(model, [batch], nl.Edit("logit_bias", 0.0, tokens=tokens)) == pytest.approx(0.0, abs=1e-7)
+    # matched to the model's own edit (a known weight set with ε held): the same KL within 2%
+    with torch.no_grad():
+        w = model.lm_head_weight()[ord("a")]
+        model.net.known_head.concept_embedding[1] = w / float(w @ w)  # weight 1 adds 1 to the logit of "a"
+    target = nl.edit_kl(model, [batch], nl.Edit("weight", 3.0, concept=1))
+    assert target > 1e-3
+    s, kl = nl.match_strength(lambda x: nl.edit_kl(model, [batch], nl.Edit("logit_bias", x, tokens=tokens)), target)
+    assert abs(kl - target) <= 0.02 * target and s > 0
+    assert nl.edit_kl(model, [batch], nl.Edit("logit_bias", s, tokens=tokens)) == pytest.approx(kl, rel=1e-6)
+
+
+def test_match_strength_bisects_a_known_curve():
+    s, k = nl.match_strength(lambda x: x * x, 2.0, rel_tol=1e-4)
+    assert s == pytest.approx(math.sqrt(2), rel=1e-4) and k == pytest.approx(2.0, rel=1e-4)
+    s, k = nl.match_strength(lambda x: x * x, 900.0, start=0.5)  # the bound doubles past 30
+    assert k == pytest.approx(900.0, rel=0.02)
+    assert nl.match_strength(lambda x: x, 0.0) == (0.0, 0.0)
+    with pytest.raises(ValueError, match="target KL"):
+        nl.match_strength(lambda x: x, float("nan"))
+
+
+def test_mean_difference_is_the_difference_of_means():
+    model = tiny_model()
+    ids = rows(b=2, t=6).input_ids
+    batch = SimpleNamespace(input_ids=ids, chunk_index=torch.tensor([[0, 0, 0, 1, 1, -1], [2, 2, 2, 2, 3, 3]]))
+    has = torch.tensor([True, False, True, False])
+    store: list = []
+    with nl._captured(model, 1, store), torch.no_grad():
+        model(ids)
+    h = store[0].double()
+    on = [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2), (1, 3)]
+    off = [(0, 3), (0, 4), (1, 4), (1, 5)]
+    want = torch.stack([h[i, j] for i, j in on]).mean(0) - torch.stack([h[i, j] for i, j in off]).mean(0)
+    got = nl.mean_difference(model, [batch], lambda bt: has, 1)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="no token"):
+        nl.mean_difference(model, [batch], lambda bt: torch.ones(4, dtype=torch.bool), 1)
+
+
+def test_bootstrap_interval_contains_the_mean():
+    a = nl.aggregate([0.9, 0.95, 0.7, None, 0.85])
+    assert a["n"] == 4 and a["mean"] == pytest.approx(0.85) and a["sd"] == pytest.approx(np.std([0.9, 0.95, 0.7, 0.85], ddof=1))
+    assert a["ci95"][0] <= a["mean"] <= a["ci95"][1] and a["min"] >= 0.7 - 1e-12 and a["ci95"][0] >= 0.7 - 1e-12
+    assert a["ci95"][1] - a["ci95"][0] > 0
+    one = nl.aggregate([0.5])
+    assert one["ci95"] == [0.5, 0.5] and one["sd"] == 0.0
+    assert nl.aggregate([None])["mean"] is None
+
+
+def test_specificity_matrix_shape_and_diagonal():
+    names = ["alpha", "beta", "gamma"]
+    base = [{"alpha": 0.1, "beta": 0.2, "gamma": 0.0}, {"alpha": 0.1, "beta": 0.2, "gamma": 0.0}]
+    steered = {"alpha": [{"alpha": 0.3, "beta": 0.2, "gamma": 0.1}] * 2,
+               "beta": [{"alpha": 0.1, "beta": 0.5, "gamma": 0.0}] * 2}
+    m = nl.specificity(steered, base, names)
+    assert list(m) == ["alpha", "beta"] and all(list(row) == names for row in m.values())
+    assert m["alpha"]["alpha"] == pytest.approx(3.0) and m["beta"]["beta"] == pytest.approx(2.5)
+    assert m["alpha"]["beta"] == pytest.approx(1.0) and m["alpha"]["gamma"] is None  # never there unsteered
+    r = {"steering": {"alpha": {"inject": {}}}, "specificity": {"model": m}}
+    assert nl._own_over_others(r) == pytest.approx(np.median([3.0 / 1.0, 2.5 / 1.0]))
+
+
+def test_detector_precision():
+    scores = np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.5, 0.5]])
+    labels = np.array([[1, 0], [1, 0], [1, 1], [0, 0]])
+    assert nl.detector_precision(scores, labels) == {"precision": pytest.approx(2 / 3), "chunks": 3}
+    assert nl.detector_precision(scores, np.zeros((4, 2)))["precision"] is None
+
+
+@pytest.fixture(scope="module")
+def planted_runs(tmp_path_factory):
+    """A planted corpus, its label-shuffled copy, and a 3-step tiny checkpoint on each (bytes)."""
+    from penrose_zoo.steerling.cli import main
+
+    root = tmp_path_factory.mktemp("nulls")
+    src = write_planted(generate_planted(PlantedConfig(n_chunks=240, seed=5)), root / "p")
+    shuffled = nl.shuffle_labels(src, root / "s", seed=0)
+    runs = {}
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    for name, data in (("model", src), ("shuffled", shuffled)):
+        runs[name] = root / name
+        assert main(["train", "--preset", "tiny", "--data", str(data), "--steps", "3", "--seq-len", "64",
+                     "--epsilon", "--lambda-bottleneck", "1", "--out", str(runs[name]), "--no-progress"]) == 0
+    torch.set_num_threads(before)
+    return runs
+
+
+def test_known_answer_reports_its_null_and_measures_against_the_truth(planted_runs):
+    """Regressions: the result named its null None (the name was reused for the unsteered edit), and
+    held-out attribution precision was scored against the labels the model trained on, so a
+    shuffled-label null was scored against its shuffled labels instead of what is planted."""
+    from penrose_zoo.steerling.known_answer import format_report, known_answer
+
+    kw = dict(samples=8, new_tokens=2, max_batches=1, concepts=["alpha"], suppression=False)
+    r = known_answer(planted_runs["model"], null="shuffled_k", baselines=["logit_bias", "layer_injection"], **kw)
+    assert r["null"] == "shuffled_k" and sorted(r["null_permutation"]) == list(range(len(r["known_concepts"])))
+    st = r["steering"]["alpha"]
+    assert st["suppress"] is None and set(st["baselines"]) == {"logit_bias", "layer_injection"}
+    assert st["kl"] > 0 and st["baselines"]["logit_bias"]["kl_matched"]
+    assert 0.0 <= r["summary"]["detector_attribution_precision"] <= 1.0
+    assert set(r["specificity"]) == {"model", "logit_bias", "layer_injection"}
+    assert "NULL: K shuffled" in format_report(r) and "detector-only attribution" in format_report(r)
+    assert known_answer(planted_runs["model"], **kw)["null"] is None
+    # the shuffled-label model is scored against what is planted: its chance level is the planted
+    # labels' share on the measured chunks (one batch), not the share of the labels it trained on
+    from penrose_zoo.steerling.checkpoints import load_checkpoint
+    from penrose_zoo.steerling.train import TrainConfig, batch_of, load_corpus, packed
+
+    _, tok, names, state = load_checkpoint(planted_runs["shuffled"])
+    cfg = TrainConfig(**state["config"]).resolved()
+    _, val = packed(cfg, load_corpus(cfg), tok)
+    chunk_ids = batch_of(val, torch.arange(min(cfg.batch_size, val.n_rows))).chunk_ids.tolist()
+    truth = load_planted(cfg.data).by_text()
+    planted = [len(set(truth[val.texts[c]].concepts) & set(names)) / len(names) for c in chunk_ids]
+    trained_on = [len(truth[val.texts[c]].labels) / len(names) for c in chunk_ids]
+    assert np.mean(planted) != pytest.approx(np.mean(trained_on))  # the two differ on these chunks
+    b = known_answer(planted_runs["shuffled"], **kw)["attribution"]
+    assert b["heldout_chunks"] == len(chunk_ids) and b["heldout_chance"] == pytest.approx(np.mean(planted))
+    with pytest.raises(Exception, match="null must be one of"):
+        known_answer(planted_runs["model"], null="shuffled_labels", **kw)
+    with pytest.raises(Exception, match="baselines must be"):
+        known_answer(planted_runs["model"], baselines=["logit"], **kw)
+
+
+def test_known_answer_cli_flags(planted_runs, capsys):
+    from penrose_zoo.steerling.cli import main
+
+    assert main(["known-answer", "--checkpoint", str(planted_runs["model"]), "--samples", "8", "--new-tokens", "2",
+                 "--max-batches", "3", "--steer", "alpha", "--null", "random_init", "--baselines", "activation_addition",
+                 "--layer", "1", "--no-suppression", "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["null"] == "random_init" and r["layer"] == 1 and r["steering"]["alpha"]["suppress"] is None
+    assert set(r["steering"]["alpha"]["baselines"]) == {"activation_addition"}
+    assert main(["known-answer", "--checkpoint", str(planted_runs["model"]), "--baselines", "logit"]) == 1
+    assert "not among logit_bias" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_nulls_command_end_to_end(tmp_path, capsys):
+    """`penrose steerling nulls` trains the model and its nulls over 3 seeds and prints every figure
+    beside its nulls; the full form (BPE, 300 steps, tiny) learns enough that the trained model
+    detects its concepts better than the label-shuffled null and the untrained one."""
+    from penrose_zoo.steerling.cli import main
+
+    d = tmp_path / "p"
+    assert main(["planted", "--out", str(d), "--chunks", "300" if REDUCED else "1200", "--seed", "3"]) == 0
+    form = (["--steps", "3", "--tokenizer", "byte", "--samples", "8", "--new-tokens", "2", "--max-batches", "1"]
+            if REDUCED else ["--steps", "300", "--samples", "8", "--new-tokens", "8", "--max-batches", "4"])
+    args = ["nulls", "--data", str(d), "--out", str(tmp_path / "n"), "--preset", "tiny", "--seeds", "0,1,2", *form]
+    capsys.readouterr()
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    for col in ("model", "shuffled_labels", "lambda0", "random_init", "shuffled_k"):
+        assert col in out.splitlines()[0]
+    doc = json.loads((tmp_path / "n" / "nulls.json").read_text())
+    det = doc["table"]["detection AUC, module"]
+    assert det["model"]["n"] == 3 and det["model"]["ci95"][0] <= det["model"]["mean"] <= det["model"]["ci95"][1]
+    assert doc["table"]["logit_bias: median ratio"]["model"]["n"] == 3
+    if not REDUCED:
+        assert det["model"]["mean"] > det["shuffled_labels"]["mean"] + 0.1
+        assert det["model"]["mean"] > det["random_init"]["mean"] + 0.1
+    assert main(args) == 0  # rerun: everything from the cache
+    assert capsys.readouterr().out == out
