@@ -8,7 +8,8 @@ whose legs are tracked by name here, not by penrose.
     einsum_cases()        one einsum statement: compact or spaced multi-letter legs, 1-4
                           operands, repeated letters (traces, diagonals), implicit output
                           without '->', '...' on some terms, inputs and params as operands
-    elementwise_cases()   1-3 statements of + - * / ** with broadcasting by leg name, scalars
+    elementwise_cases()   1-3 statements of + - * / ** with broadcasting by leg name, outer
+                          operations with stated legs (`h0[a, b] = tanh(x0 + x1)`), scalars
                           (numbers, sqrt(d), d * 2, W.shape[i]), unary functions, softmax /
                           log_softmax over a leg, sum / mean / max / min reductions, max(a, b) and
                           min(a, b) entry by entry, reassignment
@@ -432,7 +433,7 @@ def _expr(draw, pool: _Pool, legs: frozenset, depth: int, top: bool = False):
             left, right = (big, _positive(draw, small)) if draw(st.booleans()) else (small, _positive(draw, big))
             return Bin("/", left, right, _lead(left, right))
         if draw(st.integers(0, 5)) == 0 and legs:  # max(a, b) / min(a, b) entry by entry
-            if isinstance(small, Scalar):  # a number: a dim's name or a whole number would read as the leg
+            if not small.legs:  # a number: a dim's name or a whole number (`2`, `(2)`) would read as the leg
                 small = Scalar("0.25", 0.25)
             left, right = (big, small) if draw(st.booleans()) else (small, big)
             return Bin(draw(st.sampled_from(["max", "min"])), left, right, _lead(left, right))
@@ -497,10 +498,23 @@ def elementwise_cases(draw, max_statements=3, max_depth=3):
     pool = _Pool(draw, size)
     names = sorted(size)
     stmts = []  # (target, node)
+    stated = set()  # the statements (id of the node) written with their legs stated: `h0[a, b] = x0 + x1`
     n = draw(st.integers(1, max_statements))
     for i in range(n):
         k = draw(st.integers(1, len(names)))
         legs = frozenset(draw(st.permutations(names))[:k])
+        if len(names) >= 2 and draw(st.integers(0, 3)) == 0:  # an outer operation by name, its legs stated
+            order = tuple(draw(st.permutations(names))[: draw(st.integers(2, len(names)))])
+            first = draw(st.integers(1, len(order) - 1))
+            a, b = pool.leaf(frozenset(order[:first])), pool.leaf(frozenset(order[first:]))
+            node = Bin(draw(st.sampled_from(["+", "-", "*"])), a, b, order)
+            if draw(st.booleans()):
+                node = Func("tanh", node, order)
+            target = f"h{i}"
+            stated.add(id(node))
+            stmts.append((target, node))
+            pool.locals[target] = node.legs
+            continue
         node = _expr(draw, pool, legs, draw(st.integers(1, max_depth)), top=True)
         if not node.legs:  # a scalar-only value: make it a tensor
             leaf = pool.leaf(legs)
@@ -519,7 +533,8 @@ def elementwise_cases(draw, max_statements=3, max_depth=3):
     for name, legs in pool.inputs.items():
         lines.append(f"input {name}[{', '.join(legs)}]")
     for target, node in stmts:
-        lines.append(f"{target} = {render(node)[0]}")
+        shown = f"{target}[{', '.join(node.legs)}]" if id(node) in stated else target
+        lines.append(f"{shown} = {render(node)[0]}")
     lines.append("output " + ", ".join(outputs))
     text = "\n".join(lines) + "\n"
     inputs = dict(pool.inputs)

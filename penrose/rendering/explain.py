@@ -189,6 +189,8 @@ def _name(v: V) -> str:
         return v.of(Ref).name
     if v.key in ("detach", "dropout") and v.args and v.args[0].op == "ref":
         return v.args[0].of(Ref).name
+    if v.key == "arange":
+        return f"the positions along {v.type.legs[0]}"
     return "the contraction" if v.key == "einsum" else "the result"
 
 
