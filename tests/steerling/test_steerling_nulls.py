@@ -270,7 +270,7 @@ def test_nulls_command_end_to_end(tmp_path, capsys):
     capsys.readouterr()
     assert main(args) == 0
     out = capsys.readouterr().out
-    for col in ("model", "shuffled_labels", "lambda0", "random_init", "shuffled_k"):
+    for col in ("model", "shuffled_labels", "lambda0", "random_init", "shuffled_k"):  # (training logs: stderr)
         assert col in out.splitlines()[0]
     doc = json.loads((tmp_path / "n" / "nulls.json").read_text())
     det = doc["table"]["detection AUC, module"]
