@@ -516,8 +516,12 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                     edit = nl.Edit("logit_bias", 0.0, tokens=tuple(nl.word_token_ids(tok, planted, cname)))
                 else:
                     j = all_names.index(cname)
-                    vec = (nl.mean_difference(model, [b for b, _ in tr_b], lambda b: train_truth(b)[:, j] > 0, layer)
-                           if bname == "activation_addition" else model.concept_embeddings("known")[cid].detach().float())
+                    try:
+                        vec = (nl.mean_difference(model, [b for b, _ in tr_b], lambda b: train_truth(b)[:, j] > 0, layer)
+                               if bname == "activation_addition" else model.concept_embeddings("known")[cid].detach().float())
+                    except ValueError:  # no measured training chunk carries c (or every one does): not measured
+                        steering[cname]["baselines"][bname] = None
+                        continue
                     edit = nl.Edit("residual", 0.0, vector=vec, layer=layer)
                 s_b, kl_b = nl.match_strength(lambda x: nl.edit_kl(model, kl_batches, edit.at(x)), target)
                 edit = edit.at(s_b)
@@ -538,7 +542,7 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
     spec = {m: nl.specificity(rs, base_rates, list(names)) for m, rs in steered_rates.items() if rs}
     base_summary = {}
     for bname in baselines:
-        br = [s["baselines"][bname]["inject"]["ratio"] for s in steering.values()]
+        br = [(s["baselines"][bname] or {"inject": {"ratio": None}})["inject"]["ratio"] for s in steering.values()]
         mr = [s["inject"]["ratio"] for s in steering.values()]
         pairs = [(m, b) for m, b in zip(mr, br) if m is not None and b is not None]
         base_summary[bname] = {"inject_ratio_median": float(np.median([b for _, b in pairs])) if pairs else None,
@@ -608,6 +612,9 @@ def format_report(r: dict) -> str:
                      + ("" if p is None else f", {st['nll']['suppress_prompts']:.2f} -> {st['nll']['suppressed']:.2f} (suppress)")
                      + ("" if st.get("kl") is None else f"  KL {st['kl']:.3f}"))
         for bname, b in (st.get("baselines") or {}).items():
+            if b is None:
+                lines.append(f"  {'':>10}  {bname}: not measured (no measured training chunk with and without the concept)")
+                continue
             bi = b["inject"]
             lines.append(f"  {'':>10}  {bname} (strength {b['strength']:.3g}, KL {b['kl']:.3f}): {bi['with']:.3f}/"
                          f"{bi['without']:.3f} x{f(bi['ratio'], '.2f')} [{ci(bi['ratio_ci95'])}]  NLL {b['nll']:.2f}")

@@ -324,7 +324,7 @@ def _raised(r: dict, method: str = "model") -> int | None:
         return None
     n = 0
     for st in r["steering"].values():
-        inj = st["inject"] if method == "model" else (st.get("baselines") or {}).get(method, {}).get("inject")
+        inj = st["inject"] if method == "model" else ((st.get("baselines") or {}).get(method) or {}).get("inject")
         n += bool(inj and inj["ratio_ci95"] and inj["ratio_ci95"][0] > 1)
     return n
 
@@ -352,7 +352,8 @@ def _baseline(r: dict, b: str, key: str):
 
 
 def _median_kl(r: dict, b: str | None = None) -> float | None:
-    kls = [st["kl"] if b is None else st["baselines"][b]["kl"] for st in r["steering"].values() if "kl" in st]
+    kls = [st["kl"] if b is None else st["baselines"][b]["kl"] for st in r["steering"].values()
+           if "kl" in st and (b is None or st["baselines"].get(b))]
     return float(np.median(kls)) if kls else None
 
 

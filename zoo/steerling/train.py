@@ -394,7 +394,8 @@ def _train(cfg: TrainConfig, out, *, val_every, save_every, stop_after, progress
             post["val"] = f"{v['token']:.3f}"
             if comm.is_main:
                 bar.write(f"step {step}: train {parts['token']:.4f}  val token {v['token']:.4f}  "
-                          + "  ".join(f"{k} {x:.4f}" for k, x in v.items() if k not in ("token", "total")))
+                          + "  ".join(f"{k} {x:.4f}" for k, x in v.items() if k not in ("token", "total")),
+                          file=sys.stderr)  # progress on stderr: stdout carries the command's result
         bar.set_postfix(post)
         bar.update(1)
         if step % save_every == 0 and step < end:
