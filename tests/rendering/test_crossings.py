@@ -170,3 +170,15 @@ def test_crossings_of_a_figure_are_those_of_its_layout():
     lay = layout(text)
     assert planar(lay)
     assert len(crossings(lay)) == 1  # two layers, K2,2: one crossing
+
+
+def test_a_step_badge_in_a_box_is_a_label_no_wire_runs_through():
+    # issue 36: drawn once, Z's legs branching, the zoo's self-attention ran the softmax's
+    # bundle through its '3)' badge; the untangling now counts a box's texts as labels
+    from penrose.rendering import render
+    from penrose.rendering.measure import measure
+
+    text = (ROOT / "zoo" / "self_attention.pen").read_text()
+    lay = layout(dot_source(text))
+    assert any(owner.startswith("softmax") for owner, _ in lay.labels)
+    assert measure(render(text)).counts()["labels crossed"] == 0

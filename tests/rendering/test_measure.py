@@ -166,6 +166,18 @@ def test_render_report_on_the_command_line(tmp_path):
     assert alone.stdout.startswith("size ") and "<svg" not in alone.stdout
 
 
+@needs_dot
+def test_render_copies_on_the_command_line():
+    # self-attention: Z drawn once, its legs branching (the default), or once per contraction (--copies)
+    def report(*flags):
+        run = subprocess.run([sys.executable, "-m", "penrose.cli", "render", "zoo/paper/self_attention.pen", "--report", *flags],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    assert "copies 0" in report() and "copies: Z drawn 4 times" in report("--copies")
+
+
 # ---- the measure agrees with a real browser ------------------------------------------------------
 
 # every text's ink box as Chromium draws it: where its first glyph starts (anchor and baseline
