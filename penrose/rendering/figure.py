@@ -1461,6 +1461,9 @@ def _untangle(fig: Figure, text: str) -> tuple:
         for node in w.split("->"):
             ends.setdefault(node, []).append(w)
 
+    def worse(a, b) -> bool:  # a layout's findings worse than another's: more crossings, then more in all
+        return (sum(p is not None for *_, p in a), len(a)) > (sum(p is not None for *_, p in b), len(b))
+
     def crossing(found) -> dict:  # the wires that cross (or run through a label)
         return dict.fromkeys(w for a, b, _ in found for w in (a, b) if w in wires)
 
@@ -1478,7 +1481,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
                     if budget[0] <= 0 or (step and not step[0]):
                         break
                     n, args, _ = tried(extra, seed, {**loose, wire: how})
-                    if len(n) < len(step[0] if step else found):
+                    if worse(step[0] if step else found, n):
                         step = (n, args)
             if step is None:
                 break
@@ -1504,7 +1507,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
             ports = port_order(fig, lay)
             budget[0] -= 1
             again = crossings(layout(_dot_text(fig, extra, seed, loose, ports)))
-            if len(again) < len(found):
+            if worse(found, again):
                 found, args = again, (extra, seed, loose, ports)
         return found, args, lay
 
@@ -1516,7 +1519,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
                 break
             if (extra, seed) != ("", 0):
                 n, args, _ = tried(extra, seed, None)
-                if len(n) < len(found):
+                if worse(found, n):
                     best, found = args, n
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
             if search:  # the wires that cross, loosened one at a time
