@@ -216,6 +216,8 @@ def _parser(discovered=None) -> _Parser:
     c.add_argument("--sizes", action="store_true", help="label each wire with its size")
     c.add_argument("--plan", action="store_true", help="annotate contractions with the compiler's plan")
     c.add_argument("--unfold", action="store_true", help="draw repeated blocks unfolded")
+    c.add_argument("--copies", action="store_true",
+                   help="draw a tensor several contractions read once per contraction (default: once, its legs branching)")
     c.add_argument("--size", action="append", metavar="NAME=N")
     c.add_argument("--report", action="store_true",
                    help="print the figure report (crossings, labels crossed, overflows, clipping, copies, size) "
@@ -383,7 +385,7 @@ def _run(args) -> int:
         else:
             c = _quiet_load(_path(args.file), include_paths=args.include_paths, sizes=_sizes(args.size))
         options = dict(view=args.view, direction=args.direction, show_sizes=args.sizes, show_plan=args.plan,
-                       unfold=args.unfold, max_width=args.max_width, snippet=args.snippet)
+                       unfold=args.unfold, max_width=args.max_width, snippet=args.snippet, copies=args.copies)
         if args.output:
             out = render_file(c, args.output, fmt=fmt, **options)
             print(f"wrote {out}")

@@ -63,29 +63,32 @@ def _checked(obj, sizes):
 
 
 @deep
-def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None) -> str:
+def dot_source(diagram, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None,
+               copies=False) -> str:
     """The Graphviz DOT text of a figure (what `render` lays out)."""
     from penrose.rendering.figure import to_dot
 
-    return to_dot(_figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes))
+    return to_dot(_figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes, copies))
 
 
-def _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes):
+def _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes, copies=False):
     from penrose.rendering.figure import Options, build_figure
 
     c = _checked(diagram, sizes)
-    opts = Options(direction=direction, show_sizes=show_sizes, show_plan=show_plan, unfold=unfold)
+    opts = Options(direction=direction, show_sizes=show_sizes, show_plan=show_plan, unfold=unfold, copies=copies)
     return build_figure(c, view, opts)
 
 
 @deep
 def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None,
-           max_width=None, snippet=False):
+           max_width=None, snippet=False, copies=False):
     """Draw a diagram: SVG text for fmt='svg', LaTeX text for 'tikz', bytes for 'png' and 'pdf'.
 
     `max_width` scales the figure down (never up) to at most that wide, keeping its aspect ratio:
     CSS pixels for svg (its width and height change, its viewBox stays), pixels for png, points
     (1/72 in) for pdf and tikz. `snippet` (tikz only) gives just the tikzpicture environment.
+    A tensor several contractions read is drawn once, its legs branching, as the paper draws
+    Z feeding q, k and v; `copies` draws it once per contraction instead.
 
     >>> svg = render("dim e = 2\\ninput x[e]\\ny = sigmoid(x)\\noutput y", view="statement:1")
     >>> 'sigmoid' in svg
@@ -98,7 +101,7 @@ def render(diagram, fmt="svg", view="diagram", direction="LR", show_sizes=False,
     if snippet and fmt != "tikz":
         raise PenroseRenderError(f"snippet is for TikZ figures (fmt='tikz'), not {fmt}")
     width = _max_width(max_width)
-    fig = _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes)
+    fig = _figure(diagram, view, direction, show_sizes, show_plan, unfold, sizes, copies)
     dot = to_dot(fig)
     try:
         if fmt == "tikz":
@@ -132,9 +135,9 @@ def _scaled(dot: str, fmt: str, width: float) -> bytes:
 
 @deep
 def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False, show_plan=False, unfold=False, sizes=None,
-                max_width=None, fmt=None, snippet=False):
+                max_width=None, fmt=None, snippet=False, copies=False):
     """Render the `.pen` file at `path` to `out_path` (svg, png, pdf or TikZ by extension, or
-    `fmt`); returns out_path. `max_width` and `snippet` are as for `render`.
+    `fmt`); returns out_path. `max_width`, `snippet` and `copies` are as for `render`.
 
     Nothing is written when anything fails: an invalid diagram raises the checker's positioned
     error, an unknown format or an unwritable place a `PenroseRenderError`.
@@ -145,7 +148,7 @@ def render_file(path, out_path, view="diagram", direction="LR", show_sizes=False
     folder = Path(str(out_path)).parent
     if str(folder) and not folder.is_dir():
         raise PenroseRenderError(f"cannot write {out_path}: folder {folder} does not exist", Span(str(out_path)))
-    data = render(path, fmt, view, direction, show_sizes, show_plan, unfold, sizes, max_width=max_width, snippet=snippet)
+    data = render(path, fmt, view, direction, show_sizes, show_plan, unfold, sizes, max_width=max_width, snippet=snippet, copies=copies)
     if isinstance(data, str):
         data = data.encode("utf-8")
     try:

@@ -61,7 +61,7 @@ def layout(dot_text: str, timeout: float = 120.0) -> Layout:
         names[o["_gvid"]] = o["name"]
         x, y = (float(v) for v in o["pos"].split(","))
         nodes[o["name"]] = (x, y)
-        if "caption" in str(o.get("class", "")):
+        if "caption" in str(o.get("class", "")) or "pen-op" in str(o.get("class", "")):  # and a box's texts (its step badge)
             labels += [(o["name"], box) for box in text_boxes(o.get("_ldraw_"))]
     edges = []
     for e in data.get("edges", []):

@@ -25,9 +25,12 @@ The figure follows the paper's visual language (docs/rendering.md shows it):
     indexing    select is a contraction with a basis vector: the picked leg ends in a small
                 circle `e₀`; slice with a selection matrix: the leg runs into a small box
                 `slice / 1…4` that the smaller leg leaves
-    reuse       a tensor used by several contractions branches into copies (Z feeding q, k, v);
-                one read by more than TIE_READS (5) statements (a weight tied along a chain) is
-                drawn once per use with a dashed outline, no wire between the copies, and the
+    reuse       a tensor used by several contractions is drawn once, its legs branching: one
+                wire per contraction (the paper's copy, "branching all its legs": Z feeding q,
+                k, v); a contraction that reads it twice (x·x) draws copies, and
+                `Options(copies=True)` (`--copies`) draws one copy per contraction, joined to
+                the tensor by parallel lines; one read by more than TIE_READS (5) statements (a
+                weight tied along a chain) is drawn once per use with a dashed outline, no wire between the copies, and the
                 header says `tied: W (100×) ... the copies are one tensor`
     batch dots  legs that three or more tensors share meet at a black dot; batch legs that the
                 same tensors share meet at one dot, their wires bundled
@@ -51,7 +54,9 @@ operation is drawn is the table `FIGURE`, keyed by the names of `penrose.ops.OPS
 
 Layout: Graphviz lays the DOT text out; a figure that Graphviz draws with crossing wires is laid
 out again in a few other (seeded, fixed) orders, then (planar figures) with each crossing wire
-loosened in turn and a where box's ports ordered as their wires arrive, and the layout with the
+loosened in turn and a where box's ports ordered as their wires arrive, then (the moves: planar
+figures still crossing) the wires at the crossing wires' ends moved too, a wire reversed (its
+head ranked before its tail, running back) among the moves, and the layout with the
 fewest crossings is kept (`to_dot`, counted by `penrose.rendering.crossings` as the figure report
 `penrose.rendering.measure` counts them); each row of a folded figure is laid out on its own
 (`pack`), so long chains cost time linear in their length.
@@ -422,6 +427,8 @@ class Options:
     unfold: bool = False
     header: bool = True  # the title block: name, leg legend and step captions
     fold: bool = True  # fold a long figure (more than FOLD_NODES nodes) into rows
+    copies: bool = False  # a tensor several contractions read: one copy per contraction (True), or
+    #                       drawn once with its legs branching, as the paper draws Z (False)
 
 
 # ---- entry points ------------------------------------------------------------------------------
@@ -532,6 +539,7 @@ class _Builder:
         self.node_row: dict = {}  # node id -> its row
         self.nodes_by_id: dict = {}
         self.tied: dict = {}  # name -> how many copies of a tensor drawn once per use
+        self.twice: set = set()  # names the contraction being drawn reads more than once
         self.calls: dict = {}  # block instance -> how many calls of it the drawn body makes
         self.called: dict = {}  # block instance -> how many of those are drawn so far
         self.top = top
@@ -783,7 +791,10 @@ class _Builder:
         # a tensor several contractions read, or a declared tensor read again by a contraction
         # (tied weights): one copy per contraction, branching off it
         reused = n_einsum >= 2 or (earlier > 0 and (val.kind in LEAF_KINDS or scope.leaves))
-        if einsum_use and reused and val.anchor is not None:
+        # drawn once, its legs branching (one wire per contraction), unless asked for copies or
+        # the same contraction reads it twice (x·x: its copy is the other operand)
+        branched = not self.opt.copies and name not in self.twice
+        if einsum_use and reused and val.anchor is not None and not branched:
             base = val.anchor
             kind = val.kind if val.kind in ("input", "param", "buffer", "formal") else "copy"
             cid = self.add_node(f"{name}_copy", kind, name, _name_html(name), tooltip=f"copy of {name}")
@@ -802,7 +813,12 @@ class _Builder:
 
     def contraction(self, scope, v: V, rule: Drawing, multi=False) -> _Val:
         terms, out = v.of(Einsum).terms, v.of(Einsum).out
-        vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
+        refs = [a.of(Ref).name for a in v.args if a.op == "ref"]
+        saved, self.twice = self.twice, {n for n in refs if refs.count(n) > 1}
+        try:
+            vals = [self.expr(scope, a, einsum_use=True) for a in v.args]
+        finally:
+            self.twice = saved
         self.n_contraction += 1
         number = self.n_contraction
         plan_labels = self.plan_labels(v, number) if self.opt.show_plan else {}
@@ -1399,9 +1415,11 @@ def _q(text: str) -> str:
 # them: `crossings.crossings`, `crossings.label_hits`).
 UNTANGLE_NODES = 150
 UNTANGLE_TRIES = (("", 0), ("mclimit=4", 0), ("remincross=true mclimit=4", 0)) + tuple(("", seed) for seed in range(1, 6))
-LOOSEN = ("constraint=false", "weight=0", "minlen=2")
+REVERSE = "reverse"  # a move: the wire ranks its head before its tail, running back
+LOOSEN = ("constraint=false", "weight=0", "minlen=2", REVERSE)
 UNTANGLE_ROUNDS = 4
 UNTANGLE_LAYOUTS = 40
+MOVE_LAYOUTS = 60
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
@@ -1431,8 +1449,50 @@ def _untangle(fig: Figure, text: str) -> tuple:
     from penrose.rendering.crossings import crossings as crossed
     from penrose.rendering.crossings import label_hits, layout
 
+    wires = {f"{tail}->{head}" for kind, tail, head, *_ in bundles(fig) if kind != "order"}
+
+    def named(w: str) -> str:  # a wire by its figure's name (a reversed wire is laid out head first)
+        tail, _, head = w.partition("->")
+        return w if w in wires or not head else f"{head}->{tail}"
+
     def crossings(lay) -> list:  # what to remove: crossing wires, then labels a wire runs through
-        return crossed(lay) + [(wire, owner, None) for owner, wire in label_hits(lay)]
+        return ([(named(a), named(b), p) for a, b, p in crossed(lay)]
+                + [(named(wire), owner, None) for owner, wire in label_hits(lay)])
+
+    ends: dict = {}  # node -> the wires at it
+    for w in wires:
+        for node in w.split("->"):
+            ends.setdefault(node, []).append(w)
+
+    def worse(a, b) -> bool:  # a layout's findings worse than another's: more crossings, then more in all
+        return (sum(p is not None for *_, p in a), len(a)) > (sum(p is not None for *_, p in b), len(b))
+
+    def crossing(found) -> dict:  # the wires that cross (or run through a label)
+        return dict.fromkeys(w for a, b, _ in found for w in (a, b) if w in wires)
+
+    def movable(found) -> dict:  # those, then the other wires at their ends
+        near = crossing(found)
+        return dict.fromkeys([*near, *(x for w in near for node in w.split("->") for x in sorted(ends[node]))])
+
+    def rounds(extra, seed, loose, found, best, candidates, limit) -> tuple:
+        """Move one wire at a time (each of LOOSEN on each candidate wire), keeping the move
+        that removes the most, while one removes any and layouts are left."""
+        for _ in range(limit):
+            step = None
+            for wire in (w for w in candidates(found) if w not in loose):
+                for how in LOOSEN:
+                    if budget[0] <= 0 or (step and not step[0]):
+                        break
+                    n, args, _ = tried(extra, seed, {**loose, wire: how})
+                    if worse(step[0] if step else found, n):
+                        step = (n, args)
+            if step is None:
+                break
+            found, best = step
+            loose = dict(best[2])
+            if not found:
+                break
+        return found, best
 
     budget = [UNTANGLE_LAYOUTS]
     graph = nx.Graph((tail, head) for kind, tail, head, *_ in bundles(fig) if kind != "order" and tail != head)
@@ -1446,11 +1506,11 @@ def _untangle(fig: Figure, text: str) -> tuple:
         lay = layout(_dot_text(fig, extra, seed, loose))
         found = crossings(lay)
         args: tuple = (extra, seed, loose, None)
-        if any(w.partition("->")[2] in ported for a, b, _ in found for w in (a, b) if "->" in w):  # at a where's ports
+        if any(w.partition("->")[2] in ported for a, b, _ in found for w in (a, b) if w in wires):  # at a where's ports
             ports = port_order(fig, lay)
             budget[0] -= 1
             again = crossings(layout(_dot_text(fig, extra, seed, loose, ports)))
-            if len(again) < len(found):
+            if worse(found, again):
                 found, args = again, (extra, seed, loose, ports)
         return found, args, lay
 
@@ -1462,24 +1522,17 @@ def _untangle(fig: Figure, text: str) -> tuple:
                 break
             if (extra, seed) != ("", 0):
                 n, args, _ = tried(extra, seed, None)
-                if len(n) < len(found):
+                if worse(found, n):
                     best, found = args, n
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
-            for _ in range(UNTANGLE_ROUNDS if search else 0):  # the wires that cross, loosened one at a time
-                step = None
-                for wire in dict.fromkeys(w for a, b, _ in found for w in (a, b) if "->" in w and w not in loose):
-                    for how in LOOSEN:
-                        if budget[0] <= 0 or (step and not step[0]):
-                            break
-                        n, args, _ = tried(extra, seed, {**loose, wire: how})
-                        if len(n) < len(step[0] if step else found):
-                            step = (n, args)
-                if step is None:
-                    break
-                found, best = step
-                loose = dict(best[2])
-                if not found:
-                    break
+            if search:  # the wires that cross, loosened one at a time
+                found, best = rounds(extra, seed, loose, found, best, crossing, UNTANGLE_ROUNDS)
+        if found and flat:
+            # moves: a planar figure still crossing gets the wires at the crossing wires' ends
+            # moved too (LOOSEN, a wire reversed: its head ranked before its tail, running back),
+            # on top of the best layout so far, within MOVE_LAYOUTS more layouts
+            budget[0] = MOVE_LAYOUTS
+            found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, movable, MOVE_LAYOUTS)
     except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is
         return ()
     return () if best == ("", 0, None, None) else best
@@ -1578,18 +1631,23 @@ def _dot_text(fig: Figure, extra: str = "", seed: int = 0, loose: dict | None = 
         text = _wire_label(label, mark, n, kind) if label or mark else ""
         if tooltip:
             attrs.append(f"tooltip={_q(tooltip)}")
-        if loose and f"{tail}->{head}" in loose:
-            attrs.append(loose[f"{tail}->{head}"])
+        how = (loose or {}).get(f"{tail}->{head}", "")
+        if how == REVERSE:  # ranked the other way: the wire runs back (wires have no arrowheads)
+            source, target = (f"{_q(head)}:{port}:{side}" if port else _q(head)), _q(tail)
+        else:
+            source = _q(tail)
+            if how:
+                attrs.append(how)
         if inline and text and kind in ("wire", "residual"):
             leg = _q(f"{tail}~{head}~{i}")
             lines.append(f'  {leg} [shape=plaintext class="pen-leg" fontname="{LEG_FONT}" fontsize=11 '
                          f'fontcolor="{LEG_INK}" width=0 height=0 margin=0.02 {text}]')
-            lines.append(f"  {_q(tail)} -> {leg} [{' '.join(attrs)}]")
+            lines.append(f"  {source} -> {leg} [{' '.join(attrs)}]")
             lines.append(f"  {leg} -> {target} [{' '.join(attrs)}]")
             continue
         if text:
             attrs.append(text)
-        lines.append(f"  {_q(tail)} -> {target} [{' '.join(attrs)}]")
+        lines.append(f"  {source} -> {target} [{' '.join(attrs)}]")
     for a, b in ties:
         lines.append(f"  {_q(a)} -> {_q(b)} [style=invis constraint=false]")
     lines.append("}")

@@ -49,9 +49,14 @@ def uses_of_one_weight(n: int) -> str:
 
 
 def test_a_weight_used_a_few_times_still_branches_off_one_node():
-    s = figure_structure(render(uses_of_one_weight(TIE_READS)))
+    s = figure_structure(render(uses_of_one_weight(TIE_READS), copies=True))
     branches = [w for w in s.edges if w.style == "branch" and w.tail == "W"]
     assert len(branches) == TIE_READS
+    assert not any("tied" in line for line in s.header)
+    # drawn as the paper branches (the default): one W, one wire per use
+    s = figure_structure(render(uses_of_one_weight(TIE_READS)))
+    assert [n.id for n in s.nodes.values() if n.text == "W"] == ["W"]
+    assert len([1 for t, h, legs in s.wires() if t == "x" and h == "W"]) == 1  # one bundle of TIE_READS d legs
     assert not any("tied" in line for line in s.header)
 
 
@@ -69,9 +74,12 @@ def test_a_weight_used_by_many_statements_is_drawn_once_per_use_and_said_to_be_o
 
 
 def test_small_figures_are_unchanged_by_ties_and_rows():
-    f = build_figure(check(parse(tied_chain(3))))
+    f = build_figure(check(parse(tied_chain(3))), options=Options(copies=True))
     assert f.rows == 1 and f.notes == []
     assert len([e for e in f.edges if e.kind == "branch"]) == 3
+    f = build_figure(check(parse(tied_chain(3))))  # the paper's branching: one W, three wires from it
+    assert f.rows == 1 and f.notes == [] and not [e for e in f.edges if e.kind == "branch"]
+    assert [n.id for n in f.nodes if n.text == "W"] == ["W"] and len([e for e in f.edges if e.tail == "W" or e.head == "W"]) >= 3
 
 
 # ---- long chains -------------------------------------------------------------------------------

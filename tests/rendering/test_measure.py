@@ -144,9 +144,11 @@ needs_dot = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz 'dot' i
 def test_the_report_of_a_rendered_figure():
     from penrose.rendering import render
 
-    r = measure(render((ROOT / "zoo" / "paper" / "self_attention.pen").read_text()))
+    text = (ROOT / "zoo" / "paper" / "self_attention.pen").read_text()
+    r = measure(render(text))
     c = r.counts()
-    assert c["nodes"] >= 8 and c["copies"] >= 2  # Z feeds q, k and v
+    assert c["nodes"] >= 7 and c["copies"] == 0  # Z drawn once, its legs branching to q, k and v
+    assert measure(render(text, copies=True)).counts()["copies"] >= 2  # Z and its copies
     assert c["clipped"] == 0 and c["overflows"] == 0
     assert "crossings" in str(r)
 
@@ -162,6 +164,18 @@ def test_render_report_on_the_command_line(tmp_path):
     alone = subprocess.run([sys.executable, "-m", "penrose.cli", "render", "zoo/paper/mlp.pen", "--report"],
                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert alone.stdout.startswith("size ") and "<svg" not in alone.stdout
+
+
+@needs_dot
+def test_render_copies_on_the_command_line():
+    # self-attention: Z drawn once, its legs branching (the default), or once per contraction (--copies)
+    def report(*flags):
+        run = subprocess.run([sys.executable, "-m", "penrose.cli", "render", "zoo/paper/self_attention.pen", "--report", *flags],
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
+        assert run.returncode == 0, run.stderr
+        return run.stdout
+
+    assert "copies 0" in report() and "copies: Z drawn 4 times" in report("--copies")
 
 
 # ---- the measure agrees with a real browser ------------------------------------------------------

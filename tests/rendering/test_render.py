@@ -13,6 +13,7 @@ from penrose.errors import PenroseCheckError, PenroseError, PenroseRenderError
 from penrose.rendering import dot_source, render, render_file
 from penrose.rendering.explain import statement_latex, statement_readings, statements
 from penrose.rendering.figure import index_legend
+from penrose.rendering.measure import measure
 from penrose.rendering.testing import crossings, figure_structure, overlaps
 from sources import ATTENTION
 
@@ -74,8 +75,21 @@ def test_linear_model_is_the_papers_figure():
     assert s.header[0] == "diagram"  # the title: a diagram from text has no file name
 
 
-def test_self_attention_branches_z_into_three_copies():
+def test_self_attention_draws_z_once_its_legs_branching():
+    # the paper: "copying a tensor can be expressed by branching all its legs": one Z, whose d
+    # leg branches to W_q, W_k and W_v (no copies, no copy wires)
     s = structure(ATTENTION)
+    kinds = s.kinds()
+    assert [n for n, k in kinds.items() if k == "input"] == ["Z"]
+    assert not [n for n in kinds if "copy" in n] and not [w for w in s.edges if w.style == "branch"]
+    wires = s.wires()
+    assert sorted(h for t, h, legs in wires if t == "Z" and legs == ("d",)) == ["W_k", "W_q", "W_v"]
+    assert ("W_q", "W_k", ("e",)) in wires
+    assert measure(render(ATTENTION)).copies == {}
+
+
+def test_self_attention_with_copies_branches_z_into_three_copies():
+    s = structure(ATTENTION, copies=True)
     kinds = s.kinds()
     copies = [n for n in kinds if n.startswith("Z_copy")]
     assert len(copies) == 3 and all(kinds[c] == "input" for c in copies)
@@ -213,9 +227,19 @@ x = gather(E, ids)
 logits = einsum('te,ve->tv', x, E)
 output logits
 """
-    s = structure(text)
+    s = structure(text, copies=True)
     assert "E_copy" in s.nodes
     assert [(w.tail, w.head) for w in s.edges if w.style == "branch"] == [("E", "E_copy")]
+    # drawn as the paper branches: E once; the gathered rows' e leg runs back into it (x·E)
+    s = structure(text)
+    assert [n.id for n in s.nodes.values() if n.text == "E"] == ["E"] and "E_copy" not in s.nodes
+    assert {("gather", "E", ("e",)), ("E", "logits", ("v",))} <= set(s.wires())
+
+
+def test_a_tensor_one_contraction_reads_twice_keeps_its_copies():
+    # x·x: drawn once, its legs would run into itself; the copies are the notation's
+    s = structure("dim i = 3\ninput x[i]\ny = einsum('i,i->', x, x)\noutput y")
+    assert [n.kind for n in s.nodes.values() if n.text == "x"].count("input") == 3
 
 
 def test_top_down_direction():
@@ -412,12 +436,15 @@ def test_index_legend_reads_continuation_lines():
 
 @pytest.mark.skipif(not (PAPER / "steerling_listing.pen").exists(), reason="the paper's listings are not written yet")
 def test_steerling_listing_is_residual_at_a_glance():
-    s = figure_structure(render(PAPER / "steerling_listing.pen"))
+    svg = render(PAPER / "steerling_listing.pen")
+    s = figure_structure(svg)
     residual = [w for w in s.edges if w.style == "residual"]
     # four updates of the stream Z (attention, MLP, concepts out, concepts back in), each drawn
     # into and out of its + or − node
     assert len([w for w in residual if s.nodes[w.head].kind == "arith"]) == 4
-    assert crossings(s) == [] and overlaps(s) == []
+    # crossings as the figure report counts them: Z's legs branch to q, k, v and the mask in one
+    # fan, whose centre lines touch as they leave Z (no crossing away from it)
+    assert measure(svg).counts()["crossings"] == 0 and overlaps(s) == []
 
 
 # every operation the language has, in blocks and out: every view draws, every equation parses
@@ -490,5 +517,5 @@ def test_zoo_figures_have_no_overlapping_labels_and_the_papers_no_crossings():
     for path, svg in zip(ZOO, svgs):
         s = figure_structure(svg.decode())
         assert overlaps(s) == [], path
-        if path.parent.name == "paper" and path.stem in NO_CROSSINGS:
-            assert crossings(s) == [], path
+        if path.parent.name == "paper" and path.stem in NO_CROSSINGS:  # as the figure report counts them
+            assert measure(svg).counts()["crossings"] == 0, path
