@@ -116,6 +116,6 @@ VIRTUAL_OK = {
     "select", "slice", "narrow", "split", "split_with_sizes", "chunk", "unbind", "cat", "concat", "stack",
     "bitwise_not", "logical_not", "__and__", "bitwise_and", "logical_and", "repeat_interleave", "sum", "mean", "amax",
     "amin", "full", "zeros", "ones", "scalar_tensor", "new_full", "new_zeros", "new_ones", "zeros_like", "ones_like",
-    "full_like", "floor_divide", "pad", "constant_pad_nd",
+    "full_like", "floor_divide", "pad", "constant_pad_nd", "topk", "scatter",
 }
 

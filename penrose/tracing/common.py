@@ -4,6 +4,7 @@ small helpers over `torch.fx` nodes and torch dtypes."""
 from __future__ import annotations
 
 import inspect
+import os
 
 import torch
 
@@ -120,7 +121,12 @@ def _user_file(path: str) -> bool:
     import os
 
     own = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if os.path.abspath(path) == _MOE_FILE:  # the dense form of a mixture of experts: forward's own code while traced
+        return True
     return not _in_torch(path) and not os.path.abspath(path).startswith(own + os.sep) and os.path.exists(path)
+
+
+_MOE_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moe.py")
 
 
 def _is_block(mod) -> bool:
@@ -136,6 +142,13 @@ _RANGES: dict = {}
 
 
 def _forward_range(mod):
+    own = mod.__dict__.get("forward")  # an instance's own forward (a mixture of experts' dense form)
+    if own is not None:
+        try:
+            lines, first = inspect.getsourcelines(inspect.unwrap(own))
+            return (inspect.getsourcefile(own), first, first + len(lines) - 1)
+        except (OSError, TypeError):
+            return None
     cls = type(mod)
     if cls in _RANGES:
         return _RANGES[cls]

@@ -71,6 +71,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.fixed_length: list = []  # the lengths slices of position tables fix (the diagram's header says so)
         self.position_legs: list = []  # the legs of `~ arange` buffers made for positions forward computes
         self.rebuilding = 0  # inside `rebuild`: the ops of a constant lowered as any other
+        self.kept: list = []  # (a param of a submodule never called, the name of the same tensor the diagram reads)
         self.none_outputs: list = []  # the places of the Nones among the module's outputs (not the diagram's)
         self.batch_legs: list = []  # explicit mode: the legs of axis 0 of the inputs that carry the batch
         self.virtuals: dict = {}  # the legs a virtual merge keeps apart -> its class (one per group)
@@ -608,10 +609,43 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
                 continue
             owner, _, local = target.rpartition(".")
             region = by_fqn.get(owner)
+            if region is None and any(a in used for a in self.aliases.get(target, ())):
+                region = self.keeper(owner, by_fqn)
+                if region is not None:  # the same tensor as a param the diagram reads: kept, handed up unread
+                    p = self.declare_state(region, target, local, "PARAMETER" if isinstance(tensor, torch.nn.Parameter)
+                                           else "BUFFER", tensor)
+                    twin = next(r.params[a] for r in self.regions.values() for a in self.aliases[target] if a in r.params)
+                    for leg, other in zip(p.legs, twin.legs):
+                        if self.C.can_union(leg, other):
+                            self.C.union(leg, other)
+                    self.kept.append((target, next(a for a in self.aliases[target] if a in used)))
+                    self.export_from(region, View(p, list(p.legs), False))
+                    continue
             if region is None:
                 self.unused.append(target)
             else:
                 self.declare_state(region, target, local, "PARAMETER" if isinstance(tensor, torch.nn.Parameter) else "BUFFER", tensor)
+
+    def keeper(self, owner, by_fqn):
+        """The block of a submodule forward never calls whose param is the same tensor as one the diagram
+        reads (T5's `shared.weight`, its encoder's `embed_tokens.weight`): a call with no arguments
+        that hands it up, `shared_weight = embedding() as shared`, first in the nearest called block
+        that holds the submodule, so the state dict loads strictly. None where it cannot be a block."""
+        try:
+            mod = self.module.get_submodule(owner)
+        except AttributeError:
+            return None
+        parts = owner.split(".")
+        here = next((by_fqn[f] for f in (".".join(parts[:i]) for i in range(len(parts) - 1, -1, -1)) if f in by_fqn), None)
+        if here is None or not _is_block(mod) or not owner:
+            return None
+        r = Region(("keep", owner), owner, mod, here, True)
+        r.closed = True
+        r.call = CallStmt(r, keep=True)
+        here.items.insert(0, r.call)
+        here.children.append(r)
+        self.regions[r.key] = r
+        return r
 
     def lift(self, v: View, R: Region) -> View:
         D = v.pval.region
@@ -632,7 +666,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         if out is None:
             out = PVal(inner.pval.legs, inner.pval.batched, inner.pval.dtype, C.parent, "callout", src=C.call.src)
             out.stmt = C.call
-            if C.key[0] == "read" and inner.pval.param:  # a param handed up by its module's reader: rel_weight
+            if C.key[0] in ("read", "keep") and inner.pval.param:  # a param handed up by its module's reader: rel_weight
                 out.hint = f"{C.fqn.rpartition('.')[2]}_{inner.pval.param}"
             C.return_of[inner.pval.id] = out
             C.returns.append((inner.pval, out))

@@ -14,6 +14,7 @@ import torch
 from penrose.errors import PenroseError, PenroseWarning
 from penrose.tracing.errors import PenroseTraceError, span_at
 from penrose.tracing.lower import BatchAxis, Lowerer, _in_torch
+from penrose.tracing.moe import dense_experts
 from penrose.tracing.write import Writer, made_init, ok_name
 
 
@@ -151,9 +152,19 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     was_training = module.training
     module.eval()
     try:
-        ep = _export(module, inputs, options)
+        with dense_experts(module, inputs, options) as moe_notes:
+            text, unused = _trace_eval(module, inputs, options, moe_notes, hints=hints, notes=notes, batch=batch,
+                                       title=title)
     finally:
         module.train(was_training)
+    if verify:  # as the user calls it (without use_cache=False), its mixtures of experts sparse
+        _verify(text, module, inputs, ignore=unused)
+    return text
+
+
+def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, title) -> tuple[str, set]:
+    """`trace_module` on a module in eval mode, its mixtures of experts in their dense form."""
+    ep = _export(module, inputs, options)
     out_names = _output_names(getattr(ep.call_spec, "out_spec", None))
     first = inputs[0]
     named_batch = any(axis == 0 for (_i, axis) in hints)
@@ -182,6 +193,7 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
     name = title or f"{type(module).__module__}.{type(module).__qualname__}"
     shapes = ", ".join("[" + ", ".join(str(s) for s in x.shape) + "]" for x in inputs)
     header = [f"# Traced from {name} by penrose.trace (example inputs {shapes})."]
+    header += moe_notes
     dropped = _dropped(module, inputs) if options else []
     if dropped:
         header.append(f"# Not an output: {', '.join(dropped)} (a key/value cache for generation, which forward returns by "
@@ -216,6 +228,10 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         casts = "; ".join(f"{where}{code} casts to {cast}" for _, cast, where, code in low.downcasts)
         warnings.warn(f"penrose.trace: {casts}, below the model's {model_dtype}; the diagram computes in {model_dtype}, "
                       "so its values differ from the module's by that rounding", PenroseWarning, stacklevel=3)
+    if low.kept:
+        shown = ", ".join(f"{k} (the same tensor as {a})" for k, a in low.kept[:4]) + (" ..." if len(low.kept) > 4 else "")
+        header.append(f"# Tied: {shown}, of a submodule forward never calls, handed up unread by a call of it so that "
+                      "the state dict loads strictly (the compiled model holds them as separate params).")
     if low.unused:
         shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
@@ -239,9 +255,7 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
         lines = text.split("\n")
         lines.insert(1, f"# Takes a batch of {size} only: the module merges its batch with other axes into one (batch=False).")
         text = _canonical("\n".join(lines))
-    if verify:
-        _verify(text, module, inputs, ignore=set(low.unused))  # as the user calls it: without use_cache=False
-    return text
+    return text, set(low.unused)
 
 
 def _dropped(module, inputs) -> list:

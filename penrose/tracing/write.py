@@ -346,7 +346,7 @@ class Body:
             outs = it.outs
             if isinstance(it, CallStmt) and not it.outs:
                 continue
-            if not any(p.id in live for p in outs):
+            if not any(p.id in live for p in outs) and not (isinstance(it, CallStmt) and it.keep):
                 continue
             items.append(it)
             read = refs(it.expr, []) if isinstance(it, Stmt) else list(it.args)
@@ -1227,11 +1227,13 @@ def _as_read(formal, body, sizes):
 def _formal_names(region):
     import inspect
 
+    own = region.module.__dict__.get("forward")  # an instance's own forward (a mixture of experts' dense form)
     try:
-        sig = inspect.signature(type(region.module).forward)
+        sig = inspect.signature(own if own is not None else type(region.module).forward)
     except (TypeError, ValueError):
         return None
-    params = [p for p in list(sig.parameters.values())[1:] if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    params = [p for p in list(sig.parameters.values())[0 if own is not None else 1:]
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     names = [p.name for p in params]
     if any("tuple" in str(p.annotation).lower() for p in params):
         return None  # a tuple argument is several formals (LLaMA's position_embeddings, cos and sin): no names by position

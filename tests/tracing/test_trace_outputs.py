@@ -134,17 +134,19 @@ def test_positions_counted_from_the_padding_and_relative_buckets_round_trip_at_t
     a causal contraction, read as one-hot rows of the table) and T5's relative-position buckets (log,
     min, where and a truncation of constants, rebuilt from `~ arange` buffers, read as one-hot rows):
     once refused, now traced, at two batch sizes. T5's `shared.weight` is the same tensor as its
-    encoder's embedding, never called under that name: loaded with strict=False (the header says so)."""
+    encoder's embedding, never called under that name: handed up unread by a call of `shared`, so the
+    state dict loads strictly (the header says so; it loaded only with strict=False)."""
     for name in ("roberta", "t5-encoder"):
         model = _model(name).eval()
         text = penrose.trace(model, _ids())
         twin = penrose.compile(text).eval()
-        twin.load_state_dict(model.state_dict(), strict=name != "t5-encoder")
+        twin.load_state_dict(model.state_dict(), strict=True)
         for batch in (1, 3):
             ids = torch.randint(0, 11, (batch, 5), generator=torch.Generator().manual_seed(batch))
             with torch.no_grad():
                 torch.testing.assert_close(tensors(twin(ids)), tensors(model(ids)), rtol=1e-5, atol=1e-5)
-    assert "Not in the diagram: shared.weight" in header(text)
+    assert "Tied: shared.weight (the same tensor as encoder.embed_tokens.weight)" in " ".join(header(text).split())
+    assert "shared_weight = embedding_shared() as shared" in text
 
 
 class Interleaved(nn.Module):
@@ -292,3 +294,53 @@ def test_an_upcast_is_silent():
         warnings.simplefilter("error", penrose.PenroseWarning)
         text = penrose.trace(Upcast(), torch.randn(2, 4))
     assert "# Computes in" not in text
+
+
+def _tied_round_trip(module, ids_of, batches=(2, 3), tol=1e-6):
+    """Traced at the first batch size; at each, strict loading, the same outputs, and each tensor's
+    gradient the sum of its names' in the compiled model (tied weights are separate params there).
+    float64, to float32 precision: OPT's softmax and T5's norm compute in float32 (the header says so)."""
+    module = module.double().eval()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", penrose.PenroseWarning)  # the casts to float32, named in the header
+        text = penrose.trace(module, ids_of(batches[0]))
+    twin = penrose.compile(text).double().eval()
+    twin.load_state_dict(module.state_dict(), strict=True)
+    names: dict = {}
+    for name, p in module.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), (p, []))[1].append(name)
+    for batch in batches:
+        ids = ids_of(batch)
+        module.zero_grad()
+        twin.zero_grad()
+        want, got = tensors(module(ids)), tensors(twin(ids))
+        for w, g in zip(want, got, strict=True):
+            torch.testing.assert_close(g, w, rtol=tol, atol=tol)
+        cot = [torch.randn_like(w) for w in want]
+        torch.autograd.backward(want, cot)
+        torch.autograd.backward(got, cot)
+        for p, aliases in names.values():
+            grads = [twin.get_parameter(n).grad for n in aliases]
+            total = sum(g for g in grads if g is not None)
+            torch.testing.assert_close(total, p.grad, rtol=10 * tol, atol=tol, msg=aliases)
+    return text
+
+
+def test_opt_for_causal_lm_round_trips_at_two_batches():
+    """OPTForCausalLM called on token ids (learned positions counted from 2, its head tied to the
+    token table): values, gradients and strict loading at two batch sizes. (Called with a padding mask,
+    its positions are a running sum of the mask, refused at its line: tests/tracing/test_trace_masks.py.)"""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        model = transformers.OPTForCausalLM(transformers.OPTConfig(
+            hidden_size=W, ffn_dim=24, num_attention_heads=4, num_hidden_layers=2, vocab_size=11, max_position_embeddings=16,
+            word_embed_proj_dim=W, dropout=0.0, attn_implementation="eager"))
+    text = _tied_round_trip(model, lambda b: torch.randint(0, 11, (b, 5), generator=torch.Generator().manual_seed(b)))
+    assert "output logits" in text and "repeat 2 as layers" in text
+
+
+def test_t5_encoder_tied_table_round_trips_with_gradients():
+    """T5's `shared.weight` handed up unread: its gradient is its encoder's table's (strict loading)."""
+    model = _model("t5-encoder")
+    text = _tied_round_trip(model, lambda b: torch.randint(0, 11, (b, 5), generator=torch.Generator().manual_seed(b)))
+    assert "as shared" in text
