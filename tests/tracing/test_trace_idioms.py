@@ -403,6 +403,21 @@ def test_multihead_attention_with_a_key_padding_mask_keeps_the_batch_free():
     assert "(b h)" not in text and "(h b)" not in text
 
 
+class PaddedEncoderLayer(nn.Module):
+    def __init__(self, d=16, heads=4):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d, heads, 32, dropout=0.0, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.layer(x, src_key_padding_mask=pad)
+
+
+def test_transformer_encoder_layer_with_a_padding_mask_keeps_the_batch_free():
+    """The same merge inside `nn.TransformerEncoderLayer(batch_first=True)` given `src_key_padding_mask`."""
+    text = at_two_batches(PaddedEncoderLayer(), _padded)
+    assert "Takes a batch of" not in text
+
+
 # ---- what a person would have written: the measures of tests/trace_readability.py ---------------------------
 
 
