@@ -437,6 +437,17 @@ def test_whole_models_read_like_hand_written_diagrams():
                                   "legend repeats": 0, "block names": 0}, text
 
 
+def test_vit_heads_keep_their_letter():
+    """regression: timm's VisionTransformer's patch grid, split by a view as heads are, took `h` by
+    that role alone, and its heads (num_heads = 4) became `t`: the letter the module's attributes
+    give the heads is theirs."""
+    from test_trace_real import _vit
+
+    module, inputs = _vit()
+    text = penrose.trace(module.eval(), *inputs)
+    assert "#   h  heads (num_heads = 4)" in text and "(u h d)" in text
+
+
 def test_readability_measures_can_fail():
     from trace_readability import block_leg_mismatches, legend_repeats, long_lines, made_up_names, snake_block_names, \
         unrolled_layers
