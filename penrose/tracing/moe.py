@@ -210,7 +210,16 @@ def _record(module, inputs, options, mixtures) -> list:
         for h in handles:
             h.remove()
     with torch.no_grad():
-        return [mix for mix, rec in zip(mixtures, calls) if _check(mix, rec)]
+        return [mix for mix, rec in zip(mixtures, calls) if _safely(_check, mix, rec)]
+
+
+def _safely(check, mix, rec) -> bool:
+    """`check`, False where the dense form fails to run on the module's calls (a module that only
+    looks like a mixture: a `ModuleList`, a linear layer and a `k` of other uses)."""
+    try:
+        return check(mix, rec)
+    except Exception:  # noqa: BLE001 - not a mixture this file knows: traced as it is
+        return False
 
 
 @contextmanager

@@ -790,7 +790,8 @@ class Writer:
                          and not (x == "copy" and r.role.startswith("in_"))), r.role)
             pref = ROLE_LETTERS.get(role, "")
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
-            for ch in [c for c in letters if c not in soft] + [c for c in letters if c in soft]:
+            for ch in [c for c in letters if c not in soft and c not in meant] + [c for c in letters if c in soft] \
+                    + [c for c in letters if c in meant]:
                 if ch not in taken and ch not in holders:
                     return assign(r, ch, None)
             k = 2
@@ -812,9 +813,13 @@ class Writer:
                 return 0
             return 1 if roles_of[id(r)] & {"head", "headdim", "key", "copy"} else 2
 
-        for r in sorted(roots.values(), key=lambda r: (first(r), r.id)):
-            if id(r) in live and (r.vals or r.merge or id(r) in conflicts):
-                name(r)
+        named = [r for r in sorted(roots.values(), key=lambda r: (first(r), r.id))
+                 if id(r) in live and (r.vals or r.merge or id(r) in conflicts)]
+        # the letters the module's attributes give some axis (its heads `h`): no other axis takes them by
+        # its role alone (a 2 x 4 patch grid split like heads, in a ViT whose heads are 4)
+        meant = {attr_letter(r) for r in named} - {None}
+        for r in named:
+            name(r)
         self.leg_names = names
         self.dim_sizes = size_of
         self.dim_merge = merge_of

@@ -403,6 +403,21 @@ def test_multihead_attention_with_a_key_padding_mask_keeps_the_batch_free():
     assert "(b h)" not in text and "(h b)" not in text
 
 
+class PaddedEncoderLayer(nn.Module):
+    def __init__(self, d=16, heads=4):
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(d, heads, 32, dropout=0.0, batch_first=True)
+
+    def forward(self, x, pad):
+        return self.layer(x, src_key_padding_mask=pad)
+
+
+def test_transformer_encoder_layer_with_a_padding_mask_keeps_the_batch_free():
+    """The same merge inside `nn.TransformerEncoderLayer(batch_first=True)` given `src_key_padding_mask`."""
+    text = at_two_batches(PaddedEncoderLayer(), _padded)
+    assert "Takes a batch of" not in text
+
+
 # ---- what a person would have written: the measures of tests/trace_readability.py ---------------------------
 
 
@@ -420,6 +435,17 @@ def test_whole_models_read_like_hand_written_diagrams():
         text = penrose.trace(module.eval(), *inputs)
         assert measures(text) == {"long lines": 0, "block legs vs einsum": 0, "unrolled layers": 0, "made-up names": 0,
                                   "legend repeats": 0, "block names": 0}, text
+
+
+def test_vit_heads_keep_their_letter():
+    """regression: timm's VisionTransformer's patch grid, split by a view as heads are, took `h` by
+    that role alone, and its heads (num_heads = 4) became `t`: the letter the module's attributes
+    give the heads is theirs."""
+    from test_trace_real import _vit
+
+    module, inputs = _vit()
+    text = penrose.trace(module.eval(), *inputs)
+    assert "#   h  heads (num_heads = 4)" in text and "(u h d)" in text
 
 
 def test_readability_measures_can_fail():
