@@ -16,8 +16,8 @@ from penrose_zoo.core import Explanation
 
 
 class InputConceptGraphModel(ConceptModel):
-    """Concepts on a directed acyclic graph, each also reading the input: c_j = σ(x W_c[:, j] + b_c[j] + Σ_{i ∈ parents(j)}
-    W_p[i, j] c_i); y = (c ⊙ task_parents) W_y + b_y.
+    """Concepts on a directed acyclic graph, each also reading the input:
+    c_j = σ(x W_c[:, j] + b_c[j] + Σ_{i ∈ parents(j)} W_p[i, j] c_i); y = (c ⊙ task_parents) W_y + b_y.
 
     `InputConceptGraphModel(f=4, r=2, concept_names=("A", "B", "C"), parents={"C": ["B"]},
     task_parents=["A", "C"])`: `parents` maps a concept to the concepts it is computed from
