@@ -190,6 +190,8 @@ z = x.detach() ** 2 - -inf
 m = where(causal(t, t), q, 0)
 u = repeat(q, 'h d -> h k d')
 k = Z.shape[1]
+y2 = mlp(y) repeat 3 shared as tied
+g[t, d] = arange(t) * q
 output y, z
 '''
 
@@ -238,6 +240,9 @@ output y, z
     ("mlp", "entity.name.function.call.pen", 1),
     ("repeat", "keyword.control.pen", 0),
     ("layers", "entity.name.instance.pen", 0),
+    ("shared", "keyword.control.pen", 0),  # repeat N shared: one instance, applied N times
+    ("tied", "entity.name.instance.pen", 0),
+    ("arange", "support.function.builtin.pen", 0),
     ("net.0", "entity.name.instance.pen", 0),  # a dotted path is one instance name
     ("detach", "support.function.method.pen", 0),
     ("inf", "constant.language.infinity.pen", 0),
@@ -355,6 +360,7 @@ def test_the_lexer_tells_constructs_apart():
 
     assert kind("dim") in Keyword and kind("block") in Keyword and kind("output") in Keyword
     assert kind("einsum") in Name.Builtin and kind("repeat", 1) in Name.Builtin and kind("repeat") in Keyword
+    assert kind("shared") in Keyword and kind("arange") in Name.Builtin
     assert kind("normal") in Name.Builtin and kind("int") in Keyword.Type
     assert kind("->") in String and kind("1e-5") in Number and kind("mlp") in Name.Function
     assert kind("# index legend: t token, e embedding, d head dim") in Comment
