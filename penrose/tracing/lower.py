@@ -629,7 +629,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
     def keeper(self, owner, by_fqn):
         """The block of a submodule forward never calls whose param is the same tensor as one the diagram
         reads (T5's `shared.weight`, its encoder's `embed_tokens.weight`): a call with no arguments
-        that hands it up, `shared_weight = embedding() as shared`, first in the nearest called block
+        that hands it up, ``shared_weight = embedding() as `shared` ``, first in the nearest called block
         that holds the submodule, so the state dict loads strictly. None where it cannot be a block."""
         try:
             mod = self.module.get_submodule(owner)

@@ -146,7 +146,7 @@ def test_positions_counted_from_the_padding_and_relative_buckets_round_trip_at_t
             with torch.no_grad():
                 torch.testing.assert_close(tensors(twin(ids)), tensors(model(ids)), rtol=1e-5, atol=1e-5)
     assert "Tied: shared.weight (the same tensor as encoder.embed_tokens.weight)" in " ".join(header(text).split())
-    assert "shared_weight = embedding_shared() as shared" in text
+    assert "shared_weight = embedding_shared() as `shared`" in text
 
 
 class Interleaved(nn.Module):
@@ -343,4 +343,4 @@ def test_t5_encoder_tied_table_round_trips_with_gradients():
     """T5's `shared.weight` handed up unread: its gradient is its encoder's table's (strict loading)."""
     model = _model("t5-encoder")
     text = _tied_round_trip(model, lambda b: torch.randint(0, 11, (b, 5), generator=torch.Generator().manual_seed(b)))
-    assert "as shared" in text
+    assert "as `shared`" in text
