@@ -465,6 +465,29 @@ def test_multihead_attention_batch_second_with_batch_false_says_its_fixed_batch(
     assert "# Takes a batch of 2 only: the module's batch is axis 1 of input 1" in text, text
 
 
+class FlatTokensMlp(nn.Module):
+    """Learned positions, then GPT-2's `Conv1D` written inline (the tokens of the batch flattened into
+    one axis for `addmm`): the diagram fixes the tokens, which the module computes item by item."""
+
+    def __init__(self, d=16, hidden=32, tokens=5):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(tokens, d))
+        self.weight = nn.Parameter(torch.randn(d, hidden) / 4)
+        self.bias = nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        return torch.addmm(self.bias, (x + self.pos).view(-1, E), self.weight).view(B, T, -1).relu()
+
+
+def test_tokens_computed_apart_are_not_taken_for_the_batch():
+    """The check above refuses a fixed axis computed item by item only when axis 0 is not: here both
+    the batch (axis 0, a leg the trace keeps free) and the tokens (fixed by `pos`) are, and axis 0
+    stays the batch (any batch runs), as before."""
+    text = at_two_batches(FlatTokensMlp(), _x())
+    assert "input x[b, t, e]" in text and "Takes a batch" not in text, text
+
+
 # ---- what a person would have written: the measures of tests/trace_readability.py ---------------------------
 
 
