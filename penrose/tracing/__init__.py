@@ -29,7 +29,8 @@ def trace(module, *example_inputs, dims=None, verify=True, notes=False, batch=No
     - `batch`: None (default) reads axis 0 of the inputs as the batch every penrose input
       accepts, unless an op mixes it with other axes (then it becomes the leg `b`, still free);
       a module whose batch the diagram would have to fix (merged into one leg with others) is
-      refused at that line. False always declares it, and accepts a fixed batch (the header
+      refused at that line, as is one whose batch is another axis (`nn.MultiheadAttention` with
+      batch_first=False). False always declares it, and accepts a fixed batch (the header
       says so); True refuses a module that does not keep it apart.
     - `verify`: compile the text, load the module's state dict and compare outputs on the
       example inputs (eval mode); a mismatch is a `PenroseTraceError`.

@@ -255,7 +255,103 @@ def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, titl
         lines = text.split("\n")
         lines.insert(1, f"# Takes a batch of {size} only: the module merges its batch with other axes into one (batch=False).")
         text = _canonical("\n".join(lines))
+    elif (auto_batch or batch is False) and not named_batch and first.dim() >= 1:
+        fixed = _fixed_batch_elsewhere(text, module, inputs)
+        if fixed is not None and auto_batch:  # would refuse every other batch at run time: say so now
+            i, axis, size = fixed
+            raise PenroseTraceError(
+                f"the module's batch is axis {axis} of input {i + 1} (size {size}), not axis 0, which trace reads as the "
+                f"batch; the diagram would fix it and run a batch of {size} only. Give the module its batch first (for "
+                f"nn.MultiheadAttention, batch_first=True; or transpose before the call), or trace with batch=False to "
+                "accept a fixed batch", _first_use(low, i))
+        if fixed is not None:
+            lines = text.split("\n")
+            lines.insert(1, f"# Takes a batch of {fixed[2]} only: the module's batch is axis {fixed[1]} of input "
+                            f"{fixed[0] + 1}, not axis 0 (batch=False).")
+            text = _canonical("\n".join(lines))
     return text, set(low.unused)
+
+
+def _fixed_batch_elsewhere(text, module, inputs):
+    """(input, axis, size) of an axis the diagram fixes that is the module's batch, or None. A batch's
+    items are computed apart: changing item 0 of the float inputs along it changes item 0 of an output
+    along an axis of that size and leaves the other items as they were. When axis 0 of the first input
+    (the diagram's batch) is not so (the tokens of `nn.MultiheadAttention` with batch_first=False,
+    which attention mixes) and an axis the diagram fixes is, that axis is the module's batch."""
+    from penrose.checker import check
+    from penrose.parser import parse
+
+    checked = check(parse(text))
+    decls = [d for d in checked.decls.values() if d.tensor.kind == "input"]
+    if len(decls) != len(inputs) or any(len(d.type.cls) != x.dim() for d, x in zip(decls, inputs)):
+        return None
+    where: dict = {}  # leg -> [(input, axis)], in the order of the inputs
+    for i, d in enumerate(decls):
+        for axis, leg in enumerate(d.type.cls):
+            where.setdefault(leg, []).append((i, axis))
+    first = decls[0].type.cls[0]
+    floats = [i for i, x in enumerate(inputs) if x.is_floating_point()]
+
+    def apart(places) -> bool:
+        size = int(inputs[places[0][0]].shape[places[0][1]])
+        if size < 2 or not any(j in floats for j, _ in places):
+            return False
+        moved = list(inputs)
+        for j, a in places:
+            if j in floats:
+                moved[j] = moved[j].clone()
+                moved[j].select(a, 0).add_(1.0)
+        try:
+            out = [o for o in output_values(module(*moved)) if o.is_floating_point()]
+        except Exception:  # noqa: BLE001 - not a change the module takes: not its batch
+            return False
+        return _apart(base, out, size)
+
+    with torch.no_grad():
+        try:
+            base = [o for o in output_values(module(*inputs)) if o.is_floating_point()]
+        except Exception:  # noqa: BLE001 - verify runs the module as well and reports what fails there
+            return None
+        if apart(where[first]):  # axis 0 is a batch: the diagram's is the module's
+            return None
+        for leg, places in where.items():
+            if leg != first and not checked.sizes.is_free(leg) and apart(places):
+                i, axis = places[0]
+                return i, axis, int(inputs[i].shape[axis])
+    return None
+
+
+def _apart(base, out, size) -> bool:
+    """Whether each output has an axis of `size` along which only item 0 changed."""
+    if not base or len(base) != len(out):
+        return False
+    for b, o in zip(base, out):
+        if b.shape != o.shape:
+            return False
+        found = False
+        for a in range(b.dim()):
+            if b.shape[a] != size:
+                continue
+            rest_b, rest_o = b.narrow(a, 1, size - 1), o.narrow(a, 1, size - 1)
+            if torch.allclose(rest_b, rest_o, rtol=1e-5, atol=1e-6) and not torch.allclose(b.select(a, 0), o.select(a, 0)):
+                found = True
+                break
+        if not found:
+            return False
+    return True
+
+
+def _first_use(low, i):
+    """The user's line where input `i` is first read (where a refusal about it points)."""
+    user = [n for n in low.ep.graph.nodes if n.op == "placeholder" and low.placeholders.get(n.name, ("USER_INPUT",))[0] == "USER_INPUT"]
+    if i >= len(user):
+        return None
+    for node in low.ep.graph.nodes:
+        if node.op == "call_function" and user[i] in node.all_input_nodes:
+            span = low.where(node)
+            if span is not None:
+                return span
+    return None
 
 
 def _dropped(module, inputs) -> list:

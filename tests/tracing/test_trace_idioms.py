@@ -24,6 +24,7 @@ from torch import nn
 from trace_readability import header
 
 import penrose
+from penrose.tracing import PenroseTraceError
 
 torchvision_stub.install()
 
@@ -416,6 +417,75 @@ def test_transformer_encoder_layer_with_a_padding_mask_keeps_the_batch_free():
     """The same merge inside `nn.TransformerEncoderLayer(batch_first=True)` given `src_key_padding_mask`."""
     text = at_two_batches(PaddedEncoderLayer(), _padded)
     assert "Takes a batch of" not in text
+
+
+class PaddedAttentionBatchSecond(nn.Module):
+    """`nn.MultiheadAttention` as it is by default (batch_first=False): inputs `(tokens, batch, width)`."""
+
+    def __init__(self, d=16, heads=4, padded=True):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, heads)
+        self.padded = padded
+
+    def forward(self, x, pad):
+        return self.attn(x, x, x, key_padding_mask=pad if self.padded else None, need_weights=False)[0]
+
+
+def _batch_second(batch):
+    pad = torch.zeros(batch, 5, dtype=torch.bool)
+    pad[0, 3:] = True
+    return torch.randn(5, batch, 16, generator=torch.Generator().manual_seed(batch)), pad
+
+
+@pytest.mark.parametrize("padded", [True, False], ids=["key_padding_mask", "no mask"])
+def test_multihead_attention_batch_second_is_refused_at_trace_time(capfd, padded):
+    """regression (issue 38, a wrong batch): with batch_first=False the batch is axis 1 of x (axis 0
+    of the padding mask). The trace read axis 0 (the tokens) as the batch and fixed the real one to
+    the example's, so the compiled diagram refused any other batch only at run time ("input 'x' leg
+    't' must have size 2, got 3"). Now trace refuses, at the user's call, saying what to do."""
+    import inspect
+
+    capfd.readouterr()
+    module = PaddedAttentionBatchSecond(padded=padded)
+    with pytest.raises(PenroseTraceError) as info:
+        penrose.trace(module, *_batch_second(2))
+    err = info.value
+    assert "batch is axis 1 of input 1 (size 2)" in err.message and "batch_first=True" in err.message, err.message
+    assert "batch=False" in err.message
+    lines, start = inspect.getsourcelines(PaddedAttentionBatchSecond.forward)
+    assert err.span.file == __file__ and err.span.line == start + 1, err.render()  # the `self.attn(...)` line
+    assert capfd.readouterr().err == ""
+
+
+def test_multihead_attention_batch_second_with_batch_false_says_its_fixed_batch():
+    """batch=False accepts the fixed batch: the header says so, and the diagram matches at that batch
+    (values, gradients, strict loading)."""
+    module = PaddedAttentionBatchSecond()
+    text = round_trip(module, *_batch_second(2), batch=False)
+    assert "# Takes a batch of 2 only: the module's batch is axis 1 of input 1" in text, text
+
+
+class FlatTokensMlp(nn.Module):
+    """Learned positions, then GPT-2's `Conv1D` written inline (the tokens of the batch flattened into
+    one axis for `addmm`): the diagram fixes the tokens, which the module computes item by item."""
+
+    def __init__(self, d=16, hidden=32, tokens=5):
+        super().__init__()
+        self.pos = nn.Parameter(torch.randn(tokens, d))
+        self.weight = nn.Parameter(torch.randn(d, hidden) / 4)
+        self.bias = nn.Parameter(torch.zeros(hidden))
+
+    def forward(self, x):
+        B, T, E = x.shape
+        return torch.addmm(self.bias, (x + self.pos).view(-1, E), self.weight).view(B, T, -1).relu()
+
+
+def test_tokens_computed_apart_are_not_taken_for_the_batch():
+    """The check above refuses a fixed axis computed item by item only when axis 0 is not: here both
+    the batch (axis 0, a leg the trace keeps free) and the tokens (fixed by `pos`) are, and axis 0
+    stays the batch (any batch runs), as before."""
+    text = at_two_batches(FlatTokensMlp(), _x())
+    assert "input x[b, t, e]" in text and "Takes a batch" not in text, text
 
 
 # ---- what a person would have written: the measures of tests/trace_readability.py ---------------------------
