@@ -250,6 +250,7 @@ def test_known_answer_cli_flags(planted_runs, capsys):
                  "--layer", "1", "--no-suppression", "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     assert r["null"] == "random_init" and r["layer"] == 1 and r["steering"]["alpha"]["suppress"] is None
+    assert r["val_loss"] is None  # regression: the untrained null reported the trained checkpoint's loss
     assert set(r["steering"]["alpha"]["baselines"]) == {"activation_addition"}
     assert main(["known-answer", "--checkpoint", str(planted_runs["model"]), "--baselines", "logit"]) == 1
     assert "not among logit_bias" in capsys.readouterr().err

@@ -553,7 +553,9 @@ def known_answer(checkpoint, *, samples: int = 64, new_tokens: int = 48, strengt
                                                           if any(v[c] is not None for c, v in mat.items()) else None)
                                                       for m, mat in spec.items()},
         "checkpoint": str(checkpoint), "step": state["step"], "variant": cfg.variant, "epsilon": cfg.epsilon,
-        "data": where, "val_loss": float(state["history"]["val"][-1]["token"]) if state["history"]["val"] else None,
+        # (the untrained null has no validation loss of its own: the checkpoint's is the trained model's)
+        "data": where, "val_loss": float(state["history"]["val"][-1]["token"])
+        if state["history"]["val"] and null != "random_init" else None,
         "known_concepts": list(names), "withheld": withheld,
         "detection": detection, "logit_share": share, "attribution": attribution, "unknown_recovery": recovery,
         "steering": steering, "strength": strength, "unlearn_strength": unlearn_strength, "epsilon_off": epsilon_off, "samples": per * len(neutral_prompts), "new_tokens": new_tokens,
