@@ -66,6 +66,7 @@ PROGRAMS = {
     "select": "input x[a, b]\nz = select(x, a, -1) * 3",
     "slice": "input x[a, b]\nz = slice(x, b, 1, r)",
     "rope": "dim t = 3, d = 4\ninput x[t, d]\nz = rope(x, t, d)",
+    "arange": XY + "z = x * arange(b) + y",
 }
 
 
