@@ -494,7 +494,9 @@ class GradientPlan:
         tensor whose device (a mask's) or dtype (a where of two numbers) the compiled module takes."""
         if v.key in ("layernorm", "rmsnorm"):
             return tuple(self._tensor(name, body.decls[name].tensor.kind, prefix) for name in _weights(v))
-        if v.key in ("causal", "block_causal", "arange"):  # the inputs: the first's device (and float dtype), sizes they carry
+        if v.key == "arange":  # the inputs (the sizes they carry), then the tensor whose float dtype the module takes
+            return (*(slot for _, slot in self._inputs), self._reference(floating=True))
+        if v.key in ("causal", "block_causal"):  # the inputs: the first's device, sizes they carry
             return tuple(slot for _, slot in self._inputs) or (self._reference(floating=False),)
         if v.key == "where" and all(x.type.dtype == "scalar" for x in v.args[1:]):
             return (self._reference(floating=True),)
@@ -1458,13 +1460,14 @@ def _rule_mask(v: V, reads: _Reads):
     """arange: a leg's positions; causal and block_causal: bool constants of their sizes (read from the inputs where only
     they give them), on the first input's device; the planner gives the inputs as operands."""
     m = v.of(Mask)
-    if m.kind == "arange":  # a leg's positions: a constant in the first float input's dtype
-        n = reads.carried(v.type.cls[0])
+    if m.kind == "arange":  # a leg's positions: a constant in the module's float dtype (its first float input's, else
+        n = reads.carried(v.type.cls[0])  # its first param's: the last operand; with neither, torch's default)
 
         def positions(*inputs):
             first = next((x for x in inputs if isinstance(x, torch.Tensor)), None)
             floats = [x.dtype for x in inputs if isinstance(x, torch.Tensor) and x.is_floating_point()]
-            return torch.arange(n(inputs), device=getattr(first, "device", None), dtype=floats[0] if floats else None)
+            return torch.arange(n(inputs[:-1]), device=getattr(first, "device", None),
+                                dtype=floats[0] if floats else torch.get_default_dtype())
 
         return positions, ()
     t, p = (reads.carried(c) for c in v.type.cls)

@@ -150,6 +150,9 @@ RULES = {
     "masks_free_sizes": "dim t, s\ndim e = 2\ninput x[t, t]\ninput z[..., s, s, e]\nparam w[e] ~ normal\n"
                         "y = where(causal(t, t), x, 0.0) + where(block_causal(t, t, block=2), x, -1.0)\n"
                         "h = where(causal(s, s), einsum('sre,e->sr', z, w), 0.0)\noutput y, h",
+    # arange in a diagram with no float input takes the params' dtype, as compiled (the fuzzer's case: was int64)
+    "arange_without_float_inputs": "dim e = 2, r = 3\ninput ids[] : int\nparam W[r, e] ~ normal\n"
+                                   "h = gather(W, ids) * arange(e)\nk = arange(e)\noutput h, k",
 }
 
 

@@ -282,3 +282,7 @@ def test_nulls_command_end_to_end(tmp_path, capsys):
         assert det["model"]["mean"] > det["random_init"]["mean"] + 0.1
     assert main(args) == 0  # rerun: everything from the cache
     assert capsys.readouterr().out == out
+    # regression: the docs' `--nulls none` (the model alone) was a command argparse refused ("")
+    assert main([*args, "--nulls", "none"]) == 0
+    head = capsys.readouterr().out.splitlines()[0]
+    assert "model" in head and "shuffled_labels" not in head and "random_init" not in head

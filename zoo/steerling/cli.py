@@ -303,7 +303,7 @@ def _parser() -> argparse.ArgumentParser:
     nu.add_argument("--baselines", default="all", metavar="A,B", help="steering baselines ('all', or a list; '' none)")
     nu.add_argument("--layer", type=NONNEGATIVE, default=None)
     nu.add_argument("--nulls", default="all", metavar="A,B",
-                    help="shuffled_labels, lambda0, random_init, shuffled_k (default all)")
+                    help="shuffled_labels, lambda0, random_init, shuffled_k, all or none (default all)")
     nu.add_argument("--threads", type=COUNT, default=None)
     nu.add_argument("--json", action="store_true", help="print nulls.json's table instead of the text table")
 
@@ -890,10 +890,10 @@ def _known_answer(args) -> int:
 
 
 def _names_list(text: str | None, flag: str, choices) -> list[str]:
-    """A comma-separated list of choices ('all': every one; None or '': none), or a PenroseError."""
+    """A comma-separated list of choices ('all': every one; 'none', None or '': none), or a PenroseError."""
     from penrose.errors import PenroseError
 
-    if not text:
+    if not text or text == "none":
         return []
     if text == "all":
         return list(choices)
@@ -909,6 +909,7 @@ def _nulls(args) -> int:
 
     from penrose.errors import PenroseError
     from penrose_zoo.steerling import nulls as nl
+    from penrose_zoo.steerling.known_answer import run_nulls
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -918,12 +919,12 @@ def _nulls(args) -> int:
         raise PenroseError(f"--seeds: expected whole numbers separated by commas, got {args.seeds!r}") from None
     if not seeds or any(s < 0 for s in seeds):
         raise PenroseError(f"--seeds: expected whole numbers >= 0, got {args.seeds!r}")
-    res = nl.run_nulls(args.data, args.out, seeds=seeds, steps=args.steps, preset=args.preset, tokenizer=args.tokenizer,
-                       bpe_vocab=args.bpe_vocab, teacher_forcing=not args.no_teacher_forcing, samples=args.samples,
-                       new_tokens=args.new_tokens, strength=args.strength, max_batches=args.max_batches,
-                       baselines=_names_list(args.baselines, "--baselines", nl.BASELINES), layer=args.layer,
-                       nulls=_names_list(args.nulls, "--nulls", (*nl.TRAINED_NULLS, *nl.NULLS)),
-                       log=lambda m: print(m, file=sys.stderr))
+    res = run_nulls(args.data, args.out, seeds=seeds, steps=args.steps, preset=args.preset, tokenizer=args.tokenizer,
+                    bpe_vocab=args.bpe_vocab, teacher_forcing=not args.no_teacher_forcing, samples=args.samples,
+                    new_tokens=args.new_tokens, strength=args.strength, max_batches=args.max_batches,
+                    baselines=_names_list(args.baselines, "--baselines", nl.BASELINES), layer=args.layer,
+                    nulls=_names_list(args.nulls, "--nulls", (*nl.TRAINED_NULLS, *nl.NULLS)),
+                    log=lambda m: print(m, file=sys.stderr))
     print(json_text(res["table"], indent=1) if args.json else nl.format_nulls(res["table"]))
     return 0
 

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -643,3 +643,72 @@ def format_report(r: dict) -> str:
         lines.append(f"withheld {w!r} (prevalence {rec['prevalence']:.2f}): best unknown concept #{rec['unknown_concept']} "
                      f"AUC {f(rec['val_auc'])} (train {rec['train_auc']:.3f}); probe on h {f(rec['probe_auc'])}")
     return "\n".join(lines)
+
+
+def run_nulls(data: str | Path, out: str | Path, *, seeds=(0, 1, 2), steps: int = 600, preset: str = "small",
+              tokenizer: str = "bpe", bpe_vocab: int = 512, teacher_forcing: bool = True,
+              lambda_bottleneck: float = 1.0, samples: int = 32, new_tokens: int = 32, strength: float = 2.0,
+              max_batches: int = 8, baselines=None, layer: int | None = None, nulls=None,
+              log: Callable[[str], None] = print) -> dict:
+    """Per seed: train the model (release form + h̄ loss, teacher forced unless teacher_forcing is
+    False) and the trained nulls on `data` (a planted corpus), run known_answer on the model (with the
+    baselines) and on every null (injection only); write OUT/nulls.json and return
+    {"config", "runs": {model or null: [result per seed]}, "table": nulls.nulls_table(runs)}. Checkpoints
+    and results are cached under OUT (a rerun, or runs of other seeds into the same OUT, reuse them)."""
+    import json
+
+    from penrose_zoo.steerling import nulls as nl
+    from penrose_zoo.steerling.train import TrainConfig, train
+
+    baselines = nl.BASELINES if baselines is None else baselines
+    nulls = (*nl.TRAINED_NULLS, *nl.NULLS) if nulls is None else nulls
+    out, data = Path(out), Path(data)
+    unknown = [n for n in nulls if n not in (*nl.TRAINED_NULLS, *nl.NULLS)]
+    if unknown:
+        raise ValueError(f"unknown null(s) {', '.join(unknown)}; choose from {', '.join((*nl.TRAINED_NULLS, *nl.NULLS))}")
+    (out / "results").mkdir(parents=True, exist_ok=True)
+    config = {"data": str(data), "seeds": list(seeds), "steps": steps, "preset": preset, "tokenizer": tokenizer,
+              "bpe_vocab": bpe_vocab, "teacher_forcing": teacher_forcing, "lambda_bottleneck": lambda_bottleneck,
+              "samples": samples, "new_tokens": new_tokens, "strength": strength, "max_batches": max_batches,
+              "baselines": list(baselines), "layer": layer, "nulls": list(nulls)}
+
+    def trained(name: str, seed: int, corpus: Path, **kw) -> Path:
+        ck = out / "checkpoints" / f"{name}-s{seed}"
+        cfg = TrainConfig(preset=preset, data=str(corpus), variant="causal", epsilon=True, tokenizer=tokenizer,
+                          bpe_vocab=bpe_vocab, steps=steps, seed=seed, lambda_bottleneck=lambda_bottleneck,
+                          teacher_forcing_steps=steps if teacher_forcing else 0, **kw)
+        log(f"train {name} seed {seed} -> {ck}")
+        train(cfg, ck, val_every=max(steps // 4, 1), save_every=steps, progress=False, log=lambda *a, **k: None)
+        return ck
+
+    def measured(name: str, seed: int, ck: Path, **kw) -> dict:
+        path = out / "results" / f"{name}-s{seed}.json"
+        if path.is_file():
+            return json.loads(path.read_text())
+        log(f"known-answer {name} seed {seed}")
+        r = known_answer(ck, samples=samples, new_tokens=new_tokens, strength=strength, max_batches=max_batches,
+                         seed=seed, layer=layer, **kw)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(r, default=float))
+        tmp.replace(path)
+        return r
+
+    runs: dict[str, list[dict]] = {m: [] for m in ("model", *nulls)}
+    for seed in seeds:
+        ck = trained("model", seed, data)
+        runs["model"].append(measured("model", seed, ck, baselines=list(baselines)))
+        for n in nulls:
+            if n == "shuffled_labels":
+                shuffled = out / "corpora" / f"shuffled-labels-s{seed}"
+                if not (shuffled / ".planted.json").is_file():
+                    nl.shuffle_labels(data, shuffled, seed=seed, replace=True)
+                r = measured(n, seed, trained(n, seed, shuffled), suppression=False)
+            elif n == "lambda0":
+                r = measured(n, seed, trained(n, seed, data, lambda_concept=0.0), suppression=False)
+            else:
+                r = measured(n, seed, ck, null=n, suppression=False)
+            runs[n].append(r)
+    table = nl.nulls_table(runs)
+    result = {"config": config, "runs": runs, "table": table}
+    (out / "nulls.json").write_text(json.dumps(result, default=float, indent=1))
+    return result
