@@ -24,7 +24,7 @@ What each check takes:
                                        concept's columns summing to at most 1 in each row
 
 `cli_whole(low=, high=)` and `cli_number(...)` are argparse `type=` functions with the same rules
-on text written in ASCII digits; `COUNT` (at least 1), `NONNEGATIVE`, `SEED` (0 to 2³² − 1),
+on text written in ASCII digits; `COUNT` (at least 1), `NONNEGATIVE`, `SEED` (0 to 2³² − 1), `SEEDS` (a comma-separated list of them),
 `WEIGHT` (finite, at least 0), `POSITIVE` (above 0) and `PROBABILITY` are the ones the commands
 share. `printable(text)` escapes the control characters (C0, C1, DEL)
 and the invisible format characters that reorder or hide text (bidirectional overrides,
@@ -43,7 +43,7 @@ from typing import Any
 
 from penrose.errors import PenroseArgumentError
 
-__all__ = ["COUNT", "NONNEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "WEIGHT", "choice", "cli_device", "cli_number",
+__all__ = ["COUNT", "NONNEGATIVE", "POSITIVE", "PROBABILITY", "SEED", "SEEDS", "WEIGHT", "choice", "cli_device", "cli_number",
            "cli_whole", "concept_labels", "device_here", "flag", "is_invisible", "json_text", "number", "printable",
            "task_labels", "whole"]
 
@@ -316,3 +316,13 @@ SEED = cli_whole(low=0, high=2**32 - 1)  # (the training loop derives seeds from
 WEIGHT = cli_number(low=0)  # a loss weight, a penalty's strength: finite, not negative
 POSITIVE = cli_number(low=0, low_open=True)  # a learning rate, a draw weight
 PROBABILITY = cli_number(0, 1)
+
+
+def SEEDS(text: str) -> tuple[int, ...]:
+    """argparse type: comma-separated seeds, each as --seed takes it (0 to 2³² − 1)."""
+    seeds = tuple(SEED(t) for t in text.split(",") if t.strip())
+    if not seeds:
+        import argparse
+
+        raise argparse.ArgumentTypeError(f"expected comma-separated seeds, got {text!r}")
+    return seeds

@@ -147,6 +147,9 @@ CK = "CHECKPOINT"  # replaced by the trained checkpoint
     (["known-answer", "--checkpoint", CK, "--samples", "0"], "argument --samples: expected a whole number of at least 1"),
     (["known-answer", "--checkpoint", CK, "--unlearn-strength", "-1"], "argument --unlearn-strength: expected a finite number of at least 0"),
     (["scaling", "--out", "o", "--seeds", "a,1"], "argument --seeds: expected a whole number in ASCII digits, got 'a'"),
+    (["nulls", "--data", "d", "--out", "o", "--seeds", "a,1"], "argument --seeds: expected a whole number in ASCII digits, got 'a'"),
+    (["nulls", "--data", "d", "--out", "o", "--seeds", ","], "argument --seeds: expected comma-separated seeds"),
+    (["nulls", "--data", "d", "--out", "o", "--seeds", "-1"], "argument --seeds"),
     (["scaling", "--out", "o", "--threads", "٣"], "argument --threads: expected a whole number in ASCII digits"),
 ])
 def test_options_out_of_range_are_refused_as_parsed(trained, capsys, argv, message):

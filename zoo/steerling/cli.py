@@ -42,7 +42,7 @@ import sys
 from typing import Any
 
 from penrose.cli import ascii_float, ascii_number  # ASCII digits only (argparse int() takes "٣")
-from penrose_zoo.validate import (COUNT, NONNEGATIVE, POSITIVE, PROBABILITY, SEED, WEIGHT, cli_device, cli_number,
+from penrose_zoo.validate import (COUNT, NONNEGATIVE, POSITIVE, PROBABILITY, SEED, SEEDS, WEIGHT, cli_device, cli_number,
                                   cli_whole, json_text, printable)
 
 # Every numeric option is checked as it is parsed (penrose_zoo.validate): ASCII digits, its range.
@@ -290,7 +290,7 @@ def _parser() -> argparse.ArgumentParser:
                                       "known-answer figure beside its nulls and baselines (mean [95%% bootstrap CI])")
     nu.add_argument("--data", required=True, metavar="DIR", help="a planted corpus (penrose steerling planted)")
     nu.add_argument("--out", required=True, metavar="DIR", help="checkpoints, results and nulls.json (reused on rerun)")
-    nu.add_argument("--seeds", default="0,1,2", help="training seeds (at least 3 for an interval)")
+    nu.add_argument("--seeds", type=SEEDS, default=(0, 1, 2), help="comma-separated training seeds (3 or more for an interval)")
     nu.add_argument("--steps", type=COUNT, default=600)
     nu.add_argument("--preset", default="small", help="tiny | small")
     nu.add_argument("--tokenizer", default="bpe", choices=["byte", "bpe"])
@@ -300,7 +300,7 @@ def _parser() -> argparse.ArgumentParser:
     nu.add_argument("--new-tokens", type=COUNT, default=32)
     nu.add_argument("--strength", type=ascii_float, default=2.0, help="injected weight of the concept")
     nu.add_argument("--max-batches", type=COUNT, default=8)
-    nu.add_argument("--baselines", default="all", metavar="A,B", help="steering baselines ('all', or a list; '' none)")
+    nu.add_argument("--baselines", default="all", metavar="A,B", help="steering baselines: a list, all or none")
     nu.add_argument("--layer", type=NONNEGATIVE, default=None)
     nu.add_argument("--nulls", default="all", metavar="A,B",
                     help="shuffled_labels, lambda0, random_init, shuffled_k, all or none (default all)")
@@ -907,19 +907,12 @@ def _names_list(text: str | None, flag: str, choices) -> list[str]:
 def _nulls(args) -> int:
     import torch
 
-    from penrose.errors import PenroseError
     from penrose_zoo.steerling import nulls as nl
     from penrose_zoo.steerling.known_answer import run_nulls
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    try:
-        seeds = [int(x) for x in args.seeds.split(",") if x.strip()]
-    except ValueError:
-        raise PenroseError(f"--seeds: expected whole numbers separated by commas, got {args.seeds!r}") from None
-    if not seeds or any(s < 0 for s in seeds):
-        raise PenroseError(f"--seeds: expected whole numbers >= 0, got {args.seeds!r}")
-    res = run_nulls(args.data, args.out, seeds=seeds, steps=args.steps, preset=args.preset, tokenizer=args.tokenizer,
+    res = run_nulls(args.data, args.out, seeds=args.seeds, steps=args.steps, preset=args.preset, tokenizer=args.tokenizer,
                     bpe_vocab=args.bpe_vocab, teacher_forcing=not args.no_teacher_forcing, samples=args.samples,
                     new_tokens=args.new_tokens, strength=args.strength, max_batches=args.max_batches,
                     baselines=_names_list(args.baselines, "--baselines", nl.BASELINES), layer=args.layer,

@@ -460,20 +460,8 @@ def tables(results: dict) -> str:
 # ---------------------------------------------------------------------------------------------
 
 
-def _seeds(text: str) -> tuple[int, ...]:
-    """argparse type: comma-separated seeds, each as --seed takes it (0 to 2³² − 1)."""
-    from penrose_zoo.validate import SEED
-
-    seeds = tuple(SEED(t) for t in text.split(",") if t.strip())
-    if not seeds:
-        import argparse
-
-        raise argparse.ArgumentTypeError(f"expected comma-separated seeds, got {text!r}")
-    return seeds
-
-
 def add_arguments(p) -> None:
-    from penrose_zoo.validate import COUNT, cli_device
+    from penrose_zoo.validate import COUNT, SEEDS, cli_device
 
     g = p.add_mutually_exclusive_group()
     g.add_argument("--quick", action="store_true", help="3 sizes, 1 seed (under 10 minutes on 2 cores)")
@@ -485,7 +473,7 @@ def add_arguments(p) -> None:
     p.add_argument("--families", default=",".join(FAMILIES), help="comma-separated: causal,block_causal")
     p.add_argument("--variants", default=",".join(DEFAULT_VARIANTS), help="comma-separated variants (base is needed "
                    f"for the comparisons; default {','.join(DEFAULT_VARIANTS)}; all: {','.join(VARIANTS)})")
-    p.add_argument("--seeds", type=_seeds, default=None, help="comma-separated seeds (default: the mode's)")
+    p.add_argument("--seeds", type=SEEDS, default=None, help="comma-separated seeds (default: the mode's)")
     p.add_argument("--threads", type=COUNT, default=1, help="torch.set_num_threads (1 is fastest on 2 cores)")
     p.add_argument("--json", action="store_true", help="print results.json instead of the tables")
     p.add_argument("--analyse-only", action="store_true", help="train nothing: analyse the runs cached in --out")
