@@ -15,7 +15,11 @@ laid out as `penrose gallery` lays them out (equations are not drawn).
 
 The new users' diagrams (bench/figures/*.pen) were written as a new user would write them:
 a retention block, a switch mixture of experts, a `where`, a block called twice with the same
-weights, names with underscores, a transformer layer viewed as a block.
+weights, names with underscores, a transformer layer viewed as a block; and ten more written
+afterwards, which no layout change had been tried on: a SwiGLU feed-forward, cross-attention, a
+graph convolution, a concept bottleneck with a side channel, a LoRA adapter, a tied autoencoder,
+a residual block with two norms, a mixture chosen by a `where`, a prototype layer and an
+additive model.
 """
 
 from __future__ import annotations
