@@ -177,3 +177,56 @@ def planar(dot_text_or_layout) -> bool:
     import networkx as nx
 
     return nx.check_planarity(graph_of(dot_text_or_layout))[0]
+
+
+def fewest_crossings(graph, outside=(), limit: int = 2, tests: int = 20000) -> int | None:
+    """The fewest crossings of any drawing of `graph` (a networkx graph) whose nodes `outside`
+    all lie on the outer face (the figure's inputs and results at the page's edge), if at most
+    `limit`; else limit + 1 (more than `limit`). Exact: a drawing with k crossings exists iff the
+    graph with k of them made vertices (its planarization) is planar, and a crossing can be
+    sought among the edges of the Kuratowski subgraph networkx finds (every drawing of that
+    subgraph crosses two of its own edges); two wires at one node are never crossed (a
+    drawing with fewest crossings has none such), the edges to the outer face never. None when
+    the answer takes more than `tests` planarity tests."""
+    import itertools
+
+    import networkx as nx
+
+    g = nx.Graph(graph)
+    g.add_edges_from(("@outside", n) for n in outside)
+    origin = {frozenset(e): frozenset(e) for e in g.edges}  # a piece of an edge -> the edge it is of
+    made = [0]
+
+    class Spent(Exception):
+        pass
+
+    def planar_with(h, origin, k) -> bool:
+        made[0] += 1
+        if made[0] > tests:
+            raise Spent
+        if nx.check_planarity(h)[0]:
+            return True
+        if k == 0:
+            return False
+        kuratowski = nx.check_planarity(h, counterexample=True)[1]
+        pieces = [e for e in kuratowski.edges if "@outside" not in e]
+        for (a, b), (c, d) in itertools.combinations(pieces, 2):
+            e, f = origin[frozenset((a, b))], origin[frozenset((c, d))]
+            if e & f:  # the same wire, or two wires at one node
+                continue
+            x = ("@crossing", made[0], k)
+            h2 = h.copy()
+            h2.remove_edges_from([(a, b), (c, d)])
+            h2.add_edges_from((x, n) for n in (a, b, c, d))
+            o2 = {**origin, **{frozenset((x, n)): e for n in (a, b)}, **{frozenset((x, n)): f for n in (c, d)}}
+            if planar_with(h2, o2, k - 1):
+                return True
+        return False
+
+    try:
+        for k in range(limit + 1):
+            if planar_with(g, origin, k):
+                return k
+    except Spent:
+        return None
+    return limit + 1

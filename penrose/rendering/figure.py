@@ -1420,6 +1420,8 @@ LOOSEN = ("constraint=false", "weight=0", "minlen=2", REVERSE)
 UNTANGLE_ROUNDS = 4
 UNTANGLE_LAYOUTS = 40
 MOVE_LAYOUTS = 60
+LABEL_LAYOUTS = 8
+SEARCH_NODES = 40
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
@@ -1447,7 +1449,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
     import networkx as nx
 
     from penrose.rendering.crossings import crossings as crossed
-    from penrose.rendering.crossings import label_hits, layout
+    from penrose.rendering.crossings import fewest_crossings, label_hits, layout
 
     wires = {f"{tail}->{head}" for kind, tail, head, *_ in bundles(fig) if kind != "order"}
 
@@ -1470,6 +1472,9 @@ def _untangle(fig: Figure, text: str) -> tuple:
     def crossing(found) -> dict:  # the wires that cross (or run through a label)
         return dict.fromkeys(w for a, b, _ in found for w in (a, b) if w in wires)
 
+    def labelled(found) -> dict:  # the wires of a label a wire runs through: that wire, the labelled one
+        return dict.fromkeys(w for a, b, p in found if p is None for w in (a, b) if w in wires)
+
     def movable(found) -> dict:  # those, then the other wires at their ends
         near = crossing(found)
         return dict.fromkeys([*near, *(x for w in near for node in w.split("->") for x in sorted(ends[node]))])
@@ -1481,7 +1486,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
             step = None
             for wire in (w for w in candidates(found) if w not in loose):
                 for how in LOOSEN:
-                    if budget[0] <= 0 or (step and not step[0]):
+                    if budget[0] <= 0 or (step and settled(step[0])):
                         break
                     n, args, _ = tried(extra, seed, {**loose, wire: how})
                     if worse(step[0] if step else found, n):
@@ -1490,13 +1495,23 @@ def _untangle(fig: Figure, text: str) -> tuple:
                 break
             found, best = step
             loose = dict(best[2])
-            if not found:
+            if settled(found):
                 break
         return found, best
 
     budget = [UNTANGLE_LAYOUTS]
     graph = nx.Graph((tail, head) for kind, tail, head, *_ in bundles(fig) if kind != "order" and tail != head)
-    flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings: the reordered tries only
+    flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings
+    # the fewest crossings any drawing with the inputs and results at the page's edge has (0 for
+    # most figures; a search stops there): a non-planar figure of up to SEARCH_NODES nodes is
+    # searched too, a larger one gets the reordered tries only
+    outside = [n.id for n in fig.nodes if n.kind in ("input", "output") and n.id in graph]
+    least = (fewest_crossings(graph, outside, 2, 2000) if flat or len(fig.nodes) <= SEARCH_NODES else 0) or 0
+    searched = flat or len(fig.nodes) <= SEARCH_NODES
+
+    def settled(found) -> bool:  # no label crossed, and no more crossings than the fewest possible
+        return sum(p is not None for *_, p in found) <= least and all(p is not None for *_, p in found)
+
     ported = {n.id for n in fig.nodes if n.ports} if flat else set()
 
     def tried(extra, seed, loose) -> tuple:
@@ -1516,9 +1531,9 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     try:
         found, best, lay = tried("", 0, None)
-        search = bool(found) and (flat or not crossed(lay))
+        search = not settled(found) and (searched or not crossed(lay))
         for extra, seed in UNTANGLE_TRIES:
-            if not found:
+            if settled(found):
                 break
             if (extra, seed) != ("", 0):
                 n, args, _ = tried(extra, seed, None)
@@ -1527,12 +1542,17 @@ def _untangle(fig: Figure, text: str) -> tuple:
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
             if search:  # the wires that cross, loosened one at a time
                 found, best = rounds(extra, seed, loose, found, best, crossing, UNTANGLE_ROUNDS)
-        if found and flat:
+        if not settled(found) and searched:
             # moves: a planar figure still crossing gets the wires at the crossing wires' ends
             # moved too (LOOSEN, a wire reversed: its head ranked before its tail, running back),
             # on top of the best layout so far, within MOVE_LAYOUTS more layouts
             budget[0] = MOVE_LAYOUTS
             found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, movable, MOVE_LAYOUTS)
+        if any(p is None for *_, p in found):
+            # a label a wire still runs through (often at a crossing that must stay): that wire and
+            # the labelled one moved (LOOSEN), within LABEL_LAYOUTS more layouts
+            budget[0] = LABEL_LAYOUTS
+            found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, labelled, 1)
     except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is
         return ()
     return () if best == ("", 0, None, None) else best

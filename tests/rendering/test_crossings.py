@@ -8,12 +8,16 @@ drawing without crossings exists at all.
 Every figure of a diagram with outputs under zoo/, zoo/paper/ and zoo/steerling/ whose graph is
 planar is drawn without crossings — there is no table of exceptions — unless no drawing without
 crossings keeps its inputs and results on the outside (`open_planar`: the graph with one more
-vertex joined to every input and every result is not planar); those may keep the crossings the
-untangling search leaves, at most ENCLOSED of them, and the reason is printed. Today that is the
-concept embedding model and its typed variant (1 each): u_pos and u_neg both feed the − and the
-+ of p_logit, so the cycle u_neg, −, u_pos, + encloses either the input x or the whole rest of
-the figure (its results among it). Before (issue 36): the concept graph model crossed once, the
-typed embedding model twice (its member copy), the new users' retention block once; the
+vertex joined to every input and every result is not planar, so at least one crossing); such a
+figure is drawn with the fewest crossings any drawing with its inputs and results outside has
+(`fewest_enclosed_crossings`: one, when two wires exist whose crossing, made a vertex of its own,
+leaves that graph planar — a drawing with exactly that one crossing). Today that is the concept
+embedding model and its typed variant (1 each, their minimum): u_pos and u_neg both feed the −
+and the + of p_logit, so the cycle u_neg, −, u_pos, + encloses either the input x or the whole
+rest of the figure (its results among it). The causally reliable CBM's minimum is 1 too (base and
+W both feed the propagation and c_logit's +), but Graphviz's layers leave it 4: a known defect,
+bounded in KNOWN_DEFECTS, not a target. Before (issue 36): the concept graph model crossed once,
+the typed embedding model twice (its member copy), the new users' retention block once; the
 untangling's moves (`figure._untangle`: a wire reversed or loosened next to a crossing) and the
 branching legs (a tensor drawn once) remove them.
 
@@ -32,30 +36,41 @@ from penrose.checker import check
 from penrose.errors import PenroseError
 from penrose.parser import parse_file
 from penrose.rendering import dot_source
-from penrose.rendering.crossings import Edge, Layout, crossings, edge_crossings, flatten, layout, planar
+from penrose.rendering.crossings import Edge, Layout, crossings, edge_crossings, fewest_crossings, flatten, layout, planar
 from penrose.rendering.figure import Options, build_figure, bundles, to_dot
 
 ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz 'dot' is not installed")
 
-# a planar figure that cannot keep its inputs and results outside a cycle (see the docstring)
-ENCLOSED = 1
-# ... and the one such figure the untangling leaves with more (issue 40's C2BM: its concept-to-column
-# map `node` and its graph `A` feed four einsums each; diagram rewrites took it from non-planar, 19
-# crossings, to this; the layout's moves do not reach zero) -- a known defect, not a target
-ENCLOSED_AT_MOST = {"zoo/causally_reliable_cbm.pen": 4}
+# a planar figure that must enclose a result may keep more crossings than its minimum only here:
+# issue 40's C2BM (its concept-to-column map `node` and its graph `A` feed four einsums each;
+# diagram rewrites took it from non-planar, 19 crossings, to this): a drawing with 1 exists
+# (`test_the_causal_cbm_can_be_drawn_with_one_crossing`), the layout's moves do not reach it
+KNOWN_DEFECTS = {"zoo/causally_reliable_cbm.pen": 4}
+
+
+def _graph(fig):
+    """The figure's graph (its visible wires, undirected) and its inputs and results."""
+    import networkx as nx
+
+    g = nx.Graph((t, h) for kind, t, h, *_ in bundles(fig) if kind != "order" and t != h)
+    return g, [n.id for n in fig.nodes if n.kind in ("input", "output") and n.id in g]
 
 
 def open_planar(fig) -> bool:
     """Whether the figure's graph has a drawing without crossings whose inputs and results all
     lie on the outside (the graph with one more vertex joined to each of them is planar)."""
-    import networkx as nx
+    return fewest_enclosed_crossings(fig, 0) == 0
 
-    g = nx.Graph((t, h) for kind, t, h, *_ in bundles(fig) if kind != "order" and t != h)
-    ends = [n.id for n in fig.nodes if n.kind in ("input", "output") and n.id in g]
-    g.add_edges_from(("@outside", n) for n in ends)
-    return nx.check_planarity(g)[0]
+
+def fewest_enclosed_crossings(fig, limit: int = 2) -> int:
+    """The fewest crossings of a drawing with the figure's inputs and results outside
+    (`crossings.fewest_crossings`: exact up to `limit`; limit + 1 means more)."""
+    g, ends = _graph(fig)
+    fewest = fewest_crossings(g, ends, limit)
+    assert fewest is not None
+    return fewest
 
 
 def _figures():
@@ -89,8 +104,9 @@ def test_no_crossings_where_a_planar_drawing_exists(name, checked):
         print(f"\n{name}: non-planar graph, {len(found)} crossing(s)")
         return
     if not open_planar(fig):
-        print(f"\n{name}: planar only with its results enclosed by a cycle, {len(found)} crossing(s)")
-        assert len(found) <= ENCLOSED_AT_MOST.get(name, ENCLOSED), f"{name}: {[(a, b) for a, b, _ in found]}"
+        fewest = fewest_enclosed_crossings(fig)
+        print(f"\n{name}: planar only with a result enclosed by a cycle: {len(found)} crossing(s), {fewest} at least")
+        assert len(found) <= max(fewest, KNOWN_DEFECTS.get(name, 0)), f"{name}: {[(a, b) for a, b, _ in found]}"
         return
     assert found == [], f"{name}: {[(a, b) for a, b, _ in found]}"
 
@@ -99,6 +115,31 @@ def test_open_planarity_tells_an_enclosed_figure():
     by_name = dict(FIGURES)
     assert not open_planar(build_figure(by_name["zoo/concept_embedding_model.pen"]))
     assert open_planar(build_figure(by_name["zoo/paper/self_attention.pen"]))
+
+
+def test_the_enclosed_figures_fewest_crossings_are_proved():
+    # no drawing with the inputs and results outside is without crossings, and one with exactly one
+    # exists: the concept embedding models (drawn with 1) and C2BM (drawn with KNOWN_DEFECTS')
+    by_name = dict(FIGURES)
+    for name in ("zoo/concept_embedding_model.pen", "zoo/concept_embedding_typed.pen", "zoo/causally_reliable_cbm.pen"):
+        assert fewest_enclosed_crossings(build_figure(by_name[name])) == 1, name
+    assert set(KNOWN_DEFECTS) <= set(by_name)
+
+
+def test_the_fewest_crossings_of_graphs_whose_answer_is_known():
+    import networkx as nx
+
+    k4 = nx.complete_graph("abcd")
+    assert fewest_crossings(k4) == 0 and fewest_crossings(k4, "a") == 0
+    assert fewest_crossings(k4, "abcd") == 1  # with a vertex joined to all four: K5, crossing number 1
+    k33 = nx.complete_bipartite_graph(3, 3)
+    assert fewest_crossings(k33) == 1
+    two = nx.disjoint_union(k33, k33)
+    two.add_edge(0, 6)
+    assert fewest_crossings(two) == 2  # two K3,3 joined by a wire: one crossing each
+    assert fewest_crossings(two, limit=1) == 2  # more than the limit
+    assert fewest_crossings(nx.complete_bipartite_graph(3, 4)) == 2  # K3,4: crossing number 2
+    assert fewest_crossings(nx.complete_graph(6), limit=3, tests=5) is None  # too much work: no answer
 
 
 def _new_user(name):
