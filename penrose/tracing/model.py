@@ -280,6 +280,7 @@ class CallStmt:
     outs: list = field(default_factory=list)  # PVals of the caller
     src: tuple | None = None
     chain: list = field(default_factory=list)  # the regions of a `repeat` chain
+    shared: bool = False  # the chain is one module applied len(chain) times (`repeat N shared`)
     keep: bool = False  # written though nothing reads its value (a tied param handed up for the state dict)
 
 

@@ -545,7 +545,9 @@ class Writer:
             self.C.union(x, y)
 
     def chains(self, parent, keys):
-        """Runs `P.0 → P.1 → … → P.{N-1}` of calls in `parent`, collapsed into the first call."""
+        """Runs of calls in `parent` collapsed into the first call: numbered siblings
+        `P.0 → P.1 → … → P.{N-1}` (`repeat N as P`, N copies), or one module called N times in a row
+        (`for _ in range(n): x = self.block(x)`, ALBERT's shared layers: `repeat N shared`)."""
         found = []
         items = parent.items
         i = 0
@@ -555,30 +557,15 @@ class Writer:
                 i += 1
                 continue
             m = re.fullmatch(r"(.+)\.0", it.region.rel_name())
-            if not m:
-                i += 1
-                continue
-            prefix = m.group(1)
-            chain, j = [it], i + 1
-            while True:
-                nxt = next((k for k in range(j, len(items)) if isinstance(items[k], CallStmt)), None)
-                if nxt is None:
-                    break
-                cand = items[nxt]
-                if cand.region.rel_name() != f"{prefix}.{len(chain)}":
-                    break
-                prev = chain[-1]
-                # one result fed into the first argument; the other arguments (a mask, cos and sin) the same for every copy
-                if len(prev.outs) != 1 or not cand.args or cand.args[0] is not prev.outs[0] or len(cand.args) != len(it.args) \
-                        or any(a is not b for a, b in zip(cand.args[1:], it.args[1:])):
-                    break
-                if any(isinstance(items[k], Stmt) and prev.outs[0] in refs(items[k].expr, []) for k in range(j, len(items)) if k != nxt):
-                    break
-                chain.append(cand)
-                j = nxt + 1
+            chain = self.run_of(items, i, lambda c, n: c.region.fqn == it.region.fqn)
+            shared = len(chain) > 1
+            if not shared and m:
+                prefix = m.group(1)
+                chain = self.run_of(items, i, lambda c, n: c.region.rel_name() == f"{prefix}.{n}")
             if len(chain) > 1 and all(keys[id(c.region)][0] == keys[id(chain[0].region)][0] for c in chain):
                 first = chain[0]
                 first.chain = [c.region for c in chain]
+                first.shared = shared
                 first.outs = chain[-1].outs
                 for c in chain[1:]:
                     items.remove(c)
@@ -587,6 +574,29 @@ class Writer:
                 found.append([c.region for c in chain])
             i += 1
         return found
+
+    @staticmethod
+    def run_of(items, i, follows):
+        """The calls from `items[i]` on that `follows(call, position)` accepts, each fed the one result of
+        the call before as its first argument, its other arguments (a mask, cos and sin) the first's, and
+        that result read by nothing else."""
+        it = items[i]
+        chain, j = [it], i + 1
+        while True:
+            nxt = next((k for k in range(j, len(items)) if isinstance(items[k], CallStmt)), None)
+            if nxt is None:
+                break
+            cand, prev = items[nxt], chain[-1]
+            if not follows(cand, len(chain)):
+                break
+            if len(prev.outs) != 1 or not cand.args or cand.args[0] is not prev.outs[0] or len(cand.args) != len(it.args) \
+                    or any(a is not b for a, b in zip(cand.args[1:], it.args[1:])):
+                break
+            if any(isinstance(items[k], Stmt) and prev.outs[0] in refs(items[k].expr, []) for k in range(j, len(items)) if k != nxt):
+                break
+            chain.append(cand)
+            j = nxt + 1
+        return chain
 
     # -- rendering a body
     def body_lines(self, region, leg, val, block_name, canonical=False):
@@ -625,7 +635,7 @@ class Writer:
             else:
                 reg = it.region
                 inst = reg.rel_name()
-                if it.chain:
+                if it.chain and not it.shared:
                     inst = inst[: -len(".0")]
                 # a dotted path (`as net.0`, a Sequential's or ModuleList's child) keeps the
                 # state-dict names, each quoted where .pen's rules would refuse it (`as attention.`self``)
@@ -640,11 +650,13 @@ class Writer:
                     repeat, instance = ir.Number(len(it.chain)), inst
                 elif inst != bname:
                     instance = inst
+                if it.shared and inst == bname:
+                    instance = None
             note = ""
             if self.notes and not canonical and it.src is not None and it.src != noted:
                 noted = it.src
                 note = linecache.getline(*it.src).strip()[:70]
-            stmts.append(ir.Assign(tuple(val(p) for p in it.outs), value, instance, repeat, note))
+            stmts.append(ir.Assign(tuple(val(p) for p in it.outs), value, instance, repeat, note, shared=isinstance(it, CallStmt) and it.shared))
         if region.parent is not None:
             stmts.append(ir.Return(tuple(T.to_ir(Ref(p)) for p in b.results)))
         return stmts
@@ -886,7 +898,7 @@ class Writer:
         for it in b.kept:
             if isinstance(it, CallStmt):
                 inst = it.region.rel_name()
-                instances.add(inst[:-2] if it.chain else inst)
+                instances.add(inst[:-2] if it.chain and not it.shared else inst)
                 instances.add(it.region.block.name)
         taken |= instances | set(fixed.values())
         names = dict(fixed)
@@ -939,7 +951,7 @@ class Writer:
                     wish = self.wish_of(p)  # `cos, sin = llama_rotary_embedding() as rotary_emb`: the names it returns
                 if wish is None and isinstance(it, CallStmt):
                     inst = it.region.rel_name()
-                    wish = (inst[:-2] if it.chain else inst).split(".")[0] + "_out"
+                    wish = (inst[:-2] if it.chain and not it.shared else inst).split(".")[0] + "_out"
                 if wish is None and region.parent is None and p in b.results:
                     wish = "out"
                 if wish is None and isinstance(it, Stmt):
