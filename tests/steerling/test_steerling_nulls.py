@@ -378,6 +378,11 @@ def test_nulls_table_combines_corpora(tmp_path, capsys):
     text = capsys.readouterr().out
     assert "3 corpora: 95% PI" in text and "shuffled_labels s0/100" in text and "corpus property" in text
     assert f"re-run inside the 95% prediction interval: {doc['inside']['n']} of 4 figures" in text
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re), "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "| val loss | 2.200 | 2.000 | 2.900 | 2.600 |" in md
+    row = next(x for x in md.splitlines() if x.startswith("| val loss | 2.200 ["))
+    assert row.endswith(f"| 2.367 [{m - half:.3f}, {m + half:.3f}] | 2.600 | yes |"), row
     # a re-run far off lands outside, and is named
     far = _fake_run(tmp_path, "far", 24, [5.0, 5.0, 5.0])
     assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(far), "--json"]) == 0

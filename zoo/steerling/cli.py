@@ -318,6 +318,7 @@ def _parser() -> argparse.ArgumentParser:
     nt.add_argument("--level", type=cli_number(0, 1, low_open=True, high_open=True), default=0.95,
                     help="the prediction intervals' level (default 0.95)")
     nt.add_argument("--json", action="store_true", help="print the combined table as JSON")
+    nt.add_argument("--markdown", action="store_true", help="print the tables as markdown (docs/experiments.md)")
 
     from penrose_zoo.steerling.scaling import add_arguments
 
@@ -941,7 +942,7 @@ def _nulls_table(args) -> int:
     runs = [nl.load_run(r) for r in args.runs]
     rerun = nl.load_run(args.rerun) if args.rerun else None
     c = nl.combine_runs(runs, rerun, level=args.level)
-    print(json_text(c, indent=1) if args.json else nl.format_combined(c))
+    print(json_text(c, indent=1) if args.json else nl.format_combined(c, markdown=args.markdown))
     return 0
 
 

@@ -587,33 +587,42 @@ def _cell(v, ci=None) -> str:
     return f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
 
 
-def format_combined(c: dict) -> str:
+def _render(rows: list[list[str]], markdown: bool, first: int = 44, width: int = 12) -> list[str]:
+    """A header row and body rows as fixed-width text (figure column left, the others right) or markdown."""
+    if markdown:
+        out = ["| " + " | ".join(x.strip() for x in rows[0]) + " |", "| " + " | ".join("---" for _ in rows[0]) + " |"]
+        return out + ["| " + " | ".join(x.strip() for x in r) + " |" for r in rows[1:]]
+    ws = [max(width, *(len(r[j]) + 2 for r in rows)) for j in range(1, len(rows[0]))]
+    text = [f"{r[0]:<{first}}" + "".join(f"{x:>{w}}" for x, w in zip(r[1:], ws)) for r in rows]
+    return [text[0], "-" * len(text[0]), *text[1:]]
+
+
+def format_combined(c: dict, *, markdown: bool = False) -> str:
     """Two tables: the figures per corpus (seed means), then the first corpus's model and nulls (mean
-    [bootstrap interval over seeds]) beside the prediction interval over corpora and the re-run."""
+    [bootstrap interval over seeds]) beside the prediction interval over corpora and the re-run;
+    fixed-width text, or markdown."""
+    k = c["seeds_per_corpus"]
     names = [x["corpus"] for x in c["corpora"]] + (["re-run " + c["rerun"]["corpus"]] if c["rerun"] else [])
-    w = max(12, *(len(n) + 2 for n in names))
-    lines = [f"per corpus (mean over {c['seeds_per_corpus']} training seeds)",
-             f"{'figure':<44}" + "".join(f"{n:>{w}}" for n in names)]
+    per = [["figure", *names]]
     for name, r in c["rows"].items():
         vals = [*r["per_corpus"], *([r["rerun"]] if c["rerun"] else [])]
         if any(v is not None for v in vals):
-            lines.append(f"{name:<44}" + "".join(f"{_cell(v):>{w}}" for v in vals))
+            per.append([name, *(_cell(v) for v in vals)])
     cols = [m for m in MODELS if any(m in r["first"] for r in c["rows"].values())]
     pct = f"{100 * c['level']:g}%"
-    head = (f"{'figure':<44}" + "".join(f"{m + ' ' + c['corpora'][0]['corpus']:>26}" for m in cols)
-            + f"{str(len(c['corpora'])) + ' corpora: ' + pct + ' PI':>28}" + (f"{'re-run':>10}{'inside':>8}" if c["rerun"] else ""))
-    lines += ["", head, "-" * len(head)]
+    head = ["figure", *(f"{m} {c['corpora'][0]['corpus']} ({k})" for m in cols),
+            f"{len(c['corpora'])} corpora: {pct} PI", *(["re-run", "inside"] if c["rerun"] else [])]
+    main = [head]
     for name, r in c["rows"].items():
         cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—"
                  for a in (r["first"].get(m) for m in cols)]
         p = r["prediction"]
         pi = "corpus property" if r["corpus_property"] else (_cell(p["mean"], p["pi"]) if p and p["mean"] is not None
                                                              else "—")
-        tail = ""
-        if c["rerun"]:
-            tail = f"{_cell(r['rerun']):>10}{('—' if r['inside'] is None else 'yes' if r['inside'] else 'NO'):>8}"
+        tail = [_cell(r["rerun"]), "—" if r["inside"] is None else "yes" if r["inside"] else "NO"] if c["rerun"] else []
         if any(x != "—" for x in cells) or pi != "—":
-            lines.append(f"{name:<44}" + "".join(f"{x:>26}" for x in cells) + f"{pi:>28}" + tail)
+            main.append([name, *cells, pi, *tail])
+    lines = [f"per corpus (mean over {k} training seeds)", *_render(per, markdown), "", *_render(main, markdown, width=10)]
     if c["rerun"]:
         i = c["inside"]
         lines.append(f"\nre-run inside the {pct} prediction interval: {i['n']} of {i['of']} figures"
