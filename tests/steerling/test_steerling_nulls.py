@@ -286,3 +286,134 @@ def test_nulls_command_end_to_end(tmp_path, capsys):
     assert main([*args, "--nulls", "none"]) == 0
     head = capsys.readouterr().out.splitlines()[0]
     assert "model" in head and "shuffled_labels" not in head and "random_init" not in head
+
+
+# -- over corpora: the prediction interval and `penrose steerling nulls-table` ------------------------
+
+def test_t_quantile_against_closed_forms_and_tables():
+    for p in (0.9, 0.975, 0.995):
+        assert nl.t_quantile(p, 1) == pytest.approx(math.tan(math.pi * (p - 0.5)), rel=1e-8)  # Cauchy
+        assert nl.t_quantile(p, 2) == pytest.approx((2 * p - 1) / math.sqrt(2 * p * (1 - p)), rel=1e-8)
+    # printed t tables (two-sided 95%): df 4, 9, 30; and the normal's 1.959964 far out
+    assert nl.t_quantile(0.975, 4) == pytest.approx(2.776445, abs=1e-6)
+    assert nl.t_quantile(0.975, 9) == pytest.approx(2.262157, abs=1e-6)
+    assert nl.t_quantile(0.975, 30) == pytest.approx(2.042272, abs=1e-6)
+    assert nl.t_quantile(0.975, 100000) == pytest.approx(1.959964, abs=1e-4)
+    for bad in ((0.5, 3), (1.0, 3), (0.975, 0), (0.975, 2.5)):
+        with pytest.raises(ValueError):
+            nl.t_quantile(*bad)
+
+
+def test_prediction_interval_by_hand():
+    # values 1, 2, 3, 4: mean 2.5, sd √(5/3); t_{0.975,3} = 3.1824463; √(1 + 1/4): half width
+    # 3.1824463 · √(5/3) · √(5/4) = 3.1824463 · 5/√12 = 4.5934656
+    a = nl.prediction_interval([1.0, None, 2.0, 3.0, 4.0])
+    assert a["n"] == 4 and a["mean"] == 2.5 and a["sd"] == pytest.approx(math.sqrt(5 / 3))
+    assert a["pi"] == pytest.approx([2.5 - 4.5934656, 2.5 + 4.5934656], abs=1e-6)
+    assert nl.prediction_interval([1.0, 2.0, 3.0, 4.0], bounds=(0.0, 5.0))["pi"] == pytest.approx([0.0, 5.0])
+    assert nl.prediction_interval([0.3])["pi"] is None and nl.prediction_interval([])["mean"] is None
+    assert nl.prediction_interval([2.0, 2.0, 2.0])["pi"] == [2.0, 2.0]  # no spread seen: a point
+    with pytest.raises(ValueError, match="level"):
+        nl.prediction_interval([1.0, 2.0], level=1.0)
+
+
+def test_prediction_interval_covers_a_new_draw_95_percent():
+    """Five draws of a normal, one more: the interval holds the new draw 95% of the time (a confidence
+    interval of the mean, or z instead of t, would hold it ~88% or less)."""
+    rng = np.random.default_rng(7)
+    draws = rng.normal(3.0, 0.5, size=(4000, 6))
+    hits = [a[0] <= x[5] <= a[1] for x in draws for a in [nl.prediction_interval(x[:5].tolist())["pi"]]]
+    assert 0.935 < np.mean(hits) < 0.965, np.mean(hits)
+
+
+def _fake_run(root, name: str, corpus_seed: int, values: list[float], *, chunks: int = 100, steps: int = 600,
+              nulls: bool = False):
+    """A `nulls` --out folder whose known-answer results carry the few fields the figures read: val loss
+    `v`, detection AUC v/4, precision v/5 and chance v/20 per seed (plus nulls with 0.6 the model's)."""
+    data = root / f"corpus-{name}"
+    data.mkdir()
+    (data / ".planted.json").write_text(json.dumps({"config": {"seed": corpus_seed, "n_chunks": chunks}}))
+
+    def result(v):
+        return {"val_loss": v, "attribution": {"heldout_chance": v / 20}, "steering": {},
+                "summary": {"detection_auc_mean": v / 4, "heldout_attribution_precision": v / 5}}
+    runs = {"model": [result(v) for v in values]}
+    if nulls:
+        runs["shuffled_labels"] = [result(0.6 * v) for v in values]
+    out = root / name
+    out.mkdir()
+    config = {"data": str(data), "seeds": list(range(len(values))), "steps": steps, "preset": "small",
+              "nulls": ["shuffled_labels"] if nulls else [], "baselines": []}
+    (out / "nulls.json").write_text(json.dumps({"config": config, "runs": runs, "table": {}}))
+    return out
+
+
+def test_nulls_table_combines_corpora(tmp_path, capsys):
+    from penrose_zoo.steerling.cli import main
+
+    a = _fake_run(tmp_path, "a", 0, [2.0, 2.2, 2.4], nulls=True)  # corpus means 2.2, 2.0, 2.9
+    b = _fake_run(tmp_path, "b", 1, [1.9, 2.0, 2.1])
+    c = _fake_run(tmp_path, "c", 2, [2.8, 3.0, 2.9], chunks=150)
+    re = _fake_run(tmp_path, "re", 23, [2.5, 2.6, 2.7])  # mean 2.6: inside for val loss
+    assert main(["nulls-table", str(a), str(b / "nulls.json"), str(c), "--rerun", str(re), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    loss = doc["rows"]["val loss"]
+    assert loss["per_corpus"] == pytest.approx([2.2, 2.0, 2.9]) and loss["rerun"] == pytest.approx(2.6)
+    # by hand: mean 2.3666667; squared deviations 0.0277778 + 0.1344444 + 0.2844444 = 0.4466667, sd √(0.4466667/2)
+    # = 0.4725816; t_{0.975,2} = 4.3026527, √(1 + 1/3) = 1.1547005: half width 2.3479154
+    m, half = 2.3666667, 2.3479154
+    assert loss["prediction"]["sd"] == pytest.approx(0.4725816, abs=1e-6)
+    assert loss["prediction"]["pi"] == pytest.approx([m - half, m + half], abs=1e-6) and loss["inside"] is True
+    chance = doc["rows"]["  chance"]
+    assert chance["corpus_property"] and chance["prediction"] is None and chance["inside"] is None
+    assert chance["per_corpus"] == pytest.approx([0.11, 0.1, 0.145])
+    lift = doc["rows"]["  precision − chance"]  # v/5 − v/20 = 0.15 v
+    assert lift["per_corpus"] == pytest.approx([0.33, 0.3, 0.435]) and lift["rerun"] == pytest.approx(0.39)
+    # the first run's nulls stand beside its model, over its own seeds
+    assert doc["rows"]["val loss"]["first"]["shuffled_labels"]["mean"] == pytest.approx(0.6 * 2.2)
+    judged = [r for r in doc["rows"].values() if r["inside"] is not None]
+    assert doc["inside"]["of"] == len(judged) == 4 and doc["inside"]["n"] == sum(r["inside"] for r in judged)
+    assert doc["corpora"][2]["corpus"] == "s2/150" and doc["rerun"]["corpus"] == "s23/100"
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re)]) == 0
+    text = capsys.readouterr().out
+    assert "3 corpora: 95% PI" in text and "shuffled_labels s0/100" in text and "corpus property" in text
+    assert f"re-run inside the 95% prediction interval: {doc['inside']['n']} of 4 figures" in text
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re), "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "| val loss | 2.200 | 2.000 | 2.900 | 2.600 |" in md
+    row = next(x for x in md.splitlines() if x.startswith("| val loss | 2.200 ["))
+    assert row.endswith(f"| 2.367 [{m - half:.3f}, {m + half:.3f}] | 2.600 | yes |"), row
+    # a re-run far off lands outside, and is named
+    far = _fake_run(tmp_path, "far", 24, [5.0, 5.0, 5.0])
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(far), "--json"]) == 0
+    assert "val loss" in json.loads(capsys.readouterr().out)["inside"]["outside"]
+
+
+def test_nulls_table_refuses_what_it_cannot_combine(tmp_path, capsys):
+    from penrose_zoo.steerling.cli import main
+
+    a = _fake_run(tmp_path, "a", 0, [2.0, 2.2, 2.4])
+    b = _fake_run(tmp_path, "b", 1, [1.9, 2.0, 2.1])
+    twin = _fake_run(tmp_path, "twin", 0, [1.0, 1.1, 1.2])  # corpus seed 0 again
+    cases = [
+        ([str(a)], "at least 2 runs"),
+        ([str(a), str(tmp_path / "nowhere")], "no nulls.json"),
+        ([str(a), str(twin)], "same corpus is used twice"),
+        ([str(a), str(b), "--rerun", str(twin)], "re-run's corpus is used twice"),
+        ([str(a), str(_fake_run(tmp_path, "two", 2, [1.0, 2.0]))], "2 training seeds"),
+        ([str(a), str(_fake_run(tmp_path, "steps", 3, [1.0, 2.0, 3.0], steps=300))], "steps is 300"),
+    ]
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "nulls.json").write_text('{"config": {},\n "runs": [}')
+    cases.append(([str(a), str(bad)], "nulls.json:2:"))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "nulls.json").write_text('{"config": {}, "runs": {"model": []}}')
+    cases.append(([str(a), str(tmp_path / "empty")], "not a `penrose steerling nulls` result"))
+    for args, message in cases:
+        capsys.readouterr()
+        assert main(["nulls-table", *args]) == 1, args
+        assert message in capsys.readouterr().err, (args, message)
+    for level in ("1", "0", "nan"):
+        with pytest.raises(SystemExit):
+            main(["nulls-table", str(a), str(b), "--level", level])

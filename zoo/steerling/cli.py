@@ -307,6 +307,19 @@ def _parser() -> argparse.ArgumentParser:
     nu.add_argument("--threads", type=COUNT, default=None)
     nu.add_argument("--json", action="store_true", help="print nulls.json's table instead of the text table")
 
+    nt = sub.add_parser("nulls-table", help="combine `nulls` runs on several corpus draws: per-corpus figures, the "
+                                            "prediction interval for a new corpus's seed mean, and a re-run against it")
+    nt.add_argument("runs", nargs="+", metavar="OUT",
+                    help="`nulls` --out folders (or their nulls.json), one per corpus draw (at least 2); the first "
+                         "one's nulls are shown beside its model")
+    nt.add_argument("--rerun", metavar="OUT", default=None,
+                    help="an independent `nulls` run (another corpus, the same settings and number of seeds): "
+                         "which figures land inside the intervals")
+    nt.add_argument("--level", type=cli_number(0, 1, low_open=True, high_open=True), default=0.95,
+                    help="the prediction intervals' level (default 0.95)")
+    nt.add_argument("--json", action="store_true", help="print the combined table as JSON")
+    nt.add_argument("--markdown", action="store_true", help="print the tables as markdown (docs/experiments.md)")
+
     from penrose_zoo.steerling.scaling import add_arguments
 
     add_arguments(sub.add_parser("scaling", help="base vs concept-module models at several sizes: power-law fits "
@@ -326,7 +339,8 @@ def main(argv=None) -> int:
     try:
         return {"generate": _generate, "init": _init, "info": _info, "train": _train, "explain": _explain,
                 "steer": _steer, "evaluate": _evaluate, "concepts": _concepts, "scaling": _scaling,
-                "planted": _planted, "known-answer": _known_answer, "nulls": _nulls}[args.command](args)
+                "planted": _planted, "known-answer": _known_answer, "nulls": _nulls,
+                "nulls-table": _nulls_table}[args.command](args)
     except PenroseError as e:
         print(printable(e.render(), keep="\n"), file=sys.stderr)
         return 1
@@ -919,6 +933,16 @@ def _nulls(args) -> int:
                     nulls=_names_list(args.nulls, "--nulls", (*nl.TRAINED_NULLS, *nl.NULLS)),
                     log=lambda m: print(m, file=sys.stderr))
     print(json_text(res["table"], indent=1) if args.json else nl.format_nulls(res["table"]))
+    return 0
+
+
+def _nulls_table(args) -> int:
+    from penrose_zoo.steerling import nulls as nl
+
+    runs = [nl.load_run(r) for r in args.runs]
+    rerun = nl.load_run(args.rerun) if args.rerun else None
+    c = nl.combine_runs(runs, rerun, level=args.level)
+    print(json_text(c, indent=1) if args.json else nl.format_combined(c, markdown=args.markdown))
     return 0
 
 

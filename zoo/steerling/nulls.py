@@ -30,12 +30,23 @@ rows equals the model edit's):
 Layer ℓ counts transformer blocks: 0 adds before the first block, n_layers after the last (before
 the final norm). `aggregate` gives per-seed statistics (mean, spread, a bootstrap interval of the
 mean over seeds); `specificity` the matrix inject c → effect on every concept's words.
+
+Over corpora (`penrose steerling nulls-table`, `combine_runs`): each `nulls` run is one corpus
+draw; a figure's per-corpus value is its mean over that corpus's k training seeds, and the stated
+interval is the normal-theory 95% prediction interval for one more corpus's k-seed mean:
+m ± t_{0.975, n−1} · s · √(1 + 1/n) over the n corpora's means (m their mean, s their sd,
+`prediction_interval`, `t_quantile`). With balanced seeds each corpus mean is μ + a_corpus +
+mean of k seed errors, so s estimates the corpus and the seed variance together, as a re-run
+meets them. Figures that are properties of the corpus, not claims (the attribution chance level),
+get no interval: they are shown per corpus, and the claims against them as differences
+(precision − chance).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import random
 from pathlib import Path
@@ -46,7 +57,8 @@ import torch
 
 __all__ = ["NULLS", "TRAINED_NULLS", "BASELINES", "Edit", "shuffle_labels", "shuffle_known_embeddings",
            "reinitialised", "residual_added", "word_token_ids", "mean_difference", "edit_logits", "edit_kl",
-           "match_strength", "specificity", "aggregate", "detector_precision"]
+           "match_strength", "specificity", "aggregate", "detector_precision", "t_quantile", "prediction_interval",
+           "load_run", "combine_runs", "format_combined", "CORPUS_PROPERTIES"]
 
 #: the nulls known_answer applies to a checkpoint, and those trained as their own checkpoints
 NULLS = ("random_init", "shuffled_k")
@@ -366,6 +378,9 @@ FIGURES: list[tuple[str, Callable[[dict], Any]]] = [
     ("held-out attribution precision", lambda r: _summary(r, "heldout_attribution_precision")),
     ("  chance", lambda r: r["attribution"]["heldout_chance"]),
     ("  detector-only precision", lambda r: _summary(r, "detector_attribution_precision")),
+    ("  precision − chance", lambda r: _summary(r, "heldout_attribution_precision") - r["attribution"]["heldout_chance"]),
+    ("  detector-only − chance",
+     lambda r: _summary(r, "detector_attribution_precision") - r["attribution"]["heldout_chance"]),
     ("withheld: best unknown AUC", lambda r: _summary(r, "unknown_recovery_auc")),
     ("inject: median ratio", lambda r: _summary(r, "inject_ratio_median")),
     ("inject: concepts raised (CI > 1)", _raised),
@@ -413,3 +428,203 @@ def format_nulls(table: dict[str, dict[str, dict]], order=MODELS) -> str:
             lines.append(f"{name:<44}" + "".join(cells))
     return "\n".join(lines)
 
+
+
+# -- over corpora: prediction intervals for a re-run (`penrose steerling nulls-table`) ---------------
+
+#: figures that are properties of the corpus draw, not claims: shown per corpus, no interval
+CORPUS_PROPERTIES = ("  chance",)
+
+
+@functools.lru_cache(maxsize=None)
+def t_quantile(p: float, df: int) -> float:
+    """The p-quantile of Student's t with df degrees of freedom (0.5 < p < 1): bisection on the CDF,
+    0.5 + the integral of the density from 0 (composite Simpson's rule on 4,000 intervals, the density's
+    constant from lgamma); within 1e-6 relative for p <= 0.9995, 1e-9 for 0.975."""
+    if not 0.5 < p < 1:
+        raise ValueError(f"t_quantile: p must be in (0.5, 1), got {p!r}")
+    if df < 1 or int(df) != df:
+        raise ValueError(f"t_quantile: df must be a whole number >= 1, got {df!r}")
+    c = math.exp(math.lgamma((df + 1) / 2) - math.lgamma(df / 2)) / math.sqrt(df * math.pi)
+
+    def cdf(t: float) -> float:
+        xs = np.linspace(0.0, t, 4001)
+        f = c * (1 + xs * xs / df) ** (-(df + 1) / 2)
+        h = t / 4000
+        return 0.5 + h / 3 * float(f[0] + f[-1] + 4 * f[1:-1:2].sum() + 2 * f[2:-1:2].sum())
+
+    lo, hi = 0.0, 1.0
+    while cdf(hi) < p:
+        lo, hi = hi, hi * 2
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if cdf(mid) < p else (lo, mid)
+    return (lo + hi) / 2
+
+
+def prediction_interval(values, *, level: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf)) -> dict:
+    """The normal-theory prediction interval for one more draw from the population of `values` (None
+    dropped): mean ± t_{(1+level)/2, n−1} · sd · √(1 + 1/n), sd with ddof 1, clipped to `bounds` (the
+    figure's possible range; clipping removes no possible outcome). n < 2: no interval ("pi" None)."""
+    if not 0 < level < 1:
+        raise ValueError(f"prediction_interval: level must be in (0, 1), got {level!r}")
+    xs = np.asarray([v for v in values if v is not None], dtype=np.float64)
+    out: dict = {"mean": float(xs.mean()) if xs.size else None, "sd": float(xs.std(ddof=1)) if xs.size > 1 else None,
+                 "n": int(xs.size), "pi": None, "values": xs.tolist()}
+    if xs.size >= 2:
+        half = t_quantile((1 + level) / 2, int(xs.size) - 1) * out["sd"] * math.sqrt(1 + 1 / xs.size)
+        out["pi"] = [max(out["mean"] - half, bounds[0]), min(out["mean"] + half, bounds[1])]
+    return out
+
+
+def _bounds_of(figure: str) -> tuple[float, float]:
+    if "− chance" in figure:
+        return (-1.0, 1.0)
+    if any(w in figure for w in ("AUC", "precision", "share")):
+        return (0.0, 1.0)
+    return (0.0, math.inf)  # losses, ratios, counts, KL
+
+
+def _error(message: str):
+    from penrose.errors import PenroseError
+
+    return PenroseError(message)
+
+
+def load_run(path: str | Path) -> dict:
+    """A `penrose steerling nulls` result: OUT/nulls.json (or the file itself), checked to hold a model
+    run; "path" and "corpus" (the planted corpus's draw: its .planted.json config, else its path) added."""
+    import json
+
+    p = Path(path)
+    f = p / "nulls.json" if p.is_dir() else p
+    if not f.is_file():
+        raise _error(f"{path}: no nulls.json (the --out folder of `penrose steerling nulls`, or its nulls.json)")
+    try:
+        doc = json.loads(f.read_text())
+    except (OSError, UnicodeDecodeError) as e:
+        raise _error(f"{f}: unreadable ({e})") from None
+    except json.JSONDecodeError as e:
+        raise _error(f"{f}:{e.lineno}:{e.colno}: not JSON ({e.msg})") from None
+    if (not isinstance(doc, dict) or not isinstance(doc.get("config"), dict) or not isinstance(doc.get("runs"), dict)
+            or not isinstance(doc["runs"].get("model"), list) or not doc["runs"]["model"]):
+        raise _error(f"{f}: not a `penrose steerling nulls` result (no config, or no model runs)")
+    data = Path(str(doc["config"].get("data", "")))
+    planted = data / ".planted.json"
+    corpus: Any = str(data.resolve())
+    if planted.is_file():
+        try:
+            corpus = json.loads(planted.read_text()).get("config", corpus)
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+            pass
+    return {**doc, "path": str(path), "corpus": corpus}
+
+
+#: the config keys that may differ between the runs combined (everything else must match)
+_FREE = ("data", "seeds", "nulls", "baselines")
+
+
+def _check_same_settings(runs: list[dict]) -> None:
+    first = runs[0]
+    for r in runs[1:]:
+        for key in sorted(set(first["config"]) | set(r["config"])):
+            if key not in _FREE and first["config"].get(key) != r["config"].get(key):
+                raise _error(f"{r['path']}: {key} is {r['config'].get(key)!r}, {first['path']} has "
+                             f"{first['config'].get(key)!r}; the runs combined must differ only in corpus and seeds")
+        if len(r["runs"]["model"]) != len(first["runs"]["model"]):
+            raise _error(f"{r['path']}: {len(r['runs']['model'])} training seeds, {first['path']} has "
+                         f"{len(first['runs']['model'])}; the interval is for a mean over one number of seeds")
+
+
+def _corpus_label(run: dict) -> str:
+    c = run["corpus"]
+    return f"s{c.get('seed')}/{c.get('n_chunks')}" if isinstance(c, dict) else Path(str(c)).name
+
+
+def combine_runs(runs: list[dict], rerun: dict | None = None, *, level: float = 0.95) -> dict:
+    """Figures over corpora: `runs` are `load_run` results, one per corpus draw (at least 2, the same
+    settings and number of seeds, no corpus twice); the first one's nulls are reported beside its model
+    (mean and bootstrap interval over its seeds, as `nulls` prints them). Per figure: each corpus's
+    seed mean, the `prediction_interval` over them (none for CORPUS_PROPERTIES), and, with `rerun`
+    (another corpus, the same settings and number of seeds), its seed mean and whether it is inside."""
+    if len(runs) < 2:
+        raise _error("a prediction interval over corpora needs at least 2 runs (one per corpus draw)")
+    every = [*runs, *([rerun] if rerun is not None else [])]
+    _check_same_settings(every)
+    for i, a in enumerate(every):
+        for b in every[:i]:
+            if a["corpus"] == b["corpus"]:
+                what = "the re-run's corpus is" if a is rerun else "the same corpus is"
+                raise _error(f"{a['path']} and {b['path']}: {what} used twice ({_corpus_label(a)}); "
+                             "each run must be its own corpus draw")
+    first = nulls_table(runs[0]["runs"])
+    per = [nulls_table({"model": r["runs"]["model"]}) for r in runs]
+    again = nulls_table({"model": rerun["runs"]["model"]}) if rerun is not None else None
+    rows: dict[str, dict] = {}
+    for name, _ in FIGURES:
+        means = [t[name]["model"]["mean"] for t in per]
+        prop = name in CORPUS_PROPERTIES
+        pred = None if prop else prediction_interval(means, level=level, bounds=_bounds_of(name))
+        value = again[name]["model"]["mean"] if again is not None else None
+        inside = None
+        if pred is not None and pred["pi"] is not None and value is not None:
+            inside = bool(pred["pi"][0] - 1e-12 <= value <= pred["pi"][1] + 1e-12)
+        rows[name] = {"first": first[name], "per_corpus": means, "corpus_property": prop, "prediction": pred,
+                      "rerun": value, "inside": inside}
+    judged = {n: r["inside"] for n, r in rows.items() if r["inside"] is not None}
+    return {"level": level, "seeds_per_corpus": len(runs[0]["runs"]["model"]),
+            "corpora": [{"path": r["path"], "data": r["config"].get("data"), "corpus": _corpus_label(r),
+                         "seeds": r["config"].get("seeds")} for r in runs],
+            "rerun": None if rerun is None else {"path": rerun["path"], "data": rerun["config"].get("data"),
+                                                 "corpus": _corpus_label(rerun), "seeds": rerun["config"].get("seeds")},
+            "rows": rows, "inside": {"n": sum(judged.values()), "of": len(judged),
+                                     "outside": [n.strip() for n, ok in judged.items() if not ok]}}
+
+
+def _cell(v, ci=None) -> str:
+    if v is None:
+        return "—"
+    return f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _render(rows: list[list[str]], markdown: bool, first: int = 44, width: int = 12) -> list[str]:
+    """A header row and body rows as fixed-width text (figure column left, the others right) or markdown."""
+    if markdown:
+        out = ["| " + " | ".join(x.strip() for x in rows[0]) + " |", "| " + " | ".join("---" for _ in rows[0]) + " |"]
+        return out + ["| " + " | ".join(x.strip() for x in r) + " |" for r in rows[1:]]
+    ws = [max(width, *(len(r[j]) + 2 for r in rows)) for j in range(1, len(rows[0]))]
+    text = [f"{r[0]:<{first}}" + "".join(f"{x:>{w}}" for x, w in zip(r[1:], ws)) for r in rows]
+    return [text[0], "-" * len(text[0]), *text[1:]]
+
+
+def format_combined(c: dict, *, markdown: bool = False) -> str:
+    """Two tables: the figures per corpus (seed means), then the first corpus's model and nulls (mean
+    [bootstrap interval over seeds]) beside the prediction interval over corpora and the re-run;
+    fixed-width text, or markdown."""
+    k = c["seeds_per_corpus"]
+    names = [x["corpus"] for x in c["corpora"]] + (["re-run " + c["rerun"]["corpus"]] if c["rerun"] else [])
+    per = [["figure", *names]]
+    for name, r in c["rows"].items():
+        vals = [*r["per_corpus"], *([r["rerun"]] if c["rerun"] else [])]
+        if any(v is not None for v in vals):
+            per.append([name, *(_cell(v) for v in vals)])
+    cols = [m for m in MODELS if any(m in r["first"] for r in c["rows"].values())]
+    pct = f"{100 * c['level']:g}%"
+    head = ["figure", *(f"{m} {c['corpora'][0]['corpus']} ({k})" for m in cols),
+            f"{len(c['corpora'])} corpora: {pct} PI", *(["re-run", "inside"] if c["rerun"] else [])]
+    main = [head]
+    for name, r in c["rows"].items():
+        cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—"
+                 for a in (r["first"].get(m) for m in cols)]
+        p = r["prediction"]
+        pi = "corpus property" if r["corpus_property"] else (_cell(p["mean"], p["pi"]) if p and p["mean"] is not None
+                                                             else "—")
+        tail = [_cell(r["rerun"]), "—" if r["inside"] is None else "yes" if r["inside"] else "NO"] if c["rerun"] else []
+        if any(x != "—" for x in cells) or pi != "—":
+            main.append([name, *cells, pi, *tail])
+    lines = [f"per corpus (mean over {k} training seeds)", *_render(per, markdown), "", *_render(main, markdown, width=10)]
+    if c["rerun"]:
+        i = c["inside"]
+        lines.append(f"\nre-run inside the {pct} prediction interval: {i['n']} of {i['of']} figures"
+                     + (f"; outside: {', '.join(i['outside'])}" if i["outside"] else ""))
+    return "\n".join(lines)
