@@ -38,12 +38,17 @@ def pytest_configure(config):
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
-# Test files that draw the whole zoo's gallery (figures, equations, readings): the first to do so
-# in a process pays for sympy's and the fonts' caches (over a minute), the others then take
-# seconds. Under pytest-xdist (`--dist loadgroup`, as `make test` runs it) they share one worker.
+# Tests that run on one pytest-xdist worker (`--dist loadgroup`, as `make test` runs them):
+# - zoo-gallery: the files that draw the whole zoo's gallery (figures, equations, readings); the
+#   first to do so in a process pays for sympy's and the fonts' caches (over a minute), the others
+#   then take seconds;
+# - source-tree: building the sdist (test_wheel) writes its release folder penrose_diagrams-*/ into
+#   the source tree for a while, and test_grammar lists the tree's files (a second grammar there).
 SHARED_WORKER = {
     "tests/rendering/test_gallery.py": "zoo-gallery",
     "tests/rendering/test_gallery_content.py": "zoo-gallery",
+    "tests/project/test_wheel.py": "source-tree",
+    "tests/project/test_grammar.py": "source-tree",
 }
 
 
