@@ -24,8 +24,9 @@ setup: $(STAMP)
 gallery: $(STAMP)
 	$(PYTHON) -m penrose.cli gallery -o $(GALLERY_OUT)
 
+# in parallel, a worker per core up to 4 (pytest-xdist; tests/conftest.py: threads per worker, shared workers)
 test: $(STAMP)
-	$(PYTHON) -m pytest -q
+	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
 
 bench: $(STAMP)
 	$(PYTHON) bench/compile_overhead.py

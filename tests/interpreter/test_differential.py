@@ -59,8 +59,11 @@ _FAST = dict(phases=(Phase.explicit, Phase.reuse, Phase.generate), report_multip
 RTOL, ATOL = 1e-7, 1e-9  # float64 throughout
 FUZZ = settings(max_examples=300, **_FAST)
 FMT = settings(max_examples=150, **_FAST)
-RENDER = settings(max_examples=100, **_FAST)
-MANY = settings(max_examples=300, **_FAST) if REDUCED else settings(max_examples=int(os.environ.get("PENROSE_FUZZ_EXAMPLES", 3000)))
+# the slow ones' reduced forms (PENROSE_REDUCED=1, CI) draw fewer programs: the renderer 40 of its
+# 100, bad ids 20 of 40, and MANY 100 (test_programs_agree_three_ways draws its 300 besides)
+RENDER = settings(max_examples=40 if REDUCED else 100, **_FAST)
+BAD_IDS = settings(max_examples=20 if REDUCED else 40, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow], **_FAST)
+MANY = settings(max_examples=100, **_FAST) if REDUCED else settings(max_examples=int(os.environ.get("PENROSE_FUZZ_EXAMPLES", 3000)))
 DEEP = settings(max_examples=3, **_FAST)
 FREE = settings(max_examples=100, **_FAST)
 CONSTS = settings(max_examples=60 if REDUCED else 150, **_FAST)
@@ -413,7 +416,8 @@ def test_programs_agree_in_float32_and_bfloat16(program, dtype):
                                    msg=lambda m: f"interpreted output {name} in {dtype}: {m}")
 
 
-@settings(max_examples=40, suppress_health_check=[HealthCheck.filter_too_much, HealthCheck.too_slow], **_FAST)
+@pytest.mark.slow
+@BAD_IDS
 @given(programs(), st.sampled_from(["-1", "bound", "uint8"]))
 def test_bad_ids_are_one_error_three_ways(program, how):
     """Ids out of range (negative, or past the table) or of a non-index dtype: the compiled
@@ -497,6 +501,7 @@ def test_fmt_keeps_meaning_and_comments(program):
     check_fmt(program.text)
 
 
+@pytest.mark.slow
 @RENDER
 @given(programs(decorate=True))
 def test_render_and_explain_never_empty(program):
