@@ -1422,7 +1422,7 @@ UNTANGLE_LAYOUTS = 40
 MOVE_LAYOUTS = 60
 LABEL_LAYOUTS = 8
 SEARCH_NODES = 40
-SHAKE_LAYOUTS = 150
+SHAKE_LAYOUTS = 40
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
@@ -1447,10 +1447,9 @@ def _untangle(fig: Figure, text: str) -> tuple:
     """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
     wires; () for the figure as it is. The search stops at the fewest crossings any drawing of the
     figure can have (`crossings.fewest_crossings`: 0 unless its graph is not planar). A figure whose graph
-    is not planar and that has more than SEARCH_NODES nodes gets the reordered tries only, not
-    the wire-by-wire search; one of at most SEARCH_NODES nodes still above its fewest gets
-    SHAKE_LAYOUTS draws of a few wires moved at once; a label a wire still runs through gets its
-    two wires moved (LABEL_LAYOUTS)."""
+    is not planar gets the reordered tries only, not the wire-by-wire search; one of at most
+    SEARCH_NODES nodes still above its fewest (1 or 2) gets SHAKE_LAYOUTS draws of a few wires
+    moved at once; a label a wire still runs through gets its two wires moved (LABEL_LAYOUTS)."""
     import random
 
     import networkx as nx
@@ -1511,11 +1510,10 @@ def _untangle(fig: Figure, text: str) -> tuple:
     flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings
     # the fewest crossings any drawing has (0 for a planar figure; a search stops there — not at
     # the fewest with the inputs and results at the page's edge: Graphviz may find a drawing
-    # with fewer that encloses one): a non-planar figure of up to SEARCH_NODES nodes that can do
-    # with 1 or 2 is searched too, any other gets the reordered tries only
+    # with fewer that encloses one); a non-planar figure gets the reordered tries, and one of up
+    # to SEARCH_NODES nodes that can do with 1 or 2 the shakes below
     fewest = 0 if flat else fewest_crossings(graph, (), 2, 2000) if len(fig.nodes) <= SEARCH_NODES else None
     least = fewest if fewest is not None and fewest <= 2 else 0
-    searched = flat or bool(least)
 
     def settled(found) -> bool:  # no label crossed, and no more crossings than the fewest possible
         return sum(p is not None for *_, p in found) <= least and all(p is not None for *_, p in found)
@@ -1539,7 +1537,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     try:
         found, best, lay = tried("", 0, None)
-        search = not settled(found) and (searched or not crossed(lay))
+        search = not settled(found) and (flat or not crossed(lay))
         for extra, seed in UNTANGLE_TRIES:
             if settled(found):
                 break
@@ -1550,7 +1548,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
             if search:  # the wires that cross, loosened one at a time
                 found, best = rounds(extra, seed, loose, found, best, crossing, UNTANGLE_ROUNDS)
-        if not settled(found) and searched:
+        if not settled(found) and flat:
             # moves: a planar figure still crossing gets the wires at the crossing wires' ends
             # moved too (LOOSEN, a wire reversed: its head ranked before its tail, running back),
             # on top of the best layout so far, within MOVE_LAYOUTS more layouts
