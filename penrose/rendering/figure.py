@@ -1422,6 +1422,7 @@ UNTANGLE_LAYOUTS = 40
 MOVE_LAYOUTS = 60
 LABEL_LAYOUTS = 8
 SEARCH_NODES = 40
+SHAKE_LAYOUTS = 40
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
@@ -1444,8 +1445,13 @@ def to_dot(fig: Figure, untangle: bool = True) -> str:
 
 def _untangle(fig: Figure, text: str) -> tuple:
     """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
-    wires; () for the figure as it is. A figure whose graph is not planar (it cannot do without
-    crossings) gets the reordered tries only, not the wire-by-wire search."""
+    wires; () for the figure as it is. The search stops at the fewest crossings any drawing of the
+    figure can have (`crossings.fewest_crossings`: 0 unless its graph is not planar). A figure whose graph
+    is not planar gets the reordered tries only, not the wire-by-wire search; one of at most
+    SEARCH_NODES nodes still above its fewest (1 or 2) gets SHAKE_LAYOUTS draws of a few wires
+    moved at once; a label a wire still runs through gets its two wires moved (LABEL_LAYOUTS)."""
+    import random
+
     import networkx as nx
 
     from penrose.rendering.crossings import crossings as crossed
@@ -1502,12 +1508,12 @@ def _untangle(fig: Figure, text: str) -> tuple:
     budget = [UNTANGLE_LAYOUTS]
     graph = nx.Graph((tail, head) for kind, tail, head, *_ in bundles(fig) if kind != "order" and tail != head)
     flat = nx.check_planarity(graph)[0]  # else it cannot do without crossings
-    # the fewest crossings any drawing with the inputs and results at the page's edge has (0 for
-    # most figures; a search stops there): a non-planar figure of up to SEARCH_NODES nodes is
-    # searched too, a larger one gets the reordered tries only
-    outside = [n.id for n in fig.nodes if n.kind in ("input", "output") and n.id in graph]
-    least = (fewest_crossings(graph, outside, 2, 2000) if flat or len(fig.nodes) <= SEARCH_NODES else 0) or 0
-    searched = flat or len(fig.nodes) <= SEARCH_NODES
+    # the fewest crossings any drawing has (0 for a planar figure; a search stops there — not at
+    # the fewest with the inputs and results at the page's edge: Graphviz may find a drawing
+    # with fewer that encloses one); a non-planar figure gets the reordered tries, and one of up
+    # to SEARCH_NODES nodes that can do with 1 or 2 the shakes below
+    fewest = 0 if flat else fewest_crossings(graph, (), 2, 2000) if len(fig.nodes) <= SEARCH_NODES else None
+    least = fewest if fewest is not None and fewest <= 2 else 0
 
     def settled(found) -> bool:  # no label crossed, and no more crossings than the fewest possible
         return sum(p is not None for *_, p in found) <= least and all(p is not None for *_, p in found)
@@ -1531,7 +1537,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     try:
         found, best, lay = tried("", 0, None)
-        search = not settled(found) and (searched or not crossed(lay))
+        search = not settled(found) and (flat or not crossed(lay))
         for extra, seed in UNTANGLE_TRIES:
             if settled(found):
                 break
@@ -1542,12 +1548,24 @@ def _untangle(fig: Figure, text: str) -> tuple:
             loose = dict(best[2] or {}) if best[:2] == (extra, seed) else {}
             if search:  # the wires that cross, loosened one at a time
                 found, best = rounds(extra, seed, loose, found, best, crossing, UNTANGLE_ROUNDS)
-        if not settled(found) and searched:
+        if not settled(found) and flat:
             # moves: a planar figure still crossing gets the wires at the crossing wires' ends
             # moved too (LOOSEN, a wire reversed: its head ranked before its tail, running back),
             # on top of the best layout so far, within MOVE_LAYOUTS more layouts
             budget[0] = MOVE_LAYOUTS
             found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, movable, MOVE_LAYOUTS)
+        if not settled(found) and least:
+            # a small figure still above its fewest crossings: a few wires moved at once (a
+            # seeded draw of 2 to 4 wires, each moved one of the LOOSEN ways), SHAKE_LAYOUTS times
+            rng = random.Random(len(fig.nodes))
+            names = sorted(wires)
+            for _ in range(SHAKE_LAYOUTS):
+                if settled(found):
+                    break
+                moved = {w: rng.choice(LOOSEN) for w in rng.sample(names, min(len(names), rng.randint(2, 4)))}
+                n, args, _ = tried(rng.choice(("", "mclimit=4")), rng.randrange(6), moved)
+                if worse(found, n):
+                    found, best = n, args
         if any(p is None for *_, p in found):
             # a label a wire still runs through (often at a crossing that must stay): that wire and
             # the labelled one moved (LOOSEN), within LABEL_LAYOUTS more layouts

@@ -227,3 +227,18 @@ def test_a_step_badge_in_a_box_is_a_label_no_wire_runs_through():
     lay = layout(dot_source(text))
     assert any(owner.startswith("softmax") for owner, _ in lay.labels)
     assert measure(render(text)).counts()["labels crossed"] == 0
+
+
+def test_the_causal_cbm_gallery_figures_reach_their_fewest():
+    # issue 36: C2BM's plan ran a wire through the '#12: 24 FLOPs' label of c -> w_y (at the one
+    # crossing a drawing with its results outside must have), and its statement 4 (W's two
+    # einsums: node and A each feed four of their legs' junctions, a non-planar graph) crossed 4
+    # times where 2 do; measured on the committed gallery (test_gallery checks that it is what
+    # `penrose gallery` makes), laid out here it would take the search's tens of seconds
+    from penrose.rendering.measure import measure
+
+    figures = ROOT / "gallery" / "figures" / "causally_reliable_cbm"
+    assert measure((figures / "plan.svg").read_bytes()).counts()["labels crossed"] == 0
+    s04 = build_figure(dict(FIGURES)["zoo/causally_reliable_cbm.pen"], "statement:4")
+    assert fewest_enclosed_crossings(s04) == 2 and not planar(layout(to_dot(s04, untangle=False)))
+    assert measure((figures / "s04.svg").read_bytes()).counts()["crossings"] == 2
