@@ -777,9 +777,17 @@ def _lower_binop(op: str):
                     return fused
         if op in P.CMPOPS:
             return P.compare(op, ta, tb)
+        if v.op != "sbin" and v.type.dtype == "float":  # `ids * 1` is a float tensor, as the checker says: torch's would be int64
+            ta, tb = (_as_float(em, t) if x.type.dtype == "int" else t for t, x in ((ta, a), (tb, b)))
         return P.binop(op, ta, tb)
 
     return lower
+
+
+def _as_float(em: _Emitter, tree: ast.expr) -> ast.expr:
+    """An integer tensor in the model's floating dtype (what arithmetic on it gives in .pen)."""
+    em.uses_dtype = True
+    return P.method(tree, "to", P.name("_dtype"))
 
 
 def _linear_with_bias(v: V, trees: tuple) -> ast.expr | None:

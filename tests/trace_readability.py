@@ -153,6 +153,35 @@ def legend_repeats(text: str) -> list[str]:
     return ([f"size 1: {' '.join(ones)}"] if len(ones) > 1 else []) + same
 
 
+MEANT = ("model width", "heads", "key-value heads", "copies of each key-value head", "head dim")
+
+
+def meaning_letters(text: str) -> list[str]:
+    """Meanings with more than one letter, and letters with a second meaning: the legend's meanings from
+    the module's attributes (`e  model width (hidden_size = 16)`), the residual stream (the first
+    formal of a block called `repeat N`: its last leg is the model width), and the head dim's letter
+    split or merged in a pattern with no heads (a patch's rows `(g d)` are not a head dim)."""
+    rows = re.findall(r"^#\s+(\w+)\s{2}(.*)$", text, re.MULTILINE)
+    letters: dict = {m: set() for m in MEANT}
+    for name, line in rows:
+        meaning = next((m for m in MEANT if line.startswith(m + " (") or line == m), None)
+        if meaning:
+            letters[meaning].add(name)
+    if letters["model width"]:
+        repeated = set(re.findall(r"= (\w+)\([^)]*\) repeat ", text))
+        for block, first in re.findall(r"^block (\w+)\(\w+\[([^\]]*)\]", text, re.MULTILINE):
+            if block in repeated:
+                letters["model width"].add(first.split(",")[-1].strip())
+    out = [f"{m}: {' '.join(sorted(ls))}" for m, ls in letters.items() if len(ls) > 1]
+    heads = letters["heads"] | letters["key-value heads"] | letters["copies of each key-value head"]
+    for pattern in re.findall(r"\b(?:rearrange|repeat|reduce)\([^']*'([^']*)'", text):
+        for group in re.findall(r"\(([^()]*)\)", pattern):
+            legs = group.split()
+            if len(legs) > 1 and set(legs) & letters["head dim"] and not set(legs) & heads:
+                out.append(f"head dim without heads: ({group})")
+    return out
+
+
 def snake_block_names(text: str) -> list[str]:
     """Block names split as no person would (`si_lu_activation`, `g_p_t2`): short pieces that are not the
     name of an instance the text calls (`linear_c_fc` for `as c_fc` is the module's own name)."""
@@ -172,4 +201,5 @@ def measures(text: str) -> dict:
     """Each measure's count for one traced text."""
     return {"long lines": len(long_lines(text)), "block legs vs einsum": len(block_leg_mismatches(text)),
             "unrolled layers": len(unrolled_layers(text)), "made-up names": len(made_up_names(text)),
-            "legend repeats": len(legend_repeats(text)), "block names": len(snake_block_names(text))}
+            "legend repeats": len(legend_repeats(text)), "block names": len(snake_block_names(text)),
+            "letters per meaning": len(meaning_letters(text))}

@@ -103,7 +103,7 @@ class Elementwise:
 
         Returns the operand expressions, the result's legs (penrose order), its view axes and
         whether it is batched."""
-        operands = self.apart(self.matched_virtuals(operands))
+        operands = self.renamed(self.apart(self.matched_virtuals(operands)))
         tensors = [(i, v) for i, v in enumerate(operands) if isinstance(v, View)]
         if not tensors:
             self.unsupported(why="no tensor operand")
@@ -184,6 +184,22 @@ class Elementwise:
                 if seen.setdefault(id(self.C.find(c)), pos) != pos:
                     v = out[i] = self.relabel(v, len(v.axes) - pos)
                     seen[id(self.C.find(v.axes[-pos]))] = pos
+        return out
+
+    def renamed(self, operands) -> list:
+        """The operands with an axis that meets, at one axis of the result, a leg of its size it cannot be
+        (the other operand carries both) given a leg of its own there: OPT's padding mask, whose axis
+        numbers the queries' positions (a running sum of it) and is added to the scores over the keys."""
+        out = list(operands)
+        views = [v for v in out if isinstance(v, View)]
+        rank = max((len(v.full) for v in views), default=0)
+        for pos in range(1, rank + 1):
+            big = [(i, v.full[-pos]) for i, v in enumerate(out) if isinstance(v, View) and len(v.full) >= pos
+                   and isinstance(v.full[-pos], Cls) and v.full[-pos].size != 1]
+            for i, e in big[1:]:
+                first = big[0][1]
+                if e.size == first.size and not self.C.same(first, e) and not self.C.can_union(first, e):
+                    out[i] = self.relabel(out[i], len(out[i].axes) - pos)
         return out
 
     def relabel(self, v: View, j: int) -> View:

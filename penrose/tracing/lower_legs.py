@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from penrose.tracing.common import _overload, _packet
-from penrose.tracing.model import Call, Cls, Leg, Num, Pattern, Ref, Str, View
+from penrose.tracing.model import BinOp, Call, Cls, Leg, Num, Pattern, Ref, Str, View
 
 
 class Reductions:
@@ -232,6 +232,8 @@ class Reductions:
     def running_sum(self, x: View, j: int, fresh: bool = True) -> View:
         """The sums of axis j of x up to each position (a causal contraction), on a leg of their own
         (the positions a mask numbers are another axis than the mask's), or on x's (`fresh=False`)."""
+        if x.pval.dtype == "int":  # an integer mask counted (OPT's positions): einsum contracts numbers, `mask * 1`
+            x = View(self.emit(BinOp("*", Ref(x.pval), Num(1)), x.pval.legs, x.batched), list(x.axes), x.batched)
         c = x.axes[j]
         s = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
         t, s = (s, c) if fresh else (c, s)

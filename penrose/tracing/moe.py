@@ -71,9 +71,15 @@ def experts_forward(experts):
         gate, up = gate_up.chunk(2, dim=-1)
         current = experts.act_fn(gate) * up
         return torch.einsum("txf,xef,tx->te", current, experts.down_proj, gates)
-    # the block's formals: the tensors it is called with (the top-k index is None)
+    # the block's formals: the tensors it is called with (the top-k index is None), named as the
+    # module's own forward names them (Mixtral's `top_k_weights`)
+    try:
+        own = [n for n in inspect.signature(experts.forward).parameters if n != "self"]
+    except (TypeError, ValueError):  # pragma: no cover - a forward inspect cannot read
+        own = []
+    names = (own[0], own[2]) if len(own) >= 3 and own[0] != own[2] else ("hidden_states", "gates")
     forward.__signature__ = inspect.Signature([inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD)
-                                               for n in ("hidden_states", "gates")])
+                                               for n in names])
     return forward
 
 

@@ -164,7 +164,8 @@ def trace_module(module, inputs, *, dims=None, verify=True, notes=False, batch=N
 
 def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, title) -> tuple[str, set]:
     """`trace_module` on a module in eval mode, its mixtures of experts in their dense form."""
-    ep = _export(module, inputs, options)
+    with _result_places(module) as places:
+        ep = _export(module, inputs, options)
     out_names = _output_names(getattr(ep.call_spec, "out_spec", None))
     first = inputs[0]
     named_batch = any(axis == 0 for (_i, axis) in hints)
@@ -243,6 +244,7 @@ def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, titl
         shown = ", ".join(transient[:6]) + (f" ... ({len(transient)} in all)" if len(transient) > 6 else "")
         header.append(f"# Buffers registered with persistent=False: {shown}; load them with the state dict: "
                       "{**module.state_dict(), **dict(module.named_buffers())}.")
+    low.result_places = places
     text = Writer(low, name, notes=notes).write(header)
     text = _canonical(text)
     if (auto_batch or batch is False) and not named_batch and first.dim() >= 1 and not _batch_free(text):
@@ -352,6 +354,28 @@ def _first_use(low, i):
             if span is not None:
                 return span
     return None
+
+
+@contextmanager
+def _result_places(module):
+    """Yields {fqn: which places of the tuple a submodule's call returns hold a tensor} (its first
+    call's), filled while torch.export runs forward: for the writer to name a call's one tensor as the
+    user's line does (`_, top_k_weights, top_k_index = self.gate(x)`: `top_k_weights`, the one target
+    at a tensor's place). No forward of its own: a module that updates its state is run once."""
+    places: dict = {}
+
+    def hook(fqn):
+        def record(_mod, _args, out):
+            if isinstance(out, (tuple, list)):
+                places.setdefault(fqn, tuple(isinstance(v, torch.Tensor) for v in out))
+        return record
+
+    handles = [sub.register_forward_hook(hook(fqn)) for fqn, sub in module.named_modules() if fqn]
+    try:
+        yield places
+    finally:
+        for h in handles:
+            h.remove()
 
 
 def _dropped(module, inputs) -> list:

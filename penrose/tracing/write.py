@@ -669,6 +669,7 @@ class Writer:
             r = C.find(c)
             roots.setdefault(id(r), r)
         conflicts = defaultdict(set)
+        together = defaultdict(set)  # the classes that are legs of one tensor with each one
         live: set = set()  # the classes the text writes (dead statements' and unused buffers' are not named)
 
         def clique(rs):
@@ -678,6 +679,7 @@ class Writer:
                 for b in rs:
                     if a is not b:
                         conflicts[id(a)].add(id(b))
+                        together[id(a)].add(id(b))
 
         regions = list(_walk(self.root))
         for region in regions:
@@ -750,6 +752,18 @@ class Writer:
         for c in C.all:
             roles_of[id(C.find(c))].add(c.role)
 
+        def beside_heads(r):
+            """A leg of a tensor whose other legs include heads (a size the module's heads or key-value
+            heads have): a head dim, not a patch's rows split off an image as heads are split."""
+            return any("head" in roles_of[i] and (roots[i].size in sizes_of["h"] or roots[i].size in sizes_of["g"])
+                       for i in together[id(r)])
+
+        # the model width: the axis the module's width attribute sizes that most tensors carry (the
+        # residual stream), an input's last axis first; heads times head dim beside it are `hd`, not a
+        # second letter for the width
+        widths = [r for r in roots.values() if id(r) in live and r.size in sizes_of["e"] and not r.hint]
+        width = max(widths, key=lambda r: (r.role in ("in_last", "in_only"), len(r.vals), -r.id)) if widths else None
+
         def attr_letter(r):
             """The letter the module's own attributes give an axis: its heads (n_head, num_heads), key-value
             heads (num_key_value_heads), head dim (head_dim), width (hidden_size, n_embd), copies (n_rep)."""
@@ -758,14 +772,16 @@ class Writer:
                     return "g"
                 if r.size in sizes_of["h"]:
                     return "h"
-            if "headdim" in roles_of[id(r)] and r.size in sizes_of["d"]:
+            if "headdim" in roles_of[id(r)] and r.size in sizes_of["d"] and beside_heads(r):
                 return "d"
             if r.role == "copy" and r.size in sizes_of["r"]:
                 return "r"
+            if r is width:
+                return "e"
             if r.role.startswith("in_") and (r.merge or r.size in sizes_of["e"]) and r.role != "in_other":
                 return "e"  # the model width: one name through the diagram, even where a view splits it
-            if r.merge and len(r.merge) == 2 and r.size in sizes_of["e"] and C.find(r.merge[0]).size in sizes_of["h"] \
-                    and C.find(r.merge[1]).size in sizes_of["d"]:
+            if width is None and r.merge and len(r.merge) == 2 and r.size in sizes_of["e"] \
+                    and C.find(r.merge[0]).size in sizes_of["h"] and C.find(r.merge[1]).size in sizes_of["d"]:
                 return "e"  # heads times head dim, the width (a whole model's, whose input is token ids)
             return None
 
@@ -821,7 +837,7 @@ class Writer:
 
         # the width first (so that a view of it keeps its name), then heads and head dims, then the rest
         def first(r):
-            if r.role in ("in_last", "in_only") and attr_letter(r):
+            if r is width or (r.role in ("in_last", "in_only") and attr_letter(r)):
                 return 0
             return 1 if roles_of[id(r)] & {"head", "headdim", "key", "copy"} else 2
 
@@ -947,6 +963,8 @@ class Writer:
                 if wish is None and isinstance(it, Stmt) and len(it.outs) == 1:  # a part of a long line: the line's name
                     targets = line_targets(it.src)
                     wish = targets[0] if targets and len(targets) == 1 and ok_name(targets[0]) else None
+                if wish is None and isinstance(it, CallStmt) and len(it.outs) == 1:
+                    wish = self.tuple_target(it)
                 if wish is None and isinstance(it, CallStmt) and len(it.outs) > 1:
                     wish = self.wish_of(p)  # `cos, sin = llama_rotary_embedding() as rotary_emb`: the names it returns
                 if wish is None and isinstance(it, CallStmt):
@@ -1012,6 +1030,17 @@ class Writer:
                 return targets[0]
         fn = self.L.helper_result(p.node)  # what a helper returns: named after it (`rotate_half`)
         return fn if fn and ok_name(fn) else None
+
+    def tuple_target(self, it):
+        """The user's name for a call's one result where its line unpacks a tuple: the one target at a
+        place the module's call fills with a tensor (`_, top_k_weights, top_k_index = self.gate(x)`, the
+        index None in the dense form of a mixture of experts), or None where that is not one name."""
+        targets = line_targets(it.src)
+        places = getattr(self.L, "result_places", {}).get(it.region.fqn)
+        if not targets or len(targets) < 2 or places is None or len(places) != len(targets):
+            return None
+        named = [t for t, tensor in zip(targets, places) if tensor and ok_name(t)]
+        return named[0] if len(named) == 1 else None
 
     def wish_of(self, p, depth=0):
         """The name the user's code gives a value, followed through block boundaries: a block's result

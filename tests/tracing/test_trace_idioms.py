@@ -504,7 +504,29 @@ def test_whole_models_read_like_hand_written_diagrams():
     for module, inputs in (_whole("llama"), _whole("gpt2"), _timm("timm-vit-attention")):
         text = penrose.trace(module.eval(), *inputs)
         assert measures(text) == {"long lines": 0, "block legs vs einsum": 0, "unrolled layers": 0, "made-up names": 0,
-                                  "legend repeats": 0, "block names": 0}, text
+                                  "legend repeats": 0, "block names": 0, "letters per meaning": 0}, text
+
+
+def test_one_letter_per_meaning_in_whole_models():
+    """regression (issue 38): timm's whole VisionTransformer named its residual stream `f` ("axis 0 of
+    proj.weight") and its heads times head dim `e` ("model width"), two letters for the width, and
+    its patch's rows (4 pixels) `d`, the head dim's letter: `rearrange(x, 'n (g d) (t c) -> ...')`.
+    Now the width is the residual stream's letter, `e`, the heads merged are `hd`, and `d` is only
+    a head dim. Measured over GPT-2, BERT, ViT and ALBERT (transformers' AlbertModel, shared
+    layers): each meaning the module's attributes give has one letter (tests/trace_readability.py,
+    `meaning_letters`)."""
+    from test_trace_real import _vit, _whole
+    from test_trace_shared import _albert, _ids
+    from trace_readability import meaning_letters
+
+    module, inputs = _vit()
+    text = penrose.trace(module.eval(), *inputs)
+    assert meaning_letters(text) == [], text
+    assert "#   e  model width (embed_dim = 16)\n" in text and "dim hd = h * d" in text, text
+    assert "block block_module(x[m, e])" in text and "'h m d -> m (h d)'" in text, text
+    for module, inputs in (_whole("gpt2"), _whole("bert"), (_albert(3, 1), _ids(2))):
+        text = penrose.trace(module.eval(), *inputs)
+        assert meaning_letters(text) == [], text
 
 
 def test_vit_heads_keep_their_letter():
@@ -519,8 +541,8 @@ def test_vit_heads_keep_their_letter():
 
 
 def test_readability_measures_can_fail():
-    from trace_readability import block_leg_mismatches, legend_repeats, long_lines, made_up_names, snake_block_names, \
-        unrolled_layers
+    from trace_readability import block_leg_mismatches, legend_repeats, long_lines, made_up_names, meaning_letters, \
+        snake_block_names, unrolled_layers
 
     text = ("# index legend:\n#   t  token\n#   e  width\n#   m  width\n"
             "dim t = 3, e = 4, m = 4\n\n"
@@ -530,3 +552,7 @@ def test_readability_measures_can_fail():
     assert long_lines(text) and block_leg_mismatches(text) and unrolled_layers(text)
     assert made_up_names(text) == ["h", "r2", "x2", "y"] and snake_block_names(text) == ["si_lu_linear"]
     assert legend_repeats(text) == ["e m"]
+    vit = ("# index legend:\n#   d  head dim (head_dim = 4)\n#   h  heads (num_heads = 4)\n#   e  model width (dim = 16): h times d\n"
+           "dim g = 2, d = 4, h = 4, f = 16\ndim e = h * d\n\nblock layer(x[t, f]) {\n  return x\n}\n\n"
+           "input x[n, p]\ny = rearrange(x, 'n (g d) -> n g d')\nz = layer(y) repeat 2 as blocks\n")
+    assert meaning_letters(vit) == ["model width: e f", "head dim without heads: (g d)"]

@@ -68,15 +68,35 @@ def test_more_whole_models_called_with_an_attention_mask_round_trip(name, dtype)
     assert "attention_mask != 0" in text
 
 
-def test_opt_positions_counted_from_the_mask_are_refused_at_their_line():
-    """OPT numbers its positions by a running sum of the mask (a running sum the diagram writes): the
-    mask's axis is then both the queries' (the positions) and the keys' (the mask added to the scores),
-    which one leg cannot be. Refused where the two meet, with cause and line."""
+def test_opt_positions_counted_from_the_mask_round_trip_at_two_batches():
+    """regression (issue 38): OPT numbers its positions by a running sum of the mask, so the mask's
+    axis is the queries' (the positions) and, added to the scores, the keys': one leg cannot be
+    both, and the trace refused it ("Tensor.add: its operands' axes cannot be named consistently").
+    Now the mask is read on a leg of its own where it meets the other (a rename, as `apart` gives
+    `pos[:, None] - pos[None, :]` two legs; the running sum of the integer mask is `mask * 1`, a float
+    tensor, which the compiled code now casts as the checker says): values and gradients, strict
+    loading, and a batch of 3 through the same diagram (the batch free; OPT's softmax computes in
+    float32, so 1e-6)."""
     module, ids = _masked("opt")
-    with pytest.raises(penrose.PenroseError, match=r"modeling_opt.py:\d+:\d+: error: Tensor.add: its operands' axes "
-                                                  r"cannot be named consistently") as err:
-        penrose.trace(module.eval(), ids, _padded())
-    assert "attn_weights = attn_weights + attention_mask" in str(err.value)
+    text = round_trip(module, [ids, _padded()], torch.float64)
+    assert "input attention_mask[b, " in text and "Takes a batch" not in text, text
+    twin = penrose.compile(text).double().eval()
+    twin.load_state_dict(module.state_dict(), strict=True)
+    ids3, mask3 = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(3)), torch.ones(3, T, dtype=torch.long)
+    mask3[1, -3:] = 0  # the second of three padded by three tokens
+    with torch.no_grad():
+        torch.testing.assert_close(twin(ids3, mask3), module(ids3, mask3), rtol=1e-6, atol=1e-6)
+
+
+def test_integer_arithmetic_compiles_to_the_float_tensor_the_checker_types():
+    """regression (issue 38, OPT's positions): `mask * 1` on an int input is a float tensor to the
+    checker (einsum takes it), but the compiled code computed int64 and F.linear refused the mix."""
+    text = "dim b = 2, s = 3\ninput m[b, s] : int\nparam w[s]\ny = einsum('bs,s->b', m * 1, w)\noutput y\n"
+    model = penrose.compile(text).double()
+    with torch.no_grad():
+        model.w.copy_(torch.tensor([1.0, 2.0, 3.0]))
+        got = model(torch.tensor([[1, 0, 2], [0, 1, 1]]))
+    assert got.dtype == torch.float64 and got.tolist() == [7.0, 5.0]
 
 
 @DTYPES

@@ -13,6 +13,7 @@ from `module.state_dict()`, readable), then at a second batch size.
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import pytest
@@ -135,6 +136,37 @@ def test_the_dense_form_keeps_the_routing_the_module_has():
               for name, make in (("mixtral", _mixtral), ("qwen2", lambda: _qwen2_moe(False)),
                                  ("qwen2-norm", lambda: _qwen2_moe(True)), ("looped", LoopedExperts), ("nano", NanoMoE))}
     assert renorm == {"mixtral": True, "qwen2": False, "qwen2-norm": True, "looped": False, "nano": True}
+
+
+@pytest.mark.parametrize("make, router, weights", [
+    (_mixtral, "mixtral_top_k_router", "top_k_weights"),
+    (lambda: _qwen2_moe(True), "qwen2_moe_top_k_router", "routing_weights"),
+], ids=["mixtral", "qwen2-moe"])
+def test_the_routers_result_is_named_as_the_source_names_it(make, router, weights):
+    """regression (issue 38): the router's call, unpacked by the block as `_, top_k_weights, top_k_index =
+    self.gate(x)` (Qwen2-MoE: `_, routing_weights, selected_experts`), was named `gate_out`, after the
+    instance: its one tensor is the target at the place the call fills with it (the index is None in
+    the dense form). The experts' formal is named as their forward names it (`top_k_weights`)."""
+    text = penrose.trace(make().eval(), *_x(2))
+    assert f"{weights} = {router}(hidden_states) as gate\n" in text, text
+    assert f"(hidden_states, {weights}) as experts\n" in text and "top_k_weights[b, t, x]" in text, text
+    assert not re.search(r"\bgate_out\b", text), text
+
+
+class _AttentionWithWeights(nn.Module):
+    def __init__(self, d=8):
+        super().__init__()
+        self.attn = nn.MultiheadAttention(d, 2, batch_first=True)
+
+    def forward(self, x):
+        context, _ = self.attn(x, x, x, need_weights=False)
+        return context
+
+
+def test_a_tuple_with_a_discarded_place_names_the_kept_one():
+    """`context, _ = self.attn(x, x, x)`: the call's one tensor is `context` (not `attn_out`)."""
+    text = at_two_batches(_AttentionWithWeights(), _x)
+    assert re.search(r"^context = \w+\(x\) as attn$", text, re.MULTILINE) and "attn_out" not in text, text
 
 
 def test_the_module_is_left_as_it_was():
