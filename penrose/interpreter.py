@@ -458,6 +458,9 @@ def _operator(fn):
         if align is None:  # two plain numbers
             return scalar(v, *args)
         a, b = (_aligned(val, x, al) for val, x, al in zip(args, v.args, align))
+        if v.type.dtype == "float":  # `ids * 1` is a float tensor, as the checker types it (torch's would be int64)
+            dtype = fr.dtype or torch.get_default_dtype()
+            a, b = (t.to(dtype) if isinstance(t, torch.Tensor) and x.type.dtype == "int" else t for t, x in ((a, v.args[0]), (b, v.args[1])))
         return fn(a, b)
 
     return evaluate

@@ -637,6 +637,12 @@ output y
 """,
         "the equation of sigmoid(x) ** 2: TypeError from NamedFunction._latex (sympy passes exp=) in the renderer",
     ),
+    (
+        "int_input_times_one_is_float",
+        "dim t = 3, e = 2\ninput ids[t] : int\ninput x[t, e]\nparam W[e, e]\ny = ids * 1\nz = einsum('te,ef,t->tf', x, W, y)\noutput y, z\n",
+        "trace (issue 38) writes an integer mask's running sum as `mask * 1`: the checker types it float, the compiler "
+        "then cast it; the interpreter kept torch's int64",
+    ),
 ]
 
 
