@@ -311,6 +311,9 @@ def test_prediction_interval_by_hand():
     assert a["n"] == 4 and a["mean"] == 2.5 and a["sd"] == pytest.approx(math.sqrt(5 / 3))
     assert a["pi"] == pytest.approx([2.5 - 4.5934656, 2.5 + 4.5934656], abs=1e-6)
     assert nl.prediction_interval([1.0, 2.0, 3.0, 4.0], bounds=(0.0, 5.0))["pi"] == pytest.approx([0.0, 5.0])
+    assert nl._bounds_of("inject: concepts raised (CI > 1)", 7) == (0.0, 7.0)
+    assert nl._bounds_of("model beats logit_bias (concepts)", 7) == (0.0, 7.0)
+    assert nl._bounds_of("detection AUC, module") == (0.0, 1.0) and nl._bounds_of("  precision − chance") == (-1.0, 1.0)
     assert nl.prediction_interval([0.3])["pi"] is None and nl.prediction_interval([])["mean"] is None
     assert nl.prediction_interval([2.0, 2.0, 2.0])["pi"] == [2.0, 2.0]  # no spread seen: a point
     with pytest.raises(ValueError, match="level"):

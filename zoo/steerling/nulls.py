@@ -477,7 +477,10 @@ def prediction_interval(values, *, level: float = 0.95, bounds: tuple[float, flo
     return out
 
 
-def _bounds_of(figure: str) -> tuple[float, float]:
+def _bounds_of(figure: str, concepts: int | None = None) -> tuple[float, float]:
+    """A figure's possible range; counts of concepts are at most the steered concepts' number."""
+    if "(concepts)" in figure or "concepts raised" in figure or "concepts lowered" in figure:
+        return (0.0, math.inf if concepts is None else float(concepts))
     if "− chance" in figure:
         return (-1.0, 1.0)
     if any(w in figure for w in ("AUC", "precision", "share")):
@@ -558,13 +561,15 @@ def combine_runs(runs: list[dict], rerun: dict | None = None, *, level: float = 
                 raise _error(f"{a['path']} and {b['path']}: {what} used twice ({_corpus_label(a)}); "
                              "each run must be its own corpus draw")
     first = nulls_table(runs[0]["runs"])
+    steered = {len(r.get("steering") or {}) for run in runs for r in run["runs"]["model"]}
+    concepts = max(steered) if steered and max(steered) > 0 else None
     per = [nulls_table({"model": r["runs"]["model"]}) for r in runs]
     again = nulls_table({"model": rerun["runs"]["model"]}) if rerun is not None else None
     rows: dict[str, dict] = {}
     for name, _ in FIGURES:
         means = [t[name]["model"]["mean"] for t in per]
         prop = name in CORPUS_PROPERTIES
-        pred = None if prop else prediction_interval(means, level=level, bounds=_bounds_of(name))
+        pred = None if prop else prediction_interval(means, level=level, bounds=_bounds_of(name, concepts))
         value = again[name]["model"]["mean"] if again is not None else None
         inside = None
         if pred is not None and pred["pi"] is not None and value is not None:
