@@ -24,9 +24,9 @@ setup: $(STAMP)
 gallery: $(STAMP)
 	$(PYTHON) -m penrose.cli gallery -o $(GALLERY_OUT)
 
-# in parallel, a worker per core up to 4 (pytest-xdist; tests/conftest.py: threads per worker, shared workers)
+# in parallel, a worker per core up to 4 (pytest-xdist; tests/conftest.py: threads per worker)
 test: $(STAMP)
-	$(PYTHON) -m pytest -q -n auto --maxprocesses 4 --dist loadgroup
+	$(PYTHON) -m pytest -q -n auto --maxprocesses 4
 
 bench: $(STAMP)
 	$(PYTHON) bench/compile_overhead.py

@@ -1,7 +1,6 @@
 """Shared test configuration: the hypothesis profile every property test runs under, a fixture
 pinning torch to one intra-op thread for modules of tiny tensors, and what running in parallel
-(pytest-xdist, `make test`) needs: each worker's share of the cores, and the tests that share one
-worker's caches."""
+(pytest-xdist, `make test`) needs: each worker's share of the cores."""
 
 import os
 
@@ -36,24 +35,3 @@ def pytest_configure(config):
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
     if os.environ.get("PYTEST_XDIST_WORKER") and workers > 1:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
-
-
-# Tests that run on one pytest-xdist worker (`--dist loadgroup`, as `make test` runs them):
-# - zoo-gallery: the files that draw the whole zoo's gallery (figures, equations, readings); the
-#   first to do so in a process pays for sympy's and the fonts' caches (over a minute), the others
-#   then take seconds;
-# - source-tree: building the sdist (test_wheel) writes its release folder penrose_diagrams-*/ into
-#   the source tree for a while, and test_grammar lists the tree's files (a second grammar there).
-SHARED_WORKER = {
-    "tests/rendering/test_gallery.py": "zoo-gallery",
-    "tests/rendering/test_gallery_content.py": "zoo-gallery",
-    "tests/project/test_wheel.py": "source-tree",
-    "tests/project/test_grammar.py": "source-tree",
-}
-
-
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        group = SHARED_WORKER.get(item.nodeid.split("::")[0])
-        if group:
-            item.add_marker(pytest.mark.xdist_group(group))
