@@ -42,13 +42,14 @@ output a, b, c, p, f, g, u, w, m
 """
 
 
-def fake_equation(latex):
-    return f'<svg xmlns="http://www.w3.org/2000/svg"><desc>{len(latex)}</desc></svg>'
-
-
 @pytest.fixture(scope="module")
 def zoo_files():
-    return build_files(None, equation_svg=fake_equation)  # every diagram of the zoo
+    """Every diagram of the zoo as the gallery shows it: the committed gallery/, read, not built
+    again (test_gallery.py's test_committed_gallery_is_what_the_command_makes proves it is byte
+    for byte what `penrose gallery` builds; a second cold build here cost each parallel test
+    worker over a minute), with its real equation drawings."""
+    folder = ROOT / "gallery"
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file() and not p.name.startswith(".")}
 
 
 @pytest.fixture(scope="module")
