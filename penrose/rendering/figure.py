@@ -1423,6 +1423,8 @@ MOVE_LAYOUTS = 60
 LABEL_LAYOUTS = 8
 SEARCH_NODES = 40
 SHAKE_LAYOUTS = 40
+PAIR_LAYOUTS = 60
+PAIR_NODES = 80
 _untangled: dict = {}  # DOT text -> the DOT text chosen for it (a figure is often drawn twice)
 
 
@@ -1520,6 +1522,48 @@ def _untangle(fig: Figure, text: str) -> tuple:
 
     ported = {n.id for n in fig.nodes if n.ports} if flat else set()
 
+    def pairs(found, best) -> tuple:
+        """Pairs of wires into one node both reversed (that node, often a parameter or a junction,
+        ranked before the two it reads: the small loop of a tensor's copy, a parameter, a
+        junction and a value drawn open), on top of the best layout so far: a pair at a crossing
+        wire, else two pairs at once kept when they cross no more (a step sideways), then a
+        reversal undone; until settled, within PAIR_LAYOUTS layouts."""
+        import itertools
+
+        into: dict = {}
+        for w in sorted(wires):
+            into.setdefault(w.partition("->")[2], []).append(w)
+        budget[0] = PAIR_LAYOUTS
+        seen = {frozenset((best[2] or {}).items())}
+
+        def attempt(moved, sideways=False):
+            if budget[0] <= 0 or frozenset(moved.items()) in seen:
+                return None
+            seen.add(frozenset(moved.items()))
+            n, args, _ = tried(best[0], best[1], moved)
+            keep = worse(found, n) or (sideways and not worse(n, found))
+            return (n, args) if keep else None
+
+        while not settled(found) and budget[0] > 0:
+            loose = dict(best[2] or {})
+            near = [(w, o) for w in crossing(found) if w not in loose
+                    for o in into.get(w.partition("->")[2], []) if o != w and o not in loose]
+            step = None
+            for w, o in near:
+                if (step := attempt({**loose, w: REVERSE, o: REVERSE})):
+                    break
+            for (w, o), (u, v) in itertools.combinations(near, 2) if step is None else ():
+                if not {w, o} & {u, v} and (step := attempt({**loose, w: REVERSE, o: REVERSE, u: REVERSE, v: REVERSE}, True)):
+                    break
+            if step is None:
+                break
+            found, best = step
+            for w in list(best[2] or {}) if best[2] else ():  # a reversal the step made needless, undone
+                undone = attempt({k: h for k, h in (best[2] or {}).items() if k != w})
+                if undone:
+                    found, best = undone
+        return found, best
+
     def tried(extra, seed, loose) -> tuple:
         """(crossings, arguments) of a layout, with the ports of a where box in the order the
         wires that enter them arrive (`port_order`) when that crosses fewer; and the layout."""
@@ -1554,6 +1598,18 @@ def _untangle(fig: Figure, text: str) -> tuple:
             # on top of the best layout so far, within MOVE_LAYOUTS more layouts
             budget[0] = MOVE_LAYOUTS
             found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, movable, MOVE_LAYOUTS)
+        if not settled(found) and flat and len(fig.nodes) <= PAIR_NODES:
+            # a planar figure still crossing: its fewest with the inputs and results outside,
+            # and the pairs, then each wire near a crossing moved again (LOOSEN, with more
+            # ordering passes too) on top of them, within PAIR_LAYOUTS more layouts
+            outside = [n.id for n in fig.nodes if n.kind in ("input", "output") and n.id in graph]
+            least = fewest_crossings(graph, outside, 2, 2000) or 0
+            if not settled(found):
+                found, best = pairs(found, best)
+            for extra in dict.fromkeys(("mclimit=4", best[0])):
+                if not settled(found):
+                    budget[0] = PAIR_LAYOUTS
+                    found, best = rounds(extra, best[1], dict(best[2] or {}), found, best, movable, 1)
         if not settled(found) and least:
             # a small figure still above its fewest crossings: a few wires moved at once (a
             # seeded draw of 2 to 4 wires, each moved one of the LOOSEN ways), SHAKE_LAYOUTS times

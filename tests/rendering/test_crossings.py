@@ -15,8 +15,8 @@ leaves that graph planar — a drawing with exactly that one crossing). Today th
 embedding model and its typed variant (1 each, their minimum): u_pos and u_neg both feed the −
 and the + of p_logit, so the cycle u_neg, −, u_pos, + encloses either the input x or the whole
 rest of the figure (its results among it). The causally reliable CBM's minimum is 1 too (base and
-W both feed the propagation and c_logit's +), but Graphviz's layers leave it 4: a known defect,
-bounded in KNOWN_DEFECTS, not a target. Before (issue 36): the concept graph model crossed once,
+W both feed the propagation and c_logit's +), and it is drawn with 1 (Graphviz's layers left it 4
+until the untangling's pairs: `figure._untangle`). Before (issue 36): the concept graph model crossed once,
 the typed embedding model twice (its member copy), the new users' retention block once; the
 untangling's moves (`figure._untangle`: a wire reversed or loosened next to a crossing) and the
 branching legs (a tensor drawn once) remove them.
@@ -44,10 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(not shutil.which("dot"), reason="Graphviz 'dot' is not installed")
 
 # a planar figure that must enclose a result may keep more crossings than its minimum only here:
-# issue 40's C2BM (its concept-to-column map `node` and its graph `A` feed four einsums each;
-# diagram rewrites took it from non-planar, 19 crossings, to this): a drawing with 1 exists
-# (`test_the_causal_cbm_can_be_drawn_with_one_crossing`), the layout's moves do not reach it
-KNOWN_DEFECTS = {"zoo/causally_reliable_cbm.pen": 4}
+# none now. Issue 40's C2BM was drawn with 4 where 1 is proved (its copies of `node` each closing a
+# small loop with `emb`, a parameter and a junction); the untangling's pairs (two wires into one
+# node both reversed: that node ranked before what it reads) reach its 1
+KNOWN_DEFECTS: dict = {}
 
 
 def _graph(fig):
@@ -119,7 +119,7 @@ def test_open_planarity_tells_an_enclosed_figure():
 
 def test_the_enclosed_figures_fewest_crossings_are_proved():
     # no drawing with the inputs and results outside is without crossings, and one with exactly one
-    # exists: the concept embedding models (drawn with 1) and C2BM (drawn with KNOWN_DEFECTS')
+    # exists: the concept embedding models and C2BM (each drawn with 1)
     by_name = dict(FIGURES)
     for name in ("zoo/concept_embedding_model.pen", "zoo/concept_embedding_typed.pen", "zoo/causally_reliable_cbm.pen"):
         assert fewest_enclosed_crossings(build_figure(by_name[name])) == 1, name
