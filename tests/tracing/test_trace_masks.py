@@ -80,6 +80,10 @@ def test_opt_positions_counted_from_the_mask_round_trip_at_two_batches():
     module, ids = _masked("opt")
     text = round_trip(module, [ids, _padded()], torch.float64)
     assert "input attention_mask[b, " in text and "Takes a batch" not in text, text
+    # regression (issue 38): the tokens were `s` (the mask's keys are the tokens) and the attention's
+    # queries `t`; now as the other models read: tokens `t`, keys `s`, the mask's queries `q`
+    assert "input input_ids[b, t] : int" in text and "einsum('bthd,bshd->bhts'" in text, text
+    assert "causal_mask = causal(q, t)" in text, text
     twin = penrose.compile(text).double().eval()
     twin.load_state_dict(module.state_dict(), strict=True)
     ids3, mask3 = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(3)), torch.ones(3, T, dtype=torch.long)
