@@ -84,6 +84,8 @@ def test_opt_positions_counted_from_the_mask_round_trip_at_two_batches():
     # queries `t`; now as the other models read: tokens `t`, keys `s`, the mask's queries `q`
     assert "input input_ids[b, t] : int" in text and "einsum('bthd,bshd->bhts'" in text, text
     assert "causal_mask = causal(q, t)" in text, text
+    # regression (issue 38): the table with its padding row detached was `cat`, a name no source has
+    assert "weight2 = concat([slice(weight, f, 0, u), weight2, " in text and "cat = " not in text, text
     twin = penrose.compile(text).double().eval()
     twin.load_state_dict(module.state_dict(), strict=True)
     ids3, mask3 = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(3)), torch.ones(3, T, dtype=torch.long)
