@@ -195,7 +195,7 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
             self._last_on_line = {}
             for n in self.helper_lines():  # in graph order: the last one of a call stays
                 stack = nodes[n].meta.get("nn_module_stack") or {}
-                self._last_on_line[(self._helper_stacks[n], tuple(fqn for fqn, _ in stack.values()))] = n
+                self._last_on_line[(self._helper_stacks[n], tuple(stack))] = n  # its keys: one a call (`@1` a second call of a shared module)
             self._last_names = set(self._last_on_line.values())
         return name in self._last_names
 

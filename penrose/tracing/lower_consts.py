@@ -140,7 +140,7 @@ class Constants:
             inside, outside = square[tril], square[~tril]
             two = bool((inside == inside[0]).all()) and bool((outside == outside[0]).all()) and bool(inside[0] != outside[0])
             if two and (square.dtype != torch.bool or bool(inside[0])):
-                q = self.C.new(T, role="feat", origin="the queries of a causal mask forward makes")
+                q = self.C.new(T, role="query", origin="the queries of a causal mask forward makes")
                 k = self.C.new(S, role="feat", origin="the keys of a causal mask forward makes")
                 p = self.emit(Call("causal", [Leg(q), Leg(k)]), [q, k], False, "bool")
                 v = View(p, [None] * lead + [q, k], False)

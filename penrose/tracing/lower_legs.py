@@ -235,7 +235,8 @@ class Reductions:
         if x.pval.dtype == "int":  # an integer mask counted (OPT's positions): einsum contracts numbers, `mask * 1`
             x = View(self.emit(BinOp("*", Ref(x.pval), Num(1)), x.pval.legs, x.batched), list(x.axes), x.batched)
         c = x.axes[j]
-        s = self.C.new(c.size, role="key", origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
+        s = self.C.new(c.size, role="key" if fresh else "sum",
+                       origin=f"{c.origin.split(' (')[0]} (a second leg of that size)" if c.origin else "")
         t, s = (s, c) if fresh else (c, s)
         upto = self.emit(Call("where", [Call("causal", [Leg(t), Leg(s)]), Num(1), Num(0)]), [t, s], False, hint="upto")
         keys: list[Any] = [("a", i) for i in range(len(x.full))]

@@ -691,7 +691,10 @@ class Shapes:
             parts.append(self.unary_call("detach", self.narrow(w, 0, pad, pad + 1)))
             if pad + 1 < n:
                 parts.append(self.narrow(w, 0, pad + 1, n))
+            table = w.pval.param
             w = self.concat(parts, 0)
+            if isinstance(w, View) and table and w.pval.hint is None:
+                w.pval.hint = table  # the table still, one row's gradient stopped: named as the table (`weight2`), not `cat`
         if isinstance(ids, tuple) and ids and ids[0] == "arange":  # rows start..end of the table
             _, start, end, step, _n = ids
             if step != 1 or not isinstance(w, View):

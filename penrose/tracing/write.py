@@ -37,7 +37,7 @@ RESERVED = set(FUNCTIONS) | set(GENERATED) | set(PEN_KEYWORDS) | {"inf", "sigma"
 ROLE_LETTERS = {
     "in_last": "eic", "in_only": "ief", "in_other": "tsnp", "out": "fokgj", "in": "ei", "feat": "ef",
     "head": "hg", "headdim": "dc", "key": "sjk", "piece": "efc", "slice": "uvwpq", "joined": "fc", "copy": "rk",
-    "one": ["one"], "part": "uvw", "kernel": "klmn", "stack": "kjw",
+    "query": "tq", "sum": "sjk", "one": ["one"], "part": "uvw", "kernel": "klmn", "stack": "kjw",
 }
 LETTERS = "tefhdskgijmnopqruvwxyzaclbABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -727,6 +727,7 @@ class Writer:
             soft |= set(_formal_names(region) or [])
         for v in self.L.input_views:
             soft.add(v.pval.hint)
+        first_input = {id(C.find(c)) for c in self.L.input_views[0].pval.legs} if self.L.input_views else set()
         names = {}  # root id -> name
         holders = defaultdict(list)  # name -> roots
         size_of, merge_of, exclusive = {}, {}, set()
@@ -813,9 +814,13 @@ class Writer:
                     letter in self.meaning and size_of[letter] == r.size and letter not in merge_of and free_of(letter, r))):
                 self.meaning[letter] = described(letter, r)
                 return assign(r, letter, None)
-            roles = roles_of[id(r)]  # an input's axis that an expand's copies meet is the input's (BERT's tokens: t)
+            # an input's axis that an expand's copies meet is the input's (BERT's tokens: t), and so is an
+            # axis of the first input that a mask's keys meet (OPT's tokens, the keys of the mask its
+            # positions are counted from: tokens `t` and keys `s`, as in the other models)
+            roles = roles_of[id(r)]
             role = next((x for x in ("headdim", "head", "key", "copy") if x in roles
-                         and not (x == "copy" and r.role.startswith("in_"))), r.role)
+                         and not (x == "copy" and r.role.startswith("in_"))
+                         and not (x == "key" and id(r) in first_input)), r.role)
             pref = ROLE_LETTERS.get(role, "")
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
             for ch in [c for c in letters if c not in soft and c not in meant] + [c for c in letters if c in soft] \

@@ -80,6 +80,12 @@ def test_opt_positions_counted_from_the_mask_round_trip_at_two_batches():
     module, ids = _masked("opt")
     text = round_trip(module, [ids, _padded()], torch.float64)
     assert "input attention_mask[b, " in text and "Takes a batch" not in text, text
+    # regression (issue 38): the tokens were `s` (the mask's keys are the tokens) and the attention's
+    # queries `t`; now as the other models read: tokens `t`, keys `s`, the mask's queries `q`
+    assert "input input_ids[b, t] : int" in text and "einsum('bthd,bshd->bhts'" in text, text
+    assert "causal_mask = causal(q, t)" in text, text
+    # regression (issue 38): the table with its padding row detached was `cat`, a name no source has
+    assert "weight2 = concat([slice(weight, f, 0, u), weight2, " in text and "cat = " not in text, text
     twin = penrose.compile(text).double().eval()
     twin.load_state_dict(module.state_dict(), strict=True)
     ids3, mask3 = torch.randint(0, 11, (3, T), generator=torch.Generator().manual_seed(3)), torch.ones(3, T, dtype=torch.long)
@@ -129,11 +135,12 @@ def test_the_padding_mask_changes_the_traced_models_output():
         assert not torch.allclose(got, twin(ids3, torch.ones_like(mask3)), atol=1e-4)
 
 
-@pytest.mark.parametrize("name", ["llama", "gpt2"])
+@pytest.mark.parametrize("name", ["llama", "gpt2", "opt"])
 @pytest.mark.parametrize("fuse", [True, False], ids=["fused", "unfused"])
 def test_left_padding_round_trips(name, fuse):
     """Left padding: queries that see no key (every score the mask's minimum) attend to all keys
-    evenly, in values and gradients, with attention fused (the default) or written out.
+    evenly, in values and gradients, with attention fused (the default) or written out; every
+    position compared (in float32 the minimum is finite, and each model defines every value).
     Regression: fused, the gradients were off by up to ~97 (scaled_dot_product_attention's
     backward on a row the mask hides entirely; tests/compiler/test_fuse_attention.py)."""
     module, ids = _masked(name)
@@ -150,6 +157,53 @@ def test_left_padding_round_trips(name, fuse):
     for name, p in module.named_parameters():
         torch.testing.assert_close(theirs[name].grad, p.grad, rtol=2e-4, atol=2e-4, msg=name)
 
+
+def test_opt_left_padding_in_float64_round_trips_where_the_module_has_values():
+    """regression (issue 38): a float64 OPT traced with a left-padded row was refused ("internal:
+    output 1 of the traced diagram differs from the module's (max error nan)"). The NaN is the
+    module's: its mask fills with float64's minimum and its softmax casts to float32, where that
+    fill is -inf, so the padded first query (no key) is 0/0, and the second layer's attention spreads
+    it to every token of that row (0 * NaN). The diagram computes in float64 with a finite fill, and
+    the trace now says how many values the module lacks and verifies the rest.
+    Compared, at batch 2 and 3 (left padding in the last row, right padding in the first): in the
+    rows without left padding every position against the float64 module (the only values it
+    defines); every position of every row, and the gradients, against the same module in float32,
+    where the fill is finite and the values are defined, at float32's tolerance."""
+    import copy
+
+    module32, ids = _masked("opt")
+    torch.manual_seed(0)
+    with torch.no_grad():  # away from the initialisation, as round_trip does
+        for p in module32.parameters():
+            p.add_(torch.randn_like(p) * 0.1)
+    module32.eval()
+    module64 = copy.deepcopy(module32).double()
+    with pytest.warns(penrose.PenroseWarning, match=r"output 1 of the module is NaN at 80 of its 160 values"):
+        text = penrose.trace(module64, ids, _padded(left=True))
+    twin = penrose.compile(text).double().eval()
+    twin.load_state_dict(module64.state_dict(), strict=True)
+    for batch in (2, 3):
+        ids_b = torch.randint(0, 11, (batch, T), generator=torch.Generator().manual_seed(batch))
+        mask = _padded(batch=batch, left=True)
+        got = twin(ids_b, mask)
+        with torch.no_grad():
+            want64 = module64(ids_b, mask)
+        defined = (mask[:, 0] == 1).tolist()  # rows whose first token is not padding
+        assert want64.isnan().all(-1).all(-1).tolist() == [not d for d in defined]
+        torch.testing.assert_close(got[defined], want64[defined], rtol=1e-6, atol=1e-6)
+        want = module32(ids_b, mask)
+        torch.testing.assert_close(got, want.double(), rtol=2e-5, atol=2e-5)
+        cot = torch.randn_like(got)
+        got.backward(cot)
+        want.backward(cot.float())
+        theirs = dict(twin.named_parameters())
+        for name, p in module32.named_parameters():
+            torch.testing.assert_close(theirs[name].grad, p.grad.double(), rtol=2e-4, atol=2e-4, msg=name)
+            theirs[name].grad, p.grad = None, None
+    both = torch.ones(2, T, dtype=torch.long)
+    both[:, :1] = 0  # both rows left-padded: the module has no value to verify the diagram against
+    with pytest.raises(penrose.PenroseError, match="output 1 of the module is NaN at every value"):
+        penrose.trace(module64, ids, both)
 
 def test_rotary_tuple_argument_is_not_named_by_position():
     """Regression: LlamaAttention.forward(hidden_states, position_embeddings, attention_mask, ...)

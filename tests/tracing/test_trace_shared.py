@@ -101,6 +101,10 @@ def test_albert_shared_layers_are_repeat_shared():
     assert calls == ["  hidden_states = albert_layer_group(hidden_states) repeat 3 shared as albert_layer_groups.0"], text
     keys = sorted(penrose.compile(text).state_dict())
     assert keys == sorted(module.state_dict()) and not any(".1." in k for k in keys)
+    # regression (issue 38): the shared layer's attention was `probs`, `y` (a helper's line named only
+    # the last of the calls of one module), and the padding-detached table `cat`: names from the source
+    assert "attn_weights = softmax(" in text and "attn_output = einsum(" in text, text
+    assert measures(text)["made-up names"] == 0, text
 
 
 def test_albert_two_groups_are_two_shared_repeats():
