@@ -204,11 +204,11 @@ def fewest_crossings(graph, outside=(), limit: int = 2, tests: int = 20000) -> i
         made[0] += 1
         if made[0] > tests:
             raise Spent
-        if nx.check_planarity(h)[0]:
+        flat, kuratowski = nx.check_planarity(h, counterexample=k > 0)  # one test: the subgraph only where a crossing is sought
+        if flat:
             return True
         if k == 0:
             return False
-        kuratowski = nx.check_planarity(h, counterexample=True)[1]
         pieces = [e for e in kuratowski.edges if "@outside" not in e]
         for (a, b), (c, d) in itertools.combinations(pieces, 2):
             e, f = origin[frozenset((a, b))], origin[frozenset((c, d))]

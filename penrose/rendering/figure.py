@@ -1558,7 +1558,7 @@ def _untangle(fig: Figure, text: str) -> tuple:
             if step is None:
                 break
             found, best = step
-            for w in list(best[2] or {}) if best[2] else ():  # a reversal the step made needless, undone
+            for w in list(best[2] or {}):  # a reversal the step made needless, undone
                 undone = attempt({k: h for k, h in (best[2] or {}).items() if k != w})
                 if undone:
                     found, best = undone
