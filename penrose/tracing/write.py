@@ -420,6 +420,14 @@ class BlockDef:
         return self.regions[0]
 
 
+
+def _instance(it: CallStmt) -> str:
+    """A call's instance name: its region's, less the `.0` of a chain of numbered copies
+    (`repeat L as layers` for layers.0 … layers.{L-1}); a shared repeat keeps its one module's."""
+    inst = it.region.rel_name()
+    return inst[: -len(".0")] if it.chain and not it.shared else inst
+
+
 class Writer:
     def __init__(self, lowerer, title: str, notes: bool = False):
         self.L = lowerer
@@ -634,9 +642,7 @@ class Writer:
                 value = T.to_ir(it.expr)
             else:
                 reg = it.region
-                inst = reg.rel_name()
-                if it.chain and not it.shared:
-                    inst = inst[: -len(".0")]
+                inst = _instance(it)
                 # a dotted path (`as net.0`, a Sequential's or ModuleList's child) keeps the
                 # state-dict names, each quoted where .pen's rules would refuse it (`as attention.`self``)
                 parts = [part if part.isdigit() else pen_name(part) for part in inst.split(".")]
@@ -918,8 +924,7 @@ class Writer:
         instances = set()
         for it in b.kept:
             if isinstance(it, CallStmt):
-                inst = it.region.rel_name()
-                instances.add(inst[:-2] if it.chain and not it.shared else inst)
+                instances.add(_instance(it))
                 instances.add(it.region.block.name)
         taken |= instances | set(fixed.values())
         names = dict(fixed)
@@ -973,8 +978,7 @@ class Writer:
                 if wish is None and isinstance(it, CallStmt) and len(it.outs) > 1:
                     wish = self.wish_of(p)  # `cos, sin = llama_rotary_embedding() as rotary_emb`: the names it returns
                 if wish is None and isinstance(it, CallStmt):
-                    inst = it.region.rel_name()
-                    wish = (inst[:-2] if it.chain and not it.shared else inst).split(".")[0] + "_out"
+                    wish = _instance(it).split(".")[0] + "_out"
                 if wish is None and region.parent is None and p in b.results:
                     wish = "out"
                 if wish is None and isinstance(it, Stmt):
