@@ -12,6 +12,7 @@ from contextlib import contextmanager
 import torch
 
 from penrose.errors import PenroseError, PenroseWarning
+from penrose.loader import _caller_level
 from penrose.tracing.errors import PenroseTraceError, span_at
 from penrose.tracing.lower import BatchAxis, Lowerer, _in_torch
 from penrose.tracing.moe import dense_experts
@@ -506,7 +507,6 @@ def _verify(text, module, inputs, ignore=frozenset()):
             raise PenroseTraceError(f"internal: output {i + 1} of the traced diagram differs from the module's")
 
 
-
 def _where_the_module_has_values(want, got, i):
     """The module's output and the diagram's at the values the module defines. Where the module's
     own arithmetic gives NaN and the diagram's a number (regression, issue 38: OPT in float64 with a
@@ -524,7 +524,8 @@ def _where_the_module_has_values(want, got, i):
                                 "inputs, or with verify=False")
     warnings.warn(f"penrose.trace: output {i + 1} of the module is NaN at {n} of its {total} values, where the traced "
                   "diagram has numbers (the module's own arithmetic: a float cast noted above, or a row its mask "
-                  f"hides entirely); the diagram is verified at the other {total - n}", PenroseWarning, stacklevel=5)
+                  f"hides entirely); the diagram is verified at the other {total - n}", PenroseWarning,
+                  stacklevel=_caller_level())  # the user's line that called penrose.trace
     keep = ~theirs
     return want[keep], got[keep]
 

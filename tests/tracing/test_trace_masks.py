@@ -178,8 +178,9 @@ def test_opt_left_padding_in_float64_round_trips_where_the_module_has_values():
             p.add_(torch.randn_like(p) * 0.1)
     module32.eval()
     module64 = copy.deepcopy(module32).double()
-    with pytest.warns(penrose.PenroseWarning, match=r"output 1 of the module is NaN at 80 of its 160 values"):
+    with pytest.warns(penrose.PenroseWarning, match=r"output 1 of the module is NaN at 80 of its 160 values") as record:
         text = penrose.trace(module64, ids, _padded(left=True))
+    assert [w.filename for w in record if "is NaN at" in str(w.message)] == [__file__]  # at the line that called trace
     twin = penrose.compile(text).double().eval()
     twin.load_state_dict(module64.state_dict(), strict=True)
     for batch in (2, 3):
