@@ -421,7 +421,7 @@ class BlockDef:
 
 
 
-def _instance(it: CallStmt) -> str:
+def _instance(it):
     """A call's instance name: its region's, less the `.0` of a chain of numbered copies
     (`repeat L as layers` for layers.0 … layers.{L-1}); a shared repeat keeps its one module's."""
     inst = it.region.rel_name()
