@@ -329,6 +329,80 @@ def test_prediction_interval_covers_a_new_draw_95_percent():
     assert 0.935 < np.mean(hits) < 0.965, np.mean(hits)
 
 
+def test_corpus_interval_floors_the_spread_at_the_seed_noise():
+    """Corpus means that agree more closely than their own seeds allow (issue 39's specificity figures)
+    get the seeds' pooled variance over k instead of the means' spread; by hand."""
+    groups = [[4.0, 6.0, 8.0], [5.0, 7.0, 6.0], [7.0, 5.0, 6.0], [6.0, 8.0, 4.0]]  # every mean 6.0
+    a = nl.corpus_interval(groups)
+    assert a["mean"] == 6.0 and a["sd"] == 0.0 and a["basis"] == "seeds" and a["seeds"] == 3
+    # within variances 4, 1, 1, 4: pooled (2·4 + 2·1 + 2·1 + 2·4) / 8 = 2.5; V = 2.5 / 3;
+    # half width t_{0.975,3} · √(V · (1 + 1/4)) = 3.1824463 · 1.0206207 = 3.2480707
+    assert a["sd_within"] == pytest.approx(math.sqrt(2.5))
+    assert a["pi"] == pytest.approx([6.0 - 3.2480707, 6.0 + 3.2480707], abs=1e-6)
+    assert nl.prediction_interval([6.0] * 4)["pi"] == [6.0, 6.0]  # the textbook interval: a point
+    # corpora that vary more than their seeds: the textbook interval, unchanged
+    wide = [[1.0, 1.1, 0.9], [2.0, 2.1, 1.9], [3.0, 3.1, 2.9], [4.0, 4.1, 3.9]]
+    b = nl.corpus_interval(wide)
+    assert b["basis"] == "corpora" and b["pi"] == pytest.approx(nl.prediction_interval([1.0, 2.0, 3.0, 4.0])["pi"])
+    assert nl.corpus_interval([[1.0, None, 2.0], [3.0]])["pi"] is not None  # None seeds dropped
+    assert nl.corpus_interval([[1.0, 2.0]])["pi"] is None
+    with pytest.raises(ValueError, match="level"):
+        nl.corpus_interval(groups, level=0.0)
+
+
+def test_corpus_interval_covers_a_new_corpus_and_holds_when_the_means_agree():
+    """Simulated corpora (a corpus effect σ_c, a seed effect σ_s = 1, 4 corpora of 3 seeds): the interval
+    holds a new corpus's 3-seed mean at least 95% of the time at every σ_c — and also in the draws where
+    the corpus means agree more closely than their seeds allow, where the textbook interval (corpus means
+    only) holds it far less often (the failure issue 39's re-run met)."""
+    rng = np.random.default_rng(11)
+    for sc in (0.0, 0.3, 3.0):
+        y = rng.normal(0, sc, (1200, 5, 1)) + rng.normal(0, 1, (1200, 5, 3))
+        new = y[:, 4].mean(1)
+        ours, textbook, agree = [], [], []
+        for x, v in zip(y, new):
+            pi = nl.corpus_interval(x[:4].tolist())["pi"]
+            ours.append(pi[0] <= v <= pi[1])
+            means = x[:4].mean(1)
+            old = nl.prediction_interval(means.tolist())["pi"]
+            textbook.append(old[0] <= v <= old[1])
+            agree.append(means.var(ddof=1) < x[:4].var(1, ddof=1).mean() / 3 / 3)
+        assert np.mean(ours) > 0.94, (sc, np.mean(ours))
+        if sc <= 0.3:  # the means agree by chance often enough to measure
+            agree_ = np.asarray(agree)
+            assert agree_.sum() > 100
+            assert np.mean(np.asarray(ours)[agree_]) > 0.93, (sc, np.mean(np.asarray(ours)[agree_]))
+            assert np.mean(np.asarray(textbook)[agree_]) < 0.85, (sc, np.mean(np.asarray(textbook)[agree_]))
+
+
+def test_beta_binomial_interval_against_sampling():
+    """The posterior predictive of successes in m new trials: by hand for a flat case, and against
+    sampling p ~ Beta(s + ½, n − s + ½), T ~ Binomial(m, p)."""
+    assert nl._beta_binomial_interval(0, 0, 1, 0.95) == (0, 1)  # Beta(½, ½): T = 0 or 1, each ½
+    rng = np.random.default_rng(5)
+    for s, n, m in ((105, 105, 21), (1, 84, 21), (60, 84, 21), (0, 20, 7)):
+        t = rng.binomial(m, rng.beta(s + 0.5, n - s + 0.5, size=400000))
+        for level in (0.9, 0.95):
+            lo, hi = nl._beta_binomial_interval(s, n, m, level)
+            assert lo == min(x for x in range(m + 1) if np.mean(t <= x) > (1 - level) / 2 + 0.004) or \
+                lo == min(x for x in range(m + 1) if np.mean(t <= x) > (1 - level) / 2 - 0.004), (s, n, m, lo)
+            assert np.mean(t < lo) <= (1 - level) / 2 + 0.004 and np.mean(t > hi) <= (1 - level) / 2 + 0.004
+            assert np.mean(t <= hi) >= 1 - (1 - level) / 2 - 0.004
+
+
+def test_corpus_interval_for_a_count_at_its_ceiling():
+    """7 of 7 concepts on every seed of 5 corpora: the normal interval is the point 7, but one concept
+    failing in one seed of a new corpus is no surprise (posterior predictive P(all 21) ≈ 0.91): the count's
+    interval reaches down to 20 of 21, i.e. 6.667 of 7."""
+    a = nl.corpus_interval([[7.0, 7.0, 7.0]] * 5, trials=7, bounds=(0.0, 7.0))
+    assert a["basis"] == "corpora+binomial"
+    assert a["pi"] == pytest.approx([20 / 3, 7.0])
+    assert nl.corpus_interval([[7.0, 7.0, 7.0]] * 5, bounds=(0.0, 7.0))["pi"] == [7.0, 7.0]
+    # a count that varies widely keeps its normal interval where that is the wider
+    v = nl.corpus_interval([[1.0, 5.0, 3.0], [6.0, 2.0, 4.0], [0.0, 7.0, 3.0]], trials=7, bounds=(0.0, 7.0))
+    assert v["pi"][0] == 0.0 and v["pi"][1] == 7.0
+
+
 def _fake_run(root, name: str, corpus_seed: int, values: list[float], *, chunks: int = 100, steps: int = 600,
               nulls: bool = False):
     """A `nulls` --out folder whose known-answer results carry the few fields the figures read: val loss
@@ -361,35 +435,56 @@ def test_nulls_table_combines_corpora(tmp_path, capsys):
     assert main(["nulls-table", str(a), str(b / "nulls.json"), str(c), "--rerun", str(re), "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     loss = doc["rows"]["val loss"]
-    assert loss["per_corpus"] == pytest.approx([2.2, 2.0, 2.9]) and loss["rerun"] == pytest.approx(2.6)
+    assert loss["per_corpus"] == pytest.approx([2.2, 2.0, 2.9]) and loss["reruns"][0]["value"] == pytest.approx(2.6)
+    assert loss["seed_values"][0] == pytest.approx([2.0, 2.2, 2.4])
     # by hand: mean 2.3666667; squared deviations 0.0277778 + 0.1344444 + 0.2844444 = 0.4466667, sd √(0.4466667/2)
-    # = 0.4725816; t_{0.975,2} = 4.3026527, √(1 + 1/3) = 1.1547005: half width 2.3479154
+    # = 0.4725816; t_{0.975,2} = 4.3026527, √(1 + 1/3) = 1.1547005: half width 2.3479154. The seeds' pooled
+    # variance within corpora (0.04 + 0.01 + 0.01) / 3 = 0.02, over 3 seeds 0.0067, is below the corpus means'
+    # 0.2233: the corpora set the width
     m, half = 2.3666667, 2.3479154
-    assert loss["prediction"]["sd"] == pytest.approx(0.4725816, abs=1e-6)
-    assert loss["prediction"]["pi"] == pytest.approx([m - half, m + half], abs=1e-6) and loss["inside"] is True
+    assert loss["prediction"]["sd"] == pytest.approx(0.4725816, abs=1e-6) and loss["prediction"]["basis"] == "corpora"
+    assert loss["prediction"]["sd_within"] == pytest.approx(math.sqrt(0.02), abs=1e-9)
+    assert loss["prediction"]["pi"] == pytest.approx([m - half, m + half], abs=1e-6)
+    assert loss["reruns"][0]["inside"] is True
+    # simultaneous over the 4 judged figures: level 1 − 0.05 / 4, t_{0.99375,2} = 8.8602 (printed tables)
+    assert doc["simultaneous_level"] == pytest.approx(0.9875)
+    sim_half = nl.t_quantile(0.99375, 2) * 0.4725816 * 1.1547005
+    assert nl.t_quantile(0.99375, 2) == pytest.approx(8.860, abs=1e-3)
+    assert m - sim_half < 0  # clipped to what a loss can be
+    assert loss["simultaneous"]["pi"] == pytest.approx([0.0, m + sim_half], abs=1e-5)
     chance = doc["rows"]["  chance"]
-    assert chance["corpus_property"] and chance["prediction"] is None and chance["inside"] is None
+    assert chance["corpus_property"] and chance["prediction"] is None and chance["reruns"][0]["inside"] is None
     assert chance["per_corpus"] == pytest.approx([0.11, 0.1, 0.145])
     lift = doc["rows"]["  precision − chance"]  # v/5 − v/20 = 0.15 v
-    assert lift["per_corpus"] == pytest.approx([0.33, 0.3, 0.435]) and lift["rerun"] == pytest.approx(0.39)
+    assert lift["per_corpus"] == pytest.approx([0.33, 0.3, 0.435]) and lift["reruns"][0]["value"] == pytest.approx(0.39)
     # the first run's nulls stand beside its model, over its own seeds
     assert doc["rows"]["val loss"]["first"]["shuffled_labels"]["mean"] == pytest.approx(0.6 * 2.2)
-    judged = [r for r in doc["rows"].values() if r["inside"] is not None]
-    assert doc["inside"]["of"] == len(judged) == 4 and doc["inside"]["n"] == sum(r["inside"] for r in judged)
-    assert doc["corpora"][2]["corpus"] == "s2/150" and doc["rerun"]["corpus"] == "s23/100"
+    judged = [r["reruns"][0] for r in doc["rows"].values() if r["reruns"][0]["inside"] is not None]
+    got = doc["reruns"][0]
+    assert got["inside"]["of"] == len(judged) == 4 and got["inside"]["n"] == sum(r["inside"] for r in judged)
+    assert got["inside_simultaneous"]["n"] == sum(r["inside_simultaneous"] for r in judged)
+    assert doc["corpora"][2]["corpus"] == "s2/150" and got["corpus"] == "s23/100"
     assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re)]) == 0
     text = capsys.readouterr().out
     assert "3 corpora: 95% PI" in text and "shuffled_labels s0/100" in text and "corpus property" in text
-    assert f"re-run inside the 95% prediction interval: {doc['inside']['n']} of 4 figures" in text
+    assert "all figures: 95% simultaneous" in text
+    assert f"re-run s23/100: inside the 95% prediction intervals {got['inside']['n']} of 4 figures" in text
     assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re), "--markdown"]) == 0
     md = capsys.readouterr().out
     assert "| val loss | 2.200 | 2.000 | 2.900 | 2.600 |" in md
     row = next(x for x in md.splitlines() if x.startswith("| val loss | 2.200 ["))
-    assert row.endswith(f"| 2.367 [{m - half:.3f}, {m + half:.3f}] | 2.600 | yes |"), row
-    # a re-run far off lands outside, and is named
-    far = _fake_run(tmp_path, "far", 24, [5.0, 5.0, 5.0])
-    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(far), "--json"]) == 0
-    assert "val loss" in json.loads(capsys.readouterr().out)["inside"]["outside"]
+    assert row.endswith(f"| 2.367 [{m - half:.3f}, {m + half:.3f}] | [0.000, {m + sim_half:.3f}] "
+                        "| 2.600 | yes |"), row
+    # a re-run far off lands outside, and is named; two re-runs are judged each on its own
+    far = _fake_run(tmp_path, "far", 24, [9.0, 9.0, 9.0])
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re), "--rerun", str(far), "--json"]) == 0
+    two = json.loads(capsys.readouterr().out)["reruns"]
+    assert [r["corpus"] for r in two] == ["s23/100", "s24/100"]
+    assert "val loss" not in two[0]["inside"]["outside"] and "val loss" in two[1]["inside"]["outside"]
+    assert "val loss" in two[1]["inside_simultaneous"]["outside"]
+    assert main(["nulls-table", str(a), str(b), str(c), "--rerun", str(re), "--rerun", str(far)]) == 0
+    text = capsys.readouterr().out
+    assert "re-run s24/100: inside the 95% prediction intervals" in text and "(outside: val loss" in text
 
 
 def test_nulls_table_refuses_what_it_cannot_combine(tmp_path, capsys):

@@ -312,9 +312,9 @@ def _parser() -> argparse.ArgumentParser:
     nt.add_argument("runs", nargs="+", metavar="OUT",
                     help="`nulls` --out folders (or their nulls.json), one per corpus draw (at least 2); the first "
                          "one's nulls are shown beside its model")
-    nt.add_argument("--rerun", metavar="OUT", default=None,
+    nt.add_argument("--rerun", metavar="OUT", action="append", default=[],
                     help="an independent `nulls` run (another corpus, the same settings and number of seeds): "
-                         "which figures land inside the intervals")
+                         "which figures land inside the intervals; repeat for several re-runs")
     nt.add_argument("--level", type=cli_number(0, 1, low_open=True, high_open=True), default=0.95,
                     help="the prediction intervals' level (default 0.95)")
     nt.add_argument("--json", action="store_true", help="print the combined table as JSON")
@@ -940,8 +940,7 @@ def _nulls_table(args) -> int:
     from penrose_zoo.steerling import nulls as nl
 
     runs = [nl.load_run(r) for r in args.runs]
-    rerun = nl.load_run(args.rerun) if args.rerun else None
-    c = nl.combine_runs(runs, rerun, level=args.level)
+    c = nl.combine_runs(runs, [nl.load_run(r) for r in args.rerun], level=args.level)
     print(json_text(c, indent=1) if args.json else nl.format_combined(c, markdown=args.markdown))
     return 0
 

@@ -58,6 +58,7 @@ import torch
 __all__ = ["NULLS", "TRAINED_NULLS", "BASELINES", "Edit", "shuffle_labels", "shuffle_known_embeddings",
            "reinitialised", "residual_added", "word_token_ids", "mean_difference", "edit_logits", "edit_kl",
            "match_strength", "specificity", "aggregate", "detector_precision", "t_quantile", "prediction_interval",
+           "corpus_interval",
            "load_run", "combine_runs", "format_combined", "CORPUS_PROPERTIES"]
 
 #: the nulls known_answer applies to a checkpoint, and those trained as their own checkpoints
@@ -477,9 +478,78 @@ def prediction_interval(values, *, level: float = 0.95, bounds: tuple[float, flo
     return out
 
 
+def _beta_binomial_interval(successes: float, trials: float, m: int, level: float) -> tuple[int, int]:
+    """The central `level` interval of the number of successes in m new trials when `successes` of
+    `trials` were seen: the beta-binomial posterior predictive under Jeffreys' prior Beta(½, ½)
+    (pmf from lgamma; the lower end the smallest t with P(T ≤ t) > α/2, the upper the smallest with
+    P(T ≤ t) ≥ 1 − α/2)."""
+    a, b = successes + 0.5, trials - successes + 0.5
+    lbeta = math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+    pmf = [math.exp(math.lgamma(m + 1) - math.lgamma(t + 1) - math.lgamma(m - t + 1)
+                    + math.lgamma(t + a) + math.lgamma(m - t + b) - math.lgamma(m + a + b) - lbeta)
+           for t in range(m + 1)]
+    cdf = np.cumsum(pmf) / sum(pmf)
+    alpha = 1 - level
+    lo = int(np.argmax(cdf > alpha / 2))
+    hi = int(np.argmax(cdf >= 1 - alpha / 2 - 1e-12))
+    return lo, hi
+
+
+def corpus_interval(groups, *, level: float = 0.95, bounds: tuple[float, float] = (-math.inf, math.inf),
+                    trials: int | None = None) -> dict:
+    """The prediction interval for a new corpus's k-seed mean from the seed values of n corpora
+    (`groups`: one list per corpus, None dropped; k = the seeds of the corpora, the most common count).
+
+    A corpus's k-seed mean varies as V = σ²_corpus + σ²_seed / k. `prediction_interval` estimates V by
+    the spread s² of the n corpus means alone (n − 1 degrees of freedom); here V is estimated as
+    max(s², MSW / k), MSW the seeds' pooled variance within corpora — the one-way random-effects
+    estimate with the corpus component truncated at 0: the corpus means cannot truly vary less than
+    their own seed noise allows, and when they happen to agree more closely (s² < MSW / k) the
+    textbook interval is too narrow exactly then (conditional coverage 54–80% in simulation). The
+    interval: m ± t_{(1+level)/2, n−1} · √(V̂ (1 + 1/n)), m the mean of the corpus means; n − 1
+    degrees of freedom kept either way (conservative: coverage ≥ nominal in simulation at every
+    ratio of the two variances, exact when the corpora dominate).
+
+    Counts (`trials`: concepts per seed, each seed's value the number of successes): a normal interval
+    says nothing about a count that sat at its ceiling on every seed, so the interval is widened to
+    cover the beta-binomial posterior predictive of the new k seeds' total (Jeffreys' prior, every
+    seed's trials pooled; `_beta_binomial_interval`) divided by k. Clipped to `bounds`."""
+    if not 0 < level < 1:
+        raise ValueError(f"corpus_interval: level must be in (0, 1), got {level!r}")
+    gs = [np.asarray([v for v in g if v is not None], dtype=np.float64) for g in groups]
+    gs = [g for g in gs if g.size]
+    out = prediction_interval([float(g.mean()) for g in gs], level=level, bounds=bounds)
+    sizes = [int(g.size) for g in gs]
+    k = max(set(sizes), key=sizes.count) if sizes else 0
+    dfw = sum(s - 1 for s in sizes)
+    msw = float(sum(((g - g.mean()) ** 2).sum() for g in gs) / dfw) if dfw else None
+    out.update({"seeds": k, "sd_within": None if msw is None else math.sqrt(msw), "basis": "corpora"})
+    if out["pi"] is None:
+        return out
+    n, m = out["n"], out["mean"]
+    var = out["sd"] ** 2
+    if msw is not None and msw / k > var:
+        var, out["basis"] = msw / k, "seeds"
+    half = t_quantile((1 + level) / 2, n - 1) * math.sqrt(var * (1 + 1 / n))
+    lo, hi = m - half, m + half
+    if trials is not None:
+        seen = float(sum(g.sum() for g in gs))
+        blo, bhi = _beta_binomial_interval(seen, trials * sum(sizes), k * trials, level)
+        if blo / k < lo or bhi / k > hi:
+            out["basis"] += "+binomial"
+        lo, hi = min(lo, blo / k), max(hi, bhi / k)
+    out["sd_used"] = math.sqrt(var)
+    out["pi"] = [max(lo, bounds[0]), min(hi, bounds[1])]
+    return out
+
+
+def _is_count(figure: str) -> bool:
+    return "(concepts)" in figure or "concepts raised" in figure or "concepts lowered" in figure
+
+
 def _bounds_of(figure: str, concepts: int | None = None) -> tuple[float, float]:
     """A figure's possible range; counts of concepts are at most the steered concepts' number."""
-    if "(concepts)" in figure or "concepts raised" in figure or "concepts lowered" in figure:
+    if _is_count(figure):
         return (0.0, math.inf if concepts is None else float(concepts))
     if "− chance" in figure:
         return (-1.0, 1.0)
@@ -544,46 +614,73 @@ def _corpus_label(run: dict) -> str:
     return f"s{c.get('seed')}/{c.get('n_chunks')}" if isinstance(c, dict) else Path(str(c)).name
 
 
-def combine_runs(runs: list[dict], rerun: dict | None = None, *, level: float = 0.95) -> dict:
+def _inside(pi, value) -> bool | None:
+    if pi is None or value is None:
+        return None
+    return bool(pi[0] - 1e-12 <= value <= pi[1] + 1e-12)
+
+
+def _run_info(r: dict) -> dict:
+    return {"path": r["path"], "data": r["config"].get("data"), "corpus": _corpus_label(r),
+            "seeds": r["config"].get("seeds")}
+
+
+def combine_runs(runs: list[dict], rerun: dict | list[dict] | None = None, *, level: float = 0.95) -> dict:
     """Figures over corpora: `runs` are `load_run` results, one per corpus draw (at least 2, the same
     settings and number of seeds, no corpus twice); the first one's nulls are reported beside its model
     (mean and bootstrap interval over its seeds, as `nulls` prints them). Per figure: each corpus's
-    seed mean, the `prediction_interval` over them (none for CORPUS_PROPERTIES), and, with `rerun`
-    (another corpus, the same settings and number of seeds), its seed mean and whether it is inside."""
+    seed mean and seed values, the `corpus_interval` over them at `level` ("prediction") and at the
+    simultaneous level 1 − (1 − level) / J for the J figures judged ("simultaneous": Bonferroni, so
+    that a re-run lands every figure inside them with probability ≥ `level`); none for
+    CORPUS_PROPERTIES. `rerun`: one or more independent runs (other corpora, the same settings and
+    number of seeds), each judged against both: its seed mean per figure, inside or not."""
     if len(runs) < 2:
         raise _error("a prediction interval over corpora needs at least 2 runs (one per corpus draw)")
-    every = [*runs, *([rerun] if rerun is not None else [])]
+    reruns = [] if rerun is None else [rerun] if isinstance(rerun, dict) else list(rerun)
+    every = [*runs, *reruns]
     _check_same_settings(every)
     for i, a in enumerate(every):
         for b in every[:i]:
             if a["corpus"] == b["corpus"]:
-                what = "the re-run's corpus is" if a is rerun else "the same corpus is"
+                what = "the re-run's corpus is" if i >= len(runs) else "the same corpus is"
                 raise _error(f"{a['path']} and {b['path']}: {what} used twice ({_corpus_label(a)}); "
                              "each run must be its own corpus draw")
     first = nulls_table(runs[0]["runs"])
     steered = {len(r.get("steering") or {}) for run in runs for r in run["runs"]["model"]}
     concepts = max(steered) if steered and max(steered) > 0 else None
     per = [nulls_table({"model": r["runs"]["model"]}) for r in runs]
-    again = nulls_table({"model": rerun["runs"]["model"]}) if rerun is not None else None
+    again = [nulls_table({"model": r["runs"]["model"]}) for r in reruns]
+
+    def interval(name: str, lev: float):
+        return corpus_interval([t[name]["model"]["values"] for t in per], level=lev, bounds=_bounds_of(name, concepts),
+                               trials=concepts if _is_count(name) else None)
+
+    judged_names = [name for name, _ in FIGURES if name not in CORPUS_PROPERTIES
+                    and interval(name, level)["pi"] is not None]
+    family = 1 - (1 - level) / max(1, len(judged_names))
     rows: dict[str, dict] = {}
     for name, _ in FIGURES:
-        means = [t[name]["model"]["mean"] for t in per]
         prop = name in CORPUS_PROPERTIES
-        pred = None if prop else prediction_interval(means, level=level, bounds=_bounds_of(name, concepts))
-        value = again[name]["model"]["mean"] if again is not None else None
-        inside = None
-        if pred is not None and pred["pi"] is not None and value is not None:
-            inside = bool(pred["pi"][0] - 1e-12 <= value <= pred["pi"][1] + 1e-12)
-        rows[name] = {"first": first[name], "per_corpus": means, "corpus_property": prop, "prediction": pred,
-                      "rerun": value, "inside": inside}
-    judged = {n: r["inside"] for n, r in rows.items() if r["inside"] is not None}
-    return {"level": level, "seeds_per_corpus": len(runs[0]["runs"]["model"]),
-            "corpora": [{"path": r["path"], "data": r["config"].get("data"), "corpus": _corpus_label(r),
-                         "seeds": r["config"].get("seeds")} for r in runs],
-            "rerun": None if rerun is None else {"path": rerun["path"], "data": rerun["config"].get("data"),
-                                                 "corpus": _corpus_label(rerun), "seeds": rerun["config"].get("seeds")},
-            "rows": rows, "inside": {"n": sum(judged.values()), "of": len(judged),
-                                     "outside": [n.strip() for n, ok in judged.items() if not ok]}}
+        pred = None if prop else interval(name, level)
+        sim = interval(name, family) if name in judged_names else None
+        values = [t[name]["model"]["mean"] for t in again]
+        rows[name] = {"first": first[name], "per_corpus": [t[name]["model"]["mean"] for t in per],
+                      "seed_values": [t[name]["model"]["values"] for t in per], "corpus_property": prop,
+                      "prediction": pred, "simultaneous": sim,
+                      "reruns": [{"value": v, "inside": _inside(pred and pred["pi"], v),
+                                  "inside_simultaneous": _inside(sim and sim["pi"], v)} for v in values]}
+    judged = []
+    for i, r in enumerate(reruns):
+        cells = {n: row["reruns"][i] for n, row in rows.items() if row["reruns"][i]["inside"] is not None}
+        judged.append({**_run_info(r),
+                       "inside": {"n": sum(c["inside"] for c in cells.values()), "of": len(cells),
+                                  "outside": [n.strip() for n, c in cells.items() if not c["inside"]]},
+                       "inside_simultaneous": {"n": sum(bool(c["inside_simultaneous"]) for c in cells.values()),
+                                               "of": len(cells),
+                                               "outside": [n.strip() for n, c in cells.items()
+                                                           if not c["inside_simultaneous"]]}})
+    return {"level": level, "simultaneous_level": family, "seeds_per_corpus": len(runs[0]["runs"]["model"]),
+            "corpora": [_run_info(r) for r in runs], "reruns": judged, "rows": rows}
 
 
 def _cell(v, ci=None) -> str:
@@ -603,33 +700,43 @@ def _render(rows: list[list[str]], markdown: bool, first: int = 44, width: int =
 
 
 def format_combined(c: dict, *, markdown: bool = False) -> str:
-    """Two tables: the figures per corpus (seed means), then the first corpus's model and nulls (mean
-    [bootstrap interval over seeds]) beside the prediction interval over corpora and the re-run;
-    fixed-width text, or markdown."""
+    """Two tables: the figures per corpus (seed means, then each re-run's), then the first corpus's model
+    and nulls (mean [bootstrap interval over seeds]) beside the prediction interval over corpora, the
+    simultaneous one and each re-run (inside: "yes" inside both, "simult." only inside the simultaneous
+    one, "NO" outside both); fixed-width text, or markdown."""
     k = c["seeds_per_corpus"]
-    names = [x["corpus"] for x in c["corpora"]] + (["re-run " + c["rerun"]["corpus"]] if c["rerun"] else [])
+    reruns = c["reruns"]
+    names = [x["corpus"] for x in c["corpora"]] + ["re-run " + r["corpus"] for r in reruns]
     per = [["figure", *names]]
     for name, r in c["rows"].items():
-        vals = [*r["per_corpus"], *([r["rerun"]] if c["rerun"] else [])]
+        vals = [*r["per_corpus"], *(x["value"] for x in r["reruns"])]
         if any(v is not None for v in vals):
             per.append([name, *(_cell(v) for v in vals)])
     cols = [m for m in MODELS if any(m in r["first"] for r in c["rows"].values())]
     pct = f"{100 * c['level']:g}%"
     head = ["figure", *(f"{m} {c['corpora'][0]['corpus']} ({k})" for m in cols),
-            f"{len(c['corpora'])} corpora: {pct} PI", *(["re-run", "inside"] if c["rerun"] else [])]
+            f"{len(c['corpora'])} corpora: {pct} PI", f"all figures: {pct} simultaneous",
+            *(x for r in reruns for x in (f"re-run {r['corpus']}", "inside"))]
     main = [head]
     for name, r in c["rows"].items():
         cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—"
                  for a in (r["first"].get(m) for m in cols)]
-        p = r["prediction"]
+        p, q = r["prediction"], r["simultaneous"]
         pi = "corpus property" if r["corpus_property"] else (_cell(p["mean"], p["pi"]) if p and p["mean"] is not None
                                                              else "—")
-        tail = [_cell(r["rerun"]), "—" if r["inside"] is None else "yes" if r["inside"] else "NO"] if c["rerun"] else []
+        sim = "—" if not q or q["pi"] is None else f"[{q['pi'][0]:.3f}, {q['pi'][1]:.3f}]"
+        tail = []
+        for x in r["reruns"]:
+            verdict = ("—" if x["inside"] is None else "yes" if x["inside"] else
+                       "simult." if x["inside_simultaneous"] else "NO")
+            tail += [_cell(x["value"]), verdict]
         if any(x != "—" for x in cells) or pi != "—":
-            main.append([name, *cells, pi, *tail])
+            main.append([name, *cells, pi, sim, *tail])
     lines = [f"per corpus (mean over {k} training seeds)", *_render(per, markdown), "", *_render(main, markdown, width=10)]
-    if c["rerun"]:
-        i = c["inside"]
-        lines.append(f"\nre-run inside the {pct} prediction interval: {i['n']} of {i['of']} figures"
-                     + (f"; outside: {', '.join(i['outside'])}" if i["outside"] else ""))
+    for r in reruns:
+        a, b = r["inside"], r["inside_simultaneous"]
+        lines.append(f"\nre-run {r['corpus']}: inside the {pct} prediction intervals {a['n']} of {a['of']} figures"
+                     + (f" (outside: {', '.join(a['outside'])})" if a["outside"] else "")
+                     + f"; inside the simultaneous {pct} intervals {b['n']} of {b['of']}"
+                     + (f" (outside: {', '.join(b['outside'])})" if b["outside"] else ""))
     return "\n".join(lines)
