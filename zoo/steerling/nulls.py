@@ -414,21 +414,12 @@ def nulls_table(runs: dict[str, list[dict]]) -> dict[str, dict[str, dict]]:
 def format_nulls(table: dict[str, dict[str, dict]], order=MODELS) -> str:
     """The claim-vs-null table: mean [95% bootstrap interval over seeds] per cell; '—' not measured."""
     cols = [m for m in order if any(m in row for row in table.values())]
-    head = f"{'figure':<44}" + "".join(f"{c:>26}" for c in cols)
-    lines = [head, "-" * len(head)]
+    rows = [["figure", *cols]]
     for name, row in table.items():
-        cells = []
-        for c in cols:
-            a = row.get(c)
-            if not a or a["mean"] is None:
-                cells.append(f"{'—':>26}")
-                continue
-            ci = a["ci95"]
-            cells.append(f"{a['mean']:>9.3f} [{ci[0]:.3f}, {ci[1]:.3f}]".rjust(26))
-        if any(cell.strip() != "—" for cell in cells):
-            lines.append(f"{name:<44}" + "".join(cells))
-    return "\n".join(lines)
-
+        cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—" for a in (row.get(c) for c in cols)]
+        if any(cell != "—" for cell in cells):
+            rows.append([name, *cells])
+    return "\n".join(_render(rows, False, width=26))
 
 
 # -- over corpora: prediction intervals for a re-run (`penrose steerling nulls-table`) ---------------
