@@ -80,6 +80,9 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         self.slices: dict = {}  # (start, end, size) -> the legs slices cut so: one leg where they can be
         self.views_of: dict = {}  # (role, size, sizes) -> the legs a view first split a leg so into
         self._helper_lines: dict | None = None  # helper_lines(), made once when the writer asks
+        # a submodule's fqn -> which places of the tuple its (first) call returns hold a tensor; run.py
+        # fills it while torch.export runs forward, the writer names a call's one tensor from it
+        self.result_places: dict[str, tuple[bool, ...]] = {}
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):

@@ -229,7 +229,8 @@ def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, titl
         model_dtype = low.downcasts[0][0]
         casts = "; ".join(f"{where}{code} casts to {cast}" for _, cast, where, code in low.downcasts)
         warnings.warn(f"penrose.trace: {casts}, below the model's {model_dtype}; the diagram computes in {model_dtype}, "
-                      "so its values differ from the module's by that rounding", PenroseWarning, stacklevel=3)
+                      "so its values differ from the module's by that rounding", PenroseWarning,
+                      stacklevel=_caller_level())  # the user's line that called penrose.trace
     if low.kept:
         shown = ", ".join(f"{k} (the same tensor as {a})" for k, a in low.kept[:4]) + (" ..." if len(low.kept) > 4 else "")
         header.append(f"# Tied: {shown}, of a submodule forward never calls, handed up unread by a call of it so that "
@@ -238,7 +239,8 @@ def _trace_eval(module, inputs, options, moe_notes, *, hints, notes, batch, titl
         shown = ", ".join(low.unused[:6]) + (f" ... ({len(low.unused)} in all)" if len(low.unused) > 6 else "")
         header.append(f"# Not in the diagram: {shown} (of submodules forward never calls; load with strict=False).")
         warnings.warn(f"penrose.trace: {shown} belong to submodules that forward never calls, so they are not in the "
-                      "diagram: load the module's state dict with strict=False", PenroseWarning, stacklevel=3)
+                      "diagram: load the module's state dict with strict=False", PenroseWarning,
+                      stacklevel=_caller_level())  # the user's line that called penrose.trace
     transient = sorted(t for r in low.regions.values() for t, p in r.params.items() if not p.persistent and p.made is None
                        and made_init(p.value) is None)
     if transient:  # registered with persistent=False, values no init makes: saved buffers of the diagram, not in module.state_dict()

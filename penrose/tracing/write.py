@@ -1045,7 +1045,7 @@ class Writer:
         place the module's call fills with a tensor (`_, top_k_weights, top_k_index = self.gate(x)`, the
         index None in the dense form of a mixture of experts), or None where that is not one name."""
         targets = line_targets(it.src)
-        places = getattr(self.L, "result_places", {}).get(it.region.fqn)
+        places = self.L.result_places.get(it.region.fqn)
         if not targets or len(targets) < 2 or places is None or len(places) != len(targets):
             return None
         named = [t for t, tensor in zip(targets, places) if tensor and ok_name(t)]

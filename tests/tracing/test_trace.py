@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 import textwrap
+import warnings
 from collections.abc import Mapping
 
 import pytest
@@ -806,6 +808,55 @@ def test_parameters_forward_never_reads():
     model = penrose.compile(text)
     missing, unexpected = model.load_state_dict(module.state_dict(), strict=False)
     assert missing == [] and unexpected == ["head.weight", "head.bias"]
+
+
+class _Downcast(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.proj(x).float().softmax(-1).to(x.dtype)  # float32 in the middle of a float64 model
+
+
+UNUSED_HEAD = "head.weight, head.bias belong to submodules that forward never calls"
+DOWNCAST = "casts to float32, below the model's float64"
+
+
+@pytest.mark.parametrize(("module", "message"), [(_Unused(), UNUSED_HEAD), (_Downcast().double(), DOWNCAST)],
+                         ids=["unused_submodule", "downcast"])
+def test_trace_warnings_point_at_the_callers_line(module, message):
+    """regression: the unused-submodules and the casts warnings were raised with a hand-counted
+    stacklevel=3, which pointed inside penrose/tracing/__init__.py: each points at the user's line
+    that called penrose.trace (the first frame outside penrose), as every other PenroseWarning does."""
+    x = torch.randn(3, 4 if isinstance(module, _Downcast) else 6, dtype=next(module.parameters()).dtype)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        line = sys._getframe().f_lineno + 1
+        penrose.trace(module, x)
+    mine = [w for w in caught if issubclass(w.category, penrose.PenroseWarning) and message in str(w.message)]
+    assert [(w.filename, w.lineno) for w in mine] == [(__file__, line)]
+
+
+def test_cli_trace_prints_the_unused_submodules_warning(tmp_path, capsys):
+    """The CLI's path to the same warning (trace_command): printed once on stderr, the diagram still written."""
+    src = tmp_path / "unused_model.py"
+    src.write_text(textwrap.dedent("""
+        import torch.nn as nn
+
+        class Net(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(6, 6)
+                self.head = nn.Linear(6, 2)  # never called
+
+            def forward(self, x):
+                return self.fc(x)
+    """), encoding="utf-8")
+    code = main(["trace", f"{src}:Net", "--input", "3,6", "-o", str(tmp_path / "net.pen")])
+    err = capsys.readouterr().err
+    assert code == 0, err
+    assert err.count("warning: penrose.trace: head.weight, head.bias belong to submodules that forward never calls") == 1
 
 
 def test_bilinear_is_an_einsum():

@@ -169,6 +169,24 @@ def test_a_tuple_with_a_discarded_place_names_the_kept_one():
     assert re.search(r"^context = \w+\(x\) as attn$", text, re.MULTILINE) and "attn_out" not in text, text
 
 
+def test_result_places_is_declared_on_the_lowerer():
+    """regression: `result_places` was an attribute run.py set on the Lowerer from outside and the
+    writer read with getattr(..., {}): the Lowerer declares it, empty until trace fills it while
+    torch.export runs forward; the writer of a Lowerer with none names the call after its instance."""
+    from penrose.tracing.run import _export, _lower, _result_places
+    from penrose.tracing.write import Writer
+
+    module, inputs = _AttentionWithWeights().eval(), _x(2)
+    with _result_places(module) as places:
+        ep = _export(module, inputs)
+    assert places == {"attn": (True, False)}  # need_weights=False: the weights' place holds None
+    low = _lower(ep, module, inputs, False, {})
+    assert low.result_places == {}
+    assert re.search(r"^attn_out = \w+\(x\) as attn$", Writer(low, "bare").write([]), re.MULTILINE)
+    low.result_places = places
+    assert re.search(r"^context = \w+\(x\) as attn$", Writer(low, "filled").write([]), re.MULTILINE)
+
+
 def test_the_module_is_left_as_it_was():
     """The dense forwards are the trace's only: the module computes sparsely again after it."""
     block = _mixtral().eval()
