@@ -2,11 +2,15 @@
 its command-line arguments and `dot -V`'s version string, so a figure laid out before (by the
 gallery, a test, a render) is not laid out again. `dot` is deterministic, so a hit is the very
 bytes the run would print; anything else about a run (a failure, a timeout) is never cached.
+Beside the layouts it keeps what `figure.to_dot`'s untangling chose for a figure (its search
+lays a figure out tens of times), keyed by the figure, `dot -V` and `code_version()`: penrose's
+own source, so a change to the search (or anything else in penrose) misses.
 
 Where: $PENROSE_CACHE if set (a folder), else $XDG_CACHE_HOME/penrose, else ~/.cache/penrose;
-entries go under its dot/ folder. PENROSE_CACHE=off (or 0, no, false) turns the cache off.
+entries go under its dot/ folder. PENROSE_CACHE=off (or 0, no, false, none) turns the cache off.
 `penrose cache --clear` (or removing the folder) empties it; it is kept under
-PENROSE_CACHE_MB megabytes (default 512): past that, the entries used longest ago go first.
+PENROSE_CACHE_MB megabytes (default 512): past that, the entries used longest ago go first
+(checked when a process first writes to it).
 
 Each entry is written whole to a temporary file and moved into place (`os.replace`), so parallel
 test workers and a concurrent `make gallery` never read half an entry; an entry carries a
@@ -28,6 +32,7 @@ _MAGIC = b"penrose-dot-cache 1\n"
 _OFF = ("off", "0", "no", "false", "none")
 _DEFAULT_MB = 512
 _versions: dict = {}  # dot's path -> its `dot -V` string
+_code: list = []  # the hash of penrose's own source, once computed
 _pruned: set = set()  # the folders checked against the size bound by this process
 
 
@@ -50,6 +55,24 @@ def dot_version(exe: str) -> str:
         proc = subprocess.run([exe, "-V"], capture_output=True, timeout=60, check=False)
         _versions[exe] = (proc.stderr + proc.stdout).decode("utf-8", "replace").strip()
     return _versions[exe]
+
+
+def code_version() -> str:
+    """A SHA-256 of penrose's source (every .py file of the package, by path) and of the versions
+    of Python and networkx: what a result penrose derives from Graphviz's layouts (the choice of
+    `figure.to_dot`'s untangling) depends on besides them."""
+    if not _code:
+        import sys
+
+        import networkx
+
+        root = Path(__file__).resolve().parents[1]
+        h = hashlib.sha256(f"{sys.version}\n{networkx.__version__}\n".encode("utf-8"))
+        for path in sorted(root.rglob("*.py")):
+            h.update(path.relative_to(root).as_posix().encode("utf-8") + b"\0")
+            h.update(hashlib.sha256(path.read_bytes()).digest())
+        _code.append(h.hexdigest())
+    return _code[0]
 
 
 def key(args: list, data: bytes, version: str) -> str:

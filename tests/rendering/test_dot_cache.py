@@ -222,3 +222,73 @@ def test_parallel_writers_never_leave_half_an_entry_to_read(tmp_path):
         bad = pool.map(_hammer, [(str(tmp_path), n, 60) for n in range(3)])
     assert bad == [0, 0, 0]
     assert [p.name for p in (tmp_path / "dot" / "ff").iterdir()] == ["0" * 62]  # no temporary file left
+
+
+# ---- the untangling's choice (figure.to_dot), kept beside the layouts it was chosen from ------
+
+
+def _retention():
+    from penrose.checker import check
+    from penrose.parser import parse_file
+
+    return figure.build_figure(check(parse_file(ROOT / "bench" / "figures" / "retention.pen")))
+
+
+def test_the_untangling_is_searched_once_and_its_choice_comes_back_exact(dots, monkeypatch):
+    fig = _retention()
+    monkeypatch.setattr(figure, "_untangled", {})
+    cold = figure.to_dot(fig)
+    assert cold != figure.to_dot(fig, untangle=False)  # its search moved a wire
+    assert ["-Tjson"] in dots
+    dots.clear()
+    monkeypatch.setattr(figure, "_untangled", {})
+    searched: list = []
+    real = figure._untangle
+    monkeypatch.setattr(figure, "_untangle", lambda *a: searched.append(1) or real(*a))
+    assert figure.to_dot(fig) == cold
+    assert searched == [] and dots == []
+    monkeypatch.setattr(figure, "_untangled", {})
+    monkeypatch.setattr(cache, "_code", ["another penrose"])  # penrose's source changed: searched again
+    assert figure.to_dot(fig) == cold and searched == [1]
+
+
+@pytest.mark.parametrize("choice", [(), ("mclimit=4", 3, {"a->b": "reverse", "c->d": "minlen=2"}, None),
+                                    ("", 4, None, {"where": ("mask", "false", "true"), "w2": ("true",)})])
+def test_every_kind_of_choice_comes_back_as_it_was(dots, monkeypatch, choice):
+    fig = _retention()
+    text = figure._dot_text(fig)
+    searched: list = []
+    monkeypatch.setattr(figure, "_untangle", lambda *a: searched.append(1) or choice)
+    assert figure._untangle_cached(fig, text) == choice
+    assert figure._untangle_cached(fig, text) == choice and searched == [1]
+    other = _retention()
+    other.edges[0].label = "another label"  # another figure, even with the same DOT text: searched again
+    assert figure._untangle_cached(other, text) == choice and searched == [1, 1]
+
+
+def test_a_search_cut_short_is_not_kept_and_an_unreadable_choice_is_searched_again(dots, monkeypatch, tmp_path):
+    fig = _retention()
+    text = figure._dot_text(fig)
+    answers = iter([None, ("", 1, None, None), ("", 2, None, None)])
+    monkeypatch.setattr(figure, "_untangle", lambda *a: next(answers))
+    assert figure._untangle_cached(fig, text) == ()  # no Graphviz, or a layout too slow: as it is
+    assert _files(tmp_path / "cache") == []
+    assert figure._untangle_cached(fig, text) == ("", 1, None, None)
+    (entry,) = _files(tmp_path / "cache")
+    name = entry.parent.name + entry.name
+    cache.write(name, b'{"not": "a choice"}')  # whole, but not a choice this version reads
+    assert figure._untangle_cached(fig, text) == ("", 2, None, None)
+    assert figure._untangle_cached(fig, text) == ("", 2, None, None)
+
+
+def test_the_cache_command_shows_and_clears_it(dots, tmp_path, monkeypatch, capsys):
+    from penrose.cli import main
+
+    run_dot(TEXT, "json")
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert str(tmp_path / "cache" / "dot") in out and "1 entries" in out
+    assert main(["cache", "--clear"]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out and _files(tmp_path / "cache") == []
+    monkeypatch.setenv("PENROSE_CACHE", "off")
+    assert main(["cache"]) == 0 and "off" in capsys.readouterr().out
