@@ -20,6 +20,7 @@ examples:
   penrose render --einsum 'bi,ijk,bj->bk' -o fig.svg   the figure of one einsum
   penrose trace model.py:Net --input 4,16 -o net.pen   the diagram of a PyTorch module
   penrose gallery -o gallery/                       build the HTML gallery of every zoo diagram
+  penrose cache --clear                             empty the cache of Graphviz's layouts
   penrose serve model.pen                           a live page of the diagram, updated on every save
   penrose zoo list                                  the zoo's models and their parameter counts
 """
@@ -236,6 +237,10 @@ def _parser(discovered=None) -> _Parser:
     c.add_argument("paths", nargs="*", help="diagrams or folders (default: the zoo)")
     c.add_argument("-o", "--output", default="gallery")
 
+    c = add("cache", "where the cache of Graphviz's layouts is, its size; --clear empties it (docs/rendering.md)",
+            "penrose cache --clear")
+    c.add_argument("--clear", action="store_true", help="remove every entry")
+
     c = add("lsp", "the language server for editors (LSP over stdio; needs the editor extra)", "penrose lsp")
     c.add_argument("--stdio", action="store_true", help="speak over stdin/stdout (the default)")
     _include_path_option(c)
@@ -408,6 +413,20 @@ def _run(args) -> int:
 
         out = build_gallery(args.paths or None, args.output)
         print(f"wrote {out}")
+        return 0
+    if args.command == "cache":
+        from penrose.rendering import cache
+
+        where = cache.folder()
+        if where is None:
+            print("the cache is off (PENROSE_CACHE=off)")
+            return 0
+        if args.clear:
+            print(f"removed {cache.clear()} entries from {where}")
+            return 0
+        found = cache.entries()
+        print(f"{where}: {len(found)} entries, {sum(size for _, size, _ in found) / 2**20:.1f} MB "
+              f"(kept under {cache.limit_bytes() / 2**20:.0f} MB, PENROSE_CACHE_MB)")
         return 0
     if args.command == "lsp":
         from penrose.lsp import run_stdio

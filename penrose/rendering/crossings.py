@@ -19,11 +19,9 @@ one edge (its centre line).
 from __future__ import annotations
 
 import json
-import subprocess
 from dataclasses import dataclass, field
 
-from penrose.errors import PenroseRenderError, Span
-from penrose.rendering.graphviz import dot_binary
+from penrose.rendering.graphviz import dot
 
 
 @dataclass
@@ -45,15 +43,7 @@ class Layout:
 
 def layout(dot_text: str, timeout: float = 120.0) -> Layout:
     """Nodes, visible edges (flattened splines) and size of the figure as `dot` lays it out."""
-    try:
-        proc = subprocess.run([dot_binary(), "-Tjson"], input=dot_text.encode("utf-8"), capture_output=True,
-                              timeout=timeout, check=False)
-    except subprocess.TimeoutExpired:
-        raise PenroseRenderError(f"Graphviz took longer than {timeout:.0f} s to lay out the figure", Span()) from None
-    if proc.returncode != 0 or not proc.stdout:
-        msg = proc.stderr.decode("utf-8", "replace").strip().splitlines()
-        raise PenroseRenderError(f"Graphviz failed: {msg[-1] if msg else 'no output'}", Span())
-    data = json.loads(proc.stdout.decode("utf-8"))
+    data = json.loads(dot(["-Tjson"], dot_text, timeout).decode("utf-8"))
     names, nodes, labels = {}, {}, []
     for o in data.get("objects", []):
         if "nodes" in o or "pos" not in o:  # a cluster

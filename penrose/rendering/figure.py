@@ -1440,12 +1440,46 @@ def to_dot(fig: Figure, untangle: bool = True) -> str:
     if key not in _untangled:
         if len(_untangled) > 512:
             _untangled.clear()
-        _untangled[key] = _untangle(fig, text)
+        _untangled[key] = _untangle_cached(fig, text)
     choice = _untangled[key]
     return _dot_text(fig, *choice) if choice else text
 
 
-def _untangle(fig: Figure, text: str) -> tuple:
+def _untangle_cached(fig: Figure, text: str) -> tuple:
+    """`_untangle`'s choice, kept in the cache of Graphviz's output (`penrose.rendering.cache`):
+    keyed by the figure (its DOT text and its nodes, wires and frames), `dot -V` and
+    `cache.code_version()` (penrose's source, Python's and networkx's versions), the search
+    runs once per figure, not once per process. A search cut short (no Graphviz, a layout too
+    slow) is not kept."""
+    import json
+
+    from penrose.rendering import cache
+    from penrose.rendering.graphviz import dot_binary
+
+    try:
+        exe = dot_binary()
+    except PenroseRenderError:
+        return ()
+    figure = repr((fig.nodes, fig.edges, fig.clusters, fig.direction, fig.rows)).encode("utf-8")
+    name, hit = cache.lookup(exe, ["(untangle)", cache.code_version(), text], figure)
+    if hit is not None:
+        try:
+            stored = json.loads(hit.decode("utf-8"))
+            if stored == []:
+                return ()
+            extra, seed, loose, ports = stored
+            return (extra, seed, loose, None if ports is None else {k: tuple(v) for k, v in ports.items()})
+        except (ValueError, TypeError, AttributeError):
+            pass  # an entry this version cannot read: search again
+    choice = _untangle(fig, text)
+    if choice is None:
+        return ()
+    if name:
+        cache.write(name, json.dumps(list(choice)).encode("utf-8"))
+    return choice
+
+
+def _untangle(fig: Figure, text: str) -> tuple | None:
     """The (extra, seed, loose, ports) arguments of `_dot_text` whose layout crosses the fewest
     wires; () for the figure as it is. The search stops at the fewest crossings any drawing of the
     figure can have (`crossings.fewest_crossings`: 0 unless its graph is not planar). A figure whose graph
@@ -1627,8 +1661,8 @@ def _untangle(fig: Figure, text: str) -> tuple:
             # the labelled one moved (LOOSEN), within LABEL_LAYOUTS more layouts
             budget[0] = LABEL_LAYOUTS
             found, best = rounds(best[0], best[1], dict(best[2] or {}), found, best, labelled, 1)
-    except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is
-        return ()
+    except PenroseRenderError:  # no Graphviz, or a layout too slow: the figure as it is (None: not kept)
+        return None
     return () if best == ("", 0, None, None) else best
 
 
