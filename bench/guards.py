@@ -58,6 +58,13 @@ def _cases():
 
     yield "fmt of a 10,000-term sum and 1,000 nested calls", 5.0, lambda: format_diagram(parse(long_text))
     yield "equations and readings of the same", 30.0, equations
+
+    def sum_figure():  # issue: each of 10,000 terms checked against every other as the residual stream (a minute)
+        from penrose.rendering.figure import build_figure
+
+        build_figure(long_checked, "statement:3")
+
+    yield "figure of a 10,000-term sum x + x + ... (no layout)", 5.0, sum_figure
     for name, text in [("10,000-term sum", deep_sum(10_000)), ("1,000 nested calls", deep_calls(1_000)),
                        ("1,000 parentheses", deep_parens(1_000)), ("10,000 nested calls", deep_calls(10_000)),
                        ("10,000-term number", deep_scalar(10_000))]:
