@@ -93,7 +93,9 @@ def _walk(e):
 
 def block_leg_mismatches(text: str) -> list[str]:
     """Einsums in a block whose letters for a formal, param or buffer of the block are not the legs
-    the block declares for it (`block f(x[t, e])` contracted as 'tm,...': a reader must rename)."""
+    the block declares for it (`block f(x[t, e])` contracted as 'tm,...': a reader must rename), but
+    for a leg whose name an operand of the einsum declares twice (a square `weight[e, e]`: its two
+    copies need two letters, `einsum('ti,ei->te', x, weight)`)."""
     from penrose import ir
     from penrose.parser import parse
 
@@ -110,11 +112,14 @@ def block_leg_mismatches(text: str) -> list[str]:
                     continue
                 spec = e.args[0].value
                 terms = spec.split("->")[0].split(",")
+                declared = [legs[x.id] for x in e.args[1:] if isinstance(x, ir.Name) and x.id in legs]
+                twice = {leg for ls in declared for leg in ls if ls.count(leg) > 1}
                 for term, operand in zip(terms, e.args[1:]):
                     if not isinstance(operand, ir.Name) or operand.id not in legs:
                         continue
                     letters = term.split() if " " in term.strip() else list(term.strip())
-                    if letters != legs[operand.id]:
+                    if len(letters) != len(legs[operand.id]) or any(
+                            a != b and b not in twice for a, b in zip(letters, legs[operand.id])):
                         out.append(f"{st.name}: {operand.id}{legs[operand.id]} read as '{term.strip()}'")
     return out
 
@@ -142,15 +147,19 @@ def made_up_names(text: str) -> list[str]:
 
 
 def legend_repeats(text: str) -> list[str]:
-    """Letters for one meaning: dims of size 1 beyond one, and dims whose legend line says the same."""
+    """Letters for one meaning: dims of size 1 beyond the most that one declared tensor carries (timm's
+    `cls_token[one, cls, e]` needs two: the batch's place and the class token), and dims whose legend
+    line says the same."""
     rows = re.findall(r"^#\s+(\w+)\s{2}(.*)$", text, re.MULTILINE)
     sizes = dict(re.findall(r"\b(\w+) = (\d+)\b", "\n".join(re.findall(r"^dim (.*)$", text, re.MULTILINE))))
     ones = [n for n, s in sizes.items() if s == "1"]
+    decls = re.findall(r"^\s*(?:input|param|buffer) \w+\[([^\]]*)\]", text, re.MULTILINE)
+    need = max([1] + [len({leg.strip() for leg in legs.split(",")} & set(ones)) for legs in decls])
     seen: dict = {}
     for name, meaning in rows:
         seen.setdefault(re.sub(r"\.\d+\.", ".#.", meaning.strip()), []).append(name)  # layers.0. and layers.1.
     same = [" ".join(ns) for ns in seen.values() if len(ns) > 1]
-    return ([f"size 1: {' '.join(ones)}"] if len(ones) > 1 else []) + same
+    return ([f"size 1: {' '.join(ones)}"] if len(ones) > need else []) + same
 
 
 MEANT = ("model width", "heads", "key-value heads", "copies of each key-value head", "head dim")

@@ -83,6 +83,8 @@ class Lowerer(Elementwise, Contractions, Reductions, Shapes, Constants):
         # a submodule's fqn -> which places of the tuple its (first) call returns hold a tensor; run.py
         # fills it while torch.export runs forward, the writer names a call's one tensor from it
         self.result_places: dict[str, tuple[bool, ...]] = {}
+        self.batch_ones: list = []  # size-1 axes the batch broadcasts (learned tokens copied over it): one letter
+        self.joined: list = []  # (a concat's joined leg, the legs it joins), for the index legend
 
     # ---- errors -------------------------------------------------------------------------------------
     def where(self, node=None):

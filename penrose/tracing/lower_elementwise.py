@@ -121,6 +121,7 @@ class Elementwise:
                 for i, e in entries:
                     if isinstance(e, Cls):
                         drops[i].append(len(operands[i].axes) - pos)
+                        self.batch_ones.append(e)
             elif big:
                 first = big[0][1]
                 for _, e in big[1:]:

@@ -390,6 +390,7 @@ class Shapes:
             # learned tokens copied over the batch (`cls_token.expand(B, -1, -1)`, `S.repeat(B, 1, 1)`): the
             # tensor itself, which every batched tensor it meets broadcasts over the batch
             if pad == 0 and full[0] is not None:
+                self.batch_ones.append(full[0])
                 x = self.drop_ones(x, [0])
             rest = self.expand(View(x.pval, x.axes[0 if pad else 1:], False), list(sizes[1:]))
             return View(rest.pval, rest.axes, True)
@@ -486,6 +487,7 @@ class Shapes:
                     self.C.wish(c1, c2)  # the halves of rotate_half: one leg, as a person writes concat([-x2, x1], u, d)
         total = sum(v.axes[j0].size for v in parts)
         into = self.C.new(total, role="joined", origin=f"{_describe(first.axes[j0])} joined with {len(parts) - 1} more (concat)")
+        self.joined.append((into, [v.axes[j0] for v in parts]))
         leg = first.axes[j0]
         legs = [into if self.C.same(l, leg) else l for l in first.pval.legs]
         p = self.emit(Call("concat", [TensorList([Ref(v.pval) for v in parts]), Leg(leg), Leg(into)]), legs, first.batched, first.pval.dtype)

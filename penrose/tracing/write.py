@@ -309,6 +309,17 @@ def refs(e, out):
     return out
 
 
+def _einsums_only(p, items) -> bool:
+    """Whether every statement that reads the param or buffer `p` reads it as an einsum's operand (so
+    that two legs of one name are read by two letters, `einsum('ti,ei->te', x, weight)`)."""
+    def reads(e, operand):
+        if isinstance(e, Ref):
+            return e.pval is p and not operand
+        return any(reads(x, isinstance(e, Einsum)) for x in children(e))
+
+    return not any(p in it.args if isinstance(it, CallStmt) else reads(it.expr, False) for it in items)
+
+
 def classes_in(e, out):
     """Leg classes an expression names (for the conflicts of naming)."""
     if isinstance(e, Leg):
@@ -678,7 +689,11 @@ class Writer:
         together = defaultdict(set)  # the classes that are legs of one tensor with each one
         live: set = set()  # the classes the text writes (dead statements' and unused buffers' are not named)
 
-        def clique(rs):
+        hard = defaultdict(set)  # the conflicts a name can't tell apart: all but a param's legs and an einsum's letters
+        square: dict = {}  # a root -> the other root of a square param or buffer that only einsums read
+        bound = defaultdict(set)  # a root -> the roots one einsum letter binds with it (an axis it contracts against)
+
+        def clique(rs, soft=False):
             rs = [C.find(r) for r in rs]
             live.update(id(r) for r in rs)
             for a in rs:
@@ -686,6 +701,8 @@ class Writer:
                     if a is not b:
                         conflicts[id(a)].add(id(b))
                         together[id(a)].add(id(b))
+                        if not soft:
+                            hard[id(a)].add(id(b))
 
         regions = list(_walk(self.root))
         for region in regions:
@@ -694,7 +711,11 @@ class Writer:
             if region is self.root:
                 pvals += [v.pval for v in self.L.input_views]
             for p in pvals:
-                clique(p.legs)
+                clique(p.legs, soft=p.kind in ("param", "buffer"))
+            for p in b.params():
+                ends = [C.find(c) for c in p.legs]
+                if len(ends) == 2 and ends[0] is not ends[1] and ends[0].size == ends[1].size and _einsums_only(p, b.items):
+                    square[id(ends[0])], square[id(ends[1])] = ends[1], ends[0]
             for it in b.items:
                 if isinstance(it, Stmt):
                     for group in classes_in(it.expr, []):
@@ -702,6 +723,9 @@ class Writer:
                             e = group[1]
                             keyed = [[C.find(c) for c in e.binds.get(k, [])] for k in e.binds]
                             live.update(id(r) for g in keyed for r in g)
+                            for g in keyed:
+                                for a in g:
+                                    bound[id(a)].update(id(x) for x in g if x is not a)
                             for i, ga in enumerate(keyed):
                                 for gb in keyed[i + 1:]:
                                     for a in ga:
@@ -748,6 +772,17 @@ class Writer:
 
         def free_of(name, r):
             return all(id(h) not in conflicts[id(r)] for h in holders[name])
+
+        # size-1 axes the batch broadcasts (a learned token's and a position table's axis 0, copied over
+        # the batch): one letter, `one`, where they never meet; a size-1 axis of a learned token that a
+        # concat joins to others is named as the source names the token (`cls_token`'s: `cls`)
+        param_of: dict = {}  # a root -> the local name of a param or buffer with it as a leg
+        for region in regions:
+            for p in region.params.values():
+                for leg in p.legs:
+                    param_of.setdefault(id(C.find(leg)), p.param)
+        batch_ones = {id(C.find(c)) for c in self.L.batch_ones} & set(param_of)
+        pieces = {id(C.find(c)) for _, parts in self.L.joined for c in parts}
 
         sizes_of = attribute_sizes(self.L.module)
         self.meaning = {}  # a dim named from the module's attributes -> its meaning in words
@@ -810,6 +845,19 @@ class Writer:
                     return assign(r, joined, want)
                 pool = [f"{joined}{k}" for k in range(2, 100)]
                 return assign(r, next(n for n in pool if ok_name(n) and n not in taken and n not in holders), want)
+            # a square weight's axis that its einsum contracts against an axis named as the weight's other
+            # axis (LLaMA's q_proj and o_proj, one block: the width both): `weight[e, e]`
+            twin = square.get(id(r))
+            n = names.get(id(twin)) if twin is not None else None
+            if n in self.meaning and n not in exclusive and any(id(h) in bound[id(r)] for h in holders[n]) \
+                    and all(id(h) not in hard[id(r)] for h in holders[n]):
+                return assign(r, n, None)
+            if id(r) in batch_ones and r.size == 1 and "one" not in taken \
+                    and all(id(h) in batch_ones for h in holders.get("one", [])) and free_of("one", r):
+                return assign(r, "one", None)
+            token = re.fullmatch(r"(\w+?)_?tokens?", param_of.get(id(r), "")) if r.size == 1 and id(r) in pieces else None
+            if token and ok_name(token.group(1)) and token.group(1) not in taken and token.group(1) not in holders:
+                return assign(r, token.group(1), None)
             if r.pref and r.pref not in taken and r.pref not in exclusive and r.pref not in merge_of:
                 if r.pref not in holders or (size_of[r.pref] == r.size and free_of(r.pref, r)):
                     return assign(r, r.pref, None)  # the user's own letter (an einsum's, a pattern's): one meaning
@@ -827,7 +875,7 @@ class Writer:
             role = next((x for x in ("headdim", "head", "key", "copy") if x in roles
                          and not (x == "copy" and r.role.startswith("in_"))
                          and not (x == "key" and id(r) in first_input)), r.role)
-            pref = ROLE_LETTERS.get(role, "")
+            pref = ROLE_LETTERS.get(role, "") if not (batch_ones and role == "one") else ""
             letters = list(dict.fromkeys(list(pref) + list(LETTERS)))
             for ch in [c for c in letters if c not in soft and c not in meant] + [c for c in letters if c in soft] \
                     + [c for c in letters if c in meant]:
@@ -859,6 +907,10 @@ class Writer:
         meant = {attr_letter(r) for r in named} - {None}
         for r in named:
             name(r)
+        ones = [param_of[id(h)] for h in holders.get("one", []) if id(h) in batch_ones]
+        if ones:
+            copied = " and ".join(dict.fromkeys(ones))
+            self.meaning["one"] = f"size 1 where the batch is: {copied} {'are' if len(set(ones)) > 1 else 'is'} the same for every item"
         self.leg_names = names
         self.dim_sizes = size_of
         self.dim_merge = merge_of
@@ -1165,21 +1217,40 @@ class Writer:
     def legend(self):
         order = sorted(self.dim_sizes, key=lambda n: min(r.id for r in self.dim_holders[n]))
         out = ["# index legend:"]
+        origins = {n: next((o for o in map(self._origin, sorted(self.dim_holders[n], key=lambda r: r.id)) if o), "")
+                   for n in order}
         for n in order:
             if n in getattr(self, "meaning", {}):
                 meaning = self.meaning[n] + (f": {' times '.join(self.dim_merge[n])}" if n in self.dim_merge else "")
             elif n in self.dim_merge:
                 meaning = f"{' and '.join(self.dim_merge[n])} merged (a view)"
             else:
-                hs = sorted(self.dim_holders[n], key=lambda r: r.id)
-                origin = next((self._origin(r) for r in hs if self._origin(r)), "") or f"a leg of size {self.dim_sizes[n]}"
-                meaning = origin
+                meaning = self._joined(n) or self._again(n, origins) or origins[n] or f"a leg of size {self.dim_sizes[n]}"
             meaning = meaning.replace(",", ";")
             room = MAX_LINE - len(f"#   {n}  ")
             if len(meaning) > room:  # one line an entry (a wrapped one would read as another entry)
                 meaning = meaning[:room - 3].rsplit(" ", 1)[0] + " ..."
             out.append(f"#   {n}  {meaning}")
         return out
+
+    def _joined(self, n):
+        """A concat's joined leg by the names of the legs it joins (`cls and gt joined (concat)`)."""
+        held = {id(r) for r in self.dim_holders[n]}
+        for into, parts in self.L.joined:
+            if id(self.C.find(into)) in held:
+                names = [self.leg_names.get(id(self.C.find(c))) for c in parts]
+                if all(names):
+                    return f"{' and '.join(names)} joined (concat)"
+        return None
+
+    def _again(self, n, origins):
+        """A second leg of one size (attention's keys) by the name of the first (`t again`)."""
+        origin = origins[n]
+        if not origin.endswith(" (a second leg of that size)"):
+            return None
+        first = origin.split(" (")[0]
+        return next((f"{m} again (a second leg of that size)" for m, o in origins.items()
+                     if m != n and o and o.split(" (")[0] == first and not o.endswith("(a second leg of that size)")), None)
 
     def _origin(self, r):
         for c in self.C.all:

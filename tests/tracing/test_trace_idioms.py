@@ -13,6 +13,7 @@ size through the compiled diagram.
 from __future__ import annotations
 
 import math
+import re
 import warnings
 
 import pytest
@@ -523,7 +524,8 @@ def test_one_letter_per_meaning_in_whole_models():
     text = penrose.trace(module.eval(), *inputs)
     assert meaning_letters(text) == [], text
     assert "#   e  model width (embed_dim = 16)\n" in text and "dim hd = h * d" in text, text
-    assert "block block_module(x[m, e])" in text and "'h m d -> m (h d)'" in text, text
+    # the tokens' letter (`j`; `m` while the class token's axis held `j`) is no meaning's
+    assert "block block_module(x[j, e])" in text and "'h j d -> j (h d)'" in text, text
     for module, inputs in (_whole("gpt2"), _whole("bert"), (_albert(3, 1), _ids(2))):
         text = penrose.trace(module.eval(), *inputs)
         assert meaning_letters(text) == [], text
@@ -540,6 +542,63 @@ def test_vit_heads_keep_their_letter():
     assert "#   h  heads (num_heads = 4)" in text and "(u h d)" in text
 
 
+def test_vit_size_1_axes_read_as_what_they_are():
+    """regression: timm's ViT declared `cls_token[one, j, e]` and `pos_embed[o, m, e]`: three letters for
+    size-1 axes, two of them (`one`, `o`) the same thing, the batch's place in tensors the same for every
+    item (`cls_token.expand(B, -1, -1)`, `x + pos_embed`), and `j`, "axis 1 of cls_token", the class
+    token the concat puts before the patches. Now the batch's place is `one` in both, said so in the
+    legend, the class token is `cls` as the source names it, the tokens are "cls and gt joined", and
+    attention's keys "j again"; the legend repeats no meaning (tests/trace_readability.py)."""
+    from test_trace_real import _vit
+    from trace_readability import legend_repeats
+
+    module, inputs = _vit()
+    text = penrose.trace(module.eval(), *inputs)
+    assert "param cls_token[one, cls, e]\nparam pos_embed[one, j, e]\n" in text, text
+    assert "concat([rearrange(cls_token, '1 cls e -> cls e'), patch_embed_out], cls, j)" in text, text
+    assert "#   one  size 1 where the batch is: cls_token and pos_embed are the same for every item\n" in text, text
+    assert "#   cls  axis 1 of cls_token\n#   j  cls and gt joined (concat)\n" in text, text
+    assert "#   s  j again (a second leg of that size)\n" in text, text
+    assert legend_repeats(text) == [], text
+
+
+class _Square(nn.Module):
+    """A residual map by a square weight of the model's width (its output added to its input: both
+    axes the width), read by a matmul only, or also by an element-wise op."""
+
+    def __init__(self, scaled=False, hidden_size=8):
+        super().__init__()
+        self.hidden_size = hidden_size
+        self.scaled = scaled
+        self.weight = nn.Parameter(torch.randn(hidden_size, hidden_size))
+
+    def forward(self, x):
+        return x + x @ (self.weight * 2 if self.scaled else self.weight).t()
+
+
+def test_a_square_weight_of_the_width_takes_its_letter_on_both_axes():
+    """regression: LLaMA's q_proj and o_proj (BERT's query, key, value) share one block whose square
+    weight took the width `e` on its output axis and `i`, "axis 1 of q_proj.weight", on its input, so
+    the block read `x[t, i]` where every call passes the residual stream. A param may carry one leg
+    name twice: a square weight whose axes are both the width, read by einsums only, is
+    `weight[e, e]`, the einsum telling the two apart by its own letters. Read by anything else (an
+    element-wise op aligns legs by name) it keeps two letters, as does a square map whose output is
+    not the width it reads (tests/tracing/test_trace_unsaved.py's `Linear(4, 4)`: `weight[f, e]`).
+    Values: penrose.trace verifies them."""
+    from test_trace_real import _whole
+    from trace_readability import block_leg_mismatches
+
+    for name in ("llama", "bert"):
+        module, inputs = _whole(name)
+        text = penrose.trace(module.eval(), *inputs)
+        assert "block linear(x[t, e]) {\n  param weight[e, e]\n" in text and "einsum('ti,ei->te', x, weight)" in text, text
+        assert not re.search(r"^#   i  ", text, re.MULTILINE) and block_leg_mismatches(text) == [], text
+    text = round_trip(_Square(), torch.randn(3, 8))
+    assert "param weight[e, e]\n" in text and re.search(r"einsum\('(\w),e\1->e', x, weight\)", text), text
+    text = round_trip(_Square(scaled=True), torch.randn(3, 8))
+    assert re.search(r"param weight\[(\w+), (?!\1)\w+\]", text), text
+
+
 def test_readability_measures_can_fail():
     from trace_readability import block_leg_mismatches, legend_repeats, long_lines, made_up_names, meaning_letters, \
         snake_block_names, unrolled_layers
@@ -552,7 +611,13 @@ def test_readability_measures_can_fail():
     assert long_lines(text) and block_leg_mismatches(text) and unrolled_layers(text)
     assert made_up_names(text) == ["h", "r2", "x2", "y"] and snake_block_names(text) == ["si_lu_linear"]
     assert legend_repeats(text) == ["e m"]
+    square = "dim t = 3, e = 4\n\nblock f(x[t, e]) {\n  param w[e, e]\n  return einsum('ti,ei->te', x, w)\n}\n"
+    assert block_leg_mismatches(square) == []  # w's two e's need two letters
+    assert block_leg_mismatches(square.replace("'ti,ei->te'", "'ai,ei->ae'")) == ["f: x['t', 'e'] read as 'ai'"]
     vit = ("# index legend:\n#   d  head dim (head_dim = 4)\n#   h  heads (num_heads = 4)\n#   e  model width (dim = 16): h times d\n"
            "dim g = 2, d = 4, h = 4, f = 16\ndim e = h * d\n\nblock layer(x[t, f]) {\n  return x\n}\n\n"
            "input x[n, p]\ny = rearrange(x, 'n (g d) -> n g d')\nz = layer(y) repeat 2 as blocks\n")
     assert meaning_letters(vit) == ["model width: e f", "head dim without heads: (g d)"]
+    ones = "dim one = 1, j = 1, o = 1, e = 4\nparam cls_token[one, j, e]\nparam pos_embed[o, e]\n"
+    assert legend_repeats(ones) == ["size 1: one j o"]  # two would do: cls_token's two
+    assert legend_repeats(ones.replace("o = 1, ", "").replace("[o, e]", "[one, e]")) == []
