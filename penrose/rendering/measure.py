@@ -378,15 +378,40 @@ def line_crossings(a: list, b: list) -> list:
     ba, bb = _bbox(a), _bbox(b)
     if not (ba[0] <= bb[2] and bb[0] <= ba[2] and ba[1] <= bb[3] and bb[1] <= ba[3]):
         return found
-    for p, q in zip(a, a[1:]):
-        if max(p[0], q[0]) < bb[0] or min(p[0], q[0]) > bb[2] or max(p[1], q[1]) < bb[1] or min(p[1], q[1]) > bb[3]:
-            continue
-        for r, s in zip(b, b[1:]):
-            if _meet(p, q, r, s):
-                x = _crossing_point(p, q, r, s)
-                if not any(abs(x[0] - y[0]) < 1 and abs(x[1] - y[1]) < 1 for y in found):
-                    found.append(x)
+    near = [i for i, (p, q) in enumerate(zip(a, a[1:]))  # a's segments that reach b's box
+            if not (max(p[0], q[0]) < bb[0] or min(p[0], q[0]) > bb[2] or max(p[1], q[1]) < bb[1] or min(p[1], q[1]) > bb[3])]
+    if len(near) * (len(b) - 1) > _PAIRS_IN_PYTHON:
+        pairs = _meeting_pairs(a, b, near)
+    else:
+        pairs = ((i, j) for i in near for j in range(len(b) - 1) if _meet(a[i], a[i + 1], b[j], b[j + 1]))
+    for i, j in pairs:
+        x = _crossing_point(a[i], a[i + 1], b[j], b[j + 1])
+        if not any(abs(x[0] - y[0]) < 1 and abs(x[1] - y[1]) < 1 for y in found):
+            found.append(x)
     return found
+
+
+_PAIRS_IN_PYTHON = 150  # more segment pairs than this are tested at once (numpy)
+
+
+def _meeting_pairs(a: list, b: list, near: list) -> list:
+    """(i, j) for every segment a[i]a[i+1] (i in `near`) and b[j]b[j+1] that `_meet`, in the order
+    of the loops over i, then j: `_meet` on every pair at once, the same float operations in
+    the same order (so the same answers, to the bit)."""
+    import numpy as np
+
+    pts_a, pts_b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    rows = np.asarray(near)
+    p, q = pts_a[rows][:, None, :], pts_a[rows + 1][:, None, :]
+    r, s = pts_b[None, :-1, :], pts_b[None, 1:, :]
+
+    def orient(u, v, w):
+        x = (v[..., 0] - u[..., 0]) * (w[..., 1] - u[..., 1]) - (v[..., 1] - u[..., 1]) * (w[..., 0] - u[..., 0])
+        return (x > 1e-9).astype(np.int8) - (x < -1e-9).astype(np.int8)
+
+    oa, ob, oc, od = orient(p, q, r), orient(p, q, s), orient(r, s, p), orient(r, s, q)
+    meet = (oa * ob <= 0) & (oc * od <= 0) & ~((oa == 0) & (ob == 0))
+    return [(int(rows[i]), int(j)) for i, j in zip(*np.nonzero(meet))]
 
 
 # ---- the report --------------------------------------------------------------------------------

@@ -225,3 +225,29 @@ def test_text_boxes_are_those_chromium_draws(tmp_path):
     far = [(t.text, [round(v, 1) for v in t.box], [round(v, 1) for v in b]) for t, (_, *b) in zip(mine, drawn)
            if max(abs(u - v) for u, v in zip(t.box, b)) > 1.5 + 0.005 * (b[2] - b[0])]  # the canvas rounds; kerning
     assert far == []
+
+
+def test_line_crossings_tested_at_once_are_those_tested_pair_by_pair(monkeypatch):
+    # long polylines have every pair of their segments tested at once (numpy): the same points,
+    # in the same order, as the loop over pairs, on crossings, touching ends and collinear runs
+    import random
+
+    from penrose.rendering import measure as m
+
+    rng = random.Random(1)
+
+    def polyline(n, grid):
+        return [(round(rng.uniform(0, 40) / grid) * grid, round(rng.uniform(0, 40) / grid) * grid) for _ in range(n)]
+
+    found = 0
+    for _ in range(300):
+        grid = rng.choice([0.5, 1.0, 1e-3])
+        a, b = polyline(rng.choice([2, 6, 30]), grid), polyline(rng.choice([2, 6, 30]), grid)
+        if rng.random() < 0.3:
+            b[0], b[-1] = a[rng.randrange(len(a))], a[0]  # shared points
+        monkeypatch.setattr(m, "_PAIRS_IN_PYTHON", 10**9)
+        one_by_one = m.line_crossings(a, b)
+        monkeypatch.setattr(m, "_PAIRS_IN_PYTHON", 0)
+        assert m.line_crossings(a, b) == one_by_one, (a, b)
+        found += bool(one_by_one)
+    assert found > 100
