@@ -383,7 +383,7 @@ def line_crossings(a: list, b: list) -> list:
     if len(near) * (len(b) - 1) > _PAIRS_IN_PYTHON:
         pairs = _meeting_pairs(a, b, near)
     else:
-        pairs = ((i, j) for i in near for j in range(len(b) - 1) if _meet(a[i], a[i + 1], b[j], b[j + 1]))
+        pairs = [(i, j) for i in near for j in range(len(b) - 1) if _meet(a[i], a[i + 1], b[j], b[j + 1])]
     for i, j in pairs:
         x = _crossing_point(a[i], a[i + 1], b[j], b[j + 1])
         if not any(abs(x[0] - y[0]) < 1 and abs(x[1] - y[1]) < 1 for y in found):
