@@ -33,13 +33,14 @@ mean over seeds); `specificity` the matrix inject c → effect on every concept'
 
 Over corpora (`penrose steerling nulls-table`, `combine_runs`): each `nulls` run is one corpus
 draw; a figure's per-corpus value is its mean over that corpus's k training seeds, and the stated
-interval is the normal-theory 95% prediction interval for one more corpus's k-seed mean:
-m ± t_{0.975, n−1} · s · √(1 + 1/n) over the n corpora's means (m their mean, s their sd,
-`prediction_interval`, `t_quantile`). With balanced seeds each corpus mean is μ + a_corpus +
-mean of k seed errors, so s estimates the corpus and the seed variance together, as a re-run
-meets them. Figures that are properties of the corpus, not claims (the attribution chance level),
-get no interval: they are shown per corpus, and the claims against them as differences
-(precision − chance).
+interval is the 95% prediction interval for one more corpus's k-seed mean (`corpus_interval`):
+m ± t_{0.975, n−1} · √(V̂ (1 + 1/n)) over the n corpora's means, V̂ the larger of their variance and
+the seeds' pooled within-corpus variance / k (random effects, the corpus part truncated at 0);
+counts of concepts widened to the beta-binomial posterior predictive; beside it the simultaneous
+(Bonferroni) interval for every figure judged at once. `prediction_interval` is the textbook
+interval over the means alone. Figures that are properties of the corpus, not claims (the
+attribution chance level), get no interval: they are shown per corpus, and the claims against them
+as differences (precision − chance).
 """
 
 from __future__ import annotations
