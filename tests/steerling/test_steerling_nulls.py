@@ -487,6 +487,37 @@ def test_nulls_table_combines_corpora(tmp_path, capsys):
     assert "re-run s24/100: inside the 95% prediction intervals" in text and "(outside: val loss" in text
 
 
+def test_mean_specificity_and_its_table(tmp_path, capsys):
+    """The specificity matrix averaged cell by cell over every seed of every corpus (a cell missing in a
+    run averages the runs that have it), printed by nulls-table for the model and each baseline."""
+    from penrose_zoo.steerling.cli import main
+
+    def mat(a, b):
+        return {"alpha": {"alpha": a, "beta": b}, "beta": {"alpha": b, "beta": None if a > 5 else a}}
+    assert nl.mean_specificity([{"specificity": {"model": mat(2.0, 1.0)}}, {"specificity": {"model": mat(6.0, 3.0)}},
+                                {"specificity": {}}]) == {"alpha": {"alpha": 4.0, "beta": 2.0},
+                                                          "beta": {"alpha": 2.0, "beta": 2.0}}
+    assert nl.mean_specificity([{"specificity": {"model": mat(2.0, 1.0)}}], "logit_bias") is None
+    runs = []
+    for i, (a, b) in enumerate(((2.0, 1.0), (4.0, 0.5))):
+        out = _fake_run(tmp_path, f"s{i}", i, [2.0, 2.1, 2.2])
+        doc = json.loads((out / "nulls.json").read_text())
+        for k, r in enumerate(doc["runs"]["model"]):
+            r["specificity"] = {"model": mat(a + k, b), "logit_bias": mat(10.0, 0.1)}
+        (out / "nulls.json").write_text(json.dumps(doc))
+        runs.append(str(out))
+    assert main(["nulls-table", *runs, "--json"]) == 0
+    spec = json.loads(capsys.readouterr().out)["specificity"]
+    # model alpha→alpha: seeds 2, 3, 4 and 4, 5, 6: mean 4; alpha→beta: 1, 1, 1, 0.5, 0.5, 0.5: 0.75
+    assert spec["seeds"] == 6 and spec["matrices"]["model"]["alpha"] == pytest.approx({"alpha": 4.0, "beta": 0.75})
+    assert spec["matrices"]["logit_bias"]["beta"]["alpha"] == pytest.approx(0.1)
+    assert spec["matrices"]["logit_bias"]["beta"]["beta"] is None
+    assert main(["nulls-table", *runs, "--markdown"]) == 0
+    md = capsys.readouterr().out
+    assert "specificity (model), mean over the 2 corpora's 6 seeds" in md
+    assert "| alpha | 4.000 | 0.750 |" in md and "| beta | 0.100 | — |" in md
+
+
 def test_nulls_table_refuses_what_it_cannot_combine(tmp_path, capsys):
     from penrose_zoo.steerling.cli import main
 

@@ -58,6 +58,7 @@ import torch
 
 __all__ = ["NULLS", "TRAINED_NULLS", "BASELINES", "Edit", "shuffle_labels", "shuffle_known_embeddings",
            "reinitialised", "residual_added", "word_token_ids", "mean_difference", "edit_logits", "edit_kl",
+           "mean_specificity",
            "match_strength", "specificity", "aggregate", "detector_precision", "t_quantile", "prediction_interval",
            "corpus_interval",
            "load_run", "combine_runs", "format_combined", "CORPUS_PROPERTIES"]
@@ -359,6 +360,24 @@ def _own_over_others(r: dict, method: str = "model") -> float | None:
         if row.get(c) is not None and others and np.mean(others) > 0:
             vals.append(row[c] / float(np.mean(others)))
     return float(np.median(vals)) if vals else None
+
+
+def mean_specificity(results: list[dict], method: str = "model") -> dict[str, dict[str, float | None]] | None:
+    """The specificity matrix (inject row c: the rate ratio of each concept d's words) averaged over
+    known_answer `results` (seeds, corpora): per cell the mean of the runs that have it (None where
+    none does); None when no run has the method's matrix."""
+    mats = [m for r in results if (m := (r.get("specificity") or {}).get(method))]
+    if not mats:
+        return None
+    rows = list(dict.fromkeys(c for m in mats for c in m))
+    cols = list(dict.fromkeys(d for m in mats for row in m.values() for d in row))
+    out: dict[str, dict[str, float | None]] = {}
+    for c in rows:
+        out[c] = {}
+        for d in cols:
+            vals = [m[c][d] for m in mats if c in m and m[c].get(d) is not None]
+            out[c][d] = float(np.mean(vals)) if vals else None
+    return out
 
 
 def _baseline(r: dict, b: str, key: str):
@@ -671,8 +690,11 @@ def combine_runs(runs: list[dict], rerun: dict | list[dict] | None = None, *, le
                                                "of": len(cells),
                                                "outside": [n.strip() for n, c in cells.items()
                                                            if not c["inside_simultaneous"]]}})
+    every_seed = [x for r in runs for x in r["runs"]["model"]]
+    spec = {m: mat for m in ("model", *BASELINES) if (mat := mean_specificity(every_seed, m)) is not None}
     return {"level": level, "simultaneous_level": family, "seeds_per_corpus": len(runs[0]["runs"]["model"]),
-            "corpora": [_run_info(r) for r in runs], "reruns": judged, "rows": rows}
+            "corpora": [_run_info(r) for r in runs], "reruns": judged, "rows": rows,
+            "specificity": {"seeds": len(every_seed), "matrices": spec}}
 
 
 def _cell(v, ci=None) -> str:
@@ -725,6 +747,13 @@ def format_combined(c: dict, *, markdown: bool = False) -> str:
         if any(x != "—" for x in cells) or pi != "—":
             main.append([name, *cells, pi, sim, *tail])
     lines = [f"per corpus (mean over {k} training seeds)", *_render(per, markdown), "", *_render(main, markdown, width=10)]
+    spec = c.get("specificity") or {}
+    for m, mat in (spec.get("matrices") or {}).items():
+        cols = list(next(iter(mat.values())))
+        lines += ["", f"specificity ({m}), mean over the {len(c['corpora'])} corpora's {spec['seeds']} seeds: rows "
+                      "injected, columns the rate ratio of each concept's words",
+                  *_render([["injected", *cols], *([x, *(_cell(row[d]) for d in cols)] for x, row in mat.items())],
+                           markdown, first=12, width=8)]
     for r in reruns:
         a, b = r["inside"], r["inside_simultaneous"]
         lines.append(f"\nre-run {r['corpus']}: inside the {pct} prediction intervals {a['n']} of {a['of']} figures"
