@@ -308,7 +308,8 @@ def _parser() -> argparse.ArgumentParser:
     nu.add_argument("--json", action="store_true", help="print nulls.json's table instead of the text table")
 
     nt = sub.add_parser("nulls-table", help="combine `nulls` runs on several corpus draws: per-corpus figures, the "
-                                            "prediction interval for a new corpus's seed mean, and a re-run against it")
+                                            "prediction interval for a new corpus's seed mean (and the simultaneous "
+                                            "one), the specificity matrices, and re-runs against them")
     nt.add_argument("runs", nargs="+", metavar="OUT",
                     help="`nulls` --out folders (or their nulls.json), one per corpus draw (at least 2); the first "
                          "one's nulls are shown beside its model")
