@@ -58,10 +58,8 @@ import torch
 
 __all__ = ["NULLS", "TRAINED_NULLS", "BASELINES", "Edit", "shuffle_labels", "shuffle_known_embeddings",
            "reinitialised", "residual_added", "word_token_ids", "mean_difference", "edit_logits", "edit_kl",
-           "mean_specificity",
-           "match_strength", "specificity", "aggregate", "detector_precision", "t_quantile", "prediction_interval",
-           "corpus_interval",
-           "load_run", "combine_runs", "format_combined", "CORPUS_PROPERTIES"]
+           "match_strength", "specificity", "mean_specificity", "aggregate", "detector_precision", "t_quantile",
+           "prediction_interval", "corpus_interval", "load_run", "combine_runs", "format_combined", "CORPUS_PROPERTIES"]
 
 #: the nulls known_answer applies to a checkpoint, and those trained as their own checkpoints
 NULLS = ("random_init", "shuffled_k")
@@ -436,7 +434,7 @@ def format_nulls(table: dict[str, dict[str, dict]], order=MODELS) -> str:
     cols = [m for m in order if any(m in row for row in table.values())]
     rows = [["figure", *cols]]
     for name, row in table.items():
-        cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—" for a in (row.get(c) for c in cols)]
+        cells = [_seed_cell(row.get(c)) for c in cols]
         if any(cell != "—" for cell in cells):
             rows.append([name, *cells])
     return "\n".join(_render(rows, False, width=26))
@@ -666,13 +664,13 @@ def combine_runs(runs: list[dict], rerun: dict | list[dict] | None = None, *, le
         return corpus_interval([t[name]["model"]["values"] for t in per], level=lev, bounds=_bounds_of(name, concepts),
                                trials=concepts if _is_count(name) else None)
 
-    judged_names = [name for name, _ in FIGURES if name not in CORPUS_PROPERTIES
-                    and interval(name, level)["pi"] is not None]
+    preds = {name: None if name in CORPUS_PROPERTIES else interval(name, level) for name, _ in FIGURES}
+    judged_names = [name for name, p in preds.items() if p is not None and p["pi"] is not None]
     family = 1 - (1 - level) / max(1, len(judged_names))
     rows: dict[str, dict] = {}
     for name, _ in FIGURES:
         prop = name in CORPUS_PROPERTIES
-        pred = None if prop else interval(name, level)
+        pred = preds[name]
         sim = interval(name, family) if name in judged_names else None
         values = [t[name]["model"]["mean"] for t in again]
         rows[name] = {"first": first[name], "per_corpus": [t[name]["model"]["mean"] for t in per],
@@ -683,13 +681,11 @@ def combine_runs(runs: list[dict], rerun: dict | list[dict] | None = None, *, le
     judged = []
     for i, r in enumerate(reruns):
         cells = {n: row["reruns"][i] for n, row in rows.items() if row["reruns"][i]["inside"] is not None}
-        judged.append({**_run_info(r),
-                       "inside": {"n": sum(c["inside"] for c in cells.values()), "of": len(cells),
-                                  "outside": [n.strip() for n, c in cells.items() if not c["inside"]]},
-                       "inside_simultaneous": {"n": sum(bool(c["inside_simultaneous"]) for c in cells.values()),
-                                               "of": len(cells),
-                                               "outside": [n.strip() for n, c in cells.items()
-                                                           if not c["inside_simultaneous"]]}})
+
+        def count(key):
+            return {"n": sum(bool(c[key]) for c in cells.values()), "of": len(cells),
+                    "outside": [n.strip() for n, c in cells.items() if not c[key]]}
+        judged.append({**_run_info(r), "inside": count("inside"), "inside_simultaneous": count("inside_simultaneous")})
     every_seed = [x for r in runs for x in r["runs"]["model"]]
     spec = {m: mat for m in ("model", *BASELINES) if (mat := mean_specificity(every_seed, m)) is not None}
     return {"level": level, "simultaneous_level": family, "seeds_per_corpus": len(runs[0]["runs"]["model"]),
@@ -701,6 +697,11 @@ def _cell(v, ci=None) -> str:
     if v is None:
         return "—"
     return f"{v:.3f}" + (f" [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "")
+
+
+def _seed_cell(a: dict | None) -> str:
+    """An `aggregate` over seeds as a cell: mean [bootstrap interval]; '—' not measured."""
+    return _cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—"
 
 
 def _render(rows: list[list[str]], markdown: bool, first: int = 44, width: int = 12) -> list[str]:
@@ -733,8 +734,7 @@ def format_combined(c: dict, *, markdown: bool = False) -> str:
             *(x for r in reruns for x in (f"re-run {r['corpus']}", "inside"))]
     main = [head]
     for name, r in c["rows"].items():
-        cells = [_cell(a["mean"], a["ci95"]) if a and a["mean"] is not None else "—"
-                 for a in (r["first"].get(m) for m in cols)]
+        cells = [_seed_cell(r["first"].get(m)) for m in cols]
         p, q = r["prediction"], r["simultaneous"]
         pi = "corpus property" if r["corpus_property"] else (_cell(p["mean"], p["pi"]) if p and p["mean"] is not None
                                                              else "—")
