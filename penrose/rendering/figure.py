@@ -958,9 +958,7 @@ class _Builder:
 
     def operator_node(self, v: V, rule: Drawing, vals: list) -> _Val:
         """A small circle showing the operator, every operand's legs running into it."""
-        stream = 0 if self.is_residual(v, vals[0], vals[1:]) else None
-        if stream is None and v.key == "+":  # f(x) + x: the stream is a later term
-            stream = self.residual_term(v, vals)
+        stream = self.residual_term(v, vals)
         residual = stream is not None
         node = self.add_node("arith", "arith", rule.glyph, tooltip=_op_tooltip(v), group="spine" if residual else "")
         first = stream or 0
@@ -972,25 +970,16 @@ class _Builder:
         out.spine = residual
         return out
 
-    def is_residual(self, v: V, first: _Val, others: list) -> bool:
-        """`Z = Z ± h`, or `x + f(x)`: the first operand is the stream, another reads it."""
-        if v.key not in ("+", "-") or not first.legs or first.legs != tuple(v.type.legs):
-            return False
-        if first.key is None:
-            return False
-        # another operand reads the stream: the first itself, or an earlier version of the same name
-        stream = {first.key} | {k for k in first.deps if k[0] == first.key[0]}
-        return any(val is not None and stream & val.deps for val in others)
-
     def residual_term(self, v: V, vals: list) -> int | None:
-        """The first term after the first that `is_residual` with all the others as its others,
-        in one pass over the terms' dependencies (a sum of 10,000 terms asked each term about
-        every other: 10^8 steps, a minute)."""
+        """The operand that is the residual stream, or None: `Z = Z ± h`, or `x + f(x)` — the first
+        operand, when another reads it (itself, or an earlier version of the same name); in a sum a
+        later term too (`f(x) + x`: the first that another term reads). One pass over the terms'
+        dependencies (a sum of 10,000 terms asked each term about every other: 10^8 steps, a minute)."""
         if v.key not in ("+", "-"):
             return None
         legs = tuple(v.type.legs)
         readers = Counter(k for val in vals if val is not None for k in val.deps)  # terms that read each key
-        for i in range(1, len(vals)):
+        for i in range(len(vals) if v.key == "+" else 1):
             first = vals[i]
             if first is None or not first.legs or first.legs != legs or first.key is None:
                 continue
